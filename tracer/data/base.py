@@ -1,0 +1,43 @@
+"""The dataset record every loader returns, and the loader registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from ..steps import extract_all
+from ..types import Registry, Step, Trajectory
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A registry plus trajectories. ``skipped`` counts what a loader left out, by reason (never silent)."""
+
+    name: str
+    registry: Registry
+    trajectories: tuple[Trajectory, ...]
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    executable: bool = False  # whether free-running can execute calls on a real environment
+
+    def steps(self) -> list[Step]:
+        return extract_all(self.trajectories)
+
+    def domains(self) -> list[str]:
+        return sorted({t.domain for t in self.trajectories})
+
+
+LOADERS: dict[str, Callable[..., Dataset]] = {}
+
+
+def register_loader(name: str):
+    def deco(fn: Callable[..., Dataset]):
+        LOADERS[name] = fn
+        return fn
+    return deco
+
+
+def load_dataset(name: str, **kwargs) -> Dataset:
+    """Load a dataset by loader name (``bfcl``, ``tau2``, ``apibank``, ``jsonl``) with the loader's options."""
+    if name not in LOADERS:
+        raise KeyError(f"unknown dataset {name!r}; valid names: {', '.join(sorted(LOADERS))}")
+    return LOADERS[name](**kwargs)

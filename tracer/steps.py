@@ -1,0 +1,80 @@
+"""Decision steps out of OpenAI chat messages.
+
+Every user message opens a turn; every tool call of an assistant message is one step, parallel
+calls in their listed order; the turn-local prefix resets at each user message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from .types import Message, Step, Trajectory
+
+
+def _call_name_args(call: Mapping[str, Any]) -> tuple[str, dict]:
+    fn = call.get("function", call)
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            args = {}
+    return fn["name"], dict(args) if isinstance(args, Mapping) else {}
+
+
+def iter_calls(messages: Sequence[Message]) -> Iterator[tuple[int, int, str, dict]]:
+    """Yield (message index, call index within the message, name, arguments) for every tool call."""
+    for mi, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            for ci, call in enumerate(m.get("tool_calls") or ()):
+                name, args = _call_name_args(call)
+                yield mi, ci, name, args
+
+
+def extract_steps(traj: Trajectory) -> list[Step]:
+    """All decision steps of one trajectory, in order."""
+    steps: list[Step] = []
+    turn, prefix, history = -1, [], []
+    messages = traj.messages
+    for mi, m in enumerate(messages):
+        role = m.get("role")
+        if role == "user":
+            turn += 1
+            prefix = []
+            continue
+        if role != "assistant" or not m.get("tool_calls"):
+            continue
+        calls = list(m["tool_calls"])
+        for ci, call in enumerate(calls):
+            name, args = _call_name_args(call)
+            context = tuple(messages[:mi])
+            if ci > 0:  # earlier parallel calls of the same message are already made
+                context = context + ({**{k: v for k, v in m.items() if k != "tool_calls"},
+                                      "content": m.get("content"), "tool_calls": calls[:ci]},)
+            steps.append(Step(
+                trajectory_id=traj.id, group=traj.group, turn=max(turn, 0), position=len(prefix),
+                prefix=tuple(prefix), history=tuple(history), gold=name, context=context,
+                index=len(steps), gold_arguments=args,
+            ))
+            prefix.append(name)
+            history.append(name)
+    return steps
+
+
+def extract_all(trajectories: Iterable[Trajectory]) -> list[Step]:
+    return [s for t in trajectories for s in extract_steps(t)]
+
+
+def turns_of(traj: Trajectory) -> list[list[str]]:
+    """The tool names called in each user turn (turns without calls included as empty lists)."""
+    turns: list[list[str]] = []
+    for m in traj.messages:
+        if m.get("role") == "user":
+            turns.append([])
+        elif m.get("role") == "assistant":
+            for call in m.get("tool_calls") or ():
+                if not turns:
+                    turns.append([])
+                turns[-1].append(_call_name_args(call)[0])
+    return turns
