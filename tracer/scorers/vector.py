@@ -1,0 +1,46 @@
+"""Vector search and the full registry (LLM-only).
+
+``vector``: the whole registry ranked by cosine of the embedded context with each embedded tool
+name and description (the FAISS fallback index); the top k are presented.
+``llm_only``: the whole registry is presented at every step: the cost ceiling and the coverage
+ceiling. Its ranking (used for recall at k only) is the same vector ranking.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from ..context import ContextRendering
+from ..types import Step, Trajectory
+from . import register_scorer
+from .base import Resources, Scores, fallback_scores, no_proposal
+
+
+class VectorScorer:
+    def __init__(self, name: str = "vector", context: Mapping | None = None, present_all: bool = False,
+                 pad: bool = True, **_: Any):
+        self.name, self.present_all, self.pad = name, present_all, pad
+        self.rendering = ContextRendering.from_config(context)
+        self.res: Resources | None = None
+
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> "VectorScorer":
+        self.res = res
+        return self
+
+    def score(self, steps: Sequence[Step]) -> Scores:
+        ctx = self.res.embed(steps, self.rendering)  # [B, d]
+        b = len(steps)
+        return Scores(primary=no_proposal(b, len(self.res.registry)), fallback=fallback_scores(self.res, ctx),
+                      fell_back=torch.ones(b, dtype=torch.bool), present_all=self.present_all)
+
+
+@register_scorer("vector")
+def vector(**cfg) -> VectorScorer:
+    return VectorScorer(**{"name": "vector", **cfg})
+
+
+@register_scorer("llm_only")
+def llm_only(**cfg) -> VectorScorer:
+    return VectorScorer(**{"name": "llm_only", **cfg, "present_all": True})
