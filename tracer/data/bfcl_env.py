@@ -133,7 +133,9 @@ class BFCLEnv:
         try:
             if isinstance(arguments, str):
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            arguments = dict(arguments or {})
+            # a copy, as BFCL evaluates fresh literals: backends keep argument lists (e.g. a tweet's
+            # mentions) and extend them later, which must not reach the caller's data
+            arguments = copy.deepcopy(dict(arguments or {}))
             if name not in self._owner:
                 raise NameError(f"no tool named {name!r} among {', '.join(self.instances)}")
             result = getattr(self.instances[self._owner[name]], name)(**arguments)
