@@ -37,18 +37,18 @@ from __future__ import annotations
 import ast
 import importlib.resources
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
-
-from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
+from typing import Any
 
 from ..errors import DataError
 from ..types import Registry, Tool, ToolCall, Trajectory
 from .base import Dataset, register_loader
-from .bfcl_env import CLASSIC_CLASSES, FAMILY_OF, BFCLEnv, public_methods
+from .bfcl_env import CLASSIC_CLASSES, FAMILY_OF, BFCLEnv, backend_config, public_methods
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
-MISSING_FUNCTION_PROMPT = DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
+# BFCL's DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC (checked in the tests)
+MISSING_FUNCTION_PROMPT = "I have updated some more functions you can choose from. What about now?"
 
 # BFCL type names -> JSON-schema types; None drops the type (any value).
 _TYPES: dict[str, str | None] = {
@@ -61,6 +61,7 @@ _TYPES: dict[str, str | None] = {
 
 def data_dir() -> Path:
     """The installed ``bfcl_eval/data`` directory."""
+    backend_config()  # a clear error when bfcl_eval is missing
     return Path(str(importlib.resources.files("bfcl_eval") / "data"))
 
 
@@ -145,7 +146,7 @@ def parse_call(text: str) -> tuple[str, tuple, dict[str, Any]]:
     except SyntaxError as e:
         raise ValueError(f"not a Python call: {text!r} ({e.msg})") from None
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        raise ValueError(f"not a call of a plain function name: {text!r}")
+        raise ValueError(f"not a call of a plain function name: {text!r}")  # noqa: TRY004  (bad text, not type)
     try:
         args = tuple(ast.literal_eval(a) for a in node.args)
         kwargs = {}
@@ -158,7 +159,7 @@ def parse_call(text: str) -> tuple[str, tuple, dict[str, Any]]:
     return node.func.id, args, kwargs
 
 
-class _Binder:
+class CallBinder:
     """Names positional arguments from the backend method signatures."""
 
     def __init__(self):
@@ -212,35 +213,44 @@ def load_bfcl(categories: Iterable[str] = CATEGORIES, execute: bool = True, name
         raise ValueError(f"unknown BFCL categories {unknown}; valid: {', '.join(CATEGORIES)}")
     root = data_dir()
     registry = load_registry(root)
-    bind = _Binder()
+    bind = CallBinder()
     trajectories: list[Trajectory] = []
     for category in categories:
         task_path = root / f"BFCL_v4_multi_turn_{category}.json"
         answer_path = root / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json"
         answers = {a.get("id"): a for a in _read_jsonl(answer_path)}
         for task in _read_jsonl(task_path):
-            trajectories.append(_trajectory(task, answers, category, registry, bind, execute, task_path,
-                                            answer_path))
+            tid = task.get("id")
+            if not isinstance(tid, str):
+                raise DataError(task_path, "missing task id", field="id")
+            if tid not in answers:
+                raise DataError(answer_path, "no ground truth for this task", record=tid)
+            trajectories.append(task_to_trajectory(task, answers[tid].get("ground_truth"), category, registry,
+                                                   execute=execute, binder=bind, task_path=task_path,
+                                                   answer_path=answer_path))
     return Dataset(name=name, registry=registry, trajectories=tuple(trajectories), executable=True)
 
 
-def _trajectory(task: dict, answers: Mapping[str, dict], category: str, registry: Registry, bind: _Binder,
-                execute: bool, task_path: Path, answer_path: Path) -> Trajectory:
+def task_to_trajectory(task: Mapping[str, Any], truth: Any, category: str, registry: Registry, *,
+                       execute: bool = True, binder: CallBinder | None = None, task_path: Path | str = "<bfcl task>",
+                       answer_path: Path | str = "<bfcl answer>") -> Trajectory:
+    """One BFCL entry and its ground truth (a list of call strings per turn) as a trajectory."""
+    bind = binder or CallBinder()
     tid = task.get("id")
-    if not isinstance(tid, str):
-        raise DataError(task_path, "missing task id", field="id")
+    if not isinstance(tid, str) or "_" not in tid:
+        raise DataError(task_path, "missing task id (like 'multi_turn_base_7')", record=tid, field="id")
     for key in ("question", "initial_config", "involved_classes"):
         if key not in task:
             raise DataError(task_path, "missing field", record=tid, field=key)
-    if tid not in answers:
-        raise DataError(answer_path, "no ground truth for this task", record=tid)
-    truth = answers[tid].get("ground_truth")
     question = task["question"]
     if not isinstance(truth, list) or len(truth) != len(question):
         raise DataError(answer_path, f"ground truth needs one list per turn ({len(question)} turns)", record=tid,
                         field="ground_truth")
     gold: list[list[tuple[str, dict]]] = []
-    for t, turn in enumerate(truth):
+    for t, (users, turn) in enumerate(zip(question, truth)):
+        if not isinstance(users, list) or not isinstance(turn, list):
+            raise DataError(answer_path if not isinstance(turn, list) else task_path, "a turn must be a list",
+                            record=tid, field=f"{'ground_truth' if not isinstance(turn, list) else 'question'}[{t}]")
         calls = []
         for i, text in enumerate(turn):
             fld = f"ground_truth[{t}][{i}]"

@@ -30,34 +30,41 @@ import copy
 import importlib
 import inspect
 import json
-from typing import Any, Mapping, Sequence
-
-from bfcl_eval.constants.executable_backend_config import (
-    CLASS_FILE_PATH_MAPPING,
-    MULTI_TURN_FUNC_DOC_FILE_MAPPING,
-    STATELESS_CLASSES,
-)
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..types import Trajectory
 
-# The eight classic multi-turn API classes; BFCL v4's memory and web-search backends are left out.
-CLASSIC_CLASSES: tuple[str, ...] = (
-    "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI",
-    "TicketAPI", "TradingBot", "TravelAPI", "VehicleControlAPI",
-)
-# Family name (the function-doc file stem, e.g. ``gorilla_file_system``) of each class.
-FAMILY_OF: dict[str, str] = {c: MULTI_TURN_FUNC_DOC_FILE_MAPPING[c].removesuffix(".json") for c in CLASSIC_CLASSES}
+# The eight classic multi-turn API classes and their families (function-doc file stems); BFCL v4's
+# memory and web-search backends are left out. Checked against bfcl_eval's own mapping in the tests.
+FAMILY_OF: dict[str, str] = {
+    "GorillaFileSystem": "gorilla_file_system", "MathAPI": "math_api", "MessageAPI": "message_api",
+    "TwitterAPI": "posting_api", "TicketAPI": "ticket_api", "TradingBot": "trading_bot",
+    "TravelAPI": "travel_booking", "VehicleControlAPI": "vehicle_control",
+}
+CLASSIC_CLASSES: tuple[str, ...] = tuple(FAMILY_OF)
 
 ERROR_PREFIX = "Error during execution: "
 
 State = dict[str, dict[str, Any]]
 
 
+def backend_config():
+    """``bfcl_eval``'s backend table, imported on first use so that ``tracer.data`` imports without it."""
+    try:
+        from bfcl_eval.constants import executable_backend_config
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError("the BFCL loader needs the bfcl_eval package (pip install bfcl-eval)",
+                                  name=e.name) from e
+    return executable_backend_config
+
+
 def backend_class(class_name: str) -> type:
     """The backend class for a BFCL class name (``GorillaFileSystem`` ...)."""
-    if class_name not in CLASS_FILE_PATH_MAPPING:
-        raise KeyError(f"unknown BFCL class {class_name!r}; valid names: {', '.join(sorted(CLASS_FILE_PATH_MAPPING))}")
-    return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+    paths = backend_config().CLASS_FILE_PATH_MAPPING
+    if class_name not in paths:
+        raise KeyError(f"unknown BFCL class {class_name!r}; valid names: {', '.join(sorted(paths))}")
+    return getattr(importlib.import_module(paths[class_name]), class_name)
 
 
 def public_methods(class_name: str) -> dict[str, inspect.Signature]:
@@ -102,9 +109,10 @@ class BFCLEnv:
         self.long_context = bool(long_context)
         self.instances: dict[str, Any] = {}
         self._owner: dict[str, str] = {}  # method name -> class name
+        stateless = backend_config().STATELESS_CLASSES
         for class_name in involved_classes:
             instance = backend_class(class_name)()
-            if class_name not in STATELESS_CLASSES:
+            if class_name not in stateless:
                 instance._load_scenario(copy.deepcopy(dict(initial_config.get(class_name, {}))),
                                         long_context=self.long_context)
             self.instances[class_name] = instance
