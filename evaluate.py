@@ -1,0 +1,31 @@
+"""Evaluate a tool selector on a benchmark: python evaluate.py [dataset=bfcl] [scorer=...] [k=5] [regime=...]
+
+Writes metrics.json, steps.jsonl, the resolved config and plots to the Hydra run directory
+(``hydra.run.dir=DIR`` to choose it) and prints a summary table. See README for every option.
+"""
+
+from __future__ import annotations
+
+import os
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
+def main(cfg: DictConfig) -> float | None:
+    from tracer.eval.job import run_job, summary_table
+
+    run_dir = HydraConfig.get().runtime.output_dir
+    doc = run_job(cfg, run_dir)
+    print(summary_table(doc))
+    print(f"metrics: {os.path.join(run_dir, 'metrics.json')}")
+    return doc["mean"]["recall_at_k"]
+
+
+if __name__ == "__main__":
+    main()

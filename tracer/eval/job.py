@@ -1,0 +1,83 @@
+"""One evaluation job from a config: build everything, run the folds, write and log the results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..config import build_dataset, build_embedder, build_executor_cfg, build_scorer_cfg, plain
+from ..scorers.base import Resources
+from . import plots
+from .metrics import METRICS
+from .outputs import metrics_document, write_json, write_jsonl
+from .runner import EvalConfig, Evaluator
+
+
+def summary_table(doc: Mapping[str, Any]) -> str:
+    lines = [f"{doc['dataset']} ({doc['registry_size']} tools) | scorer {doc['scorer']} | k={doc['k']} | "
+             f"{doc['regime']} | executor {doc['executor']} | {doc['n_steps']} steps | mean ± SD over folds"]
+    for m in METRICS:
+        mu, sd = doc["mean"][m], doc["sd"][m]
+        lines.append(f"  {m:<26} {'–' if mu is None else f'{mu:.4f} ± {sd:.4f}'}")
+    return "\n".join(lines)
+
+
+def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
+    """Run the evaluation described by ``cfg`` (the composed ``configs/evaluate.yaml``) into ``run_dir``."""
+    from ..logging import build_logger
+
+    cfg = plain(cfg)
+    run_dir = Path(run_dir)
+    ds = build_dataset(cfg["dataset"], cfg.get("registry"), cfg.get("seed", 0))
+    embedder = build_embedder(cfg.get("embedder"))
+    executor = build_executor_cfg(cfg.get("executor"))
+    res = Resources.build(ds.registry, embedder, device=cfg.get("device"), seed=cfg.get("seed", 0),
+                          executor=None if getattr(executor, "is_oracle", False) else executor)
+    scorer_cfg = cfg["scorer"]
+    insight_factory = None
+    if cfg.get("insight"):
+        from ..scorers.insight import InsightMemory
+
+        insight_factory = InsightMemory
+    regime = cfg.get("regime") or {"name": "teacher_forcing"}
+    ecfg = EvalConfig(k=cfg["k"], folds=cfg["folds"], seed=cfg["seed"], regime=regime["name"],
+                      max_steps_per_turn=regime.get("max_steps_per_turn", 20),
+                      test_successful_only=cfg.get("test_successful_only", True),
+                      latency_sample=cfg.get("latency_sample", 200), progress=cfg.get("progress", True))
+    logger = build_logger(cfg.get("logger"), run_dir, f"{ds.name}-{scorer_cfg['name']}-k{cfg['k']}")
+    logger.log_config(cfg)
+    result = Evaluator(ds, lambda: build_scorer_cfg(scorer_cfg), res, executor, ecfg, insight_factory).run()
+
+    scorer_label = scorer_cfg["name"] + ("+insight" if cfg.get("insight") else "")
+    executor_label = executor.name + (" (oracle: selection bounded by coverage)" if executor.is_oracle else "")
+    doc = metrics_document(dataset=ds.name, registry_size=len(ds.registry), scorer=scorer_label, k=cfg["k"],
+                           regime=ecfg.regime, executor=executor_label, result=result)
+    write_json(run_dir / "metrics.json", doc)
+    write_jsonl(run_dir / "steps.jsonl", (r.to_json() for r in result.records))
+    if result.tasks:
+        write_jsonl(run_dir / "tasks.jsonl", result.tasks)
+    write_json(run_dir / "run_info.json", {
+        "config": cfg, "recall_curve": result.recall_curve, "fit_seconds": result.fit_seconds,
+        "tokenizer": executor.tokenizer_name or "minilm-wordpiece (local, offline)",
+        "embeddings_encoded": getattr(embedder, "n_encoded", None), "skipped": dict(ds.skipped),
+        "scorer_info": getattr(build_scorer_cfg(scorer_cfg), "describe", lambda: {})(),
+    })
+    rows = [doc]
+    plots.cost_accuracy(rows, run_dir / "cost_accuracy.png")
+    plots.recall_vs_k({scorer_label: result.recall_curve}, run_dir / "recall_vs_k.png")
+    if result.trie_based:
+        plots.out_of_trie(rows, run_dir / "out_of_trie.png")
+    for f, m in enumerate(result.per_fold):
+        logger.log({f"fold/{k}": v for k, v in m.items() if v is not None}, step=f)
+    logger.log_summary({f"{k}_mean": v for k, v in result.mean.items() if v is not None}
+                       | {f"{k}_sd": v for k, v in result.sd.items() if v is not None}
+                       | {"n_steps": result.n_steps})
+    cols = ["fold", "trajectory_id", "step", "gold", "gold_rank", "selected", "correct", "in_trie", "fell_back",
+            "kappa", "prompt_tokens", "presented"]
+    logger.log_table("steps", cols, [[json.dumps(getattr(r, c)) if c == "presented" else getattr(r, c) for c in cols]
+                                     for r in result.records])
+    for png in sorted(run_dir.glob("*.png")):
+        logger.log_image(png.stem, png)
+    logger.finish()
+    return doc

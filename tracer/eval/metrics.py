@@ -1,0 +1,120 @@
+"""Per-step outcomes and the metrics computed from them.
+
+Every metric is computed per outer fold and reported as mean and SD over folds (sample SD,
+ddof=1; 0 for a single fold). A metric that does not apply is ``None`` (null in JSON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+METRICS = (
+    "recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens", "cic_reduction",
+    "out_of_trie_rate", "fallback_rate", "recall_out_of_trie", "task_success", "latency_ms_p50", "latency_ms_p95",
+)
+
+
+@dataclass
+class StepRecord:
+    """One test step's outcome (one line of ``steps.jsonl``)."""
+
+    fold: int
+    trajectory_id: str
+    group: str
+    step: int
+    turn: int
+    position: int
+    gold: str | None
+    gold_rank: int | None          # 1-based rank of the gold tool in the full ranking
+    ranking: list[str]             # top 10
+    presented: list[str]
+    in_trie: bool | None
+    fell_back: bool | None
+    kappa: float | None
+    selected: str | None
+    correct: bool | None
+    hit_at_k: bool | None
+    prompt_tokens: int             # cic as counted for this run (server's when reported)
+    prompt_tokens_local: int       # the same prompt, local tokenizer
+    full_registry_tokens: int      # the same step with the whole registry presented, local tokenizer
+    malformed: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return float(np.mean(xs)) if len(xs) else None
+
+
+def fold_metrics(records: Sequence[StepRecord], *, trie_based: bool, task_success: Sequence[bool] | None = None,
+                 latencies_ms: Sequence[float] | None = None) -> dict[str, float | None]:
+    """Metrics of one fold from its step records."""
+    gold_steps = [r for r in records if r.gold is not None]
+    hits = [bool(r.hit_at_k) for r in gold_steps]
+    rr = [1.0 / r.gold_rank if r.gold_rank else 0.0 for r in gold_steps]
+    sel = [bool(r.correct) for r in gold_steps if r.correct is not None]
+    cic = _mean([r.prompt_tokens for r in records])
+    cic_local = _mean([r.prompt_tokens_local for r in records])
+    full = _mean([r.full_registry_tokens for r in records])
+    out = {m: None for m in METRICS}
+    out.update(
+        recall_at_k=_mean(hits), mrr=_mean(rr), selection_accuracy=_mean(sel), cic_tokens=cic,
+        cic_full_registry_tokens=full,
+        # reduction in one tokenizer on both sides (the local one), whatever cic_tokens was counted in
+        cic_reduction=(1.0 - cic_local / full) if full else None,
+    )
+    if trie_based and gold_steps:
+        oot = [r for r in gold_steps if r.in_trie is False]
+        out["out_of_trie_rate"] = len(oot) / len(gold_steps)
+        out["fallback_rate"] = _mean([bool(r.fell_back) for r in gold_steps])
+        out["recall_out_of_trie"] = _mean([bool(r.hit_at_k) for r in oot])
+    if task_success is not None:
+        out["task_success"] = _mean([bool(x) for x in task_success])
+    if latencies_ms:
+        out["latency_ms_p50"] = float(np.percentile(latencies_ms, 50))
+        out["latency_ms_p95"] = float(np.percentile(latencies_ms, 95))
+    return out
+
+
+def aggregate(per_fold: Sequence[Mapping[str, float | None]]) -> tuple[dict, dict]:
+    """Mean and sample SD (ddof=1) over folds; None where any fold has None."""
+    mean, sd = {}, {}
+    for m in METRICS:
+        vals = [f.get(m) for f in per_fold]
+        if not vals or any(v is None for v in vals):
+            mean[m] = sd[m] = None
+            continue
+        mean[m] = float(np.mean(vals))
+        sd[m] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+    return mean, sd
+
+
+def recall_curve(records: Iterable[StepRecord], max_k: int = 10) -> list[float]:
+    """Recall at j for j = 1..max_k from the gold ranks."""
+    ranks = [r.gold_rank for r in records if r.gold is not None]
+    return [float(np.mean([bool(x) and x <= j for x in ranks])) if ranks else 0.0 for j in range(1, max_k + 1)]
+
+
+def paired_test(a: Sequence[float], b: Sequence[float], n_resamples: int = 10000, seed: int = 0) -> dict:
+    """Paired sign-flip permutation test and bootstrap 95% CI of mean(a - b).
+
+    ``a`` and ``b`` are per-step outcomes of two runs on the same steps in the same order.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired test needs the same steps: {len(a)} vs {len(b)} outcomes")
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    n = len(d)
+    obs = float(d.mean()) if n else 0.0
+    rng = np.random.default_rng(seed)
+    signs = rng.choice([-1.0, 1.0], size=(n_resamples, n))
+    perm = (signs * d).mean(1)
+    p = float((np.sum(np.abs(perm) >= abs(obs) - 1e-12) + 1) / (n_resamples + 1))
+    boots = d[rng.integers(0, n, size=(n_resamples, n))].mean(1) if n else np.zeros(1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return {"n": n, "mean_diff": obs, "p_value": p, "ci95": [float(lo), float(hi)]}
+

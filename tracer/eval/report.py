@@ -1,0 +1,127 @@
+"""Gather runs into one table, plots and paired tests.
+
+    python -m tracer.eval.report DIR [DIR ...] [--out OUT]       # every metrics.json under the DIRs
+    python -m tracer.eval.report --paired RUN_A RUN_B [--metric hit_at_k]
+
+The table is Markdown and CSV (mean ± SD over folds); the plots are the cost–accuracy figure,
+recall against k and the out-of-trie rates. The paired test compares two runs' per-step outcomes on
+the same steps (same dataset, folds and seed): a seeded sign-flip permutation test and a bootstrap
+95% interval of the mean difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Sequence
+
+from . import plots
+from .metrics import paired_test, recall_curve
+from .outputs import atomic_write_text, read_steps
+
+COLUMNS = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_reduction", "out_of_trie_rate",
+           "fallback_rate", "recall_out_of_trie", "task_success", "latency_ms_p50")
+
+
+def find_runs(dirs: Sequence[str | Path]) -> list[Path]:
+    out = []
+    for d in dirs:
+        d = Path(d)
+        out.extend(sorted(p.parent for p in d.rglob("metrics.json")) if d.is_dir() else [])
+    return out
+
+
+def load_run(run: Path) -> dict:
+    m = json.loads((run / "metrics.json").read_text())
+    m["run_dir"] = str(run)
+    return m
+
+
+def fmt(mean, sd, digits=3) -> str:
+    if mean is None:
+        return "–"
+    if abs(mean) >= 100:
+        return f"{mean:.0f} ± {sd:.0f}"
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
+
+
+def table(rows: Sequence[dict], columns: Sequence[str] = COLUMNS) -> tuple[str, str]:
+    """(Markdown, CSV) of the runs, sorted by dataset, registry size, regime, scorer, k."""
+    rows = sorted(rows, key=lambda r: (r["dataset"], r["registry_size"], r["regime"], r["scorer"], r["k"]))
+    head = ["dataset", "tools", "regime", "executor", "scorer", "k", "steps", *columns]
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(head + [f"{c}_sd" for c in columns])
+    for r in rows:
+        base = [r["dataset"], r["registry_size"], r["regime"], r["executor"], r["scorer"], r["k"], r["n_steps"]]
+        md.append("| " + " | ".join(map(str, base + [fmt(r["mean"][c], r["sd"][c]) for c in columns])) + " |")
+        w.writerow(base + [r["mean"][c] for c in columns] + [r["sd"][c] for c in columns])
+    return "\n".join(md) + "\n", buf.getvalue()
+
+
+def report(dirs: Sequence[str | Path], out: str | Path) -> dict:
+    runs = find_runs(dirs)
+    if not runs:
+        raise FileNotFoundError(f"no metrics.json under {', '.join(map(str, dirs))}")
+    rows = [load_run(r) for r in runs]
+    out = Path(out)
+    md, csv_text = table(rows)
+    atomic_write_text(out / "report.md", md)
+    atomic_write_text(out / "report.csv", csv_text)
+    curves = {}
+    for r in rows:
+        steps = Path(r["run_dir"]) / "steps.jsonl"
+        if steps.exists():
+            curves[f"{r['scorer']} ({r['regime']}, {r['registry_size']} tools)"] = recall_curve(read_steps(steps))
+    plots.cost_accuracy(rows, out / "cost_accuracy.png")
+    plots.recall_vs_k(curves, out / "recall_vs_k.png")
+    plots.out_of_trie(rows, out / "out_of_trie.png")
+    return {"runs": len(rows), "markdown": md, "out": str(out)}
+
+
+def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed: int = 0) -> dict:
+    """Paired test of a per-step outcome (``hit_at_k``, ``correct``, or ``rr`` for reciprocal rank)."""
+    def outcomes(run):
+        recs = read_steps(Path(run) / "steps.jsonl")
+        key = {(r.fold, r.trajectory_id, r.step): r for r in recs}
+        return key
+
+    a, b = outcomes(run_a), outcomes(run_b)
+    if set(a) != set(b):
+        raise ValueError(f"{run_a} and {run_b} are not on the same steps (different dataset, folds or seed?)")
+    keys = sorted(a)
+
+    def val(r):
+        if metric == "rr":
+            return 1.0 / r.gold_rank if r.gold_rank else 0.0
+        return float(bool(getattr(r, metric)))
+
+    res = paired_test([val(a[k]) for k in keys], [val(b[k]) for k in keys], seed=seed)
+    res.update(metric=metric, a=str(run_a), b=str(run_b))
+    return res
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m tracer.eval.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("dirs", nargs="*", help="run or sweep directories")
+    p.add_argument("--out", default=None, help="where to write report.md/csv and plots (default: the first DIR)")
+    p.add_argument("--paired", nargs=2, metavar=("RUN_A", "RUN_B"))
+    p.add_argument("--metric", default="hit_at_k", choices=["hit_at_k", "correct", "rr"])
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.paired:
+        print(json.dumps(paired(*a.paired, metric=a.metric, seed=a.seed), indent=2))
+        return
+    if not a.dirs:
+        p.error("give run directories, or --paired RUN_A RUN_B")
+    res = report(a.dirs, a.out or a.dirs[0])
+    print(res["markdown"])
+    print(f"{res['runs']} runs -> {res['out']}/report.md, report.csv, *.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""The evaluation loop: k-fold cross-validation by group, teacher-forcing or free-running.
+
+Folds depend only on the groups, ``folds`` and ``seed``, so every scorer run with the same seed
+is evaluated on the same steps (paired comparisons). Each fold fits a fresh scorer on the
+training groups' trajectories and scores the held-out groups' steps.
+
+- teacher-forcing: every step's context is the benchmark's gold history; a wrong selection never
+  corrupts the next step. Steps are scored in batches.
+- free-running: the executor's own calls are executed (BFCL: on BFCL's backends from the task's
+  ``initial_config``) and carried forward; the trie state follows the executed calls. A turn ends
+  when the executor answers without a call (the oracle: when the turn's gold calls are done) or
+  after ``max_steps_per_turn`` steps; a task succeeds when after every turn the backends' state
+  equals the gold state and every turn finished within the cap.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ..data import Dataset
+from ..folds import assign_folds
+from ..scorers.base import Resources, Scorer, finalize
+from ..steps import extract_all, extract_steps
+from ..types import Step, ToolCall, Trajectory
+from .metrics import StepRecord, aggregate, fold_metrics, recall_curve
+from .tokens import TokenCounter
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    k: int = 5
+    folds: int = 5
+    seed: int = 0
+    regime: str = "teacher_forcing"
+    max_steps_per_turn: int = 20
+    test_successful_only: bool = True
+    latency_sample: int = 200
+    batch_size: int = 512
+    progress: bool = True
+
+
+@dataclass
+class EvalResult:
+    per_fold: list[dict]
+    mean: dict
+    sd: dict
+    records: list[StepRecord]
+    tasks: list[dict] = field(default_factory=list)
+    recall_curve: list[float] = field(default_factory=list)
+    n_steps: int = 0
+    trie_based: bool = False
+    fit_seconds: list[float] = field(default_factory=list)
+
+
+def with_guidance(messages: Sequence[Mapping[str, Any]], guidance: str | None) -> list[Mapping[str, Any]]:
+    """Add guidance text to the system prompt (a new system message if there is none)."""
+    msgs = list(messages)
+    if not guidance:
+        return msgs
+    if msgs and msgs[0].get("role") == "system":
+        return [{**msgs[0], "content": f"{msgs[0].get('content') or ''}\n\n{guidance}"}] + msgs[1:]
+    return [{"role": "system", "content": guidance}] + msgs
+
+
+def step_from_messages(messages: Sequence[Mapping[str, Any]], trajectory_id: str = "", group: str = "",
+                       gold: str = "") -> Step:
+    """The decision step at the end of a live conversation (turn-local prefix and history from its calls)."""
+    turn, prefix, history = -1, [], []
+    for m in messages:
+        if m.get("role") == "user":
+            turn, prefix = turn + 1, []
+        elif m.get("role") == "assistant":
+            for c in m.get("tool_calls") or ():
+                name = c.get("function", c)["name"]
+                prefix.append(name)
+                history.append(name)
+    return Step(trajectory_id=trajectory_id, group=group, turn=max(turn, 0), position=len(prefix),
+                prefix=tuple(prefix), history=tuple(history), gold=gold, context=tuple(messages))
+
+
+class Evaluator:
+    """Runs one scorer configuration over the folds of one dataset."""
+
+    def __init__(self, dataset: Dataset, scorer_factory: Callable[[], Scorer], res: Resources, executor,
+                 cfg: EvalConfig, insight_factory: Callable[[], Any] | None = None, counter: TokenCounter | None = None):
+        self.ds, self.factory, self.res, self.executor, self.cfg = dataset, scorer_factory, res, executor, cfg
+        self.insight_factory = insight_factory
+        self.counter = counter or TokenCounter()
+        self.registry = dataset.registry
+        self.all_tools = self.registry.to_openai()
+        self.all_tools_tokens = sum(self.counter.tool(t) for t in self.all_tools)
+        self.fold_of = assign_folds([t.group for t in dataset.trajectories], cfg.folds, cfg.seed)
+
+    # ---- folds ---------------------------------------------------------------------------------
+    def split(self, fold: int) -> tuple[list[Trajectory], list[Trajectory]]:
+        train = [t for t in self.ds.trajectories if self.fold_of[t.group] != fold]
+        test = [t for t in self.ds.trajectories if self.fold_of[t.group] == fold
+                and (t.success or not self.cfg.test_successful_only)]
+        return train, test
+
+    def run(self) -> EvalResult:
+        if self.cfg.regime not in ("teacher_forcing", "free_running"):
+            raise ValueError(f"regime must be teacher_forcing or free_running, got {self.cfg.regime!r}")
+        if self.cfg.regime == "free_running" and not self.ds.executable:
+            raise ValueError(f"dataset {self.ds.name!r} has no executable environment: it runs teacher_forcing only")
+        per_fold, records, tasks, fit_s = [], [], [], []
+        trie_based = False
+        folds = range(self.cfg.folds)
+        for fold in tqdm(folds, desc="folds", disable=not self.cfg.progress):
+            train, test = self.split(fold)
+            t0 = time.perf_counter()
+            scorer = self.factory().fit(train, self.res)
+            insight = self.insight_factory().fit(train, self.res) if self.insight_factory else None
+            fit_s.append(time.perf_counter() - t0)
+            if self.cfg.regime == "teacher_forcing":
+                recs, fold_tasks = self.teacher_forcing(fold, scorer, insight, test), None
+            else:
+                recs, fold_tasks = self.free_running(fold, scorer, insight, test)
+                tasks.extend(fold_tasks)
+            trie_based = trie_based or any(r.in_trie is not None for r in recs)
+            lat = self.latencies(scorer, insight, [s for t in test for s in extract_steps(t)], fold)
+            per_fold.append(fold_metrics(recs, trie_based=trie_based,
+                                         task_success=[t["success"] for t in fold_tasks] if fold_tasks is not None
+                                         else None, latencies_ms=lat))
+            records.extend(recs)
+        mean, sd = aggregate(per_fold)
+        return EvalResult(per_fold, mean, sd, records, tasks, recall_curve(records), len(records), trie_based, fit_s)
+
+    # ---- one batch of steps ----------------------------------------------------------------------
+    def select(self, scorer: Scorer, insight, steps: Sequence[Step]):
+        sel = finalize(scorer.score(steps), self.cfg.k, getattr(scorer, "pad", True))
+        guidance = list(sel.scores.guidance) if sel.scores.guidance else [None] * len(steps)
+        if insight is not None:
+            extra = insight.guidance(steps)
+            guidance = ["\n\n".join(x for x in (g, e) if x) or None for g, e in zip(guidance, extra)]
+        return sel, guidance
+
+    def records_for(self, fold: int, steps: Sequence[Step], golds: Sequence[ToolCall | None], scorer: Scorer,
+                    insight) -> tuple[list[StepRecord], list]:
+        from ..executors import Request
+
+        sel, guidance = self.select(scorer, insight, steps)
+        n = len(self.registry)
+        gold_ids = torch.tensor([self.registry.id(g.name) if g and g.name in self.registry else n for g in golds])
+        hit = sel.ranking == gold_ids[:, None]                                        # [B, N]
+        gold_rank = torch.where(hit.any(1), hit.float().argmax(1) + 1, torch.zeros_like(gold_ids))  # [B]
+        requests, msgs_all = [], []
+        for i, step in enumerate(steps):
+            tools = [self.all_tools[j] for j in sel.presented[i]]
+            msgs = with_guidance(step.context, guidance[i])
+            msgs_all.append(msgs)
+            requests.append(Request(messages=msgs, tools=tools, gold=golds[i]))
+        decisions = self.executor.choose(requests)
+        names = self.registry.names
+        sc = sel.scores
+        out = []
+        for i, (step, gold, dec) in enumerate(zip(steps, golds, decisions)):
+            local = self.counter.count(msgs_all[i], requests[i].tools)
+            full = sum(self.counter.message(m) for m in step.context) + self.all_tools_tokens
+            rank_i = int(gold_rank[i]) or None
+            out.append(StepRecord(
+                fold=fold, trajectory_id=step.trajectory_id, group=step.group, step=step.index, turn=step.turn,
+                position=step.position, gold=gold.name if gold else None, gold_rank=rank_i,
+                ranking=[names[j] for j in sel.ranking[i, :10].tolist()],
+                presented=[names[j] for j in sel.presented[i]],
+                in_trie=None if sc.in_trie is None else bool(sc.in_trie[i]),
+                fell_back=None if sc.in_trie is None else bool(sc.fell_back[i]),
+                kappa=None if sc.kappa is None else round(float(sc.kappa[i]), 6),
+                selected=dec.call.name if dec.call else None,
+                correct=(dec.call is not None and gold is not None and dec.call.name == gold.name),
+                hit_at_k=rank_i is not None and rank_i <= self.cfg.k,
+                prompt_tokens=dec.prompt_tokens if dec.prompt_tokens is not None else local,
+                prompt_tokens_local=local, full_registry_tokens=full, malformed=dec.malformed,
+                extra={k: round(float(v[i]), 6) for k, v in sc.extra.items()},
+            ))
+        return out, decisions
+
+    # ---- regimes -------------------------------------------------------------------------------
+    def teacher_forcing(self, fold: int, scorer: Scorer, insight, test: Sequence[Trajectory]) -> list[StepRecord]:
+        steps = [s for s in extract_all(test) if s.gold in self.registry]
+        out = []
+        bar = tqdm(total=len(steps), desc=f"fold {fold} steps", disable=not self.cfg.progress, leave=False)
+        for lo in range(0, len(steps), self.cfg.batch_size):
+            batch = steps[lo: lo + self.cfg.batch_size]
+            golds = [ToolCall(s.gold, s.gold_arguments, f"gold-{s.trajectory_id}-{s.index}") for s in batch]
+            recs, _ = self.records_for(fold, batch, golds, scorer, insight)
+            out.extend(recs)
+            bar.update(len(batch))
+        bar.close()
+        return out
+
+    def free_running(self, fold: int, scorer: Scorer, insight, test: Sequence[Trajectory]):
+        from ..data.bfcl_env import BFCLEnv, gold_states
+
+        records, tasks = [], []
+        for traj in tqdm(test, desc=f"fold {fold} tasks", disable=not self.cfg.progress, leave=False):
+            env = BFCLEnv.from_metadata(traj.metadata)
+            want = gold_states(traj)
+            turns = gold_turns(traj)
+            messages: list[dict] = [dict(m) for m in traj.messages if m.get("role") == "system"]
+            ok, n_step, turn_ok = True, 0, []
+            for t, (user_msgs, gold_calls) in enumerate(turns):
+                messages.extend(dict(m) for m in user_msgs)
+                outstanding = list(gold_calls)
+                finished = False
+                for _ in range(self.cfg.max_steps_per_turn):
+                    if self.executor.is_oracle and not outstanding:
+                        finished = True
+                        break
+                    gold = outstanding[0] if outstanding else None
+                    step = step_from_messages(messages, traj.id, traj.group, gold.name if gold else "")
+                    step = Step(**{**step.__dict__, "index": n_step})
+                    recs, decs = self.records_for(fold, [step], [gold], scorer, insight)
+                    dec = decs[0]
+                    records.extend(recs)
+                    n_step += 1
+                    if dec.call is None:
+                        finished = True
+                        break
+                    call = ToolCall(dec.call.name, dict(dec.call.arguments), dec.call.id or f"fr-{traj.id}-{n_step}")
+                    result = env.execute(call.name, dict(call.arguments))
+                    content = dec.text or None
+                    messages.append({"role": "assistant", "content": content, "tool_calls": [call.to_openai()]})
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+                    if gold is not None and call.name == gold.name:
+                        outstanding.pop(0)
+                else:
+                    finished = self.executor.is_oracle and not outstanding
+                state_ok = env.same_state(want[t]) if t < len(want) else True
+                turn_ok.append(bool(finished and state_ok))
+                ok = ok and turn_ok[-1]
+            tasks.append({"fold": fold, "trajectory_id": traj.id, "group": traj.group, "success": ok,
+                          "turns_ok": turn_ok, "steps": n_step})
+        return records, tasks
+
+    # ---- latency -------------------------------------------------------------------------------
+    def latencies(self, scorer: Scorer, insight, steps: Sequence[Step], fold: int) -> list[float]:
+        """Selection latency per step, one step at a time, embedding included (cache bypassed)."""
+        n = min(self.cfg.latency_sample, len(steps))
+        if n == 0:
+            return []
+        sample = random.Random(self.cfg.seed * 1000 + fold).sample(list(steps), n)
+        cached = self.res.embedder
+        self.res.embedder = getattr(cached, "inner", cached)  # measure the real encode, not a cache hit
+        try:
+            out = []
+            for s in sample:
+                t0 = time.perf_counter()
+                self.select(scorer, insight, [s])
+                out.append((time.perf_counter() - t0) * 1000)
+            return out
+        finally:
+            self.res.embedder = cached
+
+
+def gold_turns(traj: Trajectory) -> list[tuple[list[Mapping], list[ToolCall]]]:
+    """Split a gold conversation into turns: (user messages, gold calls) in order."""
+    turns: list[tuple[list, list]] = []
+    for m in traj.messages:
+        role = m.get("role")
+        if role == "user":
+            if turns and not turns[-1][1]:
+                turns[-1][0].append(m)  # consecutive user messages belong to one turn
+            else:
+                turns.append(([m], []))
+        elif role == "assistant" and m.get("tool_calls"):
+            if not turns:
+                turns.append(([], []))
+            for s in m["tool_calls"]:
+                fn = s["function"]
+                args = fn.get("arguments") or "{}"
+                import json
+
+                turns[-1][1].append(ToolCall(fn["name"], json.loads(args) if isinstance(args, str) else args,
+                                             s.get("id", "")))
+    return turns
