@@ -1,0 +1,317 @@
+"""The tau2 and API-Bank loaders on the real data in ../shared/datasets (counts from its README)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tracer.data import load_dataset
+from tracer.data.apibank import (
+    SKIP_LV3_UNKNOWN_API,
+    SKIP_NOT_PREFIX,
+    SKIP_UNKNOWN_API,
+    SKIP_UNPARSABLE,
+    RequestError,
+    parse_request,
+)
+from tracer.data.paths import repo_root, resolve_path
+from tracer.data.tau2 import SKIP_NO_AGENT_ACTIONS, SKIP_USER_ACTIONS
+from tracer.errors import DataError
+from tracer.steps import iter_calls
+
+DATA = repo_root() / ".." / "shared" / "datasets"
+TAU2, APIBANK = DATA / "tau2", DATA / "apibank"
+
+pytestmark = pytest.mark.skipif(not TAU2.is_dir() or not APIBANK.is_dir(), reason="shared datasets not present")
+
+
+def call_names(ds) -> list[str]:
+    return [s.gold for s in ds.steps()]
+
+
+# --- tau2 -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("domain, conversations, steps, tools, distinct, skipped", [
+    # README: retail 114 tasks, 550 actions, 2 tasks without actions; airline 50, 142, 7.
+    ("retail", 112, 550, 16, 15, {SKIP_NO_AGENT_ACTIONS: 2}),
+    ("airline", 43, 142, 14, 10, {SKIP_NO_AGENT_ACTIONS: 7}),
+    # telecom small: 27 actions = 7 by the agent + 20 by the user; 14 of 20 tasks have only user actions.
+    ("telecom", 6, 7, 13, 5, {SKIP_USER_ACTIONS: 20, SKIP_NO_AGENT_ACTIONS: 14}),
+])
+def test_tau2_domain_counts(domain, conversations, steps, tools, distinct, skipped):
+    ds = load_dataset("tau2", domains=(domain,))
+    assert ds.name == f"tau2-{domain}"
+    assert len(ds.trajectories) == conversations
+    assert len(ds.steps()) == steps
+    assert len(ds.registry) == tools and {t.source for t in ds.registry} == {domain}
+    assert len(set(call_names(ds))) == distinct
+    assert dict(ds.skipped) == skipped
+    assert ds.domains() == [domain]
+    for t in ds.trajectories:
+        assert t.group == t.id == f"{domain}-{t.metadata['task_id']}"
+        roles = [m["role"] for m in t.messages]
+        assert roles[:2] == ["system", "user"] and roles[2:] == ["assistant", "tool"] * ((len(roles) - 2) // 2)
+        for call_msg, tool_msg in zip(t.messages[2::2], t.messages[3::2]):
+            assert len(call_msg["tool_calls"]) == 1
+            assert tool_msg["tool_call_id"] == call_msg["tool_calls"][0]["id"] and tool_msg["content"] == ""
+
+
+def test_tau2_messages_follow_the_task():
+    ds = load_dataset("tau2", domains="retail")
+    first = ds.trajectories[0]
+    task = json.loads((TAU2 / "retail" / "tasks.json").read_text())[0]
+    assert first.id == "retail-0"
+    assert first.messages[0]["content"] == (TAU2 / "retail" / "policy.md").read_text()
+    user = first.messages[1]["content"]
+    assert user.startswith("Reason for call: You received your order #W2378156")
+    assert "\n\nKnown info: You are Yusuf Rossi in zip code 19122." in user
+    assert "\n\nUnknown info: You do not remember your email address." in user
+    assert user.endswith("Task instructions: You are detail-oriented and want to make sure everything is "
+                         "addressed in one go.")
+    calls = [(n, a) for _, _, n, a in iter_calls(first.messages)]
+    assert calls == [(a["name"], a["arguments"]) for a in task["evaluation_criteria"]["actions"]]
+
+
+def test_tau2_telecom_policy_and_user_actions():
+    ds = load_dataset("tau2", domains=["telecom"])
+    system = ds.trajectories[0].messages[0]["content"]
+    main = (TAU2 / "telecom" / "main_policy.md").read_text()
+    tech = (TAU2 / "telecom" / "tech_support_manual.md").read_text()
+    assert system == f"<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{tech}\n</tech_support_policy>"
+    by_id = {t.metadata["task_id"]: t for t in ds.trajectories}
+    overdue = by_id["[service_issue]overdue_bill_suspension[PERSONA:Easy]"]
+    # gold: send_payment_request (agent), make_payment (user), resume_line (agent), reboot_device (user)
+    assert [s.gold for s in load_dataset("tau2", domains="telecom").steps()
+            if s.trajectory_id == overdue.id] == ["send_payment_request", "resume_line"]
+    assert overdue.metadata["skipped_user_actions"] == 2
+    assert Counter(call_names(ds)) == {"enable_roaming": 2, "transfer_to_human_agents": 2, "refuel_data": 1,
+                                       "send_payment_request": 1, "resume_line": 1}
+
+
+def test_tau2_pooled_renames_colliding_names_only():
+    ds = load_dataset("tau2")
+    assert ds.name == "tau2"
+    assert len(ds.trajectories) == 112 + 43 + 6 and len(ds.steps()) == 550 + 142 + 7
+    assert dict(ds.skipped) == {SKIP_NO_AGENT_ACTIONS: 2 + 7 + 14, SKIP_USER_ACTIONS: 20}
+    assert len(ds.registry) == 16 + 14 + 13
+    assert sorted(n for n in ds.registry.names if "__" in n) == [
+        "airline__calculate", "airline__get_user_details", "airline__transfer_to_human_agents",
+        "retail__calculate", "retail__get_user_details", "retail__transfer_to_human_agents",
+        "telecom__transfer_to_human_agents"]
+    assert not {"calculate", "get_user_details", "transfer_to_human_agents"} & set(ds.registry.names)
+    assert ds.registry.get("airline__calculate").source == "airline"
+    # every call names a registry tool, prefixed with its own domain when prefixed at all
+    trajs = {t.id: t for t in ds.trajectories}
+    for s in ds.steps():
+        assert s.gold in ds.registry
+        if "__" in s.gold:
+            assert s.gold.startswith(trajs[s.trajectory_id].domain + "__")
+    # the pooled calls are the single-domain calls with the colliding names renamed
+    for domain in ("retail", "airline", "telecom"):
+        single = load_dataset("tau2", domains=domain)
+        renamed = [f"{domain}__{n}" if n in ("calculate", "get_user_details", "transfer_to_human_agents") else n
+                   for n in call_names(single)]
+        assert [s.gold for s in ds.steps() if s.trajectory_id.startswith(domain + "-")] == renamed
+    assert Counter(call_names(ds))["retail__get_user_details"] == Counter(
+        call_names(load_dataset("tau2", domains="retail")))["get_user_details"]
+
+
+def test_tau2_two_domains_keep_unshared_names():
+    ds = load_dataset("tau2", domains="retail,telecom")
+    assert ds.name == "tau2-retail+telecom"
+    assert sorted(n for n in ds.registry.names if "__" in n) == [
+        "retail__transfer_to_human_agents", "telecom__transfer_to_human_agents"]
+    assert "calculate" in ds.registry and "get_user_details" in ds.registry
+
+
+def _copy_retail(tmp_path: Path) -> Path:
+    root = tmp_path / "tau2"
+    shutil.copytree(TAU2 / "retail", root / "retail")
+    return root
+
+
+def test_tau2_unknown_tool_names_file_task_and_field(tmp_path):
+    root = _copy_retail(tmp_path)
+    tasks_path = root / "retail" / "tasks.json"
+    tasks = json.loads(tasks_path.read_text())
+    tasks[3]["evaluation_criteria"]["actions"][1]["name"] = "no_such_tool"
+    tasks_path.write_text(json.dumps(tasks))
+    with pytest.raises(DataError) as err:
+        load_dataset("tau2", path=root, domains="retail")
+    msg = str(err.value)
+    assert str(tasks_path) in msg and "record '3'" in msg and "'no_such_tool'" in msg
+    assert err.value.field == "evaluation_criteria.actions[1].name" and err.value.record == "3"
+
+
+def test_tau2_bad_inputs(tmp_path):
+    with pytest.raises(DataError, match="directory not found"):
+        load_dataset("tau2", path=tmp_path / "missing")
+    root = _copy_retail(tmp_path)
+    with pytest.raises(DataError, match="airline.*directory not found"):
+        load_dataset("tau2", path=root, domains="retail,airline")
+    with pytest.raises(ValueError, match="unknown tau2 domain"):
+        load_dataset("tau2", path=root, domains="mock")
+    (root / "retail" / "policy.md").unlink()
+    with pytest.raises(DataError, match="policy.md.*file not found"):
+        load_dataset("tau2", path=root, domains="retail")
+    (root / "retail" / "tasks.json").write_text(json.dumps([{"id": "7", "user_scenario": {}}]))
+    (root / "retail" / "policy.md").write_text("policy")
+    with pytest.raises(DataError) as err:
+        load_dataset("tau2", path=root, domains="retail")
+    assert err.value.record == "7" and err.value.field == "user_scenario.instructions"
+
+
+def test_relative_paths_resolve_against_cwd_then_repo_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default ../shared/... does not exist here, so the repo root is used
+    assert len(load_dataset("tau2", domains="airline").trajectories) == 43
+    _copy_retail(tmp_path)
+    assert resolve_path("tau2") == tmp_path / "tau2"
+    assert len(load_dataset("tau2", path="tau2", domains="retail").trajectories) == 112
+
+
+# --- API-Bank -------------------------------------------------------------------------------------
+
+def _distinct_items(level: int) -> dict[str, list[str]]:
+    """Per dialogue file: the expected call names of its distinct items, shortest input first."""
+    items = json.loads((APIBANK / "json_test_data" / f"level-{level}-api.json").read_text())
+    by_file: dict[str, dict[str, str]] = {}
+    for it in items:
+        by_file.setdefault(it["file"], {})[it["input"]] = it["expected_output"]
+    return {f: [out[len("API-Request: ["):].split("(")[0] for _, out in sorted(d.items(), key=lambda kv: len(kv[0]))]
+            for f, d in by_file.items()}
+
+
+@pytest.mark.parametrize("level, dialogues, steps", [(1, 212, 389), (2, 49, 119)])
+def test_apibank_levels_1_2(level, dialogues, steps):
+    # README: level 1 has 399 items from 212 dialogues, level 2 135 items from 49; 10 and 16 items
+    # repeat an earlier item's input, so each distinct item is one call of its rebuilt dialogue.
+    ds = load_dataset("apibank", levels=level)
+    assert len(ds.trajectories) == dialogues and len(ds.steps()) == steps
+    assert len(ds.registry) == 53 and dict(ds.skipped) == {}
+    assert ds.domains() == [f"apibank-l{level}"]
+    expected = _distinct_items(level)
+    assert {t.group for t in ds.trajectories} == set(expected)
+    for t in ds.trajectories:
+        assert t.id == f"apibank-l{level}-{t.group.removesuffix('.jsonl')}"
+        assert [n for _, _, n, _ in iter_calls(t.messages)] == expected[t.group]
+        assert t.messages[-1]["role"] == "assistant" and t.messages[-1]["tool_calls"]  # the last call has no result
+
+
+def test_apibank_dialogue_messages():
+    ds = load_dataset("apibank", levels=1)
+    t = next(t for t in ds.trajectories if t.group == "ModifyRegistration-QueryHealthData-CancelRegistration-level-2-2.jsonl")
+    roles = [m["role"] for m in t.messages]
+    assert roles[:5] == ["user", "assistant", "user", "assistant", "assistant"]
+    assert t.messages[0]["content"].startswith("Can you please modify my appointment scheduled for March 25th")
+    call = t.messages[4]["tool_calls"][0]["function"]
+    assert call["name"] == "ModifyRegistration"
+    assert json.loads(call["arguments"]) == {"appointment_id": "34567890", "new_appointment_date": "2023-03-26",
+                                             "new_appointment_doctor": "Dr. Lee"}
+    assert t.messages[5] == {"role": "tool", "tool_call_id": "call_0", "name": "ModifyRegistration",
+                             "content": "success"}
+    assert [n for _, _, n, _ in iter_calls(t.messages)] == ["ModifyRegistration", "QueryHealthData",
+                                                             "CancelRegistration"]
+
+
+def test_apibank_repaired_requests_keep_the_string():
+    ds = load_dataset("apibank", levels=(1, 2))
+    assert sum(t.metadata.get("repaired", 0) for t in ds.trajectories) == 40
+    health = [s.gold_arguments["health_data"] for s in ds.steps() if s.gold == "RecordHealthData"]
+    assert "[{'name': 'blood_pressure', 'value': '120/80'}, {'name': 'heart_rate', 'value': '80'}]" in health
+    assert all(isinstance(h, str) for h in health)
+
+
+def test_apibank_level_3():
+    ds = load_dataset("apibank", levels=3)
+    # README: 50 items, 131 real-API calls + 114 ToolSearcher calls, 22 tools in tools_lv3.json
+    assert len(ds.trajectories) == 50 and len(ds.steps()) == 245 and len(ds.registry) == 22
+    assert Counter(call_names(ds))["ToolSearcher"] == 114
+    assert [t.group for t in ds.trajectories] == [f"lv3-{i}" for i in range(50)]
+    first = ds.trajectories[0]
+    assert first.id == "apibank-l3-0" and first.domain == "apibank-l3"
+    assert first.messages[0] == {"role": "user", "content": "Query meeting of John and send email reminder to "
+                                                            "john@example.com."}
+    assert json.loads(first.messages[2]["content"])["name"] == "QueryMeeting"  # ToolSearcher's result
+    assert first.messages[-1]["role"] == "assistant" and first.messages[-1]["content"].startswith("For the meeting")
+
+
+def test_apibank_pooled_prefixes_level_3_collisions():
+    ds = load_dataset("apibank")
+    assert len(ds.trajectories) == 212 + 49 + 50 and len(ds.steps()) == 389 + 119 + 245
+    assert len(ds.registry) == 53 + 22
+    assert sorted(n for n in ds.registry.names if n.startswith("lv3__")) == [
+        "lv3__AddMeeting", "lv3__Calculator", "lv3__QueryMeeting", "lv3__ToolSearcher"]
+    assert ds.registry.get("lv3__QueryMeeting").source == "apibank-l3"
+    assert ds.registry.get("QueryMeeting").source == "apibank"
+    lv3 = Counter(s.gold for s in ds.steps() if s.trajectory_id.startswith("apibank-l3-"))
+    assert lv3["lv3__ToolSearcher"] == 114 and lv3["lv3__AddMeeting"] == 5 and lv3["lv3__QueryMeeting"] == 5
+    assert lv3["lv3__Calculator"] == 4 and not {"ToolSearcher", "AddMeeting", "QueryMeeting", "Calculator"} & set(lv3)
+    lower = Counter(s.gold for s in ds.steps() if not s.trajectory_id.startswith("apibank-l3-"))
+    assert not any(n.startswith("lv3__") for n in lower)
+    assert lower == Counter(call_names(load_dataset("apibank", levels=(1, 2))))
+
+
+def test_parse_request():
+    assert parse_request("[A(x='1', y=[1, 2])]->{'a': 'b->c'}") == ([("A", {"x": "1", "y": [1, 2]})],
+                                                                    "{'a': 'b->c'}", False)
+    assert parse_request("[A(s='x->y'), B()]") == ([("A", {"s": "x->y"}), ("B", {})], None, False)
+    assert parse_request("[A(v='['p', 'q']')]->success") == ([("A", {"v": "['p', 'q']"})], "success", True)
+    for bad in ("[A('positional')]", "A(x='1')", "[]", "[A(x=y)]", "[A(x='1'"):
+        with pytest.raises(RequestError):
+            parse_request(bad)
+
+
+def _copy_apibank(tmp_path: Path) -> Path:
+    root = tmp_path / "apibank"
+    shutil.copytree(APIBANK, root, ignore=shutil.ignore_patterns("training-data", "toolsearcher-free"))
+    return root
+
+
+def test_apibank_skips_are_counted(tmp_path):
+    root = _copy_apibank(tmp_path)
+    l1 = root / "json_test_data" / "level-1-api.json"
+    items = json.loads(l1.read_text())
+    files = sorted({it["file"] for it in items})
+    for it in items:  # one dialogue calls an unknown API, another has a request that does not parse
+        if it["file"] == files[0]:
+            it["expected_output"] = it["expected_output"].replace("API-Request: [", "API-Request: [NoSuchApi")
+            it["input"] = it["input"].replace("API-Request: [", "API-Request: [NoSuchApi")
+        if it["file"] == files[1]:
+            it["expected_output"] = it["expected_output"].replace("API-Request: [", "API-Request: [[")
+            it["input"] = it["input"].replace("API-Request: [", "API-Request: [[")
+    multi = next(f for f in files[2:] if sum(it["file"] == f for it in items) > 1)
+    shortest = min((it for it in items if it["file"] == multi), key=lambda it: len(it["input"]))
+    shortest["expected_output"] = "API-Request: [Other()]"  # an item that disagrees with its dialogue
+    l1.write_text(json.dumps(items))
+    l3 = root / "json_test_data" / "level-3.json"
+    lv3 = json.loads(l3.read_text())
+    lv3[0]["apis"][1]["api_name"] = "NoSuchApi"
+    l3.write_text(json.dumps(lv3))
+    ds = load_dataset("apibank", path=root, levels=(1, 3))
+    assert dict(ds.skipped) == {SKIP_UNKNOWN_API: 1, SKIP_UNPARSABLE: 1, SKIP_LV3_UNKNOWN_API: 1,
+                                SKIP_NOT_PREFIX: 1}
+    assert len(ds.trajectories) == 210 + 49
+    groups = {t.group for t in ds.trajectories}
+    assert files[0] not in groups and files[1] not in groups and multi in groups and "lv3-0" not in groups
+
+
+def test_apibank_bad_inputs(tmp_path):
+    with pytest.raises(DataError, match="directory not found"):
+        load_dataset("apibank", path=tmp_path / "missing")
+    with pytest.raises(ValueError, match="levels"):
+        load_dataset("apibank", levels=(4,))
+    root = _copy_apibank(tmp_path)
+    l2 = root / "json_test_data" / "level-2-api.json"
+    items = json.loads(l2.read_text())
+    del items[5]["file"]
+    l2.write_text(json.dumps(items))
+    with pytest.raises(DataError) as err:
+        load_dataset("apibank", path=root, levels=2)
+    assert str(l2) in str(err.value) and err.value.record == "#5" and err.value.field == "file"
+    (root / "json_test_data" / "level-3.json").write_text("{}")
+    with pytest.raises(DataError, match="level-3.json.*JSON array"):
+        load_dataset("apibank", path=root, levels=3)
