@@ -1,0 +1,366 @@
+"""Executors: the OpenAI-compatible client against a real local HTTP stub, the oracle, the vLLM
+tool-call parser (and the in-process executor's glue over a stand-in ``vllm`` module), the registry."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+import types
+
+import pytest
+from stub_openai_server import StubOpenAIServer, count_prompt_tokens
+
+from tracer.executors import Decision, Executor, OracleExecutor, Request, build_executor
+from tracer.executors.openai import ExecutorError, OpenAIExecutor
+from tracer.executors.vllm import parse_tool_calls
+from tracer.types import Tool, ToolCall
+
+WEATHER = Tool("get_weather", "Current weather in a city.",
+               {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}})
+FLIGHT = Tool("book_flight", "Book a flight.",
+              {"type": "object", "properties": {"origin": {"type": "string"}, "dest": {"type": "string"},
+                                                "seats": {"type": "integer"}}})
+HOTEL = Tool("book_hotel", "Book a hotel.", {"type": "object", "properties": {"city": {"type": "string"}}})
+TOOLS = [WEATHER.to_openai(), FLIGHT.to_openai(), HOTEL.to_openai()]
+
+
+def user(text: str) -> list[dict]:
+    return [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": text}]
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    """The client honours *_proxy like any HTTP client; the stub is on loopback."""
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("TRACER_TEST_KEY", raising=False)
+
+
+@pytest.fixture
+def stub():
+    with StubOpenAIServer() as server:
+        yield server
+
+
+def client(server: StubOpenAIServer, **kw) -> OpenAIExecutor:
+    kw = {"timeout_s": 2, "max_retries": 3, "backoff_s": 0.01, **kw}
+    return OpenAIExecutor(base_url=server.url, model="stub-model", api_key_env="TRACER_TEST_KEY", **kw)
+
+
+# -- the request on the wire -------------------------------------------------------------------
+
+
+def test_request_body_carries_model_messages_tools_and_choice(stub):
+    ex = client(stub, tool_choice="required", temperature=0.3, max_tokens=64, extra_body={"seed": 7})
+    messages = user("what is the weather in city=Paris")
+    ex.choose([Request(messages=messages, tools=TOOLS)])
+    [body] = stub.requests
+    assert body == {"model": "stub-model", "messages": messages, "tools": TOOLS, "tool_choice": "required",
+                    "temperature": 0.3, "max_tokens": 64, "seed": 7}
+    assert "Authorization" not in stub.headers[0]  # no key in the environment: no auth header
+    assert stub.headers[0]["Content-Type"] == "application/json"
+
+
+def test_no_tools_omits_tools_and_tool_choice(stub):
+    ex = client(stub)
+    [d] = ex.choose([Request(messages=user("hello"), tools=[])])
+    assert "tools" not in stub.requests[0] and "tool_choice" not in stub.requests[0]
+    assert d.call is None and d.text == "echo: hello"
+
+
+def test_api_key_from_the_environment(stub, monkeypatch):
+    monkeypatch.setenv("TRACER_TEST_KEY", "sk-test")
+    client(stub).choose([Request(messages=user("x"), tools=TOOLS)])
+    assert stub.headers[0]["Authorization"] == "Bearer sk-test"
+
+
+def test_base_url_trailing_slash(stub):
+    ex = OpenAIExecutor(base_url=stub.url + "/", model="m", api_key_env=None)
+    assert ex.url == stub.url + "/chat/completions"
+    assert ex.choose([Request(messages=user("hi"), tools=TOOLS)])[0].call is not None
+
+
+# -- parsing the reply ---------------------------------------------------------------------------
+
+
+def test_tool_call_parsed_with_name_arguments_and_id(stub):
+    ex = client(stub)
+    [d] = ex.choose([Request(messages=user("book_flight origin=SFO dest=JFK seats=2 ignored=1"), tools=TOOLS)])
+    assert d == Decision(call=ToolCall("book_flight", {"origin": "SFO", "dest": "JFK", "seats": 2}, id="call_0"),
+                         text="", prompt_tokens=d.prompt_tokens, completion_tokens=d.completion_tokens,
+                         raw={"finish_reason": "tool_calls", "n_tool_calls": 1})
+    assert not d.malformed and d.error is None
+
+
+def test_no_named_tool_falls_back_to_first_presented(stub):
+    [d] = client(stub).choose([Request(messages=user("city=Oslo please"), tools=TOOLS)])
+    assert d.call == ToolCall("get_weather", {"city": "Oslo"}, id="call_0")
+
+
+def test_text_only_reply_is_no_call(stub):
+    ex = client(stub)
+    [d] = ex.choose([Request(messages=user("[text] just answer"), tools=TOOLS)])
+    assert d.call is None and d.text == "echo: [text] just answer"
+    assert not d.malformed and d.error is None and ex.n_malformed == 0
+
+
+def test_malformed_arguments_counted(stub):
+    ex = client(stub)
+    d1, d2 = ex.choose([Request(messages=user("get_weather [malformed]"), tools=TOOLS),
+                        Request(messages=user("get_weather city=Rome"), tools=TOOLS)])
+    assert d1.call is None and d1.malformed and d1.error is None
+    assert d1.raw["name"] == "get_weather" and d1.raw["arguments"] == '{"city": "Par'
+    assert d2.call == ToolCall("get_weather", {"city": "Rome"}, id="call_1") and not d2.malformed
+    assert ex.n_malformed == 1 and ex.n_errors == 0
+
+
+def test_call_to_a_tool_not_presented_is_kept_and_flagged(stub):
+    [d] = client(stub).choose([Request(messages=user("call:delete_account"), tools=TOOLS)])
+    assert d.call == ToolCall("delete_account", {}, id="call_0")
+    assert d.raw["not_presented"] is True and not d.malformed
+
+
+def test_token_usage_recorded(stub):
+    ex = client(stub)
+    reqs = [Request(messages=user("get_weather city=Paris"), tools=TOOLS),
+            Request(messages=user("book_hotel"), tools=TOOLS[2:])]
+    decisions = ex.choose(reqs)
+    expected = [count_prompt_tokens(list(r.messages), list(r.tools)) for r in reqs]
+    assert [d.prompt_tokens for d in decisions] == expected
+    assert all(d.completion_tokens and d.completion_tokens > 0 for d in decisions)
+    assert ex.prompt_tokens == sum(expected)
+    assert ex.completion_tokens == sum(d.completion_tokens for d in decisions)
+    assert ex.n_requests == 2 and ex.tokenizer_name == "server:stub-model"
+
+
+def test_complete_returns_content_without_tools(stub):
+    ex = client(stub)
+    assert ex.complete(user("summarise the state")) == "echo: summarise the state"
+    assert "tools" not in stub.requests[0]
+    assert ex.prompt_tokens == count_prompt_tokens(user("summarise the state"), [])
+
+
+# -- retries and errors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [500, 429, 503])
+def test_retries_then_succeeds(status):
+    with StubOpenAIServer(fail_first=2, fail_status=status) as server:
+        ex = client(server, max_retries=3)
+        [d] = ex.choose([Request(messages=user("get_weather city=Lima"), tools=TOOLS)])
+    assert d.call == ToolCall("get_weather", {"city": "Lima"}, id="call_2")
+    assert ex.n_retries == 2 and ex.n_errors == 0 and ex.n_requests == 1
+    assert len(server.requests) == 3
+
+
+def test_gives_up_after_max_retries():
+    with StubOpenAIServer(fail_first=100, fail_status=500) as server:
+        ex = client(server, max_retries=2)
+        [d] = ex.choose([Request(messages=user("x"), tools=TOOLS)])
+        with pytest.raises(ExecutorError, match="gave up after 3 attempts"):
+            ex.complete(user("y"))
+    assert d.call is None and d.error is not None
+    assert "gave up after 3 attempts" in d.error and "HTTP 500" in d.error and "injected failure 3" in d.error
+    assert len(server.requests) == 6 and ex.n_retries == 4 and ex.n_errors == 2
+
+
+def test_400_is_not_retried():
+    with StubOpenAIServer(fail_first=100, fail_status=400) as server:
+        ex = client(server, max_retries=3)
+        [d] = ex.choose([Request(messages=user("x"), tools=TOOLS)])
+    assert d.call is None and d.error.startswith("HTTP 400") and "injected failure 1" in d.error
+    assert len(server.requests) == 1 and ex.n_retries == 0 and ex.n_errors == 1
+
+
+def test_timeout_is_retried():
+    with StubOpenAIServer(delay_first=1, delay_first_s=0.6) as server:
+        ex = client(server, timeout_s=0.2, max_retries=2)
+        [d] = ex.choose([Request(messages=user("book_hotel city=Kyoto"), tools=TOOLS)])
+    assert d.call == ToolCall("book_hotel", {"city": "Kyoto"}, id="call_1")
+    assert ex.n_retries == 1 and ex.n_errors == 0
+
+
+def test_connection_refused_is_retried_then_an_error():
+    with socket.socket() as s:  # a port that nothing listens on once the socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ex = OpenAIExecutor(base_url=f"http://127.0.0.1:{port}/v1", model="m", api_key_env=None,
+                        max_retries=2, backoff_s=0.01, timeout_s=1)
+    [d] = ex.choose([Request(messages=user("x"), tools=TOOLS)])
+    assert d.call is None and "gave up after 3 attempts" in d.error and "refused" in d.error.lower()
+    assert ex.n_retries == 2 and ex.n_errors == 1
+
+
+# -- concurrency ---------------------------------------------------------------------------------
+
+
+def test_order_preserved_and_concurrency_bounded():
+    names = [t["function"]["name"] for t in TOOLS]
+    # later requests sleep less, so they finish first: order must come from the client, not arrival
+    reqs = [Request(messages=user(f"{names[i % 3]} city=c{i} sleep={0.02 * (12 - i):.2f}"), tools=TOOLS)
+            for i in range(12)]
+    with StubOpenAIServer() as server:
+        ex = client(server, concurrency=3)
+        start = time.perf_counter()
+        decisions = ex.choose(reqs)
+        elapsed = time.perf_counter() - start
+    assert [d.call.name for d in decisions] == [names[i % 3] for i in range(12)]
+    assert [d.call.arguments.get("city") for d in decisions] == [
+        f"c{i}" if names[i % 3] != "book_flight" else None for i in range(12)]
+    assert 1 < server.max_in_flight <= 3
+    assert elapsed < sum(0.02 * (12 - i) for i in range(12))  # ran concurrently (serial would take 1.56 s)
+    assert ex.n_requests == 12
+
+
+def test_concurrency_one_is_serial():
+    with StubOpenAIServer(delay_s=0.01) as server:
+        client(server, concurrency=1).choose([Request(messages=user(str(i)), tools=TOOLS) for i in range(4)])
+    assert server.max_in_flight == 1 and len(server.requests) == 4
+
+
+def test_openai_executor_satisfies_protocol(stub):
+    ex = client(stub)
+    assert isinstance(ex, Executor) and not ex.is_oracle and ex.name == "openai"
+
+
+def test_needs_base_url_and_model():
+    with pytest.raises(ValueError, match="model"):
+        OpenAIExecutor(base_url="http://127.0.0.1:1/v1", model="")
+
+
+# -- the oracle ----------------------------------------------------------------------------------
+
+
+def test_oracle_calls_gold_when_presented():
+    gold = ToolCall("book_flight", {"origin": "SFO", "dest": "JFK"}, id="g1")
+    [d] = OracleExecutor().choose([Request(messages=user("x"), tools=TOOLS, gold=gold)])
+    assert d.call == gold
+
+
+def test_oracle_gold_absent_calls_top_tool_with_accepted_arguments():
+    gold = ToolCall("book_flight", {"origin": "SFO", "city": "Paris", "seats": 2}, id="g2")
+    presented = [HOTEL.to_openai(), WEATHER.to_openai()]
+    [d] = OracleExecutor().choose([Request(messages=user("x"), tools=presented, gold=gold)])
+    assert d.call == ToolCall("book_hotel", {"city": "Paris"}, id="g2")  # book_hotel accepts only city
+
+
+def test_oracle_nothing_presented():
+    [d] = OracleExecutor().choose([Request(messages=user("x"), tools=[], gold=ToolCall("f"))])
+    assert d.call is None
+
+
+# -- vLLM: the tool-call parser ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, calls, malformed", [
+    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+     [ToolCall("get_weather", {"city": "Paris"})], False),
+    ('Let me check.\n<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>'
+     + '{"name": "b", "arguments": {"x": 1}}</tool_call>',
+     [ToolCall("a", {}), ToolCall("b", {"x": 1})], False),
+    ('<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call><tool_call>{"name": "b", "argum',
+     [ToolCall("a", {"x": 1})], True),  # cut off by max_tokens after the first call
+    ('<tool_call>{"name": "a", "arguments": {"x": </tool_call>', [], True),
+    ('<tool_call>{"name": "a", "arguments": "{\\"x\\": 1}"}</tool_call>', [ToolCall("a", {"x": 1})], False),
+    ('{"name": "get_weather", "arguments": {"city": "Oslo"}}', [ToolCall("get_weather", {"city": "Oslo"})], False),
+    ('{"name": "get_weather", "parameters": {"city": "Oslo"}}', [ToolCall("get_weather", {"city": "Oslo"})], False),
+    ('<|python_tag|>{"name": "f", "parameters": {"q": "x"}}', [ToolCall("f", {"q": "x"})], False),
+    ('```json\n{"name": "f", "arguments": {}}\n```', [ToolCall("f", {})], False),
+    ('{"name": "f", "arguments": {"a": 1}} I called f.', [ToolCall("f", {"a": 1})], False),
+    ('[{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}]',
+     [ToolCall("a", {"x": 1}), ToolCall("b", {})], False),
+    ('[TOOL_CALLS][{"name": "a", "arguments": {"x": 1}}]', [ToolCall("a", {"x": 1})], False),
+    ('[TOOL_CALLS] [{"name": "a", "arguments": {"x": 1}', [], True),
+    ('{"type": "function", "id": "c7", "function": {"name": "f", "arguments": "{}"}}',
+     [ToolCall("f", {}, id="c7")], False),
+    ('{"name": "f", "arguments": {"x": ', [], True),
+    ('{"name": "f", "arguments": "not json"}', [], True),
+    ('{"name": "f", "arguments": [1, 2]}', [], True),
+    ('{"answer": 42}', [], False),  # JSON, but not a call
+    ("The weather in Paris is sunny.", [], False),
+    ("", [], False),
+])
+def test_parse_tool_calls(text, calls, malformed):
+    assert parse_tool_calls(text) == (calls, malformed)
+
+
+# -- vLLM: the executor's glue over a stand-in vllm module ---------------------------------------
+
+
+class _FakeTokenizer:
+    def apply_chat_template(self, conversation, tools=None, add_generation_prompt=False, tokenize=False):
+        assert add_generation_prompt and tokenize
+        for m in conversation:  # templates get tool-call arguments as dicts
+            for c in m.get("tool_calls") or []:
+                assert isinstance(c["function"]["arguments"], dict)
+        return list(range(len(json.dumps([conversation, tools]).split())))
+
+
+class _FakeLLM:
+    """Replies with the text after ``reply:`` in the last user message."""
+
+    def __init__(self, model, **kwargs):
+        self.model, self.kwargs, self.batches = model, kwargs, []
+
+    def get_tokenizer(self):
+        return _FakeTokenizer()
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        self.batches.append(prompts)
+        return [types.SimpleNamespace(prompt_token_ids=p["prompt_token_ids"],
+                                      outputs=[types.SimpleNamespace(text=self.replies.pop(0), token_ids=[0] * 5)])
+                for p in prompts]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = types.ModuleType("vllm")
+    module.LLM = _FakeLLM
+    module.SamplingParams = lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", module)
+
+
+def test_vllm_executor_batches_and_parses(fake_vllm):
+    ex = build_executor("vllm", model="tiny", temperature=0.0, max_tokens=32, llm_kwargs={"max_model_len": 512})
+    assert ex.llm.kwargs == {"max_model_len": 512} and ex.sampling_params == {"temperature": 0.0, "max_tokens": 32}
+    history = user("first") + [{"role": "assistant", "content": "", "tool_calls": [
+        ToolCall("get_weather", {"city": "Paris"}, id="c0").to_openai()]},
+        {"role": "tool", "tool_call_id": "c0", "content": "sunny"}]
+    ex.llm.replies = ['<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
+                      "No tool needed.",
+                      '<tool_call>{"name": "get_weather", "arguments": {"ci',
+                      '{"name": "nuke", "arguments": {}}']
+    reqs = [Request(messages=history, tools=TOOLS), Request(messages=user("b"), tools=TOOLS),
+            Request(messages=user("c"), tools=TOOLS), Request(messages=user("d"), tools=TOOLS[:1])]
+    d = ex.choose(reqs)
+    assert len(ex.llm.batches) == 1 and len(ex.llm.batches[0]) == 4  # one batch for all requests
+    assert d[0].call == ToolCall("get_weather", {"city": "Oslo"}, id="call_0")
+    assert d[1].call is None and d[1].text == "No tool needed." and not d[1].malformed
+    assert d[2].call is None and d[2].malformed
+    assert d[3].call.name == "nuke" and d[3].raw["not_presented"] is True
+    assert [x.prompt_tokens for x in d] == [len(p["prompt_token_ids"]) for p in ex.llm.batches[0]]
+    assert ex.n_malformed == 1 and ex.n_requests == 4 and ex.completion_tokens == 20
+    ex.llm.replies = ["  a summary "]
+    assert ex.complete(user("summarise")) == "a summary"
+
+
+def test_vllm_missing_gives_install_hint(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(ImportError, match=r"pip install 'tracer-toolret\[vllm\]'"):
+        build_executor("vllm", model="tiny")
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+def test_build_executor_by_name(stub):
+    assert isinstance(build_executor("oracle"), OracleExecutor)
+    ex = build_executor("openai", base_url=stub.url, model="m", timeout_s=1, unknown_key=1)
+    assert isinstance(ex, OpenAIExecutor) and ex.model == "m"
+
+
+def test_build_executor_unknown_name_lists_valid_ones():
+    with pytest.raises(KeyError, match="oracle, openai, vllm"):
+        build_executor("gpt5")
