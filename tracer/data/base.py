@@ -36,8 +36,8 @@ def register_loader(name: str):
     return deco
 
 
-def load_dataset(name: str, **kwargs) -> Dataset:
+def load_dataset(loader: str, /, **kwargs) -> Dataset:
     """Load a dataset by loader name (``bfcl``, ``tau2``, ``apibank``, ``jsonl``) with the loader's options."""
-    if name not in LOADERS:
-        raise KeyError(f"unknown dataset {name!r}; valid names: {', '.join(sorted(LOADERS))}")
-    return LOADERS[name](**kwargs)
+    if loader not in LOADERS:
+        raise KeyError(f"unknown dataset {loader!r}; valid names: {', '.join(sorted(LOADERS))}")
+    return LOADERS[loader](**kwargs)

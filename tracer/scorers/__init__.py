@@ -26,11 +26,11 @@ def register_scorer(name: str):
     return deco
 
 
-def build_scorer(name: str, **cfg: Any) -> Scorer:
-    """Build a scorer by registry name with its config (the YAML's keys)."""
-    if name not in SCORERS:
-        raise KeyError(f"unknown scorer {name!r}; valid names: {', '.join(sorted(SCORERS))}")
-    return SCORERS[name](**cfg)
+def build_scorer(scorer: str, /, **cfg: Any) -> Scorer:
+    """Build a scorer by registry name with its config (the YAML's keys, ``name`` included or not)."""
+    if scorer not in SCORERS:
+        raise KeyError(f"unknown scorer {scorer!r}; valid names: {', '.join(sorted(SCORERS))}")
+    return SCORERS[scorer](**cfg)
 
 
 for _m in _MODULES:
