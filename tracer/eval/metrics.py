@@ -41,6 +41,7 @@ class StepRecord:
     prompt_tokens_local: int       # the same prompt, local tokenizer
     full_registry_tokens: int      # the same step with the whole registry presented, local tokenizer
     malformed: bool = False
+    error: str | None = None      # executor transport/server error after retries (the step made no call)
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:

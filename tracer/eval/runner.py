@@ -176,7 +176,7 @@ class Evaluator:
                 correct=(dec.call is not None and gold is not None and dec.call.name == gold.name),
                 hit_at_k=rank_i is not None and rank_i <= self.cfg.k,
                 prompt_tokens=dec.prompt_tokens if dec.prompt_tokens is not None else local,
-                prompt_tokens_local=local, full_registry_tokens=full, malformed=dec.malformed,
+                prompt_tokens_local=local, full_registry_tokens=full, malformed=dec.malformed, error=dec.error,
                 extra={k: round(float(v[i]), 6) for k, v in sc.extra.items()},
             ))
         return out, decisions

@@ -1,0 +1,39 @@
+# Quick start:  make demo   (evaluate the default scorer on BFCL)   |   make test   (the test suite)
+# Both create .venv and install what they need on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-bfcl.txt | cksum | cut -d' ' -f1)
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test install describe bench lint clean
+
+$(STAMP): pyproject.toml requirements-bfcl.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the CPU wheel of torch that lies on this disk; a plain `torch` would pull a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	# BFCL's data and backends, without its own dependency pins (see requirements-bfcl.txt)
+	$(PY) -m pip install -q --no-deps -r requirements-bfcl.txt
+	rm -f $(VENV)/.installed-*; touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) evaluate.py
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+describe: $(STAMP)
+	$(PY) -m tracer.describe bfcl tau2 apibank
+
+bench: $(STAMP)
+	$(PY) scripts/bench_retriever.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check tracer tests train.py evaluate.py scripts
+
+clean:
+	rm -rf outputs multirun .pytest_cache
