@@ -9,8 +9,8 @@ FAISS ids map to tool names and the map is checked on load.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import faiss
 import numpy as np
@@ -20,7 +20,7 @@ from .embed import Embedder
 from .types import Registry
 
 
-def _maybe_gpu(index: "faiss.Index", use_gpu: bool | None) -> "faiss.Index":
+def _maybe_gpu(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
     want = torch.cuda.is_available() if use_gpu is None else use_gpu
     if want and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
         return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
@@ -68,16 +68,43 @@ class ToolIndex:
         scores, ids = self.index.search(q, min(k, len(self)))
         return torch.from_numpy(scores), torch.from_numpy(ids)
 
-    def dense_scores(self, queries: torch.Tensor) -> torch.Tensor:
-        """Cosine of every query with every tool, ``[B, N]`` in registry order (FAISS search over all N).
+    @property
+    def exact(self) -> bool:
+        """Whether the index is exact (``Flat``): then dense scores are one matmul, not a FAISS search."""
+        return self.factory == "Flat"
 
-        Ties at equal cosine are broken by registry order downstream (stable sorts), so the
-        result does not depend on the order FAISS returns equal scores in.
+    def _matrix64(self, device: torch.device) -> torch.Tensor:
+        """The tool matrix in float64 on ``device``, ``[N, d]`` (cached per device)."""
+        cache = self.__dict__.setdefault("_m64", {})
+        if device not in cache:
+            cache[device] = torch.from_numpy(self.vectors).to(device, torch.float64)
+        return cache[device]
+
+    def dense_scores(self, queries: torch.Tensor) -> torch.Tensor:
+        """Cosine of every query with every tool, ``[B, N]`` float32 in registry order (on the CPU).
+
+        For the exact (``Flat``) index this is one matmul accumulated in float64 and rounded to
+        float32: the same numbers FAISS computes (to float32 rounding; tested), but independent of
+        the batch size, so that :meth:`dense_scores_one` agrees with it bit for bit. Other indexes
+        go through a FAISS search over all N (tools it does not return score ``-inf``). Ties at equal
+        cosine are broken by registry order downstream (stable sorts).
         """
+        if self.exact:
+            q = queries.detach()
+            return (q.to(torch.float64) @ self._matrix64(q.device).T).float().cpu()  # [B, N]
         scores, ids = self.search(queries, len(self))  # [B, N], [B, N]
         out = torch.full((queries.shape[0], len(self)), float("-inf"))
-        out.scatter_(1, ids.clamp_min(0).long(), scores)
+        out.scatter_(1, ids.clamp_min(0).long(), torch.where(ids >= 0, scores, float("-inf")))
         return out
+
+    def dense_scores_one(self, query: np.ndarray) -> np.ndarray:
+        """:meth:`dense_scores` for one query ``[d]`` (numpy in, ``[N]`` float32 numpy out): the single-step path."""
+        if self.exact:
+            m64 = self.__dict__.get("_m64_np")
+            if m64 is None:
+                m64 = self._m64_np = self.vectors.astype(np.float64)
+            return (m64 @ np.asarray(query, dtype=np.float64)).astype(np.float32)  # [N]
+        return self.dense_scores(torch.as_tensor(np.asarray(query, dtype=np.float32))[None])[0].numpy()
 
     # ---- persistence -------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:

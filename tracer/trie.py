@@ -3,27 +3,42 @@
 Every state (by default the turn-local prefix of tool calls) seen in training is a node; its
 children are the tools called right after it. Per edge S->t we keep
 
-- the transition count N(S, t) (the empirical prior is log(N(S,t)/N(S) + eps)), and
-- the sum of the normalised context embeddings of the steps that took the edge; their mean,
-  renormalised, is the edge memory used by the contextual prior.
+- the transition count N(S, t); the empirical prior is P(t) = log(N(S,t)/N(S) + eps), stored per
+  edge (``edge_log_p``);
+- the edge memory m_{S,t}: the mean of the normalised context embeddings of the training steps
+  that took the edge, renormalised, so that ``m . c`` is a cosine. Its norm before renormalising
+  (``edge_norm``, the norm of the sum) is kept so that :meth:`ExecutionTrie.update` can add steps
+  without holding a second ``[E, d]`` tensor of sums.
 
 Layout: edges are sorted by (node, tool) and stored CSR-like, so the children of node ``u`` are the
-contiguous rows ``indptr[u]:indptr[u+1]`` of ``edge_tool [E]``, ``edge_count [E]`` and
-``edge_memory [E, d]``. Scoring a batch of nodes is one gather and one batched mat-vec.
+contiguous rows ``indptr[u]:indptr[u+1]`` of ``edge_tool [E]``, ``edge_count [E]``,
+``edge_log_p [E]`` and ``edge_memory [E, d]``.
 
 The node table is a hash map from the state tuple to the node id: for ``key: prefix`` that is a
 trie over tool-call prefixes (every prefix of a training turn is a node); other keys (``last_n``,
 cross-turn) reuse the same machinery.
+
+Arithmetic (one definition for the batched and the single-step paths): cosines are accumulated in
+float64 from the float32 vectors and rounded to float32; the contextual prior is computed in
+float64 from those float32 cosines and rounded to float32. Float64 accumulation makes the result
+independent of the summation order of the kernel that computes it (BLAS gemv, gemm, a CUDA
+reduction) up to float32 rounding, which is what lets :meth:`ExecutionTrie.gather` (torch, batched,
+on any device) and :meth:`ExecutionTrie.children_one` (numpy, one step, CPU) agree bit for bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Literal
 
+import numpy as np
 import torch
 
 from .types import Step
+
+_NEG_INF = float("-inf")
+_MEM64_MAX = 1 << 22  # keep a float64 host copy of the edge memory up to this many numbers (32 MiB)
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,10 @@ class StateKey:
         n: how many calls ``last_n`` keeps.
         cross_turn: False (paper): the state resets at each user message. True: calls of earlier
             turns stay in the state.
+
+    Example: a turn ``a, b`` then a user message and ``c``; the state before the call after ``c``
+    is ``(c,)`` for ``prefix``, ``(a, b, c)`` for ``prefix`` + ``cross_turn``, ``(b, c)`` for
+    ``last_n`` with n=2 + ``cross_turn``.
     """
 
     kind: Literal["prefix", "last_n"] = "prefix"
@@ -83,8 +102,32 @@ class ChildBatch:
         return self.mask.sum(1)
 
 
+@dataclass
+class OneStep:
+    """The children of one state, for the single-step path (numpy, CPU). C = children of the node."""
+
+    node: int               # node id, -1 for an unseen state
+    tool: np.ndarray        # [C] int64 registry ids
+    count: np.ndarray       # [C] int64 N(S, t)
+    log_p: np.ndarray       # [C] float32
+    sim: np.ndarray         # [C] float32
+    log_l: np.ndarray       # [C] float32
+
+
+@dataclass
+class _Host:
+    """CPU (numpy) views of the trie for the single-step path."""
+
+    indptr: list[int]
+    tool: np.ndarray        # [E] int64
+    count: np.ndarray       # [E] int64
+    log_p: np.ndarray       # [E] float32
+    mem: np.ndarray         # [E, d] float32
+    mem64: np.ndarray | None  # [E, d] float64 copy for small tries (saves a conversion per step)
+
+
 class ExecutionTrie:
-    """Nodes, CSR edges, counts and edge memories. Build with :meth:`build`, grow with :meth:`update`.
+    """Nodes, CSR edges, counts, priors and edge memories. Build with :meth:`build`, grow with :meth:`update`.
 
     Args:
         n_tools: registry size (tool ids are registry positions).
@@ -92,6 +135,8 @@ class ExecutionTrie:
         key: how a step maps to its state.
         eps: smoothing of both priors' logs.
         device: where the tensors live (CUDA when present by default).
+        dtype: of the edge memory (float32; float16 halves the memory of very large tries, the
+            arithmetic stays float64).
     """
 
     def __init__(self, n_tools: int, dim: int, key: StateKey = StateKey(), eps: float = 1e-6,
@@ -101,19 +146,22 @@ class ExecutionTrie:
         self.dtype = dtype
         self.nodes: dict[tuple[str, ...], int] = {}
         self.node_states: list[tuple[str, ...]] = []
-        self.indptr = torch.zeros(1, dtype=torch.long, device=self.device)              # [U+1]
-        self.edge_tool = torch.zeros(0, dtype=torch.long, device=self.device)           # [E]
-        self.edge_count = torch.zeros(0, dtype=torch.long, device=self.device)          # [E]
-        self.edge_sum = torch.zeros(0, dim, dtype=dtype, device=self.device)            # [E, d]
-        self.edge_memory = torch.zeros(0, dim, dtype=dtype, device=self.device)         # [E, d]
-        self.node_count = torch.zeros(0, dtype=torch.long, device=self.device)          # [U]
-        self.node_depth = torch.zeros(0, dtype=torch.long, device=self.device)          # [U]
+        long = {"dtype": torch.long, "device": self.device}
+        self.indptr = torch.zeros(1, **long)                                           # [U+1]
+        self.edge_tool = torch.zeros(0, **long)                                        # [E]
+        self.edge_count = torch.zeros(0, **long)                                       # [E]
+        self.edge_log_p = torch.zeros(0, dtype=torch.float32, device=self.device)      # [E]
+        self.edge_memory = torch.zeros(0, dim, dtype=dtype, device=self.device)        # [E, d]
+        self.edge_norm = torch.zeros(0, dtype=torch.float32, device=self.device)       # [E] norm of the sum
+        self.node_count = torch.zeros(0, **long)                                       # [U]
+        self.node_depth = torch.zeros(0, **long)                                       # [U]
+        self._host: _Host | None = None
 
     # ---- building --------------------------------------------------------------------------------
     def _node_ids(self, states: Iterable[tuple[str, ...]], create: bool) -> list[int]:
-        ids = []
+        get, ids = self.nodes.get, []
         for s in states:
-            u = self.nodes.get(s)
+            u = get(s)
             if u is None:
                 if not create:
                     ids.append(-1)
@@ -123,42 +171,76 @@ class ExecutionTrie:
             ids.append(u)
         return ids
 
-    def update(self, states: Sequence[tuple[str, ...]], tools: torch.Tensor, contexts: torch.Tensor) -> ExecutionTrie:
+    def edge_node(self) -> torch.Tensor:
+        """The source node of every edge, ``[E]``."""
+        return torch.repeat_interleave(torch.arange(len(self.indptr) - 1, device=self.device), self.indptr.diff())
+
+    @property
+    def edge_sum(self) -> torch.Tensor:
+        """Sum of the contexts of each edge, ``[E, d]`` (recovered as memory x norm)."""
+        return self.edge_memory.float() * self.edge_norm[:, None]
+
+    def update(self, states: Sequence[tuple[str, ...]], tools: torch.Tensor, contexts: torch.Tensor,
+               chunk: int = 1 << 16) -> ExecutionTrie:
         """Add steps: ``states`` (len S), ``tools [S]`` gold registry ids, ``contexts [S, d]`` normalised.
 
         Existing edges keep their counts and sums; new states and edges are merged in sorted
-        (node, tool) order, so the CSR layout stays valid.
+        (node, tool) order, so the CSR layout stays valid. Peak memory is the old and the new
+        ``[E, d]`` memory plus the distinct new edges' sums.
         """
         if len(states) != len(tools) or len(states) != contexts.shape[0]:
             raise ValueError(f"update needs one tool and one context per state: {len(states)}, {len(tools)}, "
                              f"{contexts.shape[0]}")
+        if contexts.ndim != 2 or contexts.shape[1] != self.dim:
+            raise ValueError(f"contexts must be [S, {self.dim}], got {tuple(contexts.shape)}")
+        n_old_nodes = self.n_nodes
         node = torch.tensor(self._node_ids(states, create=True), dtype=torch.long, device=self.device)  # [S]
         tools = tools.to(self.device, torch.long)
-        ctx = contexts.to(self.device, self.dtype)
-        n_nodes = len(self.node_states)
-        old_node = torch.repeat_interleave(torch.arange(len(self.indptr) - 1, device=self.device),
-                                           self.indptr.diff())  # [E_old]
-        key = torch.cat([old_node * self.n_tools + self.edge_tool, node * self.n_tools + tools])  # [E_old+S]
-        weight = torch.cat([self.edge_count, torch.ones_like(node)])
-        vec = torch.cat([self.edge_sum, ctx])
-        uniq, inv = torch.unique(key, sorted=True, return_inverse=True)  # [E], [E_old+S]
-        self.edge_count = torch.zeros(len(uniq), dtype=torch.long, device=self.device).index_add_(0, inv, weight)
-        self.edge_sum = torch.zeros(len(uniq), self.dim, dtype=self.dtype, device=self.device).index_add_(0, inv, vec)
-        self.edge_tool = uniq % self.n_tools
-        edge_node = uniq // self.n_tools
+        if len(tools) and (int(tools.min()) < 0 or int(tools.max()) >= self.n_tools):
+            raise ValueError(f"tool ids must lie in [0, {self.n_tools})")
+        n_nodes = self.n_nodes
+        # the new steps, reduced to their distinct edges
+        new_key, inv = torch.unique(node * self.n_tools + tools, sorted=True, return_inverse=True)  # [K], [S]
+        new_count = torch.bincount(inv, minlength=len(new_key))                                      # [K]
+        new_sum = torch.zeros(len(new_key), self.dim, dtype=torch.float32, device=self.device)       # [K, d]
+        for lo in range(0, len(inv), chunk):
+            new_sum.index_add_(0, inv[lo:lo + chunk], contexts[lo:lo + chunk].to(self.device, torch.float32))
+        # merge with the existing edges (both sorted by key)
+        old_key = self.edge_node() * self.n_tools + self.edge_tool                                   # [E_old]
+        key = torch.unique(torch.cat([old_key, new_key]), sorted=True)                                # [E]
+        at_old, at_new = torch.searchsorted(key, old_key), torch.searchsorted(key, new_key)
+        count = torch.zeros(len(key), dtype=torch.long, device=self.device)
+        count[at_old] = self.edge_count
+        count.index_add_(0, at_new, new_count)
+        total = torch.zeros(len(key), self.dim, dtype=torch.float32, device=self.device)             # [E, d]
+        for lo in range(0, len(old_key), chunk):  # old sums = memory x norm, a chunk at a time
+            total[at_old[lo:lo + chunk]] = (self.edge_memory[lo:lo + chunk].float()
+                                            * self.edge_norm[lo:lo + chunk, None])
+        total.index_add_(0, at_new, new_sum)
+        del new_sum
+        self.edge_memory = None  # free the old memory before the new one is normalised
+        norm = torch.linalg.vector_norm(total, dim=1)                                                # [E]
+        total.div_(norm.clamp_min(1e-12)[:, None])  # the mean, renormalised: m . c is a cosine
+        self.edge_memory = total if self.dtype == torch.float32 else total.to(self.dtype)
+        self.edge_norm = norm
+        self.edge_count = count
+        self.edge_tool = key % self.n_tools
+        edge_node = key // self.n_tools
         self.indptr = torch.zeros(n_nodes + 1, dtype=torch.long, device=self.device)
         self.indptr[1:] = torch.bincount(edge_node, minlength=n_nodes).cumsum(0)
-        self.node_count = torch.zeros(n_nodes, dtype=torch.long, device=self.device).index_add_(
-            0, edge_node, self.edge_count)
-        self.node_depth = torch.tensor([len(s) for s in self.node_states], dtype=torch.long, device=self.device)
-        # The memory is the mean context; renormalising it makes the dot product a cosine.
-        self.edge_memory = torch.nn.functional.normalize(self.edge_sum, dim=1)
+        self.node_count = torch.zeros(n_nodes, dtype=torch.long, device=self.device).index_add_(0, edge_node, count)
+        new_depth = torch.tensor([len(s) for s in self.node_states[n_old_nodes:]], dtype=torch.long,
+                                 device=self.device)
+        self.node_depth = torch.cat([self.node_depth, new_depth])
+        self.edge_log_p = empirical_prior(count, self.node_count[edge_node], self.eps)
+        self._host = None
         return self
 
     @classmethod
     def build(cls, steps: Sequence[Step], tool_ids: torch.Tensor, contexts: torch.Tensor, n_tools: int,
-              key: StateKey = StateKey(), eps: float = 1e-6, device: str | torch.device = "cpu") -> ExecutionTrie:
-        trie = cls(n_tools, contexts.shape[1], key, eps, device)
+              key: StateKey = StateKey(), eps: float = 1e-6, device: str | torch.device = "cpu",
+              dtype: torch.dtype = torch.float32) -> ExecutionTrie:
+        trie = cls(n_tools, contexts.shape[1], key, eps, device, dtype)
         return trie.update([key.state(s) for s in steps], tool_ids, contexts)
 
     # ---- queries ---------------------------------------------------------------------------------
@@ -186,73 +268,175 @@ class ExecutionTrie:
         return torch.tensor(self._node_ids((self.key.state(s) for s in steps), create=False), dtype=torch.long,
                             device=self.device)
 
-    def gather(self, node: torch.Tensor, contexts: torch.Tensor, chunk: int = 1024) -> ChildBatch:
-        """Children, priors and similarities for nodes ``[B]`` and contexts ``[B, d]``."""
+    def gather(self, node: torch.Tensor, contexts: torch.Tensor | None, heavy: int = 4,
+               chunk: int = 1 << 13) -> ChildBatch:
+        """Children, priors and similarities for nodes ``[B]`` and contexts ``[B, d]``.
+
+        ``contexts`` may be ``None`` (or ``[B, 1]``, broadcast over d) when the caller needs no
+        similarity. Cosines are computed per node for nodes that several steps of the batch share
+        (one small matmul each) and per (step, child) pair for the rest.
+        """
         node = node.to(self.device)
-        ctx = contexts.to(self.device, self.dtype)
+        b = len(node)
         seen = node >= 0
         safe = node.clamp_min(0)
-        start = torch.where(seen, self.indptr[safe], torch.zeros_like(node))          # [B]
-        n_child = torch.where(seen, self.indptr[safe + 1] - self.indptr[safe], torch.zeros_like(node))  # [B]
-        width = max(int(n_child.max()) if len(node) else 0, 1)
+        if self.n_nodes:
+            start = torch.where(seen, self.indptr[safe], 0)                               # [B]
+            n_child = torch.where(seen, self.indptr[safe + 1] - start, 0)                 # [B]
+        else:
+            start = n_child = torch.zeros_like(node)
+        width = max(int(n_child.max()) if b else 0, 1)
         offs = torch.arange(width, device=self.device)                                  # [C]
         mask = offs[None, :] < n_child[:, None]                                         # [B, C]
-        edge = torch.where(mask, start[:, None] + offs[None, :], torch.zeros_like(mask, dtype=torch.long))  # [B, C]
-        tool = torch.where(mask, self.edge_tool[edge] if self.n_edges else edge, 0)
-        count = torch.where(mask, self.edge_count[edge] if self.n_edges else edge, 0)
-        node_count = torch.where(seen, self.node_count[safe] if self.n_nodes else node, 0)  # [B]
-        neg_inf = torch.tensor(float("-inf"), device=self.device, dtype=self.dtype)
-        log_p = torch.where(mask, torch.log(count / node_count.clamp_min(1)[:, None] + self.eps), neg_inf)
-        sim = torch.empty(mask.shape, dtype=self.dtype, device=self.device)
-        for lo in range(0, len(node), chunk):  # bound the [b, C, d] gather
-            hi = lo + chunk
-            mem = self.edge_memory[edge[lo:hi]] if self.n_edges else torch.zeros(*edge[lo:hi].shape, self.dim)
-            sim[lo:hi] = torch.einsum("bcd,bd->bc", mem, ctx[lo:hi])                    # [b, C]
-        sim = torch.where(mask, sim, neg_inf)
+        edge = torch.where(mask, start[:, None] + offs[None, :], 0)                     # [B, C]
+        if self.n_edges:
+            tool = torch.where(mask, self.edge_tool[edge], 0)
+            count = torch.where(mask, self.edge_count[edge], 0)
+            log_p = torch.where(mask, self.edge_log_p[edge], _NEG_INF)
+        else:
+            tool = count = torch.zeros_like(edge)
+            log_p = torch.full(edge.shape, _NEG_INF, device=self.device)
+        node_count = torch.where(seen, self.node_count[safe], 0) if self.n_nodes else torch.zeros_like(node)
+        depth = torch.where(seen, self.node_depth[safe], -1) if self.n_nodes else torch.full_like(node, -1)
+        sim = self._sims(node, start, n_child, contexts, width, heavy, chunk)           # [B, C]
         log_l = contextual_prior(sim, mask, self.eps)
-        depth = torch.where(seen, self.node_depth[safe] if self.n_nodes else node, -1)
         return ChildBatch(node=node, tool=tool, mask=mask, count=count, node_count=node_count, log_p=log_p,
                           sim=sim, log_l=log_l, depth=depth)
 
+    def _sims(self, node, start, n_child, contexts, width, heavy, chunk) -> torch.Tensor:
+        """Cosines ``[B, C]`` (float32, -inf where masked), accumulated in float64."""
+        b = len(node)
+        sim = torch.full((b, width), _NEG_INF, dtype=torch.float64, device=self.device)
+        rows = (n_child > 0).nonzero().squeeze(1)                                       # steps with children
+        if contexts is None:
+            ctx = torch.zeros(b, self.dim, dtype=torch.float64, device=self.device)
+        else:
+            ctx = contexts.to(self.device, torch.float64)
+            if ctx.shape[1] != self.dim:
+                if ctx.shape[1] != 1:
+                    raise ValueError(f"contexts must be [B, {self.dim}] (or [B, 1]), got {tuple(contexts.shape)}")
+                ctx = ctx.expand(-1, self.dim)
+        if len(rows) == 0:
+            return sim.float()
+        # nodes shared by >= `heavy` steps: one matmul per node
+        order = torch.argsort(node[rows], stable=True)
+        rows = rows[order]
+        uniq, counts = torch.unique_consecutive(node[rows], return_counts=True)
+        big = counts >= heavy                                                            # [n_unique]
+        ends = counts.cumsum(0)
+        ub = uniq[big]
+        for lo, hi, end, cnt in zip(self.indptr[ub].tolist(), self.indptr[ub + 1].tolist(), ends[big].tolist(),
+                                    counts[big].tolist()):
+            r = rows[end - cnt:end]
+            mem = self.edge_memory[lo:hi].to(torch.float64)                              # [C_u, d]
+            sim[r, : hi - lo] = ctx[r] @ mem.T                                           # [n_u, C_u]
+        if not bool(big.all()):  # the other steps: one dot product per (step, child) pair
+            r = rows[torch.repeat_interleave(~big, counts)]                              # [L]
+            nc = n_child[r]
+            pair_row = torch.repeat_interleave(r, nc)                                    # [P]
+            first = torch.cumsum(nc, 0) - nc
+            pair_off = torch.arange(len(pair_row), device=self.device) - torch.repeat_interleave(first, nc)  # [P]
+            pair_edge = start[pair_row] + pair_off
+            for lo in range(0, len(pair_row), chunk):  # bound the [p, d] temporaries
+                pr, pe = pair_row[lo:lo + chunk], pair_edge[lo:lo + chunk]
+                sim[pr, pair_off[lo:lo + chunk]] = (ctx[pr] * self.edge_memory[pe].to(torch.float64)).sum(1)
+        return sim.float()
+
+    # ---- the single-step path ----------------------------------------------------------------------
+    def host(self) -> _Host:
+        """CPU numpy views used by :meth:`children_one` (built once, dropped on update)."""
+        if self._host is None:
+            mem = self.edge_memory.detach().cpu()
+            mem_np = mem.numpy() if mem.dtype != torch.bfloat16 else mem.float().numpy()
+            self._host = _Host(
+                indptr=self.indptr.tolist(), tool=self.edge_tool.cpu().numpy(), count=self.edge_count.cpu().numpy(),
+                log_p=self.edge_log_p.cpu().numpy(), mem=mem_np,
+                mem64=mem_np.astype(np.float64) if mem_np.size <= _MEM64_MAX else None)
+        return self._host
+
+    def children_one(self, state: tuple[str, ...], context: np.ndarray | None) -> OneStep:
+        """The children of one state scored against one context ``[d]`` (float64 or float32): numpy, CPU.
+
+        Same arithmetic as :meth:`gather`, bit for bit.
+        """
+        h = self.host()
+        u = self.nodes.get(state, -1)
+        if u < 0:
+            empty_f = np.zeros(0, np.float32)
+            return OneStep(-1, np.zeros(0, np.int64), np.zeros(0, np.int64), empty_f, empty_f, empty_f)
+        lo, hi = h.indptr[u], h.indptr[u + 1]
+        if context is None:
+            sim = np.zeros(hi - lo, np.float32)
+        else:
+            mem = h.mem64[lo:hi] if h.mem64 is not None else h.mem[lo:hi].astype(np.float64)
+            sim = (mem @ np.asarray(context, dtype=np.float64)).astype(np.float32)  # [C]
+        return OneStep(u, h.tool[lo:hi], h.count[lo:hi], h.log_p[lo:hi], sim, contextual_prior_one(sim, self.eps))
+
     # ---- persistence -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """Tensors and config; states as token ids into a vocabulary (compact for millions of nodes)."""
+        vocab: dict[str, int] = {}
+        tokens = [vocab.setdefault(name, len(vocab)) for s in self.node_states for name in s]
+        lengths = torch.tensor([len(s) for s in self.node_states], dtype=torch.long)
         return {
-            "config": {"n_tools": self.n_tools, "dim": self.dim, "key": asdict(self.key), "eps": self.eps},
-            "node_states": [list(s) for s in self.node_states],
+            "config": {"n_tools": self.n_tools, "dim": self.dim, "key": asdict(self.key), "eps": self.eps,
+                       "dtype": str(self.dtype).removeprefix("torch.")},
+            "vocab": list(vocab), "state_tokens": torch.tensor(tokens, dtype=torch.int32), "state_lengths": lengths,
             "indptr": self.indptr.cpu(), "edge_tool": self.edge_tool.cpu(), "edge_count": self.edge_count.cpu(),
-            "edge_sum": self.edge_sum.cpu(),
+            "edge_log_p": self.edge_log_p.cpu(), "edge_memory": self.edge_memory.cpu(), "edge_norm": self.edge_norm.cpu(),
         }
 
     @classmethod
     def from_state_dict(cls, sd: dict, device: str | torch.device = "cpu") -> ExecutionTrie:
         c = sd["config"]
-        trie = cls(c["n_tools"], c["dim"], StateKey(**c["key"]), c["eps"], device)
-        trie.node_states = [tuple(s) for s in sd["node_states"]]
+        trie = cls(c["n_tools"], c["dim"], StateKey(**c["key"]), c["eps"], device, getattr(torch, c["dtype"]))
+        vocab = sd["vocab"]
+        names = [vocab[i] for i in sd["state_tokens"].tolist()]
+        ends = sd["state_lengths"].cumsum(0).tolist()
+        trie.node_states = [tuple(names[e - n:e]) for e, n in zip(ends, sd["state_lengths"].tolist())]
         trie.nodes = {s: i for i, s in enumerate(trie.node_states)}
-        trie.indptr = sd["indptr"].to(trie.device)
-        trie.edge_tool = sd["edge_tool"].to(trie.device)
-        trie.edge_count = sd["edge_count"].to(trie.device)
-        trie.edge_sum = sd["edge_sum"].to(trie.device)
-        edge_node = torch.repeat_interleave(torch.arange(trie.n_nodes, device=trie.device), trie.indptr.diff())
+        if len(trie.nodes) != len(trie.node_states):
+            raise ValueError("trie state dict holds duplicate states")
+        for name in ("indptr", "edge_tool", "edge_count", "edge_log_p", "edge_memory", "edge_norm"):
+            setattr(trie, name, sd[name].to(trie.device))
+        if len(trie.indptr) != trie.n_nodes + 1 or int(trie.indptr[-1]) != trie.n_edges:
+            raise ValueError(f"trie state dict is inconsistent: {trie.n_nodes} states, indptr of {len(trie.indptr)}, "
+                             f"{trie.n_edges} edges")
         trie.node_count = torch.zeros(trie.n_nodes, dtype=torch.long, device=trie.device).index_add_(
-            0, edge_node, trie.edge_count)
-        trie.node_depth = torch.tensor([len(s) for s in trie.node_states], dtype=torch.long, device=trie.device)
-        trie.edge_memory = torch.nn.functional.normalize(trie.edge_sum, dim=1)
+            0, trie.edge_node(), trie.edge_count)
+        trie.node_depth = sd["state_lengths"].to(trie.device)
         return trie
 
     def nbytes(self) -> int:
-        ts = (self.indptr, self.edge_tool, self.edge_count, self.edge_sum, self.edge_memory, self.node_count,
-              self.node_depth)
+        """Bytes held by the trie's tensors (not the Python node table)."""
+        ts = (self.indptr, self.edge_tool, self.edge_count, self.edge_log_p, self.edge_memory, self.edge_norm,
+              self.node_count, self.node_depth)
         return sum(t.element_size() * t.nelement() for t in ts)
+
+
+def empirical_prior(count: torch.Tensor, node_count: torch.Tensor, eps: float) -> torch.Tensor:
+    """P = log(N(S,t)/N(S) + eps) per edge, computed in float64, stored float32."""
+    return torch.log(count.double() / node_count.double().clamp_min(1) + eps).float()
 
 
 def contextual_prior(sim: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
     """L = log(relu(sim) / sum_children relu(sim) + eps), uniform over the children if every sim <= 0.
 
-    ``sim [B, C]``, ``mask [B, C]`` -> ``[B, C]`` with -inf where masked.
+    ``sim [B, C]``, ``mask [B, C]`` -> ``[B, C]`` float32 with -inf where masked (float64 inside).
     """
-    pos = torch.where(mask, sim.clamp_min(0), torch.zeros_like(sim))    # [B, C]
-    total = pos.sum(1, keepdim=True)                                    # [B, 1]
+    sim64 = sim.double()
+    pos = torch.where(mask, sim64.clamp_min(0), 0.0)                     # [B, C]
+    total = pos.sum(1, keepdim=True)                                     # [B, 1]
     n = mask.sum(1, keepdim=True).clamp_min(1)
-    prob = torch.where(total > 0, pos / total.clamp_min(1e-30), mask.to(sim.dtype) / n)
-    return torch.where(mask, torch.log(prob + eps), torch.full_like(sim, float("-inf")))
+    prob = torch.where(total > 0, pos / torch.where(total > 0, total, 1.0), mask.double() / n)
+    return torch.where(mask, torch.log(prob + eps), _NEG_INF).float()
+
+
+def contextual_prior_one(sim: np.ndarray, eps: float) -> np.ndarray:
+    """:func:`contextual_prior` for the children of one state, ``[C]`` float32 -> ``[C]`` float32 (numpy)."""
+    if len(sim) == 0:
+        return np.zeros(0, np.float32)
+    pos = np.maximum(sim.astype(np.float64), 0.0)
+    total = pos.sum()
+    prob = pos / total if total > 0 else np.full(len(sim), 1.0 / len(sim))
+    return np.log(prob + eps).astype(np.float32)

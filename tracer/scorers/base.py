@@ -9,9 +9,11 @@ order (padding), ties broken by registry position. Scorers never sort or pad by 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from ..context import ContextRendering
@@ -90,20 +92,42 @@ class Selection:
         return self.ranking.shape[0]
 
 
+def _desc_keys(x: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """uint64 sort keys: ascending key order = ``x`` (float32) descending, then ``low`` (< 2**32) ascending.
+
+    The float is mapped to its order-preserving bit pattern; ``-0.0`` counts as ``0.0`` and NaN as
+    larger than ``+inf`` (as in a torch sort). Keys are unique when ``low`` is, so any sort
+    algorithm gives the order of a stable sort.
+    """
+    x = np.asarray(x, dtype=np.float32) + np.float32(0.0)                             # -0.0 -> +0.0
+    x = np.where(np.isnan(x), np.float32(np.nan), x)                                   # one NaN bit pattern
+    u = x.view(np.uint32)
+    order_bits = np.where(u >> 31 == 1, ~u, u | np.uint32(0x80000000))                 # ascending in x
+    return ((~order_bits).astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)
+
+
 def rank(primary: torch.Tensor, fallback: torch.Tensor, fell_back: torch.Tensor) -> torch.Tensor:
     """Full rankings ``[B, N]``: by primary (desc), then fallback (desc), then registry position.
 
-    Rows that fell back are ranked by fallback alone. Two stable sorts make the order
-    lexicographic without mixing the two score scales.
+    Rows that fell back are ranked by fallback alone. Done as two sorts on unique integer keys
+    (fallback then registry position; primary then fallback rank), which gives exactly the order
+    of two stable sorts without mixing the two score scales.
     """
-    primary = primary.detach().float().cpu()
-    fallback = fallback.detach().float().cpu()
-    fell_back = fell_back.detach().cpu()
-    by_fallback = torch.sort(fallback, dim=1, descending=True, stable=True).indices  # [B, N]
-    prim = torch.where(fell_back[:, None], torch.zeros_like(primary), primary)
-    prim = torch.nan_to_num(prim, nan=float("-inf"))
-    order = torch.sort(prim.gather(1, by_fallback), dim=1, descending=True, stable=True).indices  # [B, N]
-    return by_fallback.gather(1, order)
+    prim = primary.detach().float().cpu().numpy()
+    fb = fallback.detach().float().cpu().numpy()
+    fell = fell_back.detach().cpu().numpy().astype(bool)
+    b, n = fb.shape
+    ids = np.broadcast_to(np.arange(n, dtype=np.uint64), (b, n))
+    by_fallback = np.argsort(_desc_keys(fb, ids), axis=1)                              # [B, N]
+    out = by_fallback.copy()
+    rows = np.flatnonzero(~fell)
+    if len(rows) and n:
+        fb_rank = np.empty((len(rows), n), dtype=np.uint64)
+        np.put_along_axis(fb_rank, by_fallback[rows], np.broadcast_to(np.arange(n, dtype=np.uint64),
+                                                                      (len(rows), n)), axis=1)
+        p = np.nan_to_num(prim[rows], nan=-np.inf)  # as torch.nan_to_num: NaN below -inf (-> lowest float)
+        out[rows] = np.argsort(_desc_keys(p, fb_rank), axis=1)                         # [R, N]
+    return torch.from_numpy(out)
 
 
 def finalize(scores: Scores, k: int, pad: bool = True) -> Selection:
@@ -126,6 +150,58 @@ def finalize(scores: Scores, k: int, pad: bool = True) -> Selection:
     return Selection(ranking, presented, scores)
 
 
+def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fell_back: bool,
+             top: int | None = None) -> np.ndarray:
+    """:func:`rank` for one step, in numpy (the single-step path): registry ids best first.
+
+    ``proposed [C]`` registry ids (distinct) with their primary ``scores [C]`` (every other tool's
+    primary score is ``-inf``), ``fallback [N]``. Returns the whole ranking, or only its first
+    ``top`` entries (then large registries are partially sorted). Same order as :func:`rank`:
+    proposed tools by score, ties by fallback then registry position; then the rest by fallback,
+    then registry position; a step that fell back is ranked by fallback alone. As there, a
+    ``-inf`` score ties with the tools not proposed and a NaN score ranks after them.
+    """
+    n = len(fallback)
+    m = n if top is None else max(0, min(top, n))
+    neg_fb = -np.asarray(fallback, dtype=np.float32)                                 # [N]
+    head = last = np.zeros(0, dtype=np.int64)
+    if not fell_back and len(proposed):
+        s = np.nan_to_num(np.asarray(scores, dtype=np.float32), nan=-np.inf)          # -inf -> lowest float
+        p = np.asarray(proposed, dtype=np.int64)
+        up = s > np.finfo(np.float32).min
+        head = p[up][np.lexsort((p[up], neg_fb[p[up]], -s[up]))]
+        last = p[s == -np.inf]                                                        # NaN scores
+        last = last[np.lexsort((last, neg_fb[last]))]
+    if len(head) >= m:
+        return head[:m]
+    need = m + len(last)  # the first `need` tools in fallback order hold the m - len(head) others
+    if need < n and n > 512:
+        kth = np.partition(neg_fb, need - 1)[need - 1]
+        cand = np.flatnonzero(neg_fb <= kth)                                          # ties at the cut kept
+        order = cand[np.argsort(neg_fb[cand], kind="stable")]
+    else:
+        order = np.argsort(neg_fb, kind="stable")                                     # [N]
+    if len(head) or len(last):
+        taken = np.zeros(n, dtype=bool)
+        taken[head] = True
+        taken[last] = True
+        order = order[~taken[order]]
+    return np.concatenate([head, order, last])[:m]
+
+
+def finalize_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fell_back: bool, k: int,
+                 pad: bool = True, always_present: Sequence[int] = (), present_all: bool = False) -> tuple[int, ...]:
+    """:func:`finalize`'s presented set for one step (numpy, the single-step path); same rules."""
+    if present_all:
+        return tuple(range(len(fallback)))
+    top = rank_one(proposed, scores, fallback, fell_back, top=k)
+    if not pad and not fell_back:
+        top = top[: min(k, int(np.isfinite(np.asarray(scores, dtype=np.float32)).sum()))]
+    presented = tuple(top.tolist())
+    extra = tuple(g for g in always_present if g not in presented)
+    return presented + extra
+
+
 @runtime_checkable
 class Scorer(Protocol):
     """A tool selector. ``fit`` learns from training trajectories; ``score`` is batched over steps."""
@@ -133,7 +209,7 @@ class Scorer(Protocol):
     name: str
     pad: bool
 
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> "Scorer": ...
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> Scorer: ...
 
     def score(self, steps: Sequence[Step]) -> Scores: ...
 

@@ -27,25 +27,38 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
 from ..context import ContextRendering
-from ..trie import ChildBatch, ExecutionTrie, StateKey
+from ..trie import ChildBatch, ExecutionTrie, OneStep, StateKey
 from ..types import Registry, Step, Tool, Trajectory
 from . import register_scorer
-from .base import Resources, Scores, fallback_scores, scatter_primary, training_steps
+from .base import (
+    Resources,
+    Scores,
+    fallback_scores,
+    finalize,
+    finalize_one,
+    rank_one,
+    scatter_primary,
+    training_steps,
+)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
+CLASS_PATH = "tracer.scorers.tracer.TracerScorer"
 
 
 def prefix_entropy(trie: ExecutionTrie) -> torch.Tensor:
     """H(S | t) for every tool t: entropy of the distribution over states from which t was the next call.
 
+    H(S | t) = -sum_S p(S | t) log p(S | t) with p(S | t) = N(S, t) / sum_S' N(S', t) (natural log).
     Returns ``[n_tools]`` (0 for tools never called).
     """
     counts = trie.edge_count.double()                                                  # [E]
@@ -55,6 +68,13 @@ def prefix_entropy(trie: ExecutionTrie) -> torch.Tensor:
     h = torch.zeros(trie.n_tools, dtype=torch.double, device=trie.device).index_add_(
         0, trie.edge_tool, -p * torch.log(p))
     return h.float().cpu()
+
+
+def _as_numpy(context) -> np.ndarray:
+    if isinstance(context, torch.Tensor):
+        context = context.detach()
+        return (context if context.device.type == "cpu" else context.cpu()).numpy().reshape(-1)
+    return np.asarray(context).reshape(-1)
 
 
 class TracerScorer:
@@ -71,6 +91,11 @@ class TracerScorer:
         global_set: |G| for Tracer+G (0 = off).
         successful_only: build from successful trajectories only.
         head: blend-head training config (for ``blend: learned``), passed to ``fit_blend_head``.
+
+    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch,
+    on the resources' device) and :meth:`select_one` / :meth:`rank_one` (one step, numpy on the CPU,
+    tens of microseconds beyond the context embedding; the fixed blend only, the learned blend
+    goes through the batched path).
     """
 
     def __init__(self, name: str = "tracer_fixed", blend: str = "fixed", key: Mapping | None = None,
@@ -91,15 +116,11 @@ class TracerScorer:
 
     # ---- fitting -----------------------------------------------------------------------------
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> TracerScorer:
-        self.res = res
         steps = training_steps(trajectories, res.registry, self.successful_only)
         ctx = res.embed(steps, self.rendering)                                  # [S, d]
-        self.trie = ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
-                                        self.key, self.eps, res.device)
-        if self.global_set_size:
-            h = prefix_entropy(self.trie)
-            order = torch.sort(h, descending=True, stable=True).indices
-            self.global_set = tuple(order[: self.global_set_size].tolist())
+        trie = ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
+                                   self.key, self.eps, res.device)
+        self.attach(trie, res)
         if self.blend == "learned":
             from ..blend import fit_blend_head
 
@@ -108,7 +129,26 @@ class TracerScorer:
                                                           **self.head_cfg)
         return self
 
-    # ---- scoring -----------------------------------------------------------------------------
+    def attach(self, trie: ExecutionTrie, res: Resources) -> TracerScorer:
+        """Use an already built trie (e.g. from :meth:`ExecutionTrie.update` on precomputed contexts)."""
+        if trie.n_tools != len(res.registry):
+            raise ValueError(f"trie is over {trie.n_tools} tools, the registry has {len(res.registry)}")
+        if trie.key != self.key or trie.eps != self.eps:
+            raise ValueError(f"trie was built with key {trie.key} and eps {trie.eps}; this scorer uses {self.key} "
+                             f"and eps {self.eps}")
+        self.res, self.trie = res, trie
+        self.global_set = ()
+        if self.global_set_size:
+            h = prefix_entropy(trie)
+            order = torch.sort(h, descending=True, stable=True).indices
+            self.global_set = tuple(order[: self.global_set_size].tolist())
+        return self
+
+    def _check_fitted(self) -> None:
+        if self.trie is None or self.res is None:
+            raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources) or load()")
+
+    # ---- scoring (batched) -------------------------------------------------------------------
     def blend_scores(self, cb: ChildBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Blended child scores ``[B, C]`` (-inf where masked) and per-step diagnostics."""
         if self.blend == "fixed":
@@ -125,32 +165,86 @@ class TracerScorer:
         return scores, {"w": w.cpu(), "T": t.cpu()}
 
     def score(self, steps: Sequence[Step]) -> Scores:
-        if self.trie is None or self.res is None:
-            raise RuntimeError(f"scorer {self.name!r} is not fitted")
+        self._check_fitted()
         ctx = self.res.embed(steps, self.rendering)                             # [B, d]
         return self.score_embedded(steps, ctx)
 
     def score_embedded(self, steps: Sequence[Step], ctx: torch.Tensor) -> Scores:
         """Score steps whose contexts are already embedded (``ctx [B, d]``)."""
+        self._check_fitted()
         n = len(self.res.registry)
         cb = self.trie.gather(self.trie.lookup(steps), ctx)
         s, extra = self.blend_scores(cb)                                        # [B, C]
         has_children = cb.mask.any(1)                                           # [B]
-        probs = torch.softmax(torch.where(cb.mask, s, torch.full_like(s, float("-inf"))), dim=1)
-        kappa = torch.where(has_children, probs.nan_to_num(0.0).max(1).values, torch.zeros_like(has_children,
-                                                                                                dtype=s.dtype))
+        kappa = confidence(torch.where(cb.mask, s, float("-inf")))              # [B] float64
         fell_back = ~has_children | (kappa < self.tau)
         return Scores(
             primary=scatter_primary(cb.tool, cb.mask, s, n).cpu(),
             fallback=fallback_scores(self.res, ctx),
             fell_back=fell_back.cpu(),
             in_trie=has_children.cpu(),
-            kappa=kappa.cpu(),
+            kappa=kappa.float().cpu(),
             depth=cb.depth.cpu(),
             n_children=cb.n_children.cpu(),
             always_present=self.global_set,
             extra=extra,
         )
+
+    # ---- scoring (one step) ------------------------------------------------------------------
+    def score_one(self, step: Step | tuple[str, ...], context, with_fallback: bool = True
+                  ) -> tuple[OneStep, np.ndarray, np.ndarray | None, bool, float]:
+        """One step (or a state tuple) and its context embedding ``[d]``: (children, blended child
+        scores ``[C]`` float32, fallback ``[N]`` float32 (None unless ``with_fallback``), fell_back,
+        kappa). Fixed blend only; the same numbers as :meth:`score_embedded`."""
+        self._check_fitted()
+        if self.blend != "fixed":
+            raise NotImplementedError("the single-step path covers the fixed blend; use score_embedded")
+        state = step if isinstance(step, tuple) else self.key.state(step)
+        c = np.asarray(_as_numpy(context), dtype=np.float64)
+        ch = self.trie.children_one(state, c)
+        s = ch.log_p + ch.log_l                                                 # [C] float32
+        kappa = confidence_one(s)
+        fallback = self.res.tool_index.dense_scores_one(c) if with_fallback else None  # [N]
+        return ch, s, fallback, bool(len(s) == 0 or kappa < self.tau), kappa
+
+    def select_one(self, step: Step | tuple[str, ...], context, k: int, pad: bool | None = None) -> tuple[int, ...]:
+        """The presented set of one step: registry ids, exactly as :func:`finalize` presents them.
+
+        The fallback scores are computed only when they can change the answer: when the step
+        falls back, when children are too few to fill k with padding, or when child scores tie
+        within the top k (ties are broken by the fallback).
+        """
+        pad = self.pad if pad is None else pad
+        if self.blend != "fixed":
+            return finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(_as_numpy(context))[None]),
+                            k, pad).presented[0]
+        ch, s, _, fell_back, _ = self.score_one(step, context, with_fallback=False)
+        n_child = len(s)
+        if not fell_back and k > 0 and (n_child >= k or not pad):
+            m = min(k, n_child)
+            order = np.argsort(-s, kind="stable")
+            top = s[order[: m + 1]]                                             # the top m and the next one
+            if np.isfinite(top).all() and (top[1:] < top[:-1]).all():            # no ties: order is final
+                chosen = tuple(ch.tool[order[:m]].tolist())
+                return chosen + tuple(g for g in self.global_set if g not in chosen)
+        fallback = self.res.tool_index.dense_scores_one(np.asarray(_as_numpy(context), dtype=np.float64))
+        return finalize_one(ch.tool, s, fallback, fell_back, k, pad, self.global_set)
+
+    def rank_one(self, step: Step | tuple[str, ...], context, top: int | None = None) -> np.ndarray:
+        """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
+        if self.blend != "fixed":
+            r = finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(_as_numpy(context))[None]),
+                         1).ranking[0].numpy()
+            return r if top is None else r[:top]
+        ch, s, fallback, fell_back, _ = self.score_one(step, context)
+        return rank_one(ch.tool, s, fallback, fell_back, top)
+
+    def _as_step(self, step: Step | tuple[str, ...]) -> Step:
+        if not isinstance(step, tuple):
+            return step
+        if self.key.cross_turn or self.key.kind != "prefix":
+            raise ValueError("pass a Step (not a state tuple) to the learned blend with this state key")
+        return Step("", "", 0, len(step), step, step, "", ())
 
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:
@@ -159,16 +253,22 @@ class TracerScorer:
                 "successful_only": self.successful_only, "head": self.head_cfg}
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index atomically: a temporary directory renamed into place."""
-        if self.trie is None or self.res is None:
-            raise RuntimeError(f"scorer {self.name!r} is not fitted")
+        """Write the index atomically: everything goes to a temporary directory renamed into place.
+
+        Files: ``meta.json`` (format version, scorer class and config, embedder name and dim,
+        global set), ``tools.json`` (the registry), ``trie.pt`` (states, CSR edges, counts, priors,
+        the ``[E, d]`` edge-memory tensor), ``tools.faiss`` + ``tools_idmap.json`` +
+        ``tool_vectors.npy`` (the fallback index and its id map), ``blend_head.pt`` (learned blend).
+        """
+        self._check_fitted()
         out = Path(directory)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
         try:
-            meta = {"format_version": FORMAT_VERSION, "scorer": self.config(),
+            meta = {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
                     "embedder": {"name": self.res.embedder.name, "dim": self.res.embedder.dim},
-                    "global_set": list(self.global_set)}
+                    "global_set": list(self.global_set),
+                    "trie": {"n_nodes": self.trie.n_nodes, "n_edges": self.trie.n_edges, "dim": self.trie.dim}}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             (tmp / "tools.json").write_text(json.dumps(
                 [{**t.to_openai(), "source": t.source} for t in self.res.registry]))
@@ -176,9 +276,7 @@ class TracerScorer:
             self.res.tool_index.save(tmp)
             if self.head is not None:
                 torch.save(self.head.state_dict(), tmp / "blend_head.pt")
-            if out.exists():
-                shutil.rmtree(out)
-            os.replace(tmp, out)
+            _replace_dir(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -186,10 +284,14 @@ class TracerScorer:
 
     @classmethod
     def load(cls, directory: str | Path, embedder, device: str | None = None) -> TracerScorer:
+        """Load a saved index. Refuses another format version, another embedder (name or dim) and
+        a FAISS id map that does not match the registry."""
         from ..embed import default_device
         from ..index import ToolIndex
 
         d = Path(directory)
+        if not (d / "meta.json").exists():
+            raise FileNotFoundError(f"{d}: no saved index here (meta.json missing)")
         meta = json.loads((d / "meta.json").read_text())
         if meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"{d / 'meta.json'}: format version {meta.get('format_version')} is not "
@@ -197,18 +299,62 @@ class TracerScorer:
         want = meta["embedder"]
         if want["name"] != embedder.name or want["dim"] != embedder.dim:
             raise ValueError(f"{d / 'meta.json'}: index was built with embedder {want['name']!r} (dim {want['dim']}), "
-                             f"not {embedder.name!r} (dim {embedder.dim})")
+                             f"not {embedder.name!r} (dim {embedder.dim}); load it with that embedder or rebuild")
         registry = Registry(Tool.from_openai(o, o.get("source", "")) for o in json.loads((d / "tools.json").read_text()))
         device = device or default_device()
         obj = cls(**meta["scorer"])
-        obj.res = Resources(registry, embedder, ToolIndex.load(d, registry), device)
-        obj.trie = ExecutionTrie.from_state_dict(torch.load(d / "trie.pt", weights_only=True), device)
+        tool_index = ToolIndex.load(d, registry)
+        if tool_index.dim != embedder.dim:
+            raise ValueError(f"{d}: tool vectors have dim {tool_index.dim}, the embedder {embedder.dim}")
+        trie = ExecutionTrie.from_state_dict(torch.load(d / "trie.pt", weights_only=True, mmap=True), device)
+        if trie.dim != embedder.dim or trie.n_tools != len(registry):
+            raise ValueError(f"{d / 'trie.pt'}: trie is over {trie.n_tools} tools of dim {trie.dim}, expected "
+                             f"{len(registry)} tools of dim {embedder.dim}")
+        obj.res, obj.trie = Resources(registry, embedder, tool_index, device), trie
         obj.global_set = tuple(meta["global_set"])
         if (d / "blend_head.pt").exists():
             from ..blend import BlendHead
 
-            obj.head = BlendHead.from_state_dict(torch.load(d / "blend_head.pt", weights_only=True))
+            obj.head = BlendHead.from_state_dict(torch.load(d / "blend_head.pt", weights_only=True)).to(device)
         return obj
+
+
+def confidence(s: torch.Tensor) -> torch.Tensor:
+    """kappa = max_t softmax(s)(t) per row of ``s [B, C]`` (-inf where masked), in float64; 0 for a row
+    without a finite score."""
+    s64 = s.double()
+    top = s64.max(1).values if s64.shape[1] else torch.full((s64.shape[0],), float("-inf"), dtype=torch.float64)
+    ok = torch.isfinite(top)
+    z = torch.exp(s64 - torch.where(ok, top, 0.0)[:, None]).sum(1)                # [B]
+    return torch.where(ok, 1.0 / z, 0.0)
+
+
+def confidence_one(s: np.ndarray) -> float:
+    """:func:`confidence` for the children of one state, ``s [C]`` (numpy)."""
+    if len(s) == 0:
+        return 0.0
+    s64 = s.astype(np.float64)
+    top = s64.max()
+    if not np.isfinite(top):
+        return 0.0
+    return float(1.0 / np.exp(s64 - top).sum())
+
+
+def _replace_dir(new: Path, out: Path) -> None:
+    """Move directory ``new`` to ``out``; an existing ``out`` is renamed away first and removed after,
+    so ``out`` is always either the old complete index or the new one."""
+    if not out.exists():
+        os.replace(new, out)
+        return
+    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old"))
+    os.replace(out, old / "index")
+    try:
+        os.replace(new, out)
+    except BaseException:
+        os.replace(old / "index", out)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 @register_scorer("tracer_fixed")

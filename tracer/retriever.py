@@ -1,0 +1,190 @@
+"""Tool retrieval from plain Python, no Hydra: build from a dataset, select tools for a live conversation,
+save, load.
+
+Example::
+
+    from tracer.retriever import Retriever
+
+    r = Retriever.from_dataset("path/to/native_dataset")   # or "bfcl", or a Dataset
+    tools = r.select(messages, k=5)      # OpenAI tool objects to offer the model for its next call
+    names = r.rank(messages)             # the whole registry, best first
+    r.save("indexes/my_index")           # atomic; tracer family only
+    r = Retriever.load("indexes/my_index")
+
+``messages`` is the conversation so far as OpenAI chat dicts; the model is about to make its next
+tool call. The turn-local prefix (calls since the last user message) and the history (all calls)
+are read off the messages (:func:`step_from_messages`). Any registered scorer works for
+selection; saving needs a scorer with ``save``/``load`` (``tracer``, ``tracer_fixed``,
+``tracer_g``). Tracer scorers with the fixed blend take a single-step path (numpy, tens of
+microseconds beyond the context embedding); the others go through their batched ``score``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .data import LOADERS, Dataset, load_dataset, load_native
+from .embed import Embedder, build_embedder
+from .errors import DataError
+from .scorers import Scorer, build_scorer, finalize
+from .scorers.base import Resources
+from .types import Message, Registry, Step
+
+MINILM = "all-MiniLM-L6-v2"
+
+
+def step_from_messages(messages: Sequence[Message], trajectory_id: str = "live", group: str = "live") -> Step:
+    """The decision step at the end of a live conversation (the next call is unknown: ``gold == ""``).
+
+    Same fields as :func:`tracer.steps.extract_steps` gives the step whose context is ``messages``:
+    every user message opens a turn; ``prefix`` holds the calls made since the last user message,
+    ``history`` every call so far.
+    """
+    turn, prefix, history = -1, [], []
+    for m in messages:
+        role = m.get("role")
+        if role == "user":
+            turn += 1
+            prefix = []
+        elif role == "assistant":
+            for call in m.get("tool_calls") or ():
+                name = call.get("function", call)["name"]
+                prefix.append(name)
+                history.append(name)
+    return Step(trajectory_id=trajectory_id, group=group, turn=max(turn, 0), position=len(prefix),
+                prefix=tuple(prefix), history=tuple(history), gold="", context=tuple(messages), index=len(history))
+
+
+def _dataset(data: Dataset | str | Path, options: Mapping[str, Any]) -> Dataset:
+    if isinstance(data, Dataset):
+        return data
+    path = Path(data)
+    if path.is_dir():
+        return load_native(path, **options)
+    if isinstance(data, str) and data in LOADERS:
+        return load_dataset(data, **options)
+    raise DataError(path, f"neither a dataset directory (tools.json + trajectories.jsonl) nor a loader name "
+                          f"({', '.join(sorted(LOADERS))})")
+
+
+class Retriever:
+    """A fitted scorer plus what it needs to answer for a live conversation.
+
+    Args:
+        scorer: a fitted scorer (its ``res`` holds the registry, the embedder and the tool index).
+        k: default number of tools :meth:`select` presents.
+    """
+
+    def __init__(self, scorer: Scorer, k: int = 5):
+        if getattr(scorer, "res", None) is None:
+            raise ValueError(f"scorer {getattr(scorer, 'name', scorer)!r} is not fitted")
+        self.scorer = scorer
+        self.k = k
+
+    @property
+    def res(self) -> Resources:
+        return self.scorer.res
+
+    @property
+    def registry(self) -> Registry:
+        return self.scorer.res.registry
+
+    # ---- building ------------------------------------------------------------------------------
+    @classmethod
+    def from_dataset(cls, data: Dataset | str | Path, scorer: str | Scorer = "tracer_fixed",
+                     embedder: Embedder | None = None, *, k: int = 5, device: str | None = None,
+                     factory: str = "Flat", cache_dir: str | Path | None = ".cache/embeddings",
+                     dataset_options: Mapping[str, Any] | None = None, **scorer_cfg: Any) -> Retriever:
+        """Fit a scorer on every trajectory of a dataset.
+
+        Args:
+            data: a :class:`Dataset`, a native dataset directory, or a loader name (``bfcl``, ...).
+            scorer: a scorer name from the registry (``tracer_fixed``, ``tracer_g``, ``vector``, ...)
+                or an unfitted scorer object.
+            embedder: default: the bundled MiniLM behind a disk cache at ``cache_dir``.
+            device: where tensors live (default CUDA when present).
+            factory: FAISS index factory for the fallback (``Flat`` = exact).
+            dataset_options: passed to the loader (e.g. ``{"execute": False}`` for BFCL).
+            **scorer_cfg: the scorer's config (the keys of ``configs/scorer/<name>.yaml``).
+        """
+        ds = _dataset(data, dict(dataset_options or {}))
+        emb = embedder if embedder is not None else build_embedder(cache_dir=cache_dir, device=device)
+        res = Resources.build(ds.registry, emb, factory=factory, device=device)
+        sc = build_scorer(scorer, **scorer_cfg) if isinstance(scorer, str) else scorer
+        return cls(sc.fit(ds.trajectories, res), k)
+
+    # ---- selecting -----------------------------------------------------------------------------
+    def context_embedding(self, messages: Sequence[Message]) -> np.ndarray:
+        """The embedded context of a conversation under the scorer's rendering, ``[d]`` float32."""
+        rendering = getattr(self.scorer, "rendering", None)
+        if rendering is None:
+            raise TypeError(f"scorer {self.scorer.name!r} has no context rendering")
+        return self.res.embedder.encode([rendering.render(messages)])[0].numpy()
+
+    def select_ids(self, messages: Sequence[Message], k: int | None = None) -> tuple[int, ...]:
+        """Registry ids of the tools to present for the next call (k, plus Tracer+G's global set)."""
+        k = self.k if k is None else k
+        step = step_from_messages(messages)
+        if callable(getattr(self.scorer, "select_one", None)):
+            return self.scorer.select_one(step, self.context_embedding(messages), k)
+        return finalize(self.scorer.score([step]), k, getattr(self.scorer, "pad", True)).presented[0]
+
+    def select(self, messages: Sequence[Message], k: int | None = None) -> list[dict[str, Any]]:
+        """OpenAI tool objects (``{"type": "function", "function": {...}}``) for the next call."""
+        return [self.registry[i].to_openai() for i in self.select_ids(messages, k)]
+
+    def select_batch(self, conversations: Sequence[Sequence[Message]], k: int | None = None
+                     ) -> list[list[dict[str, Any]]]:
+        """:meth:`select` for many conversations at once (one batched scoring call)."""
+        k = self.k if k is None else k
+        steps = [step_from_messages(m) for m in conversations]
+        sel = finalize(self.scorer.score(steps), k, getattr(self.scorer, "pad", True))
+        return [[self.registry[i].to_openai() for i in ids] for ids in sel.presented]
+
+    def rank(self, messages: Sequence[Message]) -> list[str]:
+        """Every tool name, best first."""
+        step = step_from_messages(messages)
+        if callable(getattr(self.scorer, "rank_one", None)):
+            ranking = self.scorer.rank_one(step, self.context_embedding(messages))
+        else:
+            ranking = finalize(self.scorer.score([step]), 1).ranking[0].numpy()
+        names = self.registry.names
+        return [names[i] for i in ranking.tolist()]
+
+    # ---- persistence ---------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> Path:
+        """Write the fitted index to ``directory`` atomically (tracer family only)."""
+        if not callable(getattr(self.scorer, "save", None)):
+            raise TypeError(f"scorer {self.scorer.name!r} ({type(self.scorer).__name__}) cannot be saved: only "
+                            "scorers with save/load can (tracer, tracer_fixed, tracer_g); rebuild this one with "
+                            "Retriever.from_dataset")
+        return self.scorer.save(directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, embedder: Embedder | None = None, *, k: int = 5,
+             device: str | None = None, cache_dir: str | Path | None = ".cache/embeddings") -> Retriever:
+        """Load a saved index. ``embedder`` defaults to the bundled MiniLM when the index was built with
+        it; an index built with another embedder needs that embedder passed in (a different model
+        or dimension is refused)."""
+        d = Path(directory)
+        meta_path = d / "meta.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{d}: no saved index here (meta.json missing)")
+        meta = json.loads(meta_path.read_text())
+        if embedder is None:
+            want = meta.get("embedder", {}).get("name")
+            if want != MINILM:
+                raise ValueError(f"{meta_path}: the index was built with embedder {want!r}; pass that embedder "
+                                 "to Retriever.load")
+            embedder = build_embedder(cache_dir=cache_dir, device=device)
+        module, _, name = meta.get("class", "tracer.scorers.tracer.TracerScorer").rpartition(".")
+        if module.split(".")[0] != "tracer":
+            raise ValueError(f"{meta_path}: scorer class {meta['class']!r} is not part of tracer")
+        scorer_cls = getattr(importlib.import_module(module), name)
+        return cls(scorer_cls.load(d, embedder, device=device), k)
