@@ -1,0 +1,227 @@
+"""The evaluation: metrics by hand, paired folds, regimes, free-running on BFCL, multirun + report, W&B."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tracer.data import Dataset, write_native
+from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, paired_test
+from tracer.eval.runner import EvalConfig, Evaluator, gold_turns, step_from_messages
+from tracer.executors import OracleExecutor
+from tracer.scorers.base import Resources, Scores
+from tracer.steps import extract_steps
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ScriptedScorer:
+    """Test scorer: a fixed preference over the registry, or the gold first ("perfect"), or the gold never.
+
+    It records every step it is asked to score, so tests can see what context each regime feeds.
+    """
+
+    def __init__(self, mode: str = "registry_order", hide: str | None = None):
+        self.name, self.pad, self.mode, self.hide = f"scripted_{mode}", True, mode, hide
+        self.seen: list = []
+
+    def fit(self, trajectories, res):
+        self.res = res
+        return self
+
+    def score(self, steps):
+        self.seen.extend(steps)
+        n = len(self.res.registry)
+        base = -torch.arange(n, dtype=torch.float32).repeat(len(steps), 1)  # registry order
+        for i, s in enumerate(steps):
+            if s.gold and s.gold in self.res.registry:
+                g = self.res.registry.id(s.gold)
+                if self.mode == "perfect" and s.gold != self.hide:
+                    base[i, g] = 1.0
+                elif self.mode == "wrong" or s.gold == self.hide:
+                    base[i, g] = -1e9  # ranked last: never presented at small k
+        return Scores(primary=base, fallback=torch.zeros(len(steps), n),
+                      fell_back=torch.zeros(len(steps), dtype=torch.bool))
+
+
+def _records(hits_ranks):
+    return [StepRecord(fold=0, trajectory_id="t", group="g", step=i, turn=0, position=0, gold="x", gold_rank=r,
+                       ranking=[], presented=[], in_trie=it, fell_back=fb, kappa=None, selected=None,
+                       correct=c, hit_at_k=r is not None and r <= 2, prompt_tokens=p, prompt_tokens_local=p,
+                       full_registry_tokens=100)
+            for i, (r, it, fb, c, p) in enumerate(hits_ranks)]
+
+
+def test_fold_metrics_by_hand():
+    recs = _records([(1, True, False, True, 10), (3, False, True, False, 20), (None, False, True, False, 30),
+                     (2, True, False, True, 40)])
+    m = fold_metrics(recs, trie_based=True, task_success=[True, False], latencies_ms=[1.0, 2.0, 3.0, 4.0])
+    assert m["recall_at_k"] == pytest.approx(2 / 4)          # ranks 1 and 2 are within k=2
+    assert m["mrr"] == pytest.approx((1 + 1 / 3 + 0 + 1 / 2) / 4)
+    assert m["selection_accuracy"] == pytest.approx(0.5)
+    assert m["cic_tokens"] == pytest.approx(25.0)
+    assert m["cic_full_registry_tokens"] == pytest.approx(100.0)
+    assert m["cic_reduction"] == pytest.approx(0.75)
+    assert m["out_of_trie_rate"] == pytest.approx(0.5)
+    assert m["fallback_rate"] == pytest.approx(0.5)
+    assert m["recall_out_of_trie"] == pytest.approx(0.0)      # ranks 3 and None
+    assert m["task_success"] == pytest.approx(0.5)
+    assert m["latency_ms_p50"] == pytest.approx(2.5)
+    mean, sd = aggregate([m, {**m, "recall_at_k": 1.0}])
+    assert mean["recall_at_k"] == pytest.approx(0.75)
+    assert sd["recall_at_k"] == pytest.approx(((0.25 ** 2 * 2) / 1) ** 0.5)  # sample SD of (0.5, 1.0)
+    assert fold_metrics(recs, trie_based=False)["out_of_trie_rate"] is None
+
+
+def test_paired_test_detects_a_real_difference():
+    a = [1.0] * 60 + [0.0] * 40
+    b = [0.0] * 60 + [0.0] * 40
+    res = paired_test(a, b, n_resamples=2000, seed=0)
+    assert res["mean_diff"] == pytest.approx(0.6) and res["p_value"] < 0.01
+    assert paired_test(a, a, n_resamples=500)["p_value"] == pytest.approx(1.0)
+
+
+def _tiny_eval(tiny_trajs, tiny_resources, scorer, folds=5, k=2, regime="teacher_forcing"):
+    ds = Dataset("tiny", tiny_resources.registry, tuple(tiny_trajs))
+    cfg = EvalConfig(k=k, folds=folds, seed=0, regime=regime, latency_sample=2, progress=False)
+    return Evaluator(ds, lambda: scorer, tiny_resources, OracleExecutor(), cfg).run()
+
+
+def test_toy_run_metrics_by_hand(tiny_trajs, tiny_resources):
+    # registry order ranks gold g at position id(g)+1; each of 5 folds holds one conversation.
+    # per-fold recall@2: t0 1, t1 2/3, t2 0, t3 1/2, t4 0; MRR: .75, (1+1/2+1/3)/3, (1/4+1/5)/2, (1+1/4)/2, 1/6
+    res = _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer())
+    assert res.n_steps == 10
+    assert res.mean["recall_at_k"] == pytest.approx((1 + 2 / 3 + 0 + 0.5 + 0) / 5)
+    assert res.mean["mrr"] == pytest.approx((0.75 + (1 + 0.5 + 1 / 3) / 3 + 0.225 + 0.625 + 1 / 6) / 5)
+    assert res.mean["selection_accuracy"] == pytest.approx(res.mean["recall_at_k"])  # oracle = coverage
+    for r in res.records:  # prompt cost = conversation + presented schemas, reduction against the registry
+        assert len(r.presented) == 2 and r.prompt_tokens < r.full_registry_tokens
+    assert res.mean["out_of_trie_rate"] is None and res.mean["task_success"] is None
+    assert res.mean["latency_ms_p50"] is not None
+
+
+def test_folds_are_identical_across_scorers(tiny_trajs, tiny_resources):
+    from tracer.scorers import build_scorer
+
+    a = _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer(), folds=3)
+    b = _tiny_eval(tiny_trajs, tiny_resources, build_scorer("vector"), folds=3)
+    key = lambda res: sorted((r.fold, r.trajectory_id, r.step) for r in res.records)  # noqa: E731
+    assert key(a) == key(b)
+
+
+def test_step_from_messages_matches_extracted_steps(tiny_trajs):
+    for traj in tiny_trajs:
+        for s in extract_steps(traj):
+            live = step_from_messages(s.context)
+            assert (live.prefix, live.history, live.turn) == (s.prefix, s.history, s.turn)
+
+
+# ---- BFCL: regimes and free-running on the real backends -----------------------------------------------------
+@pytest.fixture(scope="module")
+def bfcl_small():
+    from tracer.data import load_dataset
+
+    ds = load_dataset("bfcl", categories=["base"])
+    trajs = [t for t in ds.trajectories if t.id in ("multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2",
+                                                    "multi_turn_base_3")]
+    return Dataset("bfcl-small", ds.registry, tuple(trajs), executable=True)
+
+
+@pytest.fixture(scope="module")
+def bfcl_res(bfcl_small):
+    from conftest import KeywordEmbedder
+
+    return Resources.build(bfcl_small.registry, KeywordEmbedder(), device="cpu")
+
+
+def _run(ds, res, scorer, regime, k=1):
+    cfg = EvalConfig(k=k, folds=2, seed=0, regime=regime, latency_sample=0, progress=False)
+    return Evaluator(ds, lambda: scorer, res, OracleExecutor(), cfg).run()
+
+
+def test_teacher_forcing_never_feeds_a_wrong_call_forward(bfcl_small, bfcl_res):
+    scorer = ScriptedScorer("wrong")
+    tf = _run(bfcl_small, bfcl_res, scorer, "teacher_forcing")
+    assert tf.mean["recall_at_k"] == 0.0
+    gold = {(s.trajectory_id, s.index): s.history for t in bfcl_small.trajectories for s in extract_steps(t)}
+    assert all(s.history == gold[(s.trajectory_id, s.index)] for s in scorer.seen)
+
+    scorer = ScriptedScorer("wrong")
+    fr = _run(bfcl_small, bfcl_res, scorer, "free_running")
+    golds_done = {t.id: [c.name for _, calls in gold_turns(t) for c in calls] for t in bfcl_small.trajectories}
+    wrong_fed = [s for s in scorer.seen if any(h not in golds_done[s.trajectory_id] for h in s.history)]
+    assert wrong_fed, "free-running carries the executor's wrong calls forward"
+    assert fr.mean["task_success"] == 0.0
+
+
+def test_free_running_oracle_with_perfect_scorer_succeeds_and_fails_without_a_tool(bfcl_small, bfcl_res):
+    res = _run(bfcl_small, bfcl_res, ScriptedScorer("perfect"), "free_running")
+    assert res.mean["task_success"] == 1.0 and all(t["success"] for t in res.tasks)
+    assert res.mean["recall_at_k"] == 1.0
+    needed = next(c.name for c in gold_turns(bfcl_small.trajectories[0])[0][1])
+    res = _run(bfcl_small, bfcl_res, ScriptedScorer("perfect", hide=needed), "free_running")
+    failed = {t["trajectory_id"] for t in res.tasks if not t["success"]}
+    assert bfcl_small.trajectories[0].id in failed
+
+
+def test_free_running_refused_without_an_environment(tiny_trajs, tiny_resources):
+    with pytest.raises(ValueError, match="teacher_forcing only"):
+        _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer(), regime="free_running")
+
+
+# ---- the CLI: multirun composes, the report gathers it, W&B offline files -----------------------------------
+@pytest.fixture(scope="module")
+def native_dir(tmp_path_factory):
+    from conftest import TINY_TOOLS, tiny_trajectories
+    from tracer.types import Registry
+
+    d = tmp_path_factory.mktemp("native") / "tiny"
+    write_native(d, Registry(TINY_TOOLS), tiny_trajectories())
+    return d
+
+
+def _evaluate(args, cwd):
+    flags = [a for a in args if a.startswith("-")]  # Hydra's flags go before the overrides
+    env_args = [sys.executable, str(ROOT / "evaluate.py"), *flags, "progress=false", "latency_sample=2", "folds=2",
+                f"embedder.cache_dir={cwd / 'cache'}", *[a for a in args if not a.startswith("-")]]
+    out = subprocess.run(env_args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def test_multirun_composes_and_report_gathers_it(native_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    _evaluate(["-m", "dataset=jsonl", f"dataset.path={native_dir}", "scorer=vector,tracer_fixed", "k=1,2",
+               f"hydra.sweep.dir={sweep}"], tmp_path)
+    runs = sorted(p.parent for p in sweep.rglob("metrics.json"))
+    assert len(runs) == 4
+    doc = json.loads((runs[0] / "metrics.json").read_text())
+    assert set(doc) == {"dataset", "registry_size", "scorer", "k", "regime", "executor", "n_steps", "mean", "sd",
+                        "per_fold"}
+    assert doc["registry_size"] == 6 and doc["n_steps"] == 10 and len(doc["per_fold"]) == 2
+    lines = (runs[0] / "steps.jsonl").read_text().splitlines()
+    assert len(lines) == 10 and {"fold", "gold", "ranking", "presented", "kappa", "prompt_tokens"} <= set(
+        json.loads(lines[0]))
+    from tracer.eval.report import report
+
+    out = report([sweep], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert out["runs"] == 4 and md.count("| jsonl |") == 4
+    assert (tmp_path / "report" / "cost_accuracy.png").stat().st_size > 0
+
+
+def test_wandb_offline_run_holds_the_summary(native_dir, tmp_path):
+    run = tmp_path / "run"
+    _evaluate(["dataset=jsonl", f"dataset.path={native_dir}", "scorer=vector", "logger=wandb",
+               f"hydra.run.dir={run}"], tmp_path)
+    files = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    blob = files[0].read_bytes()
+    assert b"recall_at_k_mean" in blob and b"fold/mrr" in blob
+    assert (run / "metrics.json").exists()
