@@ -1,0 +1,330 @@
+"""The blend head (tracer/blend.py): its loss against F.cross_entropy, gradients, bounds, what it
+learns on synthetic data where the context or the counts decide, inner-fold leakage and determinism.
+
+Synthetic data uses :class:`KeywordEmbedder`, which one-hot encodes known keywords (counts, then
+L2-normalised), so similarities and priors can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tracer.blend import (
+    FEATURES,
+    IGNORE,
+    BlendHead,
+    evaluate,
+    fit_blend_head,
+    inner_fold_data,
+    state_features,
+    train_head,
+)
+from tracer.context import ContextRendering
+from tracer.folds import assign_folds, inner_seed
+from tracer.scorers.base import Resources, training_steps
+from tracer.scorers.tracer import PAPER_CONTEXT, TracerScorer
+from tracer.trie import ExecutionTrie, StateKey
+from tracer.types import Registry, Tool, Trajectory
+
+RENDER = ContextRendering.from_config(PAPER_CONTEXT)
+
+
+class KeywordEmbedder:
+    """Counts of known keywords, L2-normalised; texts with none map to a spare dimension."""
+
+    name = "keywords"
+
+    def __init__(self, vocab):
+        self.vocab = {w: i for i, w in enumerate(vocab)}
+        self.dim = len(self.vocab) + 1
+
+    def encode(self, texts):
+        out = torch.zeros(len(texts), self.dim)
+        for i, t in enumerate(texts):
+            for tok in re.findall(r"[a-z0-9_]+", t.lower()):
+                if tok in self.vocab:
+                    out[i, self.vocab[tok]] += 1
+            if out[i].sum() == 0:
+                out[i, -1] = 1
+        return F.normalize(out, dim=1)  # [N, dim]
+
+
+TOOLS = Registry([Tool("tool_a", "first tool"), Tool("tool_b", "second tool"), Tool("tool_c", "third tool")])
+
+
+def _call(name, i=0):
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}]}
+
+
+def _traj(i, text, tools, group=None, domain="synthetic"):
+    msgs = [{"role": "user", "content": text}]
+    for j, t in enumerate(tools):
+        msgs += [_call(t, j), {"role": "tool", "tool_call_id": f"c{j}", "content": "ok"}]
+    return Trajectory(id=f"t{i}", group=group or f"g{i}", domain=domain, messages=tuple(msgs))
+
+
+def context_decides(n, seed):
+    """tool_a 80% of the time, but the request says which: 'alpha' -> tool_a, 'beta' -> tool_b.
+
+    Contexts share 'filler filler', so cos(alpha ctx, beta memory) = 4/5 and L is only mildly
+    peaked (0.556 vs 0.444); s = P + L then follows the counts and gets every 'beta' step wrong.
+    """
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        a = rng.random() < 0.8
+        out.append(_traj(f"{seed}-{i}", ("alpha" if a else "beta") + " filler filler", ["tool_a" if a else "tool_b"]))
+    return out
+
+
+def counts_decide(n, seed, n_words=16):
+    """tool_a 85% of the time; the request is a random word unrelated to the tool, so L is noise
+    (and -13.8 for a child whose few training contexts never used the word)."""
+    rng = random.Random(seed)
+    return [_traj(f"{seed}-{i}", f"w{rng.randrange(n_words)}", ["tool_a" if rng.random() < 0.85 else "tool_b"])
+            for i in range(n)]
+
+
+def _res(vocab, seed=0):
+    return Resources.build(TOOLS, KeywordEmbedder(vocab), device="cpu", seed=seed)
+
+
+HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50}
+
+
+def _random_head(dtype=torch.float32, seed=0, t_floor=0.05):
+    g = torch.Generator().manual_seed(seed)
+    head = BlendHead(len(FEATURES), t_floor).to(dtype)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=dtype))
+    return head
+
+
+def _batch(dtype=torch.float32):
+    """B = 4 steps, C = 3: widths 3, 2, 1 and 3; the last step's gold is not a child."""
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.bool)
+    g = torch.Generator().manual_seed(1)
+    log_p = torch.log(torch.rand(4, 3, generator=g, dtype=dtype)).masked_fill(~mask, float("-inf"))
+    log_l = torch.log(torch.rand(4, 3, generator=g, dtype=dtype)).masked_fill(~mask, float("-inf"))
+    feats = torch.randn(4, len(FEATURES), generator=g, dtype=dtype)
+    gold = torch.tensor([2, 1, 0, IGNORE])
+    return log_p, log_l, mask, feats, gold
+
+
+# ---- the head ------------------------------------------------------------------------------------
+def test_loss_equals_cross_entropy_on_blended_scores():
+    head = _random_head()
+    log_p, log_l, mask, feats, gold = _batch()
+    scores, loss, n_correct = head(log_p, log_l, mask, feats, gold)
+    w, t = head.wt(feats)
+    expect = (w[:, None] * log_p + (1 - w[:, None]) * log_l) / t[:, None]
+    torch.testing.assert_close(scores[mask], expect[mask])
+    assert torch.isneginf(scores[~mask]).all()
+    torch.testing.assert_close(loss, F.cross_entropy(scores, gold, ignore_index=IGNORE))
+    assert int(n_correct) == int(((scores.argmax(1) == gold) & (gold != IGNORE)).sum())
+    # the step whose gold is not a child carries no gradient
+    g_all = torch.autograd.grad(loss, list(head.parameters()))
+    _, loss3, _ = head(log_p[:3], log_l[:3], mask[:3], feats[:3], gold[:3])
+    for a, b in zip(g_all, torch.autograd.grad(loss3, list(head.parameters()))):
+        torch.testing.assert_close(a, b)
+    # no gold in the batch: zero loss that still backpropagates, no NaN
+    _, loss0, n0 = head(log_p, log_l, mask, feats, torch.full_like(gold, IGNORE))
+    assert float(loss0.detach()) == 0.0 and int(n0) == 0
+
+
+def test_padded_rows_and_inputs_give_no_nan_gradients():
+    head = _random_head()
+    log_p, log_l, mask, feats, gold = _batch()
+    mask = torch.cat([mask, torch.zeros(1, 3, dtype=torch.bool)])  # a step with no children at all
+    log_p = torch.cat([log_p, torch.full((1, 3), float("-inf"))])
+    log_l = torch.cat([log_l, torch.full((1, 3), float("-inf"))])
+    feats, gold = torch.cat([feats, torch.zeros(1, len(FEATURES))]), torch.cat([gold, torch.tensor([IGNORE])])
+    _, loss, _ = head(log_p, log_l, mask, feats, gold)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in head.parameters())
+
+
+def test_gradcheck_both_heads_double():
+    head = _random_head(torch.double)
+    log_p, log_l, mask, feats, gold = _batch(torch.double)
+    names = [n for n, _ in head.named_parameters()]
+    assert names == ["w_head.weight", "w_head.bias", "t_head.weight", "t_head.bias"]
+    params = tuple(p.detach().clone().requires_grad_(True) for p in head.parameters())
+
+    def loss_of(*ps):
+        state = {**dict(zip(names, ps)), **dict(head.named_buffers())}
+        return torch.func.functional_call(head, state, (log_p, log_l, mask, feats, gold))[1]
+
+    assert torch.autograd.gradcheck(loss_of, params, eps=1e-6, atol=1e-5)
+    grads = torch.autograd.grad(loss_of(*params), params)
+    assert grads[0].abs().sum() > 0 and grads[2].abs().sum() > 0  # both heads receive gradient
+
+
+@pytest.mark.parametrize("scale", [1e3, 1e30])
+def test_w_in_open_unit_interval_and_t_above_floor_for_extreme_inputs(scale):
+    head = _random_head(t_floor=0.1)
+    with torch.no_grad():
+        head.w_head.weight.mul_(100)
+        head.t_head.weight.mul_(100)
+    feats = torch.tensor([[1.0] * 5, [-1.0] * 5, [1, -1, 1, -1, 1], [-1, 1, -1, 1, -1]]) * scale
+    w, t = head.wt(feats)
+    assert ((w > 0) & (w < 1)).all(), w
+    assert ((t >= 0.1) & torch.isfinite(t)).all(), t
+    assert torch.isfinite(1 / t).all()
+    scores, _, _ = head(*_batch()[:3], feats)
+    assert torch.isfinite(scores[_batch()[2]]).all()
+
+
+def test_initial_head_is_the_fixed_blend():
+    head = BlendHead()
+    log_p, log_l, mask, feats, _ = _batch()
+    w, t = head.wt(feats)
+    torch.testing.assert_close(w, torch.full_like(w, 0.5))
+    torch.testing.assert_close(t, torch.full_like(t, 0.5))
+    scores, _, _ = head(log_p, log_l, mask, feats)
+    torch.testing.assert_close(scores[mask], (log_p + log_l)[mask])
+
+
+def test_state_features_by_hand():
+    # one node visited 4 times, children tool_a x3, tool_b x1; context parallel to tool_a's memory
+    steps = training_steps([_traj(i, "alpha" if i < 3 else "beta", ["tool_a" if i < 3 else "tool_b"])
+                            for i in range(4)], TOOLS)
+    emb = KeywordEmbedder(["alpha", "beta"])
+    ctx = emb.encode([RENDER.render(s.context) for s in steps])
+    trie = ExecutionTrie.build(steps, torch.tensor([0, 0, 0, 1]), ctx, len(TOOLS))
+    cb = trie.gather(trie.lookup(steps[:1]), ctx[:1])
+    f = state_features(cb)[0]
+    h_p = -(0.75 * torch.log(torch.tensor(0.75)) + 0.25 * torch.log(torch.tensor(0.25))) / torch.log(torch.tensor(2.0))
+    torch.testing.assert_close(f, torch.tensor([torch.log(torch.tensor(5.0)), 0.0, torch.log(torch.tensor(3.0)),
+                                                float(h_p), 0.0]), atol=1e-4, rtol=0)
+
+
+# ---- what it learns ------------------------------------------------------------------------------
+def _heldout_nll(scorer, steps, res):
+    """Mean NLL of the gold under the softmax over the state's children (steps whose gold is a child)."""
+    sc = scorer.score(steps)
+    gold = res.tool_ids([s.gold for s in steps])
+    logp = torch.log_softmax(sc.primary, dim=1)
+    keep = torch.isfinite(logp.gather(1, gold[:, None]).squeeze(1))
+    return float(-logp.gather(1, gold[:, None]).squeeze(1)[keep].mean()), sc
+
+
+def test_context_decides_drives_w_down_and_beats_fixed():
+    res = _res(["alpha", "beta", "filler"])
+    train, test = context_decides(200, seed=1), context_decides(200, seed=2)
+    learned = TracerScorer(name="tracer", blend="learned", head=HEAD).fit(train, res)
+    fixed = TracerScorer(name="tracer_fixed", blend="fixed").fit(train, res)
+    steps = training_steps(test, TOOLS)
+    nll_l, sc = _heldout_nll(learned, steps, res)
+    nll_f, _ = _heldout_nll(fixed, steps, res)
+    # fixed: p(beta step right) = 0.24 -> NLL ~ 0.8*0.18 + 0.2*1.43 = 0.43; learned: w -> 0, T -> floor
+    assert nll_f > 0.35
+    assert nll_l < 0.5 * nll_f, (nll_l, nll_f)
+    assert float(sc.extra["w"].mean()) < 0.2
+    assert float(sc.extra["T"].mean()) < 0.3
+
+
+def test_counts_decide_drives_w_up():
+    res = _res([f"w{i}" for i in range(16)])
+    train, test = counts_decide(300, seed=3), counts_decide(200, seed=4)
+    learned = TracerScorer(name="tracer", blend="learned", head=HEAD).fit(train, res)
+    fixed = TracerScorer(name="tracer_fixed", blend="fixed").fit(train, res)
+    steps = training_steps(test, TOOLS)
+    nll_l, sc = _heldout_nll(learned, steps, res)
+    nll_f, _ = _heldout_nll(fixed, steps, res)
+    assert float(sc.extra["w"].mean()) > 0.8
+    assert nll_l < nll_f
+
+
+def test_saved_index_with_head_scores_the_same(tmp_path):
+    res = _res(["alpha", "beta", "filler"])
+    scorer = TracerScorer(name="tracer", blend="learned", head=HEAD).fit(context_decides(60, seed=5), res)
+    scorer.save(tmp_path / "index")
+    assert (tmp_path / "index" / "blend_head.pt").exists()
+    again = TracerScorer.load(tmp_path / "index", res.embedder, device="cpu")
+    steps = training_steps(context_decides(20, seed=6), TOOLS)
+    a, b = scorer.score(steps), again.score(steps)
+    torch.testing.assert_close(a.primary, b.primary)
+    torch.testing.assert_close(a.extra["w"], b.extra["w"])
+
+
+# ---- no leakage ----------------------------------------------------------------------------------
+def _unique_context_trajectories():
+    """24 groups of 2 trials; each group's request is its own word, so contexts of different groups
+    are orthogonal and a step can only match an edge memory that holds its own group's contexts."""
+    trajs = []
+    for g in range(24):
+        tools = ["tool_a", "tool_c"] if g % 3 else ["tool_b", "tool_a"]
+        for trial in range(2):
+            trajs.append(_traj(f"{g}-{trial}", f"u{g}", tools, group=f"g{g}"))
+    return trajs
+
+
+def test_inner_folds_never_see_their_own_trajectory():
+    trajs = _unique_context_trajectories()
+    res = _res([f"u{g}" for g in range(24)])
+    data = inner_fold_data(trajs, res, StateKey(), RENDER, inner_folds=4, seed=7)
+    steps = training_steps(trajs, TOOLS)
+    assert len(data) == len(steps)
+    rows = data.in_trie
+    assert rows.sum() > 0.9 * len(data)
+    # own edge-memory contribution absent: every similarity is 0, so L is exactly uniform over the children
+    n = data.mask.sum(1, keepdim=True).clamp_min(1)
+    uniform = torch.log(1.0 / n + 1e-6).expand_as(data.log_l)
+    torch.testing.assert_close(data.log_l[data.mask], uniform[data.mask])
+    # own count absent: N(S) counts only the steps of the other inner folds
+    fold_of = assign_folds(sorted({s.group for s in steps}), 4, 7)
+    for i, s in enumerate(data.steps):
+        assert int(data.fold[i]) == fold_of[s.group]
+        visits = sum(1 for o in steps if o.prefix == s.prefix and fold_of[o.group] != fold_of[s.group])
+        assert float(data.feats[i, 0]) == pytest.approx(torch.log1p(torch.tensor(float(visits))).item())
+    # the check can fail: a trie that saw the steps themselves makes L peaked on the gold child
+    ctx = res.embed(steps, RENDER)
+    leaky = ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(TOOLS))
+    cb = leaky.gather(leaky.lookup(steps), ctx)
+    assert (cb.log_l.max(1).values > -0.01).all() and (cb.n_children > 1).any()
+
+
+# ---- determinism ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("batch_size", [0, 32])
+def test_same_seed_same_weights(batch_size):
+    trajs = context_decides(120, seed=8)
+    res = _res(["alpha", "beta", "filler"])
+    cfg = {**HEAD, "batch_size": batch_size, "max_epochs": 60}
+    a, ha = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
+    b, hb = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+    assert ha["val_loss"] == hb["val_loss"]
+    json.dumps({k: v for k, v in ha.items()})  # the history is JSON-able
+
+
+def test_train_head_without_covered_steps_keeps_the_fixed_blend():
+    trajs = _unique_context_trajectories()
+    res = _res([f"u{g}" for g in range(24)])
+    data = inner_fold_data(trajs, res, StateKey(), RENDER, inner_folds=4, seed=0)
+    data.gold[:] = IGNORE
+    head, hist = train_head(data)
+    assert hist["epochs"] == 0 and hist["n_uncovered"] == len(data)
+    w, t = head.wt(data.feats)
+    assert torch.allclose(w, torch.full_like(w, 0.5)) and torch.allclose(t, torch.full_like(t, 0.5))
+
+
+def test_train_head_drop_feature_zeroes_it():
+    trajs = _unique_context_trajectories()
+    res = _res([f"u{g}" for g in range(24)])
+    data = inner_fold_data(trajs, res, StateKey(), RENDER, inner_folds=4, seed=inner_seed(0, 0))
+    head, hist = train_head(data, max_epochs=30, drop=("depth",))
+    assert hist["dropped"] == ["depth"]
+    assert float(head.w_head.weight.detach()[0, FEATURES.index("depth")]) == 0.0
+    m = evaluate(head, data)
+    assert 0 <= m["recall_at_1"] <= 1 and m["n_in_trie"] == int(data.in_trie.sum())

@@ -1,0 +1,89 @@
+"""train.py end to end: the real CLI (Hydra, MiniLM) on a tiny native-format dataset in tmp_path.
+
+The run must write the head, its feature statistics, the loss curve, the resolved config, the
+report and a deployable index whose scorer uses the head.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TOOLS, tiny_trajectories
+from hydra import compose, initialize_config_dir
+
+from tracer.blend import FEATURES, BlendHead
+from tracer.data import write_native
+from tracer.scorers.base import training_steps
+from tracer.scorers.tracer import TracerScorer
+from tracer.types import Registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tiny_dataset(path: Path) -> Path:
+    """The five tiny conversations, three variants each (15 groups)."""
+    trajs = [replace(t, id=f"{t.id}-{v}", group=f"{t.group}-{v}") for v in range(3) for t in tiny_trajectories()]
+    return write_native(path, Registry(TINY_TOOLS), trajs)
+
+
+def _train(tmp_path: Path, *overrides: str) -> Path:
+    data = _tiny_dataset(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "train.py", "dataset=jsonl", f"dataset.path={data}", f"embedder.cache_dir={tmp_path / 'cache'}",
+           "embedder.device=cpu", "device=cpu", "folds=2", "model.head.max_epochs=60", f"hydra.run.dir={run_dir}",
+           *overrides]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def test_train_config_composes():
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
+        cfg = compose("train", overrides=["dataset=jsonl", "dataset.path=x"])
+        scorer = compose("evaluate", overrides=["scorer=tracer"]).scorer
+    assert cfg.get("logger") is None and cfg.model.name == "tracer"
+    assert cfg.model == scorer  # train.py and evaluate.py scorer=tracer fit the same head
+    assert set(cfg.model.head) >= {"inner_folds", "t_floor", "lr", "weight_decay", "max_epochs", "patience"}
+
+
+def test_train_end_to_end(tmp_path, minilm):
+    run_dir = _train(tmp_path)
+    for name in ("blend_head.pt", "feature_stats.json", "history.json", "config.yaml", "report.json", "report.md",
+                 "wt_hist.png", "index/blend_head.pt", "index/trie.pt", "index/meta.json"):
+        assert (run_dir / name).exists(), name
+    head = BlendHead.from_state_dict(torch.load(run_dir / "blend_head.pt", weights_only=True))
+    stats = json.loads((run_dir / "feature_stats.json").read_text())
+    assert stats["features"] == list(FEATURES)
+    torch.testing.assert_close(head.mean, torch.tensor(stats["mean"]))
+    hist = json.loads((run_dir / "history.json").read_text())
+    assert len(hist["val_loss"]) == hist["epochs"] and hist["best_val_loss"] == min(hist["val_loss"])
+
+    report = json.loads((run_dir / "report.json").read_text())
+    assert set(report["coefficients"]["w"]) == {*FEATURES, "bias"}
+    a = report["wt"]["all"]
+    assert 0 < a["w_mean"] < 1 and a["T_mean"] >= 0.05 and set(report["wt"]["by_domain"]) == {"tiny"}
+    assert set(report["ablation"]) == {"fixed", "learned", *(f"-{f}" for f in FEATURES)}
+    assert "Table 14" in (run_dir / "report.md").read_text()
+
+    # the deployable index carries the head and its scorer uses it
+    scorer = TracerScorer.load(run_dir / "index", minilm, device="cpu")
+    assert scorer.blend == "learned" and scorer.head is not None
+    torch.testing.assert_close(scorer.head.w_head.weight, head.w_head.weight)
+    sc = scorer.score(training_steps(tiny_trajectories(), scorer.res.registry))
+    assert "w" in sc.extra and ((sc.extra["w"] > 0) & (sc.extra["w"] < 1)).all()
+
+
+@pytest.mark.slow
+def test_train_logs_to_wandb_offline(tmp_path):
+    pytest.importorskip("wandb")
+    run_dir = _train(tmp_path, "logger=wandb", "folds=0", "save_index=false")
+    assert list((run_dir / "wandb").glob("offline-run-*")), "no offline W&B run written"
+    assert (run_dir / "report.json").exists() and not (run_dir / "index").exists()
