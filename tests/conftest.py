@@ -67,3 +67,41 @@ def tiny_registry() -> Registry:
 @pytest.fixture
 def tiny_trajs() -> list[Trajectory]:
     return tiny_trajectories()
+
+
+# ---- baselines (issue 5): a keyword embedder with known cosines and resources over TINY_TOOLS ----------------
+KEYWORDS = ("flight", "book", "cancel", "weather", "email", "file")
+
+
+class KeywordEmbedder:
+    """Maps a text to the normalised indicator of the keywords it contains (substring, case-insensitive).
+
+    A text without any keyword maps to the last ("none") axis, so every row is a unit vector and
+    cosines are known by hand: e.g. ``"book_flight: Book a flight"`` -> (flight + book) / sqrt(2).
+    """
+
+    def __init__(self, keywords=KEYWORDS):
+        self.keywords = tuple(keywords)
+        self.name = "keyword:" + ",".join(self.keywords)
+        self.dim = len(self.keywords) + 1
+
+    def encode(self, texts):
+        out = torch.zeros(len(texts), self.dim)
+        for i, text in enumerate(texts):
+            low = text.lower()
+            hits = [j for j, k in enumerate(self.keywords) if k in low] or [self.dim - 1]
+            out[i, hits] = 1.0
+        return torch.nn.functional.normalize(out, dim=1)  # [N, dim]
+
+
+@pytest.fixture
+def keyword_embedder() -> KeywordEmbedder:
+    return KeywordEmbedder()
+
+
+@pytest.fixture
+def tiny_resources(tiny_registry, keyword_embedder):
+    """Resources over :data:`TINY_TOOLS` with the keyword embedder (exact FAISS, CPU, seed 0, no executor)."""
+    from tracer.scorers.base import Resources
+
+    return Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)

@@ -1,0 +1,109 @@
+"""ToolNet: tools as nodes of a weighted directed graph; only the successors of the last tool are shown.
+
+Liu et al. (2024), *ToolNet: Connecting Large Language Models with Massive Tools via Tool Graph*,
+arXiv:2403.00839. Tools are nodes; a transition a->b seen in the training trajectories is a
+directed edge whose weight is how often it occurs. At a step the model is shown the successors of
+the previously invoked tool, ranked by weight:
+
+    w(a, b) = N(a, b) / N(a)          N(a, b): times b was called right after a; N(a) = sum_b N(a, b)
+
+(normalising by N(a) does not change the order; it puts the weights on a common 0..1 scale.)
+
+Choices where the paper is silent (also in ``configs/scorer/toolnet.yaml``):
+
+- *Previous tool*: the previous call across turns (``Step.history``), so the first call of a
+  later turn follows the last call of the turn before. The first call of a conversation (empty
+  history) starts from a START node whose successors are the tools that opened training
+  conversations.
+- *Edge weights*: counted on successful training trajectories only (``successful_only``); ToolNet
+  also re-weights edges online from tool evaluations, which a static log does not give us.
+- *No successors* (the last tool never had a successor in training): the step falls back to the
+  vector ranking of the whole registry (``fell_back = True``, ``in_trie = False``).
+- *Padding*: when the last tool has fewer than k successors the rest of the k is filled from the
+  vector ranking (``pad: true``, as Tracer does) so that recall at k is comparable across
+  scorers; ``pad: false`` shows the successors only.
+- *Ties* between successors of equal weight are broken by the vector ranking, then registry order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..context import ContextRendering
+from ..trie import ExecutionTrie, StateKey
+from ..types import Step, Trajectory
+from . import register_scorer
+from .base import Resources, Scores, fallback_scores, scatter_primary, training_steps
+
+LAST_CALL = StateKey(kind="last_n", n=1, cross_turn=True)
+
+
+def transition_trie(steps: Sequence[Step], res: Resources, key: StateKey = LAST_CALL) -> ExecutionTrie:
+    """Transition counts keyed by the last ``key.n`` calls (the empty state is START).
+
+    Only the counts are used, so the edge memories are built from 1-d zero contexts.
+    """
+    zeros = torch.zeros(len(steps), 1)                                        # [S, 1]
+    return ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), zeros, len(res.registry), key,
+                               device="cpu")
+
+
+class ToolNetScorer:
+    """Successors of the previous tool ranked by transition weight; vector ranking otherwise.
+
+    Args:
+        name: registry name.
+        context: rendering of the fallback query (vector search over the registry).
+        pad: fill up to k from the vector ranking when there are fewer than k successors.
+        successful_only: count transitions on successful trajectories only.
+    """
+
+    def __init__(self, name: str = "toolnet", context: Mapping | None = None, pad: bool = True,
+                 successful_only: bool = True, **_: Any):
+        self.name, self.pad, self.successful_only = name, pad, successful_only
+        self.rendering = ContextRendering.from_config(context)
+        self.res: Resources | None = None
+        self.trie: ExecutionTrie | None = None
+
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> ToolNetScorer:
+        self.res = res
+        self.trie = transition_trie(training_steps(trajectories, res.registry, self.successful_only), res)
+        return self
+
+    def successors(self, previous: str | None) -> dict[str, float]:
+        """{tool: w(previous, tool)} for a previous tool name (None = START)."""
+        state = () if previous is None else (previous,)
+        children = self.trie.children(state)
+        total = sum(children.values())
+        return {self.res.registry[t].name: c / total for t, c in children.items()}
+
+    def score(self, steps: Sequence[Step]) -> Scores:
+        if self.trie is None or self.res is None:
+            raise RuntimeError(f"scorer {self.name!r} is not fitted")
+        ctx = self.res.embed(steps, self.rendering)                             # [B, d]
+        cb = self.trie.gather(self.trie.lookup(steps), torch.zeros(len(steps), 1))
+        weight = cb.count / cb.node_count.clamp_min(1)[:, None]                 # [B, C]
+        has_children = cb.mask.any(1)                                           # [B]
+        return Scores(
+            primary=scatter_primary(cb.tool, cb.mask, weight.float(), len(self.res.registry)),
+            fallback=fallback_scores(self.res, ctx),
+            fell_back=~has_children,
+            in_trie=has_children,
+            depth=cb.depth,
+            n_children=cb.n_children,
+        )
+
+    def describe(self) -> dict:
+        return {"scorer": self.name, "paper": "ToolNet (Liu et al. 2024, arXiv:2403.00839)",
+                "state": "previous call across turns (START for the first call)",
+                "no_successors": "vector ranking (fell_back)", "pad": self.pad,
+                "successful_only": self.successful_only,
+                "n_nodes": self.trie.n_nodes if self.trie else 0, "n_edges": self.trie.n_edges if self.trie else 0}
+
+
+@register_scorer("toolnet")
+def toolnet(**cfg) -> ToolNetScorer:
+    return ToolNetScorer(**{"name": "toolnet", **cfg})
