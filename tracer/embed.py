@@ -107,7 +107,8 @@ class CachedEmbedder:
             if vecs.shape[1:] != (self.dim,):
                 raise ValueError(f"{shard}: cached vectors have dimension {vecs.shape[1:]} but the embedder has {self.dim}")
             for k, v in zip(keys, vecs):
-                self._mem[bytes(k)] = v
+                # numpy's fixed-width bytes drop trailing NULs; keys are 32-byte digests, so pad back
+                self._mem[bytes(k).ljust(32, b"\0")] = v
 
     def _save_shard(self, keys: list[bytes], vecs: np.ndarray) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
