@@ -76,6 +76,8 @@ def test_fold_metrics_by_hand():
     assert mean["recall_at_k"] == pytest.approx(0.75)
     assert sd["recall_at_k"] == pytest.approx(((0.25 ** 2 * 2) / 1) ** 0.5)  # sample SD of (0.5, 1.0)
     assert fold_metrics(recs, trie_based=False)["out_of_trie_rate"] is None
+    mean, _ = aggregate([m, {**m, "recall_out_of_trie": None}])  # a fold without out-of-trie steps
+    assert mean["recall_out_of_trie"] == 0.0 and aggregate([{**m, "task_success": None}])[0]["task_success"] is None
 
 
 def test_paired_test_detects_a_real_difference():

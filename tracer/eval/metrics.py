@@ -83,11 +83,14 @@ def fold_metrics(records: Sequence[StepRecord], *, trie_based: bool, task_succes
 
 
 def aggregate(per_fold: Sequence[Mapping[str, float | None]]) -> tuple[dict, dict]:
-    """Mean and sample SD (ddof=1) over folds; None where any fold has None."""
+    """Mean and sample SD (ddof=1) over the folds where a metric is defined; None where no fold defines it.
+
+    (A fold can leave a metric undefined, e.g. recall on out-of-trie steps when it has none.)
+    """
     mean, sd = {}, {}
     for m in METRICS:
-        vals = [f.get(m) for f in per_fold]
-        if not vals or any(v is None for v in vals):
+        vals = [f.get(m) for f in per_fold if f.get(m) is not None]
+        if not vals:
             mean[m] = sd[m] = None
             continue
         mean[m] = float(np.mean(vals))
