@@ -39,6 +39,7 @@ from .types import Step
 
 _NEG_INF = float("-inf")
 _MEM64_MAX = 1 << 22  # keep a float64 host copy of the edge memory up to this many numbers (32 MiB)
+_WIDE, _WIDE64_BUDGET = 256, 256 << 20  # larger tries: float64 copies of nodes with >= 256 children, 256 MiB
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,8 @@ class _Host:
     log_p: np.ndarray       # [E] float32
     mem: np.ndarray         # [E, d] float32
     mem64: np.ndarray | None  # [E, d] float64 copy for small tries (saves a conversion per step)
+    wide64: dict[int, np.ndarray]  # float64 copies of the children of wide nodes (large tries)
+    wide_budget: int        # bytes still allowed for wide64
 
 
 class ExecutionTrie:
@@ -203,8 +206,9 @@ class ExecutionTrie:
         new_key, inv = torch.unique(node * self.n_tools + tools, sorted=True, return_inverse=True)  # [K], [S]
         new_count = torch.bincount(inv, minlength=len(new_key))                                      # [K]
         new_sum = torch.zeros(len(new_key), self.dim, dtype=torch.float32, device=self.device)       # [K, d]
-        for lo in range(0, len(inv), chunk):
-            new_sum.index_add_(0, inv[lo:lo + chunk], contexts[lo:lo + chunk].to(self.device, torch.float32))
+        for lo in range(0, len(inv), chunk):  # scatter_add_ (vectorised; index_add_ is row by row on CPU)
+            part = contexts[lo:lo + chunk].to(self.device, torch.float32)
+            new_sum.scatter_add_(0, inv[lo:lo + chunk, None].expand(-1, self.dim), part)
         # merge with the existing edges (both sorted by key)
         old_key = self.edge_node() * self.n_tools + self.edge_tool                                   # [E_old]
         key = torch.unique(torch.cat([old_key, new_key]), sorted=True)                                # [E]
@@ -216,7 +220,7 @@ class ExecutionTrie:
         for lo in range(0, len(old_key), chunk):  # old sums = memory x norm, a chunk at a time
             total[at_old[lo:lo + chunk]] = (self.edge_memory[lo:lo + chunk].float()
                                             * self.edge_norm[lo:lo + chunk, None])
-        total.index_add_(0, at_new, new_sum)
+        total.scatter_add_(0, at_new[:, None].expand(-1, self.dim), new_sum)
         del new_sum
         self.edge_memory = None  # free the old memory before the new one is normalised
         norm = torch.linalg.vector_norm(total, dim=1)                                                # [E]
@@ -351,7 +355,8 @@ class ExecutionTrie:
             self._host = _Host(
                 indptr=self.indptr.tolist(), tool=self.edge_tool.cpu().numpy(), count=self.edge_count.cpu().numpy(),
                 log_p=self.edge_log_p.cpu().numpy(), mem=mem_np,
-                mem64=mem_np.astype(np.float64) if mem_np.size <= _MEM64_MAX else None)
+                mem64=mem_np.astype(np.float64) if mem_np.size <= _MEM64_MAX else None, wide64={},
+                wide_budget=_WIDE64_BUDGET)
         return self._host
 
     def children_one(self, state: tuple[str, ...], context: np.ndarray | None) -> OneStep:
@@ -368,7 +373,15 @@ class ExecutionTrie:
         if context is None:
             sim = np.zeros(hi - lo, np.float32)
         else:
-            mem = h.mem64[lo:hi] if h.mem64 is not None else h.mem[lo:hi].astype(np.float64)
+            if h.mem64 is not None:
+                mem = h.mem64[lo:hi]
+            elif u in h.wide64:
+                mem = h.wide64[u]
+            else:
+                mem = h.mem[lo:hi].astype(np.float64)
+                if hi - lo >= _WIDE and mem.nbytes <= h.wide_budget:  # keep the conversion of a wide node
+                    h.wide64[u] = mem
+                    h.wide_budget -= mem.nbytes
             sim = (mem @ np.asarray(context, dtype=np.float64)).astype(np.float32)  # [C]
         return OneStep(u, h.tool[lo:hi], h.count[lo:hi], h.log_p[lo:hi], sim, contextual_prior_one(sim, self.eps))
 
@@ -434,9 +447,14 @@ def contextual_prior(sim: torch.Tensor, mask: torch.Tensor, eps: float) -> torch
 
 def contextual_prior_one(sim: np.ndarray, eps: float) -> np.ndarray:
     """:func:`contextual_prior` for the children of one state, ``[C]`` float32 -> ``[C]`` float32 (numpy)."""
-    if len(sim) == 0:
+    n = len(sim)
+    if n == 0:
         return np.zeros(0, np.float32)
-    pos = np.maximum(sim.astype(np.float64), 0.0)
+    pos = np.maximum(sim, 0.0, dtype=np.float64)                          # [C] float64
     total = pos.sum()
-    prob = pos / total if total > 0 else np.full(len(sim), 1.0 / len(sim))
-    return np.log(prob + eps).astype(np.float32)
+    if total > 0:
+        np.divide(pos, total, out=pos)
+    else:
+        pos.fill(1.0 / n)
+    np.add(pos, eps, out=pos)
+    return np.log(pos, out=pos).astype(np.float32)

@@ -166,7 +166,9 @@ def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fel
     neg_fb = -np.asarray(fallback, dtype=np.float32)                                 # [N]
     head = last = np.zeros(0, dtype=np.int64)
     if not fell_back and len(proposed):
-        s = np.nan_to_num(np.asarray(scores, dtype=np.float32), nan=-np.inf)          # -inf -> lowest float
+        s = np.asarray(scores, dtype=np.float32)
+        if not np.isfinite(s).all():
+            s = np.nan_to_num(s, nan=-np.inf)  # as in rank: +-inf -> largest/lowest float, NaN -> -inf
         p = np.asarray(proposed, dtype=np.int64)
         up = s > np.finfo(np.float32).min
         head = p[up][np.lexsort((p[up], neg_fb[p[up]], -s[up]))]

@@ -24,6 +24,7 @@ finite, very low L instead of -inf.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -334,10 +335,11 @@ def confidence_one(s: np.ndarray) -> float:
     if len(s) == 0:
         return 0.0
     s64 = s.astype(np.float64)
-    top = s64.max()
-    if not np.isfinite(top):
+    top = float(s64.max())
+    if not math.isfinite(top):
         return 0.0
-    return float(1.0 / np.exp(s64 - top).sum())
+    np.subtract(s64, top, out=s64)
+    return float(1.0 / np.exp(s64, out=s64).sum())
 
 
 def _replace_dir(new: Path, out: Path) -> None:
