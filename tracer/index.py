@@ -92,10 +92,11 @@ class ToolIndex:
         if self.exact:
             q = queries.detach()
             return (q.to(torch.float64) @ self._matrix64(q.device).T).float().cpu()  # [B, N]
-        scores, ids = self.search(queries, len(self))  # [B, N], [B, N]
-        out = torch.full((queries.shape[0], len(self)), float("-inf"))
-        out.scatter_(1, ids.clamp_min(0).long(), torch.where(ids >= 0, scores, float("-inf")))
-        return out
+        scores, ids = self.search(queries, len(self))  # [B, N], [B, N]; id -1 = not returned
+        n = len(self)
+        out = torch.full((queries.shape[0], n + 1), float("-inf"))
+        out.scatter_(1, torch.where(ids >= 0, ids.long(), n), scores)  # misses land in a dump column
+        return out[:, :n]
 
     def dense_scores_one(self, query: np.ndarray) -> np.ndarray:
         """:meth:`dense_scores` for one query ``[d]`` (numpy in, ``[N]`` float32 numpy out): the single-step path."""

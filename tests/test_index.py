@@ -1,0 +1,102 @@
+"""The FAISS tool index: search against brute force (torch.topk), the exact dense path against FAISS,
+the single-query path against the batched one, and persistence with its id map."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tracer.index import ToolIndex
+from tracer.types import Registry, Tool
+
+
+def unit_rows(n: int, d: int, seed: int) -> torch.Tensor:
+    return torch.nn.functional.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed)), dim=1)
+
+
+@pytest.fixture(scope="module")
+def random_index() -> ToolIndex:
+    return ToolIndex([f"tool_{i}" for i in range(300)], unit_rows(300, 48, seed=0))
+
+
+def test_search_matches_brute_force_topk(random_index):
+    q = unit_rows(64, 48, seed=1)
+    scores, ids = random_index.search(q, 10)
+    want = torch.topk(q @ torch.from_numpy(random_index.vectors).T, 10)
+    assert torch.equal(ids.long(), want.indices)
+    torch.testing.assert_close(scores, want.values, atol=1e-6, rtol=0)
+
+
+def test_search_caps_k_at_the_registry_size(random_index):
+    _, ids = random_index.search(unit_rows(2, 48, seed=2), 1000)
+    assert ids.shape == (2, 300) and sorted(ids[0].tolist()) == list(range(300))
+
+
+def faiss_dense(index: ToolIndex, q: torch.Tensor) -> torch.Tensor:
+    """What dense_scores returned before the exact matmul: a FAISS search over all N, scattered."""
+    scores, ids = index.search(q, len(index))
+    return torch.full((q.shape[0], len(index)), float("-inf")).scatter_(1, ids.long(), scores)
+
+
+def test_exact_dense_scores_equal_faiss(random_index):
+    q = unit_rows(40, 48, seed=3)
+    dense, faiss_scores = random_index.dense_scores(q), faiss_dense(random_index, q)
+    assert dense.dtype == torch.float32 and dense.shape == (40, 300)
+    torch.testing.assert_close(dense, faiss_scores, atol=1e-6, rtol=0)
+    # the same order (random vectors: no ties)
+    assert torch.equal(torch.argsort(dense, dim=1, descending=True, stable=True),
+                       torch.argsort(faiss_scores, dim=1, descending=True, stable=True))
+
+
+def test_exact_dense_scores_equal_faiss_on_minilm(minilm, tiny_registry):
+    index = ToolIndex.build(tiny_registry, minilm)
+    q = minilm.encode(["book me a flight to Boston", "what's the weather like", "email Bob the report",
+                       "cancel my reservation", "show the files in this folder"])
+    dense, faiss_scores = index.dense_scores(q), faiss_dense(index, q)
+    torch.testing.assert_close(dense, faiss_scores, atol=1e-6, rtol=0)
+    assert torch.equal(dense.argmax(1), faiss_scores.argmax(1))
+    assert [tiny_registry[i].name for i in dense.argmax(1).tolist()] == [
+        "book_flight", "get_weather", "send_email", "cancel_booking", "list_files"]
+
+
+def test_dense_scores_one_equals_the_batched_rows_bit_for_bit(random_index):
+    q = unit_rows(200, 48, seed=4)
+    batched = random_index.dense_scores(q)
+    for i in range(200):
+        assert np.array_equal(random_index.dense_scores_one(q[i].numpy()), batched[i].numpy())
+    # independent of the batch size
+    assert torch.equal(random_index.dense_scores(q[:3]), batched[:3])
+
+
+def test_approximate_index_scores_through_faiss():
+    index = ToolIndex([f"t{i}" for i in range(200)], unit_rows(200, 32, seed=5), factory="HNSW16,Flat")
+    assert not index.exact
+    q = unit_rows(5, 32, seed=6)
+    dense = index.dense_scores(q)
+    exact = q @ torch.from_numpy(index.vectors).T
+    found = torch.isfinite(dense)  # HNSW may leave tools out: they score -inf
+    assert found.sum(1).min() > 0
+    torch.testing.assert_close(dense[found], exact[found], atol=1e-5, rtol=0)
+    assert torch.equal(dense.argmax(1), exact.argmax(1))
+    assert np.array_equal(index.dense_scores_one(q[0].numpy()), dense[0].numpy())
+
+
+def test_save_load_round_trip_and_id_map_check(tmp_path, random_index):
+    random_index.save(tmp_path)
+    registry = Registry(Tool(n) for n in random_index.names)
+    again = ToolIndex.load(tmp_path, registry)
+    q = unit_rows(8, 48, seed=7)
+    assert again.names == random_index.names and again.factory == "Flat"
+    assert torch.equal(again.dense_scores(q), random_index.dense_scores(q))
+    s1, i1 = again.search(q, 5)
+    s2, i2 = random_index.search(q, 5)
+    assert torch.equal(i1, i2) and torch.equal(s1, s2)
+    shuffled = Registry(Tool(n) for n in reversed(random_index.names))
+    with pytest.raises(ValueError, match="id map does not match"):
+        ToolIndex.load(tmp_path, shuffled)
+
+
+def test_names_and_vectors_must_agree():
+    with pytest.raises(ValueError, match="2 names but 3 vectors"):
+        ToolIndex(["a", "b"], unit_rows(3, 4, seed=0))
