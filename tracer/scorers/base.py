@@ -163,7 +163,9 @@ def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fel
     """
     n = len(fallback)
     m = n if top is None else max(0, min(top, n))
-    neg_fb = -np.asarray(fallback, dtype=np.float32)                                 # [N]
+    neg_fb = -np.asarray(fallback, dtype=np.float32)                                 # [N] ascending = best first
+    if np.isnan(neg_fb).any():  # NaN first, as in a torch sort: exact integer keys instead
+        neg_fb = _desc_keys(-neg_fb, np.arange(n, dtype=np.uint64))
     head = last = np.zeros(0, dtype=np.int64)
     if not fell_back and len(proposed):
         s = np.asarray(scores, dtype=np.float32)
