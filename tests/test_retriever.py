@@ -1,0 +1,124 @@
+"""The plain-Python facade: steps from live messages, build from a dataset directory with the real
+MiniLM and FAISS, select / rank / batch, save and load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tracer.data import write_native
+from tracer.errors import DataError
+from tracer.retriever import Retriever, step_from_messages
+from tracer.steps import extract_all
+from tracer.types import Trajectory
+
+
+# ---- steps from live messages ------------------------------------------------------------------------
+def test_step_from_messages_matches_extract_steps_on_bfcl():
+    from tracer.data import load_dataset
+
+    steps = load_dataset("bfcl", execute=False).steps()
+    for s in steps:
+        live = step_from_messages(s.context)
+        assert (live.prefix, live.history, live.turn, live.position, live.index) == \
+            (s.prefix, s.history, s.turn, s.position, s.index)
+        assert live.context == s.context and live.gold == ""
+
+
+def test_step_from_messages_with_parallel_calls_and_no_user_message():
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": "{}"}}
+             for i, n in enumerate(["a", "b", "c"])]
+    msgs = ({"role": "system", "content": "s"}, {"role": "assistant", "content": None, "tool_calls": calls[:1]},
+            {"role": "user", "content": "go"}, {"role": "assistant", "content": "ok", "tool_calls": calls[1:]})
+    steps = extract_all([Trajectory("p", "p", "x", msgs)])
+    assert [s.gold for s in steps] == ["a", "b", "c"]
+    for s in steps:  # the context of a parallel call holds the earlier calls of its message
+        live = step_from_messages(s.context)
+        assert (live.prefix, live.history, live.turn, live.position) == (s.prefix, s.history, s.turn, s.position)
+    assert step_from_messages([]).prefix == () and step_from_messages([]).turn == 0
+
+
+# ---- the facade with MiniLM ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from conftest import TINY_TOOLS, tiny_trajectories
+
+    from tracer.types import Registry
+
+    path = tmp_path_factory.mktemp("tiny") / "dataset"
+    write_native(path, Registry(TINY_TOOLS), tiny_trajectories())
+    return path
+
+
+@pytest.fixture(scope="module")
+def retriever(tiny_dir, minilm):
+    return Retriever.from_dataset(tiny_dir, "tracer_fixed", embedder=minilm, device="cpu")
+
+
+def conversation(*calls: str, request: str = "Find a flight from SFO to JFK and book it") -> list[dict]:
+    msgs = [{"role": "user", "content": request}]
+    for i, name in enumerate(calls):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps({})}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "ok"})
+    return msgs
+
+
+def test_select_returns_openai_tool_objects(retriever):
+    tools = retriever.select(conversation("search_flights"), k=3)
+    assert len(tools) == 3 and all(t["type"] == "function" and "parameters" in t["function"] for t in tools)
+    assert tools[0]["function"]["name"] == "book_flight"  # the only child of (search_flights,), kappa = 1
+    assert tools == [retriever.registry.get(t["function"]["name"]).to_openai() for t in tools]
+    assert len(retriever.select(conversation())) == retriever.k == 5
+
+
+def test_rank_is_the_whole_registry_and_agrees_with_select(retriever):
+    for msgs in (conversation(), conversation("search_flights"), conversation("get_weather", request="weather?")):
+        names = retriever.rank(msgs)
+        assert sorted(names) == sorted(retriever.registry.names)
+        assert [t["function"]["name"] for t in retriever.select(msgs, k=4)] == names[:4]
+
+
+def test_select_batch_equals_select(retriever):
+    convs = [conversation(), conversation("search_flights"), conversation("list_files", request="files")]
+    assert retriever.select_batch(convs, k=2) == [retriever.select(c, k=2) for c in convs]
+
+
+def test_save_and_load_give_identical_answers(retriever, minilm, tmp_path):
+    retriever.save(tmp_path / "index")
+    again = Retriever.load(tmp_path / "index", embedder=minilm, device="cpu")
+    for msgs in (conversation(), conversation("search_flights"), conversation("book_flight", request="cancel it")):
+        assert again.rank(msgs) == retriever.rank(msgs)
+        assert again.select(msgs, k=3) == retriever.select(msgs, k=3)
+
+
+class OtherEmbedder:
+    def __init__(self, name: str, dim: int):
+        self.name, self.dim = name, dim
+
+    def encode(self, texts):
+        raise AssertionError("never used")
+
+
+def test_load_refuses_another_embedder(retriever, tmp_path):
+    retriever.save(tmp_path / "index")
+    with pytest.raises(ValueError, match="built with embedder 'all-MiniLM-L6-v2' \\(dim 384\\), not 'other'"):
+        Retriever.load(tmp_path / "index", embedder=OtherEmbedder("other", 384))
+    with pytest.raises(ValueError, match="not 'all-MiniLM-L6-v2' \\(dim 256\\)"):
+        Retriever.load(tmp_path / "index", embedder=OtherEmbedder("all-MiniLM-L6-v2", 256))
+    with pytest.raises(FileNotFoundError, match="no saved index"):
+        Retriever.load(tmp_path / "elsewhere", embedder=OtherEmbedder("other", 384))
+
+
+def test_scorers_without_save_select_but_refuse_to_save(tiny_dir, minilm, tmp_path):
+    vector = Retriever.from_dataset(tiny_dir, "vector", embedder=minilm, device="cpu")
+    assert vector.select(conversation(request="what's the weather in Paris"), k=1)[0]["function"]["name"] == \
+        "get_weather"
+    with pytest.raises(TypeError, match="cannot be saved: only scorers with save/load"):
+        vector.save(tmp_path / "index")
+
+
+def test_from_dataset_refuses_what_is_not_a_dataset(minilm, tmp_path):
+    with pytest.raises(DataError, match="neither a dataset directory"):
+        Retriever.from_dataset(tmp_path / "missing", embedder=minilm)
