@@ -437,12 +437,11 @@ def contextual_prior(sim: torch.Tensor, mask: torch.Tensor, eps: float) -> torch
 
     ``sim [B, C]``, ``mask [B, C]`` -> ``[B, C]`` float32 with -inf where masked (float64 inside).
     """
-    sim64 = sim.double()
-    pos = torch.where(mask, sim64.clamp_min(0), 0.0)                     # [B, C]
-    total = pos.sum(1, keepdim=True)                                     # [B, 1]
-    n = mask.sum(1, keepdim=True).clamp_min(1)
-    prob = torch.where(total > 0, pos / torch.where(total > 0, total, 1.0), mask.double() / n)
-    return torch.where(mask, torch.log(prob + eps), _NEG_INF).float()
+    pos = sim.double().clamp_min(0).masked_fill_(~mask, 0.0)            # [B, C] relu, 0 where masked
+    total = pos.sum(1, keepdim=True)                                    # [B, 1]
+    uniform = mask.double() / mask.sum(1, keepdim=True).clamp_min(1)    # [B, C] 1/n over the children
+    prob = torch.where(total > 0, pos / total, uniform)                 # 0/0 rows are replaced by uniform
+    return torch.log(prob.add_(eps)).float().masked_fill_(~mask, _NEG_INF)
 
 
 def contextual_prior_one(sim: np.ndarray, eps: float) -> np.ndarray:

@@ -18,7 +18,21 @@ H(S | t) to every presented set.
 Choices where the paper is silent (stated here and in the configs): when S has fewer than k
 children the rest of the k is filled from the fallback ranking (``pad: true``); the smoothing
 ``eps`` applies to both logs, so a child whose similarity is clipped to 0 by the ReLU keeps a
-finite, very low L instead of -inf.
+finite, very low L instead of -inf. If every child's cosine is <= 0, L is uniform over the children.
+
+Two paths, one result: :meth:`TracerScorer.score_embedded` scores a batch with torch on the
+resources' device; :meth:`TracerScorer.select_one` / :meth:`TracerScorer.rank_one` score one
+step with numpy on the CPU (tens of microseconds beyond the context embedding, fixed blend).
+Cosines are accumulated in float64 and rounded to float32 on both (see :mod:`tracer.trie`), so
+their rankings and presented sets are the same (tested on BFCL).
+
+Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
+
+    res = Resources.build(dataset.registry, build_embedder())
+    scorer = build_scorer("tracer_fixed").fit(dataset.trajectories, res)
+    presented = finalize(scorer.score(steps), k=5).presented      # batched
+    one = scorer.select_one(step, context_embedding, k=5)          # one step
+    scorer.save("index"); scorer = TracerScorer.load("index", res.embedder)
 """
 
 from __future__ import annotations
