@@ -100,3 +100,24 @@ def test_save_load_round_trip_and_id_map_check(tmp_path, random_index):
 def test_names_and_vectors_must_agree():
     with pytest.raises(ValueError, match="2 names but 3 vectors"):
         ToolIndex(["a", "b"], unit_rows(3, 4, seed=0))
+
+
+def test_top_scores_one_keeps_the_exact_leaders_of_a_large_registry():
+    from tracer.scorers.base import rank_one
+
+    vecs = unit_rows(5000, 64, seed=8)
+    vecs[100:110] = vecs[7]       # exact ties
+    vecs[200] = torch.nn.functional.normalize(vecs[7] + 1e-7, dim=0)  # near-ties
+    index = ToolIndex([f"t{i}" for i in range(5000)], vecs)
+    queries = torch.cat([unit_rows(30, 64, seed=9), vecs[7:8], -vecs[7:8]])
+    none = np.zeros(0, dtype=np.int64)
+    for q in queries.numpy():
+        full = index.dense_scores_one(q)
+        for top, include in ((5, none), (40, np.array([3, 100, 4999])), (1, np.array([7]))):
+            part = index.top_scores_one(q, top + len(include), include)
+            kept = np.isfinite(part)
+            assert np.array_equal(part[kept], full[kept]) and kept[include].all()
+            assert kept.sum() < 5000
+            fake = np.full(len(include), 1.0, dtype=np.float32)  # proposals scored above everything
+            assert np.array_equal(rank_one(include, fake, part, False, top), rank_one(include, fake, full, False, top))
+            assert np.array_equal(rank_one(none, none, part, True, top), rank_one(none, none, full, True, top))

@@ -295,3 +295,31 @@ def test_attach_refuses_a_trie_of_another_shape(bfcl_split):
         build_scorer("tracer_fixed").attach(ExecutionTrie(3, D), res)
     with pytest.raises(ValueError, match="built with key"):
         build_scorer("tracer_fixed").attach(ExecutionTrie(len(res.registry), D, StateKey("last_n", 2)), res)
+
+
+def test_single_step_path_equals_the_batched_path_on_a_large_registry():
+    # 3,000 tools: the single-step path finds the fallback's leaders with a float32 pass and rescores them
+    n, d = 3000, 24
+    g = torch.Generator().manual_seed(3)
+    unit = lambda m: torch.nn.functional.normalize(torch.randn(m, d, generator=g), dim=1)
+    names = [f"t{i}" for i in range(n)]
+    registry = Registry(Tool(x) for x in names)
+    res = Resources(registry, NoTextEmbedder(d), ToolIndex(names, unit(n)), "cpu")
+    rng = np.random.default_rng(0)
+    states, tools = [], []
+    for _ in range(3000):
+        first = int(rng.integers(0, 40))
+        nxt = int(rng.integers(0, n)) if rng.random() < 0.5 else first + 1
+        states += [(), (names[first],)]
+        tools += [first, nxt]
+    trie = ExecutionTrie(n, d).update(states, torch.tensor(tools), unit(len(states)))
+    sc = build_scorer("tracer_fixed", tau=0.3).attach(trie, res)
+    steps = [Step("q", "q", 0, len(p), p, p, "", ()) for p in [(), (names[3],), ("unseen",)] * 20]
+    ctx = unit(len(steps))
+    scores = sc.score_embedded(steps, ctx)
+    assert 0 < int(scores.fell_back.sum()) < len(steps)
+    for k in (1, 5, 12):
+        sel = finalize(scores, k)
+        for i, st in enumerate(steps):
+            assert sc.select_one(st, ctx[i].numpy(), k) == sel.presented[i]
+            assert np.array_equal(sc.rank_one(st, ctx[i].numpy(), top=k), sel.ranking[i, :k].numpy())

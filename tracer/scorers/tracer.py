@@ -242,7 +242,8 @@ class TracerScorer:
             if np.isfinite(top).all() and (top[1:] < top[:-1]).all():            # no ties: order is final
                 chosen = tuple(ch.tool[order[:m]].tolist())
                 return chosen + tuple(g for g in self.global_set if g not in chosen)
-        fallback = self.res.tool_index.dense_scores_one(np.asarray(_as_numpy(context), dtype=np.float64))
+        c = np.asarray(_as_numpy(context), dtype=np.float64)
+        fallback = self.res.tool_index.top_scores_one(c, k + n_child, ch.tool)  # exact where it matters
         return finalize_one(ch.tool, s, fallback, fell_back, k, pad, self.global_set)
 
     def rank_one(self, step: Step | tuple[str, ...], context, top: int | None = None) -> np.ndarray:
@@ -251,7 +252,10 @@ class TracerScorer:
             r = finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(_as_numpy(context))[None]),
                          1).ranking[0].numpy()
             return r if top is None else r[:top]
-        ch, s, fallback, fell_back, _ = self.score_one(step, context)
+        ch, s, fallback, fell_back, _ = self.score_one(step, context, with_fallback=top is None)
+        if top is not None:
+            c = np.asarray(_as_numpy(context), dtype=np.float64)
+            fallback = self.res.tool_index.top_scores_one(c, top + len(s), ch.tool)
         return rank_one(ch.tool, s, fallback, fell_back, top)
 
     def _as_step(self, step: Step | tuple[str, ...]) -> Step:
