@@ -6,10 +6,12 @@ builders; the library itself never imports Hydra.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .data import Dataset, load_dataset
-from .embed import CachedEmbedder, build_embedder as _build_embedder
+from .embed import CachedEmbedder
+from .embed import build_embedder as _build_embedder
 
 
 def plain(cfg: Any) -> Any:

@@ -18,8 +18,9 @@ Tool calls are rendered as ``name(args)`` or ``name``; tool results are left out
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from .types import Message
 

@@ -6,8 +6,9 @@ W&B runs offline by default: it writes a run directory under the job's output di
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 
 class MetricLogger(Protocol):

@@ -7,7 +7,8 @@ calls in their listed order; the turn-local prefix resets at each user message.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from .types import Message, Step, Trajectory
 
@@ -78,3 +79,26 @@ def turns_of(traj: Trajectory) -> list[list[str]]:
                     turns.append([])
                 turns[-1].append(_call_name_args(call)[0])
     return turns
+
+
+def step_from_messages(messages: Sequence[Message], trajectory_id: str = "live", group: str = "live",
+                       gold: str = "", index: int | None = None) -> Step:
+    """The decision step at the end of a live conversation (``gold`` empty when the next call is unknown).
+
+    Same fields as :func:`extract_steps` gives the step whose context is ``messages``: every user
+    message opens a turn; ``prefix`` holds the calls made since the last user message, ``history``
+    every call so far.
+    """
+    turn, prefix, history = -1, [], []
+    for m in messages:
+        role = m.get("role")
+        if role == "user":
+            turn, prefix = turn + 1, []
+        elif role == "assistant":
+            for call in m.get("tool_calls") or ():
+                name = call.get("function", call)["name"]
+                prefix.append(name)
+                history.append(name)
+    return Step(trajectory_id=trajectory_id, group=group, turn=max(turn, 0), position=len(prefix),
+                prefix=tuple(prefix), history=tuple(history), gold=gold, context=tuple(messages),
+                index=len(history) if index is None else index)

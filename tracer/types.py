@@ -7,8 +7,9 @@ format on disk is exactly that), wrapped in tuples so that a record cannot be mu
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 Message = Mapping[str, Any]
 
@@ -42,7 +43,7 @@ class Tool:
 
     @classmethod
     def from_openai(cls, obj: Mapping[str, Any], source: str = "") -> Tool:
-        fn = obj["function"] if "function" in obj else obj
+        fn = obj.get("function", obj)
         return cls(
             name=fn["name"],
             description=fn.get("description", "") or "",

@@ -1,7 +1,7 @@
 """Dataset loaders. Each source is one module that registers itself; all return :class:`Dataset`."""
 
-from .base import LOADERS, Dataset, load_dataset, register_loader
 from . import native  # noqa: F401  (registers "jsonl")
+from .base import LOADERS, Dataset, load_dataset, register_loader
 from .native import load_native, read_tools, write_native
 
 for _mod in ("bfcl", "tau2", "apibank"):
@@ -11,4 +11,4 @@ for _mod in ("bfcl", "tau2", "apibank"):
         if _e.name != f"{__name__}.{_mod}":
             raise
 
-__all__ = ["LOADERS", "Dataset", "load_dataset", "register_loader", "load_native", "read_tools", "write_native"]
+__all__ = ["LOADERS", "Dataset", "load_dataset", "load_native", "read_tools", "register_loader", "write_native"]

@@ -11,8 +11,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import DataError
 from ..types import Registry, Tool, Trajectory
@@ -135,8 +135,7 @@ def write_native(path: str | Path, registry: Registry, trajectories: Iterable[Tr
     try:
         (tmp / "tools.json").write_text(json.dumps(registry.to_openai(), indent=1))
         with open(tmp / "trajectories.jsonl", "w") as f:
-            for t in trajectories:
-                f.write(json.dumps(t.to_json()) + "\n")
+            f.writelines(json.dumps(t.to_json()) + "\n" for t in trajectories)
         if root.exists():
             old = root.with_name(f".{root.name}.old")
             os.replace(root, old)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..config import build_dataset, build_embedder, build_executor_cfg, build_scorer_cfg, plain
 from ..scorers.base import Resources
@@ -15,8 +16,8 @@ from .runner import EvalConfig, Evaluator
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:
-    lines = [f"{doc['dataset']} ({doc['registry_size']} tools) | scorer {doc['scorer']} | k={doc['k']} | "
-             f"{doc['regime']} | executor {doc['executor']} | {doc['n_steps']} steps | mean ± SD over folds"]
+    lines = [(f"{doc['dataset']} ({doc['registry_size']} tools) | scorer {doc['scorer']} | k={doc['k']} | "
+             f"{doc['regime']} | executor {doc['executor']} | {doc['n_steps']} steps | mean ± SD over folds")]
     for m in METRICS:
         mu, sd = doc["mean"][m], doc["sd"][m]
         lines.append(f"  {m:<26} {'–' if mu is None else f'{mu:.4f} ± {sd:.4f}'}")
@@ -61,7 +62,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         "config": cfg, "recall_curve": result.recall_curve, "fit_seconds": result.fit_seconds,
         "tokenizer": executor.tokenizer_name or "minilm-wordpiece (local, offline)",
         "embeddings_encoded": getattr(embedder, "n_encoded", None), "skipped": dict(ds.skipped),
-        "scorer_info": getattr(build_scorer_cfg(scorer_cfg), "describe", lambda: {})(),
+        "scorer_info": getattr(build_scorer_cfg(scorer_cfg), "describe", dict)(),
     })
     rows = [doc]
     plots.cost_accuracy(rows, run_dir / "cost_accuracy.png")

@@ -6,8 +6,8 @@ ddof=1; 0 for a single fold). A metric that does not apply is ``None`` (null in 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -15,8 +15,8 @@ import argparse
 import csv
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from . import plots
 from .metrics import paired_test, recall_curve

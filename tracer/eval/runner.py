@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -26,7 +27,7 @@ from tqdm.auto import tqdm
 from ..data import Dataset
 from ..folds import assign_folds
 from ..scorers.base import Resources, Scorer, finalize
-from ..steps import extract_all, extract_steps
+from ..steps import extract_all, extract_steps, step_from_messages
 from ..types import Step, ToolCall, Trajectory
 from .metrics import StepRecord, aggregate, fold_metrics, recall_curve
 from .tokens import TokenCounter
@@ -66,22 +67,6 @@ def with_guidance(messages: Sequence[Mapping[str, Any]], guidance: str | None) -
     if msgs and msgs[0].get("role") == "system":
         return [{**msgs[0], "content": f"{msgs[0].get('content') or ''}\n\n{guidance}"}] + msgs[1:]
     return [{"role": "system", "content": guidance}] + msgs
-
-
-def step_from_messages(messages: Sequence[Mapping[str, Any]], trajectory_id: str = "", group: str = "",
-                       gold: str = "") -> Step:
-    """The decision step at the end of a live conversation (turn-local prefix and history from its calls)."""
-    turn, prefix, history = -1, [], []
-    for m in messages:
-        if m.get("role") == "user":
-            turn, prefix = turn + 1, []
-        elif m.get("role") == "assistant":
-            for c in m.get("tool_calls") or ():
-                name = c.get("function", c)["name"]
-                prefix.append(name)
-                history.append(name)
-    return Step(trajectory_id=trajectory_id, group=group, turn=max(turn, 0), position=len(prefix),
-                prefix=tuple(prefix), history=tuple(history), gold=gold, context=tuple(messages))
 
 
 class Evaluator:
@@ -214,8 +199,7 @@ class Evaluator:
                         finished = True
                         break
                     gold = outstanding[0] if outstanding else None
-                    step = step_from_messages(messages, traj.id, traj.group, gold.name if gold else "")
-                    step = Step(**{**step.__dict__, "index": n_step})
+                    step = step_from_messages(messages, traj.id, traj.group, gold.name if gold else "", n_step)
                     recs, decs = self.records_for(fold, [step], [gold], scorer, insight)
                     dec = decs[0]
                     records.extend(recs)

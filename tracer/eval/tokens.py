@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 LOCAL_TOKENIZER = "minilm-wordpiece"
 

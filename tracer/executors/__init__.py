@@ -22,4 +22,4 @@ def build_executor(name: str = "oracle", **cfg: Any) -> Executor:
     raise KeyError(f"unknown executor {name!r}; valid names: oracle, openai, vllm")
 
 
-__all__ = ["Decision", "Executor", "Request", "OracleExecutor", "build_executor"]
+__all__ = ["Decision", "Executor", "OracleExecutor", "Request", "build_executor"]

@@ -9,7 +9,8 @@ otherwise it calls its top presented tool with the gold arguments that tool's sc
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..types import ToolCall
 from .base import Decision, Request

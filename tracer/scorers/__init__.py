@@ -8,7 +8,8 @@ Adding a scorer: (1) write ``tracer/scorers/<name>.py`` implementing :class:`Sco
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .base import Resources, Scorer, Scores, Selection, finalize, rank
 
@@ -40,5 +41,14 @@ for _m in _MODULES:
         if _e.name != f"{__name__}.{_m}":
             raise
 
-__all__ = ["SCORERS", "register_scorer", "build_scorer", "Resources", "Scorer", "Scores", "Selection", "finalize",
-           "rank"]
+__all__ = [
+    "SCORERS",
+    "Resources",
+    "Scorer",
+    "Scores",
+    "Selection",
+    "build_scorer",
+    "finalize",
+    "rank",
+    "register_scorer",
+]

@@ -8,7 +8,8 @@ ceiling. Its ranking (used for recall at k only) is the same vector ranking.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -25,7 +26,7 @@ class VectorScorer:
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None
 
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> "VectorScorer":
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> VectorScorer:
         self.res = res
         return self
 
