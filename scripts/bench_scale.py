@@ -258,8 +258,9 @@ def main(argv=None) -> list[dict]:
               f"| {'yes' if r['loaded_identical'] else 'NO'} |")
     print(f"\nPer-step cost: thread CPU time of select_one over {args.queries} query steps from a fresh run of the chain "
           f"({rows[-1]['root_share']:.0%} open a turn). The trie part is the children's cosines and both priors; a step "
-          f"that falls back also scores all {args.tools:,} tools (exact, float64-accumulated), and a turn-opening step "
-          "scores the root's children, most of the registry: both are O(registry x d) and do not grow with the corpus. "
+          f"that falls back (or pads) also scans all {args.tools:,} tools (a float32 pass, then exact rescoring of the "
+          "leaders), and a turn-opening step scores the root's children, most of the registry (float64): both are "
+          "O(registry x d) and do not grow with the corpus. "
           "Build excludes generating the tool sequences and the random "
           "contexts (which stand in for the embedding). Peak RSS of the whole run: "
           f"{max(r['peak_rss'] for r in rows) / (1 << 30):.1f} GiB. Torch threads: {args.threads}. "

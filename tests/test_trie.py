@@ -105,7 +105,8 @@ def test_bad_updates_are_refused():
     with pytest.raises(ValueError, match=r"\[S, 2\]"):
         trie.update([()], torch.tensor([0]), torch.zeros(1, 3))
     with pytest.raises(ValueError, match="tool ids"):
-        trie.update([()], torch.tensor([3]), torch.ones(1, 2))
+        trie.update([("a",)], torch.tensor([3]), torch.ones(1, 2))
+    assert trie.n_nodes == 0 and trie.n_edges == 0  # a refused update leaves the trie as it was
 
 
 # ---- state keys on a hand-written two-turn conversation ---------------------------------------------

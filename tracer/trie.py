@@ -196,11 +196,11 @@ class ExecutionTrie:
                              f"{contexts.shape[0]}")
         if contexts.ndim != 2 or contexts.shape[1] != self.dim:
             raise ValueError(f"contexts must be [S, {self.dim}], got {tuple(contexts.shape)}")
-        n_old_nodes = self.n_nodes
-        node = torch.tensor(self._node_ids(states, create=True), dtype=torch.long, device=self.device)  # [S]
         tools = tools.to(self.device, torch.long)
         if len(tools) and (int(tools.min()) < 0 or int(tools.max()) >= self.n_tools):
             raise ValueError(f"tool ids must lie in [0, {self.n_tools})")
+        n_old_nodes = self.n_nodes
+        node = torch.tensor(self._node_ids(states, create=True), dtype=torch.long, device=self.device)  # [S]
         n_nodes = self.n_nodes
         # the new steps, reduced to their distinct edges
         new_key, inv = torch.unique(node * self.n_tools + tools, sorted=True, return_inverse=True)  # [K], [S]
