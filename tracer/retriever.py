@@ -13,7 +13,7 @@ Example::
 
 ``messages`` is the conversation so far as OpenAI chat dicts; the model is about to make its next
 tool call. The turn-local prefix (calls since the last user message) and the history (all calls)
-are read off the messages (:func:`step_from_messages`). Any registered scorer works for
+are read off the messages (:func:`tracer.steps.step_from_messages`). Any registered scorer works for
 selection; saving needs a scorer with ``save``/``load`` (``tracer``, ``tracer_fixed``,
 ``tracer_g``). Tracer scorers with the fixed blend take a single-step path (numpy, tens of
 microseconds beyond the context embedding); the others go through their batched ``score``.
@@ -34,31 +34,11 @@ from .embed import Embedder, build_embedder
 from .errors import DataError
 from .scorers import Scorer, build_scorer, finalize
 from .scorers.base import Resources
-from .types import Message, Registry, Step
+from .steps import step_from_messages
+from .types import Message, Registry
 
 MINILM = "all-MiniLM-L6-v2"
-
-
-def step_from_messages(messages: Sequence[Message], trajectory_id: str = "live", group: str = "live") -> Step:
-    """The decision step at the end of a live conversation (the next call is unknown: ``gold == ""``).
-
-    Same fields as :func:`tracer.steps.extract_steps` gives the step whose context is ``messages``:
-    every user message opens a turn; ``prefix`` holds the calls made since the last user message,
-    ``history`` every call so far.
-    """
-    turn, prefix, history = -1, [], []
-    for m in messages:
-        role = m.get("role")
-        if role == "user":
-            turn += 1
-            prefix = []
-        elif role == "assistant":
-            for call in m.get("tool_calls") or ():
-                name = call.get("function", call)["name"]
-                prefix.append(name)
-                history.append(name)
-    return Step(trajectory_id=trajectory_id, group=group, turn=max(turn, 0), position=len(prefix),
-                prefix=tuple(prefix), history=tuple(history), gold="", context=tuple(messages), index=len(history))
+__all__ = ["Retriever", "step_from_messages"]
 
 
 def _dataset(data: Dataset | str | Path, options: Mapping[str, Any]) -> Dataset:
