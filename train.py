@@ -50,8 +50,10 @@ def run(cfg: DictConfig, out: Path) -> dict:
     (out / "history.json").write_text(json.dumps(hist, indent=1))
     if cfg.save_index:
         scorer.save(out / "index")
-    for i, (tl, vl, va) in enumerate(zip(hist["train_loss"], hist["val_loss"], hist["val_acc"])):
-        logger.log({"train/loss": tl, "val/loss": vl, "val/recall_at_1": va}, step=i)
+    for run in hist["runs"]:  # one loss curve per early-stopping fold
+        v = run["val_fold"]
+        for i, (tl, vl, va) in enumerate(zip(run["train_loss"], run["val_loss"], run["val_acc"])):
+            logger.log({f"fold{v}/train_loss": tl, f"fold{v}/val_loss": vl, f"fold{v}/val_recall_at_1": va})
 
     m = plain(cfg.model)
     args = {"key": scorer.key, "rendering": scorer.rendering, "eps": m["eps"], "successful_only": m["successful_only"]}

@@ -304,7 +304,8 @@ def test_same_seed_same_weights(batch_size):
     b, hb = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]), k
-    assert ha["val_loss"] == hb["val_loss"]
+    assert [r["val_loss"] for r in ha["runs"]] == [r["val_loss"] for r in hb["runs"]]
+    assert len(ha["runs"]) == 5  # rotated early stopping: one head per inner fold
     json.dumps({k: v for k, v in ha.items()})  # the history is JSON-able
 
 
@@ -314,7 +315,7 @@ def test_train_head_without_covered_steps_keeps_the_fixed_blend():
     data = inner_fold_data(trajs, res, StateKey(), RENDER, inner_folds=4, seed=0)
     data.gold[:] = IGNORE
     head, hist = train_head(data)
-    assert hist["epochs"] == 0 and hist["n_uncovered"] == len(data)
+    assert hist["runs"] == [] and hist["n_uncovered"] == len(data)
     w, t = head.wt(data.feats)
     assert torch.allclose(w, torch.full_like(w, 0.5)) and torch.allclose(t, torch.full_like(t, 0.5))
 

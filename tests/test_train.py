@@ -64,13 +64,14 @@ def test_train_end_to_end(tmp_path, minilm):
     assert stats["features"] == list(FEATURES)
     torch.testing.assert_close(head.mean, torch.tensor(stats["mean"]))
     hist = json.loads((run_dir / "history.json").read_text())
-    assert len(hist["val_loss"]) == hist["epochs"] and hist["best_val_loss"] == min(hist["val_loss"])
+    for run in hist["runs"]:
+        assert len(run["val_loss"]) == run["epochs"] and run["best_val_loss"] == min(run["val_loss"])
 
     report = json.loads((run_dir / "report.json").read_text())
     assert set(report["coefficients"]["w"]) == {*FEATURES, "bias"}
     a = report["wt"]["all"]
     assert 0 < a["w_mean"] < 1 and a["T_mean"] >= 0.05 and set(report["wt"]["by_domain"]) == {"tiny"}
-    assert set(report["ablation"]) == {"fixed", "learned", *(f"-{f}" for f in FEATURES)}
+    assert set(report["ablation"]) == {"fixed", "learned", "bias_only", *(f"-{f}" for f in FEATURES)}
     assert "Table 14" in (run_dir / "report.md").read_text()
 
     # the deployable index carries the head and its scorer uses it

@@ -38,8 +38,9 @@ Training without leakage (:func:`inner_fold_data`): the training trajectories ar
 inner folds by group; for each inner fold the trie and edge memories are built from the other
 folds only and the held-out fold's steps are scored against it, so every training step's features
 and priors come from an index that never saw its own trajectory. θ is fitted with Adam plus an ℓ2
-penalty on the head weights (not the biases), full-batch or mini-batch, early-stopped on one
-held-out inner fold, seeded and deterministic on CPU (:func:`train_head`).
+penalty on the head weights (not the biases), full-batch or mini-batch, early-stopped on a
+held-out inner fold, seeded and deterministic on CPU (:func:`train_head`). By default the held-out
+fold rotates: one head per inner fold, each stopped on its own fold, parameters averaged.
 
 References: DPR (Karpukhin et al., 2020), ``BiEncoderNllLoss``; the TRACER paper's learned blend
 (Tables 13 and 14: predicted w/T per environment and the w head's coefficients).
@@ -323,8 +324,19 @@ def _one_thread():
 
 def train_head(data: StepData, t_floor: float = 0.05, lr: float = 0.05, weight_decay: float = 1e-3,
                max_epochs: int = 500, patience: int = 50, batch_size: int = 0, seed: int = 0,
-               val_fold: int | None = None, drop: Sequence[str | int] = ()) -> tuple[BlendHead, dict]:
-    """Fit a :class:`BlendHead` on out-of-fold step data, early-stopped on one held-out inner fold.
+               rotate: bool = True, val_fold: int | None = None,
+               drop: Sequence[str | int] = ()) -> tuple[BlendHead, dict]:
+    """Fit a :class:`BlendHead` on out-of-fold step data with early stopping on held-out inner folds.
+
+    With ``rotate`` (default) one head is fitted per inner fold, each early-stopped on that fold
+    and trained on the others, and the final head's parameters are their mean; without it one head
+    is early-stopped on ``val_fold`` (default: the last inner fold). Every head standardises with
+    the same statistics: mean and SD of the training split's steps in the trie.
+
+    Why rotate: on BFCL a single early-stopping fold is noisy (inner folds differ by task), and
+    Adam's first steps move every coefficient by about ``lr`` whatever its gradient's size, so a
+    head stopped after a dozen epochs reports near-equal coefficients. Averaging the k heads uses
+    every fold for stopping and gave lower outer-fold NLL (see the report in ``train.py``).
 
     Args:
         data: from :func:`inner_fold_data`.
@@ -334,43 +346,62 @@ def train_head(data: StepData, t_floor: float = 0.05, lr: float = 0.05, weight_d
             the best epoch's weights are kept.
         batch_size: 0 for full-batch, else mini-batches in a seeded order.
         seed: seeds the mini-batch order (weights start at zero: the fixed blend).
-        val_fold: the inner fold held out for early stopping (default: the last one).
+        rotate: average one head per held-out inner fold (True) or fit one head (False).
+        val_fold: the early-stopping fold when not rotating.
         drop: features left out (names or indices), for the ablation.
 
-    Returns ``(head, history)`` with the loss curve and counts.
+    Returns ``(head, history)``; ``history["runs"]`` holds each head's loss curve.
     """
     with _one_thread():
-        return _train_head(data, t_floor, lr, weight_decay, max_epochs, patience, batch_size, seed, val_fold, drop)
+        t0 = time.perf_counter()
+        rows = data.in_trie
+        head = BlendHead(len(FEATURES), t_floor, _keep_mask(drop)).to(data.log_p.device)
+        hist: dict[str, Any] = {"n_steps": len(data), "n_in_trie": int(rows.sum()), "n_uncovered": data.n_uncovered,
+                                "n_train": int((rows & data.covered).sum()),
+                                "dropped": [f for f, k in zip(FEATURES, head.keep.tolist()) if k == 0], "runs": []}
+        if not bool((rows & data.covered).any()):  # nothing to learn from: the initial head, i.e. the fixed blend
+            hist.update(best_val_loss=float("nan"), seconds_train=0.0,
+                        note="no training step has its gold among the children")
+            return head.eval(), hist
+        head.set_feature_stats(data.feats[rows])
+        folds = sorted(set(data.fold[rows].tolist()))
+        if rotate and len(folds) > 1:
+            vals = folds
+        else:
+            vals = [folds[-1] if val_fold is None else val_fold]
+        states = []
+        for v in vals:
+            h = copy.deepcopy(head)
+            run = _fit_one(h, data, v, lr, weight_decay, max_epochs, patience, batch_size, seed)
+            states.append(h.state_dict())
+            hist["runs"].append(run)
+        head.load_state_dict({k: torch.stack([sd[k] for sd in states]).mean(0) for k in states[0]})
+        n_val = [r["n_val"] for r in hist["runs"]]
+        hist["best_val_loss"] = sum(r["best_val_loss"] * n for r, n in zip(hist["runs"], n_val)) / max(sum(n_val), 1)
+        hist["best_epochs"] = [r["best_epoch"] for r in hist["runs"]]
+        hist["seconds_train"] = time.perf_counter() - t0
+        return head.eval(), hist
 
 
-def _train_head(data, t_floor, lr, weight_decay, max_epochs, patience, batch_size, seed, val_fold, drop):
+def _fit_one(head: BlendHead, data: StepData, val_fold: int, lr: float, weight_decay: float, max_epochs: int,
+             patience: int, batch_size: int, seed: int) -> dict[str, Any]:
+    """Adam + ℓ2 on the rows outside ``val_fold``, early-stopped on the rows inside it; in place."""
     device = data.log_p.device
     rows = data.in_trie
-    if val_fold is None:
-        folds = sorted(set(data.fold[rows].tolist()))
-        val_fold = folds[-1] if folds else IGNORE
     val = rows & (data.fold == val_fold)
     train = rows & ~val
     if not bool((train & data.covered).any()) or not bool((val & data.covered).any()):
         train, val = rows, rows.clone()  # too little data to hold a fold out: stop on the training loss
     tr, va = data.subset(train), data.subset(val)
-    head = BlendHead(len(FEATURES), t_floor, _keep_mask(drop)).to(device)
-    if not bool(tr.covered.any()):  # nothing to learn from: keep the initial head, i.e. the fixed blend
-        return head.eval(), {"train_loss": [], "val_loss": [], "val_acc": [], "best_epoch": -1, "epochs": 0,
-                             "best_val_loss": float("nan"), "n_steps": len(data), "n_in_trie": int(rows.sum()),
-                             "n_uncovered": data.n_uncovered, "n_train": 0, "n_val": 0, "seconds_train": 0.0,
-                             "dropped": list(drop), "note": "no training step has its gold among the children"}
-    head.set_feature_stats(tr.feats)
     opt = torch.optim.Adam(head.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    hist: dict[str, Any] = {"train_loss": [], "val_loss": [], "val_acc": []}
+    run: dict[str, Any] = {"val_fold": val_fold, "train_loss": [], "val_loss": [], "val_acc": []}
     best, best_state, best_epoch, bad = float("inf"), copy.deepcopy(head.state_dict()), 0, 0
     n_val = int(va.covered.sum())
 
     def penalty():
         return weight_decay * (head.w_head.weight.pow(2).sum() + head.t_head.weight.pow(2).sum())
 
-    t0 = time.perf_counter()
     for epoch in range(max_epochs):
         head.train()
         order = torch.randperm(len(tr), generator=gen) if batch_size else torch.arange(len(tr))
@@ -387,9 +418,9 @@ def _train_head(data, t_floor, lr, weight_decay, max_epochs, patience, batch_siz
         with torch.no_grad():
             _, vloss, vcorrect = head(va.log_p, va.log_l, va.mask, va.feats, va.gold)
         vloss = float(vloss)
-        hist["train_loss"].append(ep_loss / max(len(tr), 1))
-        hist["val_loss"].append(vloss)
-        hist["val_acc"].append(int(vcorrect) / max(n_val, 1))
+        run["train_loss"].append(ep_loss / max(len(tr), 1))
+        run["val_loss"].append(vloss)
+        run["val_acc"].append(int(vcorrect) / max(n_val, 1))
         if vloss < best - 1e-7:
             best, best_state, best_epoch, bad = vloss, copy.deepcopy(head.state_dict()), epoch, 0
         else:
@@ -397,19 +428,16 @@ def _train_head(data, t_floor, lr, weight_decay, max_epochs, patience, batch_siz
             if bad >= patience:
                 break
     head.load_state_dict(best_state)
-    head.eval()
-    hist.update(best_epoch=best_epoch, best_val_loss=best, epochs=len(hist["val_loss"]), val_fold=val_fold,
-                n_steps=len(data), n_in_trie=int(rows.sum()), n_uncovered=data.n_uncovered,
-                n_train=int((train & data.covered).sum()), n_val=n_val, seconds_train=time.perf_counter() - t0,
-                dropped=[FEATURES[j] for j in range(len(FEATURES)) if head.keep[j] == 0])
-    return head, hist
+    run.update(best_epoch=best_epoch, best_val_loss=best, epochs=len(run["val_loss"]),
+               n_train=int(tr.covered.sum()), n_val=n_val)
+    return run
 
 
 def fit_blend_head(trajectories: Sequence[Trajectory], res: Resources, key: StateKey | None = None,
                    rendering: ContextRendering | None = None, eps: float = 1e-6, successful_only: bool = True,
                    inner_folds: int = 5, t_floor: float = 0.05, lr: float = 0.05, weight_decay: float = 1e-3,
-                   max_epochs: int = 500, patience: int = 50, batch_size: int = 0, seed: int | None = None,
-                   fold: int = 0, drop: Sequence[str | int] = ()) -> tuple[BlendHead, dict]:
+                   max_epochs: int = 500, patience: int = 50, batch_size: int = 0, rotate: bool = True,
+                   seed: int | None = None, fold: int = 0, drop: Sequence[str | int] = ()) -> tuple[BlendHead, dict]:
     """Build the inner-fold data of one training split and fit the head on it (``TracerScorer.fit``).
 
     ``seed`` (default ``res.seed``) and ``fold`` (the outer fold, when known) seed the inner folds
@@ -420,7 +448,8 @@ def fit_blend_head(trajectories: Sequence[Trajectory], res: Resources, key: Stat
     timings: dict[str, float] = {}
     data = inner_fold_data(trajectories, res, key, rendering, eps, successful_only, inner_folds,
                            inner_seed(seed, fold), timings)
-    head, hist = train_head(data, t_floor, lr, weight_decay, max_epochs, patience, batch_size, seed, drop=drop)
+    head, hist = train_head(data, t_floor, lr, weight_decay, max_epochs, patience, batch_size, seed, rotate,
+                            drop=drop)
     hist.update(timings)
     hist["seconds_fit"] = hist["seconds_index"] + hist["seconds_train"]
     return head.to(res.device), hist
@@ -451,7 +480,8 @@ def heldout_ablation(trajectories: Sequence[Trajectory], res: Resources, key: St
                      rendering: ContextRendering | None = None, eps: float = 1e-6,
                      successful_only: bool = True, head: Mapping | None = None, folds: int = 5,
                      seed: int = 0) -> dict[str, dict[str, float]]:
-    """Outer k-fold comparison: fixed blend, the full head, and the head with each feature dropped.
+    """Outer k-fold comparison: fixed blend, the full head, the head with each feature dropped, and
+    the head with every feature dropped (``bias_only``: one w and T for all states).
 
     For every outer fold the head is fitted on the training split's inner-fold data (exactly as
     ``TracerScorer.fit``) and evaluated on the test split's steps against the training split's
@@ -462,6 +492,7 @@ def heldout_ablation(trajectories: Sequence[Trajectory], res: Resources, key: St
     inner = cfg.pop("inner_folds", 5)
     variants: dict[str, Sequence[str] | None] = {"fixed": None, "learned": ()}
     variants.update({f"-{f}": (f,) for f in FEATURES})
+    variants["bias_only"] = FEATURES  # one global w and T: do the state features matter at all?
     tot = {v: {"nll_sum": 0.0, "n_covered": 0, "hits": 0, "n_in_trie": 0} for v in variants}
     for split in kfold(trajectories, folds, seed):
         data = inner_fold_data(split.train, res, key, rendering, eps, successful_only, inner,
@@ -508,16 +539,19 @@ def build_report(dataset: str, head: BlendHead, history: Mapping, data: StepData
     wt = wt_summary(head, data)
     return {"dataset": dataset, "features": list(FEATURES), "wt": {"all": wt["all"], "by_domain": wt["by_domain"]},
             "coefficients": head.coefficients(), "feature_stats": head.feature_stats(),
-            "fit": {k: v for k, v in history.items() if not isinstance(v, list)}, "ablation": ablation}
+            "fit": {**{k: v for k, v in history.items() if k != "runs"},
+                    "runs": [{k: v for k, v in r.items() if not isinstance(v, list)} for r in history.get("runs", [])]},
+            "ablation": ablation}
 
 
 def report_markdown(report: Mapping[str, Any]) -> str:
     """A human-readable version of :func:`build_report`'s dict."""
     fit, a, nan = report["fit"], report["wt"]["all"], float("nan")
     lines = [f"# Blend head on {report['dataset']}", "",
-             (f"Fitted on {fit.get('n_train')} steps (early stopping on {fit.get('n_val')}; "
-              f"{fit.get('n_uncovered')} steps whose gold is not a child carry no gradient), best epoch "
-              f"{fit.get('best_epoch')} of {fit.get('epochs')}, validation NLL {fit.get('best_val_loss', nan):.4f}."),
+             (f"Fitted on {fit.get('n_train')} out-of-fold steps whose gold is a child ({fit.get('n_uncovered')} "
+              f"steps whose gold is not a child carry no gradient): {len(fit.get('runs', []))} head(s), each "
+              f"early-stopped on one held-out inner fold (best epochs {fit.get('best_epochs')}), parameters "
+              f"averaged; held-out inner-fold NLL {fit.get('best_val_loss', nan):.4f}."),
              (f"Fit time beyond embeddings: {fit.get('seconds_fit', nan):.2f} s (inner indexes "
               f"{fit.get('seconds_index', nan):.2f} s, training {fit.get('seconds_train', nan):.2f} s); "
               f"embedding {fit.get('seconds_embed', nan):.2f} s."), "",
