@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-results/bfcl}
 PY=${PY:-.venv/bin/python}
 SCORERS=${SCORERS:-tracer_plus,tracer,tracer_fixed,tracer_g,llm_only,vector,toolnet,autotool,hepm,insight}
-COMMON="dataset=bfcl registry=large folds=5 seed=0 latency_sample=${LATENCY_SAMPLE:-100} progress=false"
+COMMON="dataset=bfcl registry=large folds=5 seed=0 latency_sample=${LATENCY_SAMPLE:-20} progress=false"
 $PY evaluate.py -m scorer=$SCORERS k=${KS:-1,3,5,10} $COMMON hydra.sweep.dir=$OUT/teacher_forcing
 $PY evaluate.py -m scorer=$SCORERS k=5 regime=free_running $COMMON hydra.sweep.dir=$OUT/free_running
 $PY -m tracer.eval.report $OUT/teacher_forcing $OUT/free_running --out $OUT

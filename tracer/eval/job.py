@@ -45,7 +45,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     ecfg = EvalConfig(k=cfg["k"], folds=cfg["folds"], seed=cfg["seed"], regime=regime["name"],
                       max_steps_per_turn=regime.get("max_steps_per_turn", 20),
                       test_successful_only=cfg.get("test_successful_only", True),
-                      latency_sample=cfg.get("latency_sample", 200), progress=cfg.get("progress", True))
+                      latency_sample=cfg.get("latency_sample", 50), progress=cfg.get("progress", True))
     logger = build_logger(cfg.get("logger"), run_dir, f"{ds.name}-{scorer_cfg['name']}-k{cfg['k']}")
     logger.log_config(cfg)
     result = Evaluator(ds, lambda: build_scorer_cfg(scorer_cfg), res, executor, ecfg, insight_factory).run()

@@ -41,7 +41,7 @@ class EvalConfig:
     regime: str = "teacher_forcing"
     max_steps_per_turn: int = 20
     test_successful_only: bool = True
-    latency_sample: int = 200
+    latency_sample: int = 50
     batch_size: int = 512
     progress: bool = True
 
