@@ -122,3 +122,14 @@ def test_scorers_without_save_select_but_refuse_to_save(tiny_dir, minilm, tmp_pa
 def test_from_dataset_refuses_what_is_not_a_dataset(minilm, tmp_path):
     with pytest.raises(DataError, match="neither a dataset directory"):
         Retriever.from_dataset(tmp_path / "missing", embedder=minilm)
+
+
+def test_default_scorer_is_tracer_plus_and_round_trips(tiny_dir, minilm, tmp_path):
+    r = Retriever.from_dataset(tiny_dir, embedder=minilm, device="cpu")
+    assert r.scorer.name == "tracer_plus"
+    msgs = conversation("search_flights")
+    before = r.rank(msgs)
+    assert sorted(before) == sorted(t.name for t in r.registry) and len(r.select(msgs, k=2)) == 2
+    r.save(tmp_path / "plus")
+    loaded = Retriever.load(tmp_path / "plus", embedder=minilm)
+    assert loaded.scorer.name == "tracer_plus" and loaded.rank(msgs) == before

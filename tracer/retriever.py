@@ -14,8 +14,8 @@ Example::
 ``messages`` is the conversation so far as OpenAI chat dicts; the model is about to make its next
 tool call. The turn-local prefix (calls since the last user message) and the history (all calls)
 are read off the messages (:func:`tracer.steps.step_from_messages`). Any registered scorer works for
-selection; saving needs a scorer with ``save``/``load`` (``tracer``, ``tracer_fixed``,
-``tracer_g``). Tracer scorers with the fixed blend take a single-step path (numpy, tens of
+selection (the default is ``tracer_plus``); saving needs a scorer with ``save``/``load``
+(``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). Tracer scorers with the fixed blend take a single-step path (numpy, tens of
 microseconds beyond the context embedding); the others go through their batched ``score``.
 """
 
@@ -77,7 +77,7 @@ class Retriever:
 
     # ---- building ------------------------------------------------------------------------------
     @classmethod
-    def from_dataset(cls, data: Dataset | str | Path, scorer: str | Scorer = "tracer_fixed",
+    def from_dataset(cls, data: Dataset | str | Path, scorer: str | Scorer = "tracer_plus",
                      embedder: Embedder | None = None, *, k: int = 5, device: str | None = None,
                      factory: str = "Flat", cache_dir: str | Path | None = ".cache/embeddings",
                      dataset_options: Mapping[str, Any] | None = None, **scorer_cfg: Any) -> Retriever:
@@ -85,7 +85,7 @@ class Retriever:
 
         Args:
             data: a :class:`Dataset`, a native dataset directory, or a loader name (``bfcl``, ...).
-            scorer: a scorer name from the registry (``tracer_fixed``, ``tracer_g``, ``vector``, ...)
+            scorer: a scorer name from the registry (default ``tracer_plus``; ``tracer_fixed``, ``vector``, ...)
                 or an unfitted scorer object.
             embedder: default: the bundled MiniLM behind a disk cache at ``cache_dir``.
             device: where tensors live (default CUDA when present).
@@ -102,17 +102,31 @@ class Retriever:
     # ---- selecting -----------------------------------------------------------------------------
     def context_embedding(self, messages: Sequence[Message]) -> np.ndarray:
         """The embedded context of a conversation under the scorer's rendering, ``[d]`` float32."""
-        rendering = getattr(self.scorer, "rendering", None)
+        rendering = getattr(self.scorer, "rendering", None) or getattr(self.scorer, "memory_rendering", None)
         if rendering is None:
             raise TypeError(f"scorer {self.scorer.name!r} has no context rendering")
         return self.res.embedder.encode([rendering.render(messages)])[0].numpy()
+
+    def _contexts(self, messages: Sequence[Message]) -> dict[str, np.ndarray]:
+        """Keyword arguments of the scorer's single-step path: its embedded context(s), ``[d]`` each.
+
+        ``tracer_plus`` renders the edge-memory context and the vector query separately (one encode
+        when the two renderings agree); the paper's scorers use one context.
+        """
+        plus = getattr(self.scorer, "memory_rendering", None)
+        if plus is None:
+            return {"context": self.context_embedding(messages)}
+        mem = self.context_embedding(messages)
+        query = self.scorer.query_rendering
+        q = mem if query == plus else self.res.embedder.encode([query.render(messages)])[0].numpy()
+        return {"memory": mem, "query": q}
 
     def select_ids(self, messages: Sequence[Message], k: int | None = None) -> tuple[int, ...]:
         """Registry ids of the tools to present for the next call (k, plus Tracer+G's global set)."""
         k = self.k if k is None else k
         step = step_from_messages(messages)
         if callable(getattr(self.scorer, "select_one", None)):
-            return self.scorer.select_one(step, self.context_embedding(messages), k)
+            return self.scorer.select_one(step, k=k, **self._contexts(messages))
         return finalize(self.scorer.score([step]), k, getattr(self.scorer, "pad", True)).presented[0]
 
     def select(self, messages: Sequence[Message], k: int | None = None) -> list[dict[str, Any]]:
@@ -131,7 +145,7 @@ class Retriever:
         """Every tool name, best first."""
         step = step_from_messages(messages)
         if callable(getattr(self.scorer, "rank_one", None)):
-            ranking = self.scorer.rank_one(step, self.context_embedding(messages))
+            ranking = self.scorer.rank_one(step, **self._contexts(messages))
         else:
             ranking = finalize(self.scorer.score([step]), 1).ranking[0].numpy()
         names = self.registry.names
@@ -142,7 +156,7 @@ class Retriever:
         """Write the fitted index to ``directory`` atomically (tracer family only)."""
         if not callable(getattr(self.scorer, "save", None)):
             raise TypeError(f"scorer {self.scorer.name!r} ({type(self.scorer).__name__}) cannot be saved: only "
-                            "scorers with save/load can (tracer, tracer_fixed, tracer_g); rebuild this one with "
+                            "scorers with save/load can (tracer_plus, tracer, tracer_fixed, tracer_g); rebuild this one with "
                             "Retriever.from_dataset")
         return self.scorer.save(directory)
 
