@@ -9,7 +9,6 @@ ablation) to the Hydra run directory (``hydra.run.dir=DIR`` to choose it).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -28,12 +27,13 @@ def run(cfg: DictConfig, out: Path) -> dict:
     from tracer import blend
     from tracer.config import build_dataset, build_embedder, build_scorer_cfg, plain
     from tracer.folds import inner_seed
+    from tracer.io import atomic_write_text, write_json
     from tracer.logging import build_logger
     from tracer.scorers.base import Resources
 
     torch.manual_seed(cfg.seed)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     logger = build_logger(plain(cfg.get("logger")), out, run_name=f"train_{cfg.dataset.name}")
     logger.log_config(plain(cfg))
 
@@ -45,9 +45,11 @@ def run(cfg: DictConfig, out: Path) -> dict:
     hist = {**scorer.head_history, "seconds_total_fit": time.perf_counter() - t0}
     head = scorer.head
 
-    torch.save(head.state_dict(), out / "blend_head.pt")
-    (out / "feature_stats.json").write_text(json.dumps(head.feature_stats(), indent=1))
-    (out / "history.json").write_text(json.dumps(hist, indent=1))
+    tmp = out / ".blend_head.pt.tmp"
+    torch.save(head.state_dict(), tmp)
+    tmp.replace(out / "blend_head.pt")
+    write_json(out / "feature_stats.json", head.feature_stats())
+    write_json(out / "history.json", hist)
     if cfg.save_index:
         scorer.save(out / "index")
     for run in hist["runs"]:  # one loss curve per early-stopping fold
@@ -63,8 +65,8 @@ def run(cfg: DictConfig, out: Path) -> dict:
     ablation = blend.heldout_ablation(ds.trajectories, res, head=m["head"], folds=cfg.folds, seed=cfg.seed,
                                       **args) if cfg.folds else None
     report = blend.build_report(ds.name, head, hist, data, ablation)
-    (out / "report.json").write_text(json.dumps(report, indent=1))
-    (out / "report.md").write_text(blend.report_markdown(report))
+    write_json(out / "report.json", report)
+    atomic_write_text(out / "report.md", blend.report_markdown(report))
 
     wt = blend.wt_summary(head, data)
     logger.log_image("w_T_hist", blend.plot_wt(wt["w"], wt["T"], out / "wt_hist.png"))

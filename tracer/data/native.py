@@ -8,13 +8,11 @@ Writing is atomic: both files go to a temporary directory that is renamed into p
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import DataError
+from ..io import atomic_dir
 from ..types import Registry, Tool, Trajectory
 from .base import Dataset, register_loader
 
@@ -128,22 +126,9 @@ def load_native(path: str | Path, name: str | None = None, **_) -> Dataset:
 
 
 def write_native(path: str | Path, registry: Registry, trajectories: Iterable[Trajectory]) -> Path:
-    """Write a dataset directory atomically (temporary directory, then rename)."""
-    root = Path(path)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}.tmp"))
-    try:
+    """Write a dataset directory atomically (temporary directory, then swapped into place)."""
+    with atomic_dir(path) as tmp:
         (tmp / "tools.json").write_text(json.dumps(registry.to_openai(), indent=1))
         with open(tmp / "trajectories.jsonl", "w") as f:
             f.writelines(json.dumps(t.to_json()) + "\n" for t in trajectories)
-        if root.exists():
-            old = root.with_name(f".{root.name}.old")
-            os.replace(root, old)
-            os.replace(tmp, root)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return root
+    return Path(path)

@@ -39,9 +39,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -51,6 +48,7 @@ import numpy as np
 import torch
 
 from ..context import ContextRendering
+from ..io import atomic_dir
 from ..trie import ChildBatch, ExecutionTrie, OneStep, StateKey
 from ..types import Registry, Step, Tool, Trajectory
 from . import register_scorer
@@ -281,9 +279,7 @@ class TracerScorer:
         """
         self._check_fitted()
         out = Path(directory)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
-        try:
+        with atomic_dir(out) as tmp:
             meta = {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
                     "embedder": {"name": self.res.embedder.name, "dim": self.res.embedder.dim},
                     "global_set": list(self.global_set),
@@ -295,10 +291,6 @@ class TracerScorer:
             self.res.tool_index.save(tmp)
             if self.head is not None:
                 torch.save(self.head.state_dict(), tmp / "blend_head.pt")
-            _replace_dir(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return out
 
     @classmethod
@@ -358,23 +350,6 @@ def confidence_one(s: np.ndarray) -> float:
         return 0.0
     np.subtract(s64, top, out=s64)
     return float(1.0 / np.exp(s64, out=s64).sum())
-
-
-def _replace_dir(new: Path, out: Path) -> None:
-    """Move directory ``new`` to ``out``; an existing ``out`` is renamed away first and removed after,
-    so ``out`` is always either the old complete index or the new one."""
-    if not out.exists():
-        os.replace(new, out)
-        return
-    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old"))
-    os.replace(out, old / "index")
-    try:
-        os.replace(new, out)
-    except BaseException:
-        os.replace(old / "index", out)
-        raise
-    finally:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 @register_scorer("tracer_fixed")
