@@ -48,28 +48,34 @@ def fmt(mean, sd, digits=3) -> str:
     return f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
-def table(rows: Sequence[dict], columns: Sequence[str] = COLUMNS) -> tuple[str, str]:
-    """(Markdown, CSV) of the runs, sorted by dataset, registry size, regime, scorer, k."""
+def table(rows: Sequence[dict], columns: Sequence[str] = COLUMNS, compact: bool = False) -> tuple[str, str]:
+    """(Markdown, CSV) of the runs, sorted by dataset, registry size, regime, scorer, k.
+
+    ``compact`` drops the dataset/tools/regime/executor columns from the Markdown (say them in the
+    table's heading instead); the CSV always keeps them.
+    """
     rows = sorted(rows, key=lambda r: (r["dataset"], r["registry_size"], r["regime"], r["scorer"], r["k"]))
     head = ["dataset", "tools", "regime", "executor", "scorer", "k", "steps", *columns]
-    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    cut = 4 if compact else 0
+    md = ["| " + " | ".join(head[cut:]) + " |", "|" + "---|" * len(head[cut:])]
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(head + [f"{c}_sd" for c in columns])
     for r in rows:
         base = [r["dataset"], r["registry_size"], r["regime"], r["executor"], r["scorer"], r["k"], r["n_steps"]]
-        md.append("| " + " | ".join(map(str, base + [fmt(r["mean"][c], r["sd"][c]) for c in columns])) + " |")
+        md.append("| " + " | ".join(map(str, (base + [fmt(r["mean"][c], r["sd"][c]) for c in columns])[cut:])) + " |")
         w.writerow(base + [r["mean"][c] for c in columns] + [r["sd"][c] for c in columns])
     return "\n".join(md) + "\n", buf.getvalue()
 
 
-def report(dirs: Sequence[str | Path], out: str | Path) -> dict:
+def report(dirs: Sequence[str | Path], out: str | Path, columns: Sequence[str] = COLUMNS,
+           compact: bool = False) -> dict:
     runs = find_runs(dirs)
     if not runs:
         raise FileNotFoundError(f"no metrics.json under {', '.join(map(str, dirs))}")
     rows = [load_run(r) for r in runs]
     out = Path(out)
-    md, csv_text = table(rows)
+    md, csv_text = table(rows, columns, compact)
     atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.csv", csv_text)
     curves = {}
@@ -112,13 +118,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--paired", nargs=2, metavar=("RUN_A", "RUN_B"))
     p.add_argument("--metric", default="hit_at_k", choices=["hit_at_k", "correct", "rr"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--columns", default=",".join(COLUMNS), help="comma-separated metric names for the table")
+    p.add_argument("--compact", action="store_true", help="leave dataset/tools/regime/executor out of the Markdown")
     a = p.parse_args(argv)
     if a.paired:
         print(json.dumps(paired(*a.paired, metric=a.metric, seed=a.seed), indent=2))
         return
     if not a.dirs:
         p.error("give run directories, or --paired RUN_A RUN_B")
-    res = report(a.dirs, a.out or a.dirs[0])
+    res = report(a.dirs, a.out or a.dirs[0], [c for c in a.columns.split(",") if c], a.compact)
     print(res["markdown"])
     print(f"{res['runs']} runs -> {res['out']}/report.md, report.csv, *.png")
 

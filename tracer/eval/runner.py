@@ -225,13 +225,17 @@ class Evaluator:
 
     # ---- latency -------------------------------------------------------------------------------
     def latencies(self, scorer: Scorer, insight, steps: Sequence[Step], fold: int) -> list[float]:
-        """Selection latency per step, one step at a time, embedding included (cache bypassed)."""
+        """Selection latency per step, one step at a time, embedding included (cache bypassed, one thread)."""
         n = min(self.cfg.latency_sample, len(steps))
         if n == 0:
             return []
         sample = random.Random(self.cfg.seed * 1000 + fold).sample(list(steps), n)
         cached = self.res.embedder
         self.res.embedder = getattr(cached, "inner", cached)  # measure the real encode, not a cache hit
+        threads = torch.get_num_threads()
+        # one thread: a single short encode gains nothing from a second one, and on a shared machine a
+        # second thread waiting for a busy core made the figure 10-20x noisier
+        torch.set_num_threads(1)
         try:
             out = []
             for s in sample:
@@ -241,6 +245,7 @@ class Evaluator:
             return out
         finally:
             self.res.embedder = cached
+            torch.set_num_threads(threads)
 
 
 def gold_turns(traj: Trajectory) -> list[tuple[list[Mapping], list[ToolCall]]]:
