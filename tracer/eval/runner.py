@@ -181,46 +181,28 @@ class Evaluator:
         return out
 
     def free_running(self, fold: int, scorer: Scorer, insight, test: Sequence[Trajectory]):
-        from ..data.bfcl_env import BFCLEnv, gold_states
-
-        records, tasks = [], []
-        for traj in tqdm(test, desc=f"fold {fold} tasks", disable=not self.cfg.progress, leave=False):
-            env = BFCLEnv.from_metadata(traj.metadata)
-            want = gold_states(traj)
-            turns = gold_turns(traj)
-            messages: list[dict] = [dict(m) for m in traj.messages if m.get("role") == "system"]
-            ok, n_step, turn_ok = True, 0, []
-            for t, (user_msgs, gold_calls) in enumerate(turns):
-                messages.extend(dict(m) for m in user_msgs)
-                outstanding = list(gold_calls)
-                finished = False
-                for _ in range(self.cfg.max_steps_per_turn):
-                    if self.executor.is_oracle and not outstanding:
-                        finished = True
-                        break
-                    gold = outstanding[0] if outstanding else None
-                    step = step_from_messages(messages, traj.id, traj.group, gold.name if gold else "", n_step)
-                    recs, decs = self.records_for(fold, [step], [gold], scorer, insight)
-                    dec = decs[0]
-                    records.extend(recs)
-                    n_step += 1
-                    if dec.call is None:
-                        finished = True
-                        break
-                    call = ToolCall(dec.call.name, dict(dec.call.arguments), dec.call.id or f"fr-{traj.id}-{n_step}")
-                    result = env.execute(call.name, dict(call.arguments))
-                    content = dec.text or None
-                    messages.append({"role": "assistant", "content": content, "tool_calls": [call.to_openai()]})
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-                    if gold is not None and call.name == gold.name:
-                        outstanding.pop(0)
-                else:
-                    finished = self.executor.is_oracle and not outstanding
-                state_ok = env.same_state(want[t]) if t < len(want) else True
-                turn_ok.append(bool(finished and state_ok))
-                ok = ok and turn_ok[-1]
-            tasks.append({"fold": fold, "trajectory_id": traj.id, "group": traj.group, "success": ok,
-                          "turns_ok": turn_ok, "steps": n_step})
+        """All held-out tasks advance in lockstep, one step each per round, so scoring, embedding and
+        the executor run batched across tasks; each task's conversation and backends are its own."""
+        episodes = [_Episode(traj) for traj in test]
+        records = []
+        bar = tqdm(desc=f"fold {fold} free-running steps", disable=not self.cfg.progress, leave=False)
+        while True:
+            ready = [e for e in episodes if e.ready(self.executor.is_oracle, self.cfg.max_steps_per_turn)]
+            if not ready:
+                break
+            golds = [e.outstanding[0] if e.outstanding else None for e in ready]
+            steps = [step_from_messages(e.messages, e.traj.id, e.traj.group, g.name if g else "", e.n_step)
+                     for e, g in zip(ready, golds)]
+            for lo in range(0, len(ready), self.cfg.batch_size):
+                hi = lo + self.cfg.batch_size
+                recs, decs = self.records_for(fold, steps[lo:hi], golds[lo:hi], scorer, insight)
+                records.extend(recs)
+                for e, gold, dec in zip(ready[lo:hi], golds[lo:hi], decs):
+                    e.apply(dec, gold)
+            bar.update(len(ready))
+        bar.close()
+        tasks = [{"fold": fold, "trajectory_id": e.traj.id, "group": e.traj.group, "success": all(e.turn_ok),
+                  "turns_ok": e.turn_ok, "steps": e.n_step} for e in episodes]
         return records, tasks
 
     # ---- latency -------------------------------------------------------------------------------
@@ -269,3 +251,60 @@ def gold_turns(traj: Trajectory) -> list[tuple[list[Mapping], list[ToolCall]]]:
                 turns[-1][1].append(ToolCall(fn["name"], json.loads(args) if isinstance(args, str) else args,
                                              s.get("id", "")))
     return turns
+
+
+class _Episode:
+    """One task in free-running: its live conversation, its own BFCL backends and the gold turns.
+
+    A turn ends when the executor answers without a call (the oracle: when the turn's gold calls
+    are all made) or after ``max_steps`` steps; it succeeds when it ended within the cap and the
+    backends' state equals the gold state after that turn.
+    """
+
+    def __init__(self, traj: Trajectory):
+        from ..data.bfcl_env import BFCLEnv, gold_states
+
+        self.traj = traj
+        self.env = BFCLEnv.from_metadata(traj.metadata)
+        self.want = gold_states(traj)
+        self.turns = gold_turns(traj)
+        self.messages: list[dict] = [dict(m) for m in traj.messages if m.get("role") == "system"]
+        self.turn, self.n_step, self.turn_ok = -1, 0, []
+        self.outstanding: list[ToolCall] = []
+        self.steps_in_turn = 0
+        self.done = False
+        self._next_turn()
+
+    def _next_turn(self) -> None:
+        self.turn += 1
+        if self.turn >= len(self.turns):
+            self.done = True
+            return
+        user_msgs, gold_calls = self.turns[self.turn]
+        self.messages.extend(dict(m) for m in user_msgs)
+        self.outstanding, self.steps_in_turn = list(gold_calls), 0
+
+    def end_turn(self, finished: bool) -> None:
+        state_ok = self.env.same_state(self.want[self.turn]) if self.turn < len(self.want) else True
+        self.turn_ok.append(bool(finished and state_ok))
+        self._next_turn()
+
+    def ready(self, oracle: bool, max_steps: int) -> bool:
+        """Close the turns that are over; True while this task needs another step."""
+        while not self.done and ((oracle and not self.outstanding) or self.steps_in_turn >= max_steps):
+            self.end_turn(finished=oracle and not self.outstanding)
+        return not self.done
+
+    def apply(self, dec, gold: ToolCall | None) -> None:
+        """Carry the executor's decision forward: execute its call on the backends, or end the turn."""
+        self.n_step += 1
+        self.steps_in_turn += 1
+        if dec.call is None:
+            self.end_turn(finished=True)
+            return
+        call = ToolCall(dec.call.name, dict(dec.call.arguments), dec.call.id or f"fr-{self.traj.id}-{self.n_step}")
+        result = self.env.execute(call.name, dict(call.arguments))
+        self.messages.append({"role": "assistant", "content": dec.text or None, "tool_calls": [call.to_openai()]})
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        if gold is not None and call.name == gold.name:
+            self.outstanding.pop(0)
