@@ -49,9 +49,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -65,6 +62,7 @@ from torch import nn
 
 from ..context import ContextRendering
 from ..folds import assign_folds, inner_seed
+from ..io import atomic_dir
 from ..plus_features import (
     DEFAULT_KEYS,
     Candidates,
@@ -575,9 +573,7 @@ class TracerPlusScorer:
         """
         self._check_fitted()
         out = Path(directory)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
-        try:
+        with atomic_dir(out) as tmp:
             meta = {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
                     "embedder": {"name": self.res.embedder.name, "dim": self.res.embedder.dim},
                     "features": list(self.feature_names),
@@ -590,10 +586,6 @@ class TracerPlusScorer:
                 torch.save(trie.state_dict(), tmp / f"trie_{j}.pt")
             torch.save(self.model.state_dict(), tmp / "model.pt")
             self.res.tool_index.save(tmp)
-            _replace_dir(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return out
 
     @classmethod
@@ -656,22 +648,6 @@ def _confidence(s: torch.Tensor) -> torch.Tensor:
     ok = torch.isfinite(s64).any(1)
     p = torch.softmax(torch.where(ok[:, None], s64, 0.0), dim=1).max(1).values if s64.shape[1] else s64.sum(1)
     return torch.where(ok, p, 0.0).float()
-
-
-def _replace_dir(new: Path, out: Path) -> None:
-    """Move directory ``new`` to ``out``; an existing ``out`` is renamed away first and removed after."""
-    if not out.exists():
-        os.replace(new, out)
-        return
-    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old"))
-    os.replace(out, old / "index")
-    try:
-        os.replace(new, out)
-    except BaseException:
-        os.replace(old / "index", out)
-        raise
-    finally:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 @register_scorer("tracer_plus")
