@@ -37,7 +37,6 @@ Example (plain Python; see :mod:`tracer.retriever` for the facade over live mess
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -50,7 +49,7 @@ import torch
 from ..context import ContextRendering
 from ..io import atomic_dir
 from ..trie import ChildBatch, ExecutionTrie, OneStep, StateKey
-from ..types import Registry, Step, Tool, Trajectory
+from ..types import Step, Trajectory
 from . import register_scorer
 from .base import (
     Resources,
@@ -62,6 +61,7 @@ from .base import (
     scatter_primary,
     training_steps,
 )
+from .persist import check_trie, open_common, write_common
 
 FORMAT_VERSION = 2
 PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
@@ -280,15 +280,11 @@ class TracerScorer:
         self._check_fitted()
         out = Path(directory)
         with atomic_dir(out) as tmp:
-            meta = {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
-                    "embedder": {"name": self.res.embedder.name, "dim": self.res.embedder.dim},
-                    "global_set": list(self.global_set),
-                    "trie": {"n_nodes": self.trie.n_nodes, "n_edges": self.trie.n_edges, "dim": self.trie.dim}}
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-            (tmp / "tools.json").write_text(json.dumps(
-                [{**t.to_openai(), "source": t.source} for t in self.res.registry]))
+            write_common(tmp, {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
+                               "global_set": list(self.global_set),
+                               "trie": {"n_nodes": self.trie.n_nodes, "n_edges": self.trie.n_edges,
+                                        "dim": self.trie.dim}}, self.res)
             torch.save(self.trie.state_dict(), tmp / "trie.pt")
-            self.res.tool_index.save(tmp)
             if self.head is not None:
                 torch.save(self.head.state_dict(), tmp / "blend_head.pt")
         return out
@@ -297,36 +293,16 @@ class TracerScorer:
     def load(cls, directory: str | Path, embedder, device: str | None = None) -> TracerScorer:
         """Load a saved index. Refuses another format version, another embedder (name or dim) and
         a FAISS id map that does not match the registry."""
-        from ..embed import default_device
-        from ..index import ToolIndex
-
         d = Path(directory)
-        if not (d / "meta.json").exists():
-            raise FileNotFoundError(f"{d}: no saved index here (meta.json missing)")
-        meta = json.loads((d / "meta.json").read_text())
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{d / 'meta.json'}: format version {meta.get('format_version')} is not "
-                             f"{FORMAT_VERSION}; rebuild the index")
-        want = meta["embedder"]
-        if want["name"] != embedder.name or want["dim"] != embedder.dim:
-            raise ValueError(f"{d / 'meta.json'}: index was built with embedder {want['name']!r} (dim {want['dim']}), "
-                             f"not {embedder.name!r} (dim {embedder.dim}); load it with that embedder or rebuild")
-        registry = Registry(Tool.from_openai(o, o.get("source", "")) for o in json.loads((d / "tools.json").read_text()))
-        device = device or default_device()
+        meta, res = open_common(d, embedder, CLASS_PATH, FORMAT_VERSION, device)
         obj = cls(**meta["scorer"])
-        tool_index = ToolIndex.load(d, registry)
-        if tool_index.dim != embedder.dim:
-            raise ValueError(f"{d}: tool vectors have dim {tool_index.dim}, the embedder {embedder.dim}")
-        trie = ExecutionTrie.from_state_dict(torch.load(d / "trie.pt", weights_only=True, mmap=True), device)
-        if trie.dim != embedder.dim or trie.n_tools != len(registry):
-            raise ValueError(f"{d / 'trie.pt'}: trie is over {trie.n_tools} tools of dim {trie.dim}, expected "
-                             f"{len(registry)} tools of dim {embedder.dim}")
-        obj.res, obj.trie = Resources(registry, embedder, tool_index, device), trie
+        trie = ExecutionTrie.from_state_dict(torch.load(d / "trie.pt", weights_only=True, mmap=True), res.device)
+        obj.res, obj.trie = res, check_trie(trie, res, d / "trie.pt")
         obj.global_set = tuple(meta["global_set"])
         if (d / "blend_head.pt").exists():
             from ..blend import BlendHead
 
-            obj.head = BlendHead.from_state_dict(torch.load(d / "blend_head.pt", weights_only=True)).to(device)
+            obj.head = BlendHead.from_state_dict(torch.load(d / "blend_head.pt", weights_only=True)).to(res.device)
         return obj
 
 

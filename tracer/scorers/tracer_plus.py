@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -75,9 +74,10 @@ from ..plus_features import (
     parse_key,
 )
 from ..trie import ExecutionTrie
-from ..types import Registry, Step, Tool, Trajectory
+from ..types import Step, Trajectory
 from . import register_scorer
 from .base import Resources, Scores, fallback_scores, rank_one, scatter_primary, training_steps
+from .persist import check_trie, open_common, write_common
 
 FORMAT_VERSION = 1
 CLASS_PATH = "tracer.scorers.tracer_plus.TracerPlusScorer"
@@ -574,53 +574,29 @@ class TracerPlusScorer:
         self._check_fitted()
         out = Path(directory)
         with atomic_dir(out) as tmp:
-            meta = {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
-                    "embedder": {"name": self.res.embedder.name, "dim": self.res.embedder.dim},
-                    "features": list(self.feature_names),
-                    "tries": [{"key": t.key.label, "n_nodes": t.n_nodes, "n_edges": t.n_edges} for t in self.tries],
-                    "fit": {k: v for k, v in self.history.items() if not isinstance(v, list)}}
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-            (tmp / "tools.json").write_text(json.dumps(
-                [{**t.to_openai(), "source": t.source} for t in self.res.registry]))
+            write_common(tmp, {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
+                               "features": list(self.feature_names),
+                               "tries": [{"key": t.key.label, "n_nodes": t.n_nodes, "n_edges": t.n_edges}
+                                         for t in self.tries],
+                               "fit": {k: v for k, v in self.history.items() if not isinstance(v, list)}}, self.res)
             for j, trie in enumerate(self.tries):
                 torch.save(trie.state_dict(), tmp / f"trie_{j}.pt")
             torch.save(self.model.state_dict(), tmp / "model.pt")
-            self.res.tool_index.save(tmp)
         return out
 
     @classmethod
     def load(cls, directory: str | Path, embedder, device: str | None = None) -> TracerPlusScorer:
         """Load a saved index. Refuses another format version, another embedder (name or dim) and a
         FAISS id map that does not match the registry."""
-        from ..embed import default_device
-        from ..index import ToolIndex
-
         d = Path(directory)
-        if not (d / "meta.json").exists():
-            raise FileNotFoundError(f"{d}: no saved index here (meta.json missing)")
-        meta = json.loads((d / "meta.json").read_text())
-        if meta.get("format_version") != FORMAT_VERSION or meta.get("class") != CLASS_PATH:
-            raise ValueError(f"{d / 'meta.json'}: {meta.get('class')} format {meta.get('format_version')} is not "
-                             f"{CLASS_PATH} format {FORMAT_VERSION}; rebuild the index")
-        want = meta["embedder"]
-        if want["name"] != embedder.name or want["dim"] != embedder.dim:
-            raise ValueError(f"{d / 'meta.json'}: index was built with embedder {want['name']!r} (dim {want['dim']}), "
-                             f"not {embedder.name!r} (dim {embedder.dim}); load it with that embedder or rebuild")
-        registry = Registry(Tool.from_openai(o, o.get("source", "")) for o in json.loads((d / "tools.json").read_text()))
-        device = device or default_device()
+        meta, res = open_common(d, embedder, CLASS_PATH, FORMAT_VERSION, device)
         obj = cls(**meta["scorer"])
         if list(obj.feature_names) != meta["features"]:
             raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; rebuild the index")
-        tool_index = ToolIndex.load(d, registry)
-        if tool_index.dim != embedder.dim:
-            raise ValueError(f"{d}: tool vectors have dim {tool_index.dim}, the embedder {embedder.dim}")
-        tries = [ExecutionTrie.from_state_dict(torch.load(d / f"trie_{j}.pt", weights_only=True), device)
+        tries = [check_trie(ExecutionTrie.from_state_dict(torch.load(d / f"trie_{j}.pt", weights_only=True),
+                                                          res.device), res, d / f"trie_{j}.pt")
                  for j in range(len(obj.keys))]
-        for t in tries:
-            if t.dim != embedder.dim or t.n_tools != len(registry):
-                raise ValueError(f"{d}: a trie is over {t.n_tools} tools of dim {t.dim}, expected {len(registry)} "
-                                 f"tools of dim {embedder.dim}")
-        obj.attach(tries, Resources(registry, embedder, tool_index, device))
+        obj.attach(tries, res)
         obj.model = CandidateModel.from_state_dict(torch.load(d / "model.pt", weights_only=True), obj.model_kind,
                                                    int(obj.head_cfg["hidden"]))
         obj.history = dict(meta.get("fit") or {})
