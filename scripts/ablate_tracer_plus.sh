@@ -16,8 +16,9 @@ cd "$(dirname "$0")/.."
 DATASET=${DATASET:-bfcl}
 OUT=${OUT:-outputs/ablate_tracer_plus/$DATASET}
 PY=${PY:-.venv/bin/python}
-PAPER_CTX='{window:all,calls:names,results:truncated,result_chars:200,system:false}'
-USER_CTX='{window:since_user,calls:none,results:none}'
+# the paper's rendering (whole conversation, results truncated to 200 characters) and the user message alone
+paper() { echo "scorer.$1.window=all scorer.$1.results=truncated"; }
+user() { echo "scorer.$1.calls=none"; }
 
 declare -A ARGS=(
   [full]=""
@@ -40,11 +41,11 @@ declare -A ARGS=(
   [drop_history]="scorer.features.drop=[history]"
   [drop_tool_history]="scorer.features.drop=[tool,history]"
   [mlp]="scorer.model=mlp"
-  [query_all]="scorer.query_context=$PAPER_CTX"
-  [memory_all]="scorer.memory_context=$PAPER_CTX"
-  [both_all]="scorer.query_context=$PAPER_CTX scorer.memory_context=$PAPER_CTX"
-  [query_user]="scorer.query_context=$USER_CTX"
-  [memory_user]="scorer.memory_context=$USER_CTX"
+  [query_all]="$(paper query_context)"
+  [memory_all]="$(paper memory_context)"
+  [both_all]="$(paper query_context) $(paper memory_context)"
+  [query_user]="$(user query_context)"
+  [memory_user]="$(user memory_context)"
 )
 ORDER="full toolnet tracer only_prefix no_prefix no_last2 no_last1 no_vector drop_member drop_log_p drop_log_r \
 drop_edge_cos drop_state drop_vector drop_tool drop_history drop_tool_history mlp query_all memory_all both_all \
