@@ -45,6 +45,7 @@ from ..errors import DataError
 from ..types import Registry, Tool, ToolCall, Trajectory
 from .base import Dataset, register_loader
 from .bfcl_env import CLASSIC_CLASSES, FAMILY_OF, BFCLEnv, backend_config, public_methods
+from .native import iter_jsonl
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 # BFCL's DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC (checked in the tests)
@@ -66,21 +67,7 @@ def data_dir() -> Path:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        raise DataError(path, "file not found (is bfcl_eval installed with its data?)")
-    out = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(path, f"not valid JSON: {e.msg}", line=lineno) from None
-            if not isinstance(obj, dict):
-                raise DataError(path, "expected a JSON object", line=lineno)
-            out.append(obj)
-    return out
+    return [obj for _, obj in iter_jsonl(path, "file not found (is bfcl_eval installed with its data?)")]
 
 
 # --- registry --------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ Writing is atomic: both files go to a temporary directory that is renamed into p
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import DataError
@@ -72,11 +72,11 @@ def _check_messages(path: Path, lineno: int, tid: str, messages, registry: Regis
                                     field=fld + ".arguments") from None
 
 
-def read_trajectories(path: str | Path, registry: Registry) -> list[Trajectory]:
+def iter_jsonl(path: str | Path, missing: str = "file not found") -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-blank line of a JSONL file; bad lines are a DataError naming the line."""
     path = Path(path)
     if not path.exists():
-        raise DataError(path, "file not found")
-    out, ids = [], {}
+        raise DataError(path, missing)
     with open(path) as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -87,26 +87,33 @@ def read_trajectories(path: str | Path, registry: Registry) -> list[Trajectory]:
                 raise DataError(path, f"not valid JSON: {e.msg}", line=lineno) from None
             if not isinstance(obj, dict):
                 raise DataError(path, "expected a JSON object", line=lineno)
-            for fld, typ in (("id", str), ("group", str), ("domain", str), ("messages", list)):
-                if not isinstance(obj.get(fld), typ):
-                    raise DataError(path, f"missing or not a {typ.__name__}", line=lineno, record=obj.get("id"),
-                                    field=fld)
-            tid = obj["id"]
-            if tid in ids:
-                raise DataError(path, f"duplicate id (first on line {ids[tid]})", line=lineno, record=tid, field="id")
-            ids[tid] = lineno
-            _check_messages(path, lineno, tid, obj["messages"], registry)
-            reward = obj.get("reward", 1.0)
-            if not isinstance(reward, (int, float)) or isinstance(reward, bool):
-                raise DataError(path, "reward must be a number", line=lineno, record=tid, field="reward")
-            success = obj.get("success", True)
-            if not isinstance(success, bool):
-                raise DataError(path, "success must be true or false", line=lineno, record=tid, field="success")
-            meta = obj.get("metadata") or {}
-            if not isinstance(meta, dict):
-                raise DataError(path, "metadata must be an object", line=lineno, record=tid, field="metadata")
-            out.append(Trajectory(id=tid, group=obj["group"], domain=obj["domain"], messages=tuple(obj["messages"]),
-                                  reward=float(reward), success=success, metadata=meta))
+            yield lineno, obj
+
+
+def read_trajectories(path: str | Path, registry: Registry) -> list[Trajectory]:
+    path = Path(path)
+    out, ids = [], {}
+    for lineno, obj in iter_jsonl(path):
+        for fld, typ in (("id", str), ("group", str), ("domain", str), ("messages", list)):
+            if not isinstance(obj.get(fld), typ):
+                raise DataError(path, f"missing or not a {typ.__name__}", line=lineno, record=obj.get("id"),
+                                field=fld)
+        tid = obj["id"]
+        if tid in ids:
+            raise DataError(path, f"duplicate id (first on line {ids[tid]})", line=lineno, record=tid, field="id")
+        ids[tid] = lineno
+        _check_messages(path, lineno, tid, obj["messages"], registry)
+        reward = obj.get("reward", 1.0)
+        if not isinstance(reward, (int, float)) or isinstance(reward, bool):
+            raise DataError(path, "reward must be a number", line=lineno, record=tid, field="reward")
+        success = obj.get("success", True)
+        if not isinstance(success, bool):
+            raise DataError(path, "success must be true or false", line=lineno, record=tid, field="success")
+        meta = obj.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise DataError(path, "metadata must be an object", line=lineno, record=tid, field="metadata")
+        out.append(Trajectory(id=tid, group=obj["group"], domain=obj["domain"], messages=tuple(obj["messages"]),
+                              reward=float(reward), success=success, metadata=meta))
     if not out:
         raise DataError(path, "empty dataset: no trajectories")
     return out
