@@ -68,6 +68,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .context import ContextRendering
+from .early_stopping import EarlyStopping
 from .folds import assign_folds, inner_seed, kfold
 from .scorers.base import Resources, training_steps
 from .trie import ChildBatch, ExecutionTrie, StateKey
@@ -395,8 +396,7 @@ def _fit_one(head: BlendHead, data: StepData, val_fold: int, lr: float, weight_d
     tr, va = data.subset(train), data.subset(val)
     opt = torch.optim.Adam(head.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    run: dict[str, Any] = {"val_fold": val_fold, "train_loss": [], "val_loss": [], "val_acc": []}
-    best, best_state, best_epoch, bad = float("inf"), copy.deepcopy(head.state_dict()), 0, 0
+    stopper = EarlyStopping(head, patience)
     n_val = int(va.covered.sum())
 
     def penalty():
@@ -417,20 +417,11 @@ def _fit_one(head: BlendHead, data: StepData, val_fold: int, lr: float, weight_d
         head.eval()
         with torch.no_grad():
             _, vloss, vcorrect = head(va.log_p, va.log_l, va.mask, va.feats, va.gold)
-        vloss = float(vloss)
-        run["train_loss"].append(ep_loss / max(len(tr), 1))
-        run["val_loss"].append(vloss)
-        run["val_acc"].append(int(vcorrect) / max(n_val, 1))
-        if vloss < best - 1e-7:
-            best, best_state, best_epoch, bad = vloss, copy.deepcopy(head.state_dict()), epoch, 0
-        else:
-            bad += 1
-            if bad >= patience:
-                break
-    head.load_state_dict(best_state)
-    run.update(best_epoch=best_epoch, best_val_loss=best, epochs=len(run["val_loss"]),
-               n_train=int(tr.covered.sum()), n_val=n_val)
-    return run
+        if stopper.step(epoch, ep_loss / max(len(tr), 1), float(vloss), int(vcorrect) / max(n_val, 1)):
+            break
+    stopper.restore()
+    return {"val_fold": val_fold, **stopper.curves, "best_epoch": stopper.best_epoch, "best_val_loss": stopper.best,
+            "epochs": stopper.epochs, "n_train": int(tr.covered.sum()), "n_val": n_val}
 
 
 def fit_blend_head(trajectories: Sequence[Trajectory], res: Resources, key: StateKey | None = None,

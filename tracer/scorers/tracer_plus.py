@@ -60,6 +60,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..context import ContextRendering
+from ..early_stopping import EarlyStopping
 from ..folds import assign_folds, inner_seed
 from ..io import atomic_dir
 from ..plus_features import (
@@ -314,7 +315,7 @@ def _train(data, kind, hidden, lr, weight_decay, max_epochs, patience, seed, val
     model.set_feature_stats(tr.feats[tr.mask])
     (ztr, itr, gtr), (zva, iva, gva) = _flat(tr, model), _flat(va, model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    best, best_state, best_epoch, bad = float("inf"), copy.deepcopy(model.state_dict()), 0, 0
+    stopper = EarlyStopping(model, patience)
     t0 = time.perf_counter()
     for epoch in range(max_epochs):
         model.train()
@@ -325,18 +326,11 @@ def _train(data, kind, hidden, lr, weight_decay, max_epochs, patience, seed, val
         model.eval()
         with torch.no_grad():
             vloss, vcorrect = _nll(model, zva, iva, gva, va.mask.shape)
-        vloss = float(vloss)
-        hist["train_loss"].append(float(loss.detach()))
-        hist["val_loss"].append(vloss)
-        hist["val_acc"].append(int(vcorrect) / max(len(va), 1))
-        if vloss < best - 1e-7:
-            best, best_state, best_epoch, bad = vloss, copy.deepcopy(model.state_dict()), epoch, 0
-        else:
-            bad += 1
-            if bad >= patience:
-                break
-    model.load_state_dict(best_state)
-    hist.update(epochs=len(hist["val_loss"]), best_epoch=best_epoch, best_val_loss=best)
+        if stopper.step(epoch, float(loss.detach()), float(vloss), int(vcorrect) / max(len(va), 1)):
+            break
+    stopper.restore()
+    best_epoch = stopper.best_epoch
+    hist.update(stopper.curves, epochs=stopper.epochs, best_epoch=best_epoch, best_val_loss=stopper.best)
     if refit and not bool((train == covered).all()):
         # the early-stopped epoch count, now on every covered step (the validation fold included)
         model = CandidateModel(n_feat, kind, hidden, keep, seed)
