@@ -51,7 +51,7 @@ from typing import Any
 from ..errors import DataError
 from ..types import Registry, Tool, Trajectory
 from .base import Dataset, register_loader
-from .native import read_tools
+from .native import read_json_array, read_tools
 from .paths import resolve_path
 
 LEVELS = (1, 2, 3)
@@ -187,15 +187,7 @@ def dialogue_messages(text: str, final_request: str, registry: Registry) -> tupl
 
 
 def _load_json_list(path: Path) -> list:
-    if not path.is_file():
-        raise DataError(path, "file not found")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(path, f"not valid JSON: {e.msg}", line=e.lineno) from None
-    if not isinstance(data, list):
-        raise DataError(path, "expected a JSON array of items")
-    return data
+    return read_json_array(path, "items")
 
 
 def _load_dialogues(path: Path, level: int, registry: Registry, skipped: Counter) -> list[Trajectory]:

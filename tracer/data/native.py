@@ -19,16 +19,23 @@ from .base import Dataset, register_loader
 _ROLES = {"system", "user", "assistant", "tool"}
 
 
-def read_tools(path: str | Path, source: str = "") -> Registry:
+def read_json_array(path: str | Path, what: str) -> list:
+    """A JSON file holding an array; a missing file, bad JSON (with its line) or another shape is a DataError."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise DataError(path, "file not found")
     try:
         arr = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise DataError(path, f"not valid JSON: {e.msg}", line=e.lineno) from None
     if not isinstance(arr, list):
-        raise DataError(path, "expected a JSON array of OpenAI tool objects")
+        raise DataError(path, f"expected a JSON array of {what}")
+    return arr
+
+
+def read_tools(path: str | Path, source: str = "") -> Registry:
+    path = Path(path)
+    arr = read_json_array(path, "OpenAI tool objects")
     tools, seen = [], {}
     for i, obj in enumerate(arr):
         fn = obj.get("function") if isinstance(obj, dict) else None

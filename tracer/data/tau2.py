@@ -38,7 +38,7 @@ from typing import Any
 from ..errors import DataError
 from ..types import Registry, Tool, Trajectory
 from .base import Dataset, register_loader
-from .native import read_tools
+from .native import read_json_array, read_tools
 from .paths import resolve_path
 
 DOMAINS = ("retail", "airline", "telecom")
@@ -86,15 +86,7 @@ def _parse_domains(domains: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def _load_tasks(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise DataError(path, "file not found")
-    try:
-        tasks = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(path, f"not valid JSON: {e.msg}", line=e.lineno) from None
-    if not isinstance(tasks, list):
-        raise DataError(path, "expected a JSON array of tasks")
-    return tasks
+    return read_json_array(path, "tasks")
 
 
 def _task_trajectory(path: Path, index: int, task: Any, domain: str, registry: Registry,
