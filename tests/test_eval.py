@@ -211,6 +211,11 @@ def test_multirun_composes_and_report_gathers_it(native_dir, tmp_path):
     lines = (runs[0] / "steps.jsonl").read_text().splitlines()
     assert len(lines) == 10 and {"fold", "gold", "ranking", "presented", "kappa", "prompt_tokens"} <= set(
         json.loads(lines[0]))
+    # run_info describes each fold's *fitted* scorer: tracer_fixed's trie is built from that fold's training part
+    infos = {r.name: json.loads((r / "run_info.json").read_text())["scorer_info"] for r in runs}
+    trie_infos = [v for name, v in infos.items() if "scorer=tracer_fixed" in name]
+    assert len(trie_infos) == 2 and all(len(v) == 2 and all(f["n_edges"] > 0 for f in v) for v in trie_infos)
+    assert all(f["scorer"] == "vector" for name, v in infos.items() if "scorer=vector" in name for f in v)
     from tracer.eval.report import report
 
     out = report([sweep], tmp_path / "report")

@@ -62,7 +62,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         "config": cfg, "recall_curve": result.recall_curve, "fit_seconds": result.fit_seconds,
         "tokenizer": executor.tokenizer_name or "minilm-wordpiece (local, offline)",
         "embeddings_encoded": getattr(embedder, "n_encoded", None), "skipped": dict(ds.skipped),
-        "scorer_info": getattr(build_scorer_cfg(scorer_cfg), "describe", dict)(),
+        "scorer_info": result.scorer_info,
     })
     rows = [doc]
     plots.cost_accuracy(rows, run_dir / "cost_accuracy.png")

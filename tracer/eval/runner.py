@@ -57,6 +57,7 @@ class EvalResult:
     n_steps: int = 0
     trie_based: bool = False
     fit_seconds: list[float] = field(default_factory=list)
+    scorer_info: list[dict] = field(default_factory=list)  # each fold's fitted scorer, ``describe()``
 
 
 def with_guidance(messages: Sequence[Mapping[str, Any]], guidance: str | None) -> list[Mapping[str, Any]]:
@@ -94,7 +95,7 @@ class Evaluator:
             raise ValueError(f"regime must be teacher_forcing or free_running, got {self.cfg.regime!r}")
         if self.cfg.regime == "free_running" and not self.ds.executable:
             raise ValueError(f"dataset {self.ds.name!r} has no executable environment: it runs teacher_forcing only")
-        per_fold, records, tasks, fit_s = [], [], [], []
+        per_fold, records, tasks, fit_s, infos = [], [], [], [], []
         trie_based = False
         folds = range(self.cfg.folds)
         for fold in tqdm(folds, desc="folds", disable=not self.cfg.progress):
@@ -103,6 +104,7 @@ class Evaluator:
             scorer = self.factory().fit(train, self.res)
             insight = self.insight_factory().fit(train, self.res) if self.insight_factory else None
             fit_s.append(time.perf_counter() - t0)
+            infos.append(getattr(scorer, "describe", dict)())
             if self.cfg.regime == "teacher_forcing":
                 recs, fold_tasks = self.teacher_forcing(fold, scorer, insight, test), None
             else:
@@ -115,7 +117,8 @@ class Evaluator:
                                          else None, latencies_ms=lat))
             records.extend(recs)
         mean, sd = aggregate(per_fold)
-        return EvalResult(per_fold, mean, sd, records, tasks, recall_curve(records), len(records), trie_based, fit_s)
+        return EvalResult(per_fold, mean, sd, records, tasks, recall_curve(records), len(records), trie_based, fit_s,
+                          infos)
 
     # ---- one batch of steps ----------------------------------------------------------------------
     def select(self, scorer: Scorer, insight, steps: Sequence[Step]):

@@ -263,6 +263,17 @@ class TracerScorer:
             raise ValueError("pass a Step (not a state tuple) to the learned blend with this state key")
         return Step("", "", 0, len(step), step, step, "", ())
 
+    def describe(self) -> dict:
+        """The configuration plus what fitting produced (trie size, global set, blend-head fit)."""
+        out = {"scorer": self.name, "paper": "TRACER", **self.config(),
+               "n_nodes": self.trie.n_nodes if self.trie else 0, "n_edges": self.trie.n_edges if self.trie else 0}
+        if self.global_set:
+            out["global_set_tools"] = [self.res.registry.names[i] for i in self.global_set]
+        if self.head is not None:
+            out["head_fit"] = {k: v for k, v in getattr(self, "head_history", {}).items()
+                               if isinstance(v, (int, float, str, bool))}
+        return out
+
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:
         return {"name": self.name, "blend": self.blend, "key": asdict(self.key), "context": asdict(self.rendering),

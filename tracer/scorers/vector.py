@@ -9,6 +9,7 @@ ceiling. Its ranking (used for recall at k only) is the same vector ranking.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -35,6 +36,11 @@ class VectorScorer:
         b = len(steps)
         return Scores(primary=no_proposal(b, len(self.res.registry)), fallback=fallback_scores(self.res, ctx),
                       fell_back=torch.ones(b, dtype=torch.bool), present_all=self.present_all)
+
+    def describe(self) -> dict:
+        return {"scorer": self.name, "presented": "whole registry" if self.present_all else "top k by cosine",
+                "ranking": "cosine of the context with tool name + description (FAISS)",
+                "context": asdict(self.rendering)}
 
 
 @register_scorer("vector")
