@@ -172,6 +172,39 @@ def test_free_running_oracle_with_perfect_scorer_succeeds_and_fails_without_a_to
     assert bfcl_small.trajectories[0].id in failed
 
 
+def test_gold_turns_align_with_gold_states_on_turns_without_calls():
+    """BFCL turns whose ground truth is empty (clarification turns) stay turns of their own, so turn i of
+    the free-running episode is compared with gold state i: no later turn's calls are merged into them."""
+    from tracer.data import load_dataset
+    from tracer.data.bfcl_env import gold_states
+
+    ds = load_dataset("bfcl", categories=["base", "miss_param"])
+    for t in ds.trajectories:
+        turns = gold_turns(t)
+        n_user = sum(m.get("role") == "user" for m in t.messages)
+        assert len(turns) == n_user, t.id
+        steps = extract_steps(t)
+        assert [s.turn for s in steps] == [i for i, (_, calls) in enumerate(turns) for _ in calls], t.id
+    # multi_turn_base_180: BFCL turn 3 ("get the invoice") has no gold call; turn 4 creates a ticket
+    t = next(t for t in ds.trajectories if t.id == "multi_turn_base_180")
+    turns = gold_turns(t)
+    assert [len(c) for _, c in turns] == [2, 2, 1, 0, 0, 2] and len(gold_states(t)) == len(turns)
+
+
+def test_free_running_oracle_solves_tasks_with_turns_without_calls(bfcl_res):
+    from tracer.data import load_dataset
+
+    ds = load_dataset("bfcl", categories=["base", "miss_param"])
+    ids = ("multi_turn_base_180", "multi_turn_miss_param_0", "multi_turn_miss_param_1", "multi_turn_base_0")
+    trajs = tuple(t for t in ds.trajectories if t.id in ids)
+    assert any(not calls for t in trajs for _, calls in gold_turns(t))
+    small = Dataset("bfcl-empty-turns", ds.registry, trajs, executable=True)
+    res = _run(small, bfcl_res, ScriptedScorer("perfect"), "free_running")
+    assert len(res.tasks) == 4 and all(t["success"] for t in res.tasks), res.tasks
+    assert all(len(t["turns_ok"]) == len(gold_turns(next(x for x in trajs if x.id == t["trajectory_id"])))
+               for t in res.tasks)
+
+
 def test_free_running_refused_without_an_environment(tiny_trajs, tiny_resources):
     with pytest.raises(ValueError, match="teacher_forcing only"):
         _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer(), regime="free_running")

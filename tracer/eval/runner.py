@@ -15,6 +15,7 @@ training groups' trajectories and scores the held-out groups' steps.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -234,23 +235,25 @@ class Evaluator:
 
 
 def gold_turns(traj: Trajectory) -> list[tuple[list[Mapping], list[ToolCall]]]:
-    """Split a gold conversation into turns: (user messages, gold calls) in order."""
+    """Split a gold conversation into turns: (user messages, gold calls) in order.
+
+    Each user message opens a turn, as in :func:`tracer.steps.extract_steps` and
+    :func:`tracer.data.bfcl_env.gold_states`, so turn ``i`` here is compared with gold state ``i``.
+    A turn may have no calls (BFCL's clarification turns): the oracle ends it at once, and the
+    backends must still be in the gold state after it. Calls before the first user message form
+    turn 0.
+    """
     turns: list[tuple[list, list]] = []
     for m in traj.messages:
         role = m.get("role")
         if role == "user":
-            if turns and not turns[-1][1]:
-                turns[-1][0].append(m)  # consecutive user messages belong to one turn
-            else:
-                turns.append(([m], []))
+            turns.append(([m], []))
         elif role == "assistant" and m.get("tool_calls"):
             if not turns:
                 turns.append(([], []))
             for s in m["tool_calls"]:
                 fn = s["function"]
                 args = fn.get("arguments") or "{}"
-                import json
-
                 turns[-1][1].append(ToolCall(fn["name"], json.loads(args) if isinstance(args, str) else args,
                                              s.get("id", "")))
     return turns
