@@ -254,7 +254,24 @@ def test_multirun_composes_and_report_gathers_it(native_dir, tmp_path):
     out = report([sweep], tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
     assert out["runs"] == 4 and md.count("| jsonl |") == 4
+    assert "executor: oracle" in md and "oracle numbers" in md and "minilm-wordpiece" in md
     assert (tmp_path / "report" / "cost_accuracy.png").stat().st_size > 0
+
+
+def test_report_task_success_by_category(tmp_path):
+    from tracer.eval.report import category_table, load_run
+
+    doc = {"dataset": "bfcl", "registry_size": 3, "scorer": "s", "k": 5, "regime": "free_running",
+           "executor": "oracle", "n_steps": 1, "mean": {}, "sd": {}, "per_fold": []}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps(doc))
+    tasks = [("base", True), ("base", False), ("base", True), ("miss_param", False), ("miss_param", True)]
+    (run / "tasks.jsonl").write_text("".join(json.dumps({"fold": i % 2, "trajectory_id": f"t{i}", "category": c,
+                                                         "success": ok}) + "\n" for i, (c, ok) in enumerate(tasks)))
+    md = category_table([load_run(run)])
+    assert "| base | miss_param | all |" in md
+    assert "| s | 5 | 0.667 (3) | 0.500 (2) | 0.600 (5) |" in md
 
 
 def test_wandb_offline_run_holds_the_summary(native_dir, tmp_path):

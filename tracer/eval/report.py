@@ -37,7 +37,47 @@ def find_runs(dirs: Sequence[str | Path]) -> list[Path]:
 def load_run(run: Path) -> dict:
     m = json.loads((run / "metrics.json").read_text())
     m["run_dir"] = str(run)
+    info = run / "run_info.json"
+    m["tokenizer"] = json.loads(info.read_text()).get("tokenizer") if info.exists() else None
     return m
+
+
+def notes(rows: Sequence[dict]) -> str:
+    """What every reader of the table must know: the executors (oracle numbers labelled) and the tokenizer."""
+    lines = []
+    for ex in sorted({r["executor"] for r in rows}):
+        lines.append(f"- executor: {ex}")
+        if ex.startswith("oracle"):
+            lines.append("  - oracle numbers: the executor picks the gold tool whenever it is presented, so selection "
+                         "accuracy is the coverage of the presented set and task success measures retrieval alone, "
+                         "not a model")
+    for tok in sorted({r["tokenizer"] for r in rows if r.get("tokenizer")}):
+        lines.append(f"- prompt tokens counted with: {tok}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def category_table(rows: Sequence[dict]) -> str:
+    """Free-running task success per task category (pooled over folds), from each run's ``tasks.jsonl``."""
+    per_run = {}
+    for r in rows:
+        path = Path(r["run_dir"]) / "tasks.jsonl"
+        if not path.exists():
+            continue
+        by_cat: dict[str, list[bool]] = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                t = json.loads(line)
+                by_cat.setdefault(t.get("category") or "all", []).append(bool(t["success"]))
+        per_run[(r["dataset"], r["registry_size"], r["scorer"], r["k"])] = by_cat
+    cats = sorted({c for by in per_run.values() for c in by})
+    if not per_run or cats == ["all"]:
+        return ""
+    md = ["| scorer | k | " + " | ".join(cats) + " | all |", "|" + "---|" * (len(cats) + 3)]
+    for (_, _, scorer, k), by in sorted(per_run.items()):
+        cells = [f"{sum(by[c]) / len(by[c]):.3f} ({len(by[c])})" if c in by else "–" for c in cats]
+        every = [x for c in cats for x in by.get(c, [])]
+        md.append(f"| {scorer} | {k} | " + " | ".join(cells) + f" | {sum(every) / len(every):.3f} ({len(every)}) |")
+    return "Task success by category (tasks pooled over folds; task count in brackets):\n\n" + "\n".join(md) + "\n"
 
 
 def fmt(mean, sd, digits=3) -> str:
@@ -76,6 +116,7 @@ def report(dirs: Sequence[str | Path], out: str | Path, columns: Sequence[str] =
     rows = [load_run(r) for r in runs]
     out = Path(out)
     md, csv_text = table(rows, columns, compact)
+    md = "\n".join(x for x in (md, category_table(rows), notes(rows)) if x)
     atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.csv", csv_text)
     curves = {}

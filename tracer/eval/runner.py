@@ -205,7 +205,8 @@ class Evaluator:
                     e.apply(dec, gold)
             bar.update(len(ready))
         bar.close()
-        tasks = [{"fold": fold, "trajectory_id": e.traj.id, "group": e.traj.group, "success": all(e.turn_ok),
+        tasks = [{"fold": fold, "trajectory_id": e.traj.id, "group": e.traj.group,
+                  "category": e.traj.metadata.get("category"), "success": all(e.turn_ok),
                   "turns_ok": e.turn_ok, "steps": e.n_step} for e in episodes]
         return records, tasks
 
