@@ -15,6 +15,10 @@
   ``json.dumps({"messages": ..., "tools": ...})`` (see :func:`count_prompt_tokens`) and
   ``completion_tokens`` the same count over the returned message.
 
+``policy``: a function of the request body returning the assistant message (``content`` and
+``tool_calls``) replaces the built-in policy, for tests that script a whole agent (the response
+envelope, ids' numbering and ``usage`` stay the server's).
+
 Fault injection: ``fail_first=N`` answers the first N requests with ``fail_status`` (500, 429,
 400, ...) and an OpenAI-style error body; ``delay_s`` delays every reply; ``delay_first=N`` with
 ``delay_first_s`` delays only the first N (to make a client time out). Every request body and its
@@ -35,6 +39,7 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 _KV = re.compile(r"(\w+)=(\S+)")
@@ -74,7 +79,9 @@ class StubOpenAIServer:
     ``headers``, ``max_in_flight``, ``url`` (the ``/v1`` root)."""
 
     def __init__(self, *, fail_first: int = 0, fail_status: int = 500, delay_s: float = 0.0,
-                 delay_first: int = 0, delay_first_s: float = 0.0):
+                 delay_first: int = 0, delay_first_s: float = 0.0,
+                 policy: Callable[[dict], dict] | None = None):
+        self.policy = policy
         self.fail_first = fail_first
         self.fail_status = fail_status
         self.delay_s = delay_s
@@ -170,8 +177,12 @@ class StubOpenAIServer:
 
     def _completion(self, n: int, body: dict, text: str) -> dict:
         messages, tools = body["messages"], body.get("tools") or []
-        if not tools or body.get("tool_choice") == "none" or "[text]" in text:
-            message: dict[str, Any] = {"role": "assistant", "content": f"echo: {text}", "tool_calls": []}
+        message: dict[str, Any]
+        if self.policy is not None:
+            message = {"role": "assistant", **self.policy(body)}
+            finish = "tool_calls" if message.get("tool_calls") else "stop"
+        elif not tools or body.get("tool_choice") == "none" or "[text]" in text:
+            message = {"role": "assistant", "content": f"echo: {text}", "tool_calls": []}
             finish = "stop"
         else:
             functions = [t["function"] for t in tools]

@@ -205,6 +205,57 @@ def test_free_running_oracle_solves_tasks_with_turns_without_calls(bfcl_res):
                for t in res.tasks)
 
 
+def _gold_agent(trajs):
+    """A scripted model behind the stub server: after each user message it makes that turn's gold calls in
+    order, each only if the tool was presented, then answers in text (which ends the turn)."""
+    by_user = {u["content"]: calls for t in trajs for users, calls in gold_turns(t) for u in users}
+
+    def policy(body):
+        msgs = body["messages"]
+        last = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+        made = sum(len(m.get("tool_calls") or []) for m in msgs[last:] if m["role"] == "assistant")
+        calls = by_user[msgs[last]["content"]]
+        presented = {t["function"]["name"] for t in body.get("tools") or []}
+        if made < len(calls) and calls[made].name in presented:
+            c = calls[made]
+            return {"content": None, "tool_calls": [{"id": f"agent-{len(msgs)}", "type": "function", "function": {
+                "name": c.name, "arguments": json.dumps(c.arguments)}}]}
+        return {"content": "Done.", "tool_calls": []}
+
+    return policy
+
+
+def test_free_running_through_an_openai_endpoint(bfcl_small, bfcl_res):
+    """evaluate's free-running loop against a real HTTP server speaking the OpenAI protocol: the model's calls
+    run on BFCL's backends, its text answer ends a turn, prompt tokens are the server's count."""
+    from stub_openai_server import StubOpenAIServer, count_prompt_tokens
+
+    from tracer.executors.openai import OpenAIExecutor
+
+    cfg = EvalConfig(k=3, folds=2, seed=0, regime="free_running", latency_sample=0, progress=False)
+    with StubOpenAIServer(policy=_gold_agent(bfcl_small.trajectories)) as server:
+        ex = OpenAIExecutor(base_url=server.url, model="stub", api_key_env=None, concurrency=2)
+        res = Evaluator(bfcl_small, lambda: ScriptedScorer("perfect"), bfcl_res, ex, cfg).run()
+        sent = list(server.requests)
+    assert res.mean["task_success"] == 1.0 and len(res.tasks) == 4
+    n_turns = sum(len(gold_turns(t)) for t in bfcl_small.trajectories)
+    n_calls = sum(len(c) for t in bfcl_small.trajectories for _, c in gold_turns(t))
+    assert len(res.records) == len(sent) == n_calls + n_turns  # every gold call, plus one text answer per turn
+    assert sum(r.selected is None for r in res.records) == n_turns
+    server_counts = sorted(count_prompt_tokens(b["messages"], b["tools"]) for b in sent)
+    assert sorted(r.prompt_tokens for r in res.records) == server_counts
+    assert all(r.prompt_tokens != r.prompt_tokens_local for r in res.records)  # the server's count, not ours
+    # the model's own call ids are carried forward in the conversation it is sent next
+    assert any(tc["id"].startswith("agent-") for b in sent for m in b["messages"] for tc in m.get("tool_calls") or [])
+
+    # a needed tool never presented: the agent cannot make that call, answers in text, and the task fails
+    needed = next(c.name for c in gold_turns(bfcl_small.trajectories[0])[0][1])
+    with StubOpenAIServer(policy=_gold_agent(bfcl_small.trajectories)) as server:
+        ex = OpenAIExecutor(base_url=server.url, model="stub", api_key_env=None)
+        res = Evaluator(bfcl_small, lambda: ScriptedScorer("perfect", hide=needed), bfcl_res, ex, cfg).run()
+    assert bfcl_small.trajectories[0].id in {t["trajectory_id"] for t in res.tasks if not t["success"]}
+
+
 def test_free_running_refused_without_an_environment(tiny_trajs, tiny_resources):
     with pytest.raises(ValueError, match="teacher_forcing only"):
         _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer(), regime="free_running")
