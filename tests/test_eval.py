@@ -191,13 +191,15 @@ def test_gold_turns_align_with_gold_states_on_turns_without_calls():
     assert [len(c) for _, c in turns] == [2, 2, 1, 0, 0, 2] and len(gold_states(t)) == len(turns)
 
 
-def test_free_running_oracle_solves_tasks_with_turns_without_calls(bfcl_res):
+def test_free_running_oracle_solves_turns_without_calls_and_turns_beyond_the_cap(bfcl_res):
     from tracer.data import load_dataset
 
-    ds = load_dataset("bfcl", categories=["base", "miss_param"])
-    ids = ("multi_turn_base_180", "multi_turn_miss_param_0", "multi_turn_miss_param_1", "multi_turn_base_0")
+    ds = load_dataset("bfcl", categories=["base", "miss_param", "long_context"])
+    ids = ("multi_turn_base_180", "multi_turn_miss_param_0", "multi_turn_miss_param_1", "multi_turn_long_context_46")
     trajs = tuple(t for t in ds.trajectories if t.id in ids)
     assert any(not calls for t in trajs for _, calls in gold_turns(t))
+    # long_context_46's one turn needs 34 calls: more than the 20-step cap, so the cap stretches to cover them
+    assert max(len(calls) for t in trajs for _, calls in gold_turns(t)) == 34
     small = Dataset("bfcl-empty-turns", ds.registry, trajs, executable=True)
     res = _run(small, bfcl_res, ScriptedScorer("perfect"), "free_running")
     assert len(res.tasks) == 4 and all(t["success"] for t in res.tasks), res.tasks

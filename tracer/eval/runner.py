@@ -9,8 +9,9 @@ training groups' trajectories and scores the held-out groups' steps.
 - free-running: the executor's own calls are executed (BFCL: on BFCL's backends from the task's
   ``initial_config``) and carried forward; the trie state follows the executed calls. A turn ends
   when the executor answers without a call (the oracle: when the turn's gold calls are done) or
-  after ``max_steps_per_turn`` steps; a task succeeds when after every turn the backends' state
-  equals the gold state and every turn finished within the cap.
+  after ``max_steps_per_turn`` steps (or the turn's gold call count, when larger); a task succeeds
+  when after every turn the backends' state equals the gold state and every turn finished within
+  the cap.
 """
 
 from __future__ import annotations
@@ -264,8 +265,10 @@ class _Episode:
     """One task in free-running: its live conversation, its own BFCL backends and the gold turns.
 
     A turn ends when the executor answers without a call (the oracle: when the turn's gold calls
-    are all made) or after ``max_steps`` steps; it succeeds when it ended within the cap and the
-    backends' state equals the gold state after that turn.
+    are all made) or at the cap; it succeeds when it ended within the cap and the backends' state
+    equals the gold state after that turn. The cap is ``max_steps`` steps, or the turn's number of
+    gold calls when that is larger: a step here is one call, while BFCL's 20-step limit counts model
+    responses, which may carry parallel calls (two long_context turns need 34 calls).
     """
 
     def __init__(self, traj: Trajectory):
@@ -278,7 +281,7 @@ class _Episode:
         self.messages: list[dict] = [dict(m) for m in traj.messages if m.get("role") == "system"]
         self.turn, self.n_step, self.turn_ok = -1, 0, []
         self.outstanding: list[ToolCall] = []
-        self.steps_in_turn = 0
+        self.steps_in_turn = self.gold_in_turn = 0
         self.done = False
         self._next_turn()
 
@@ -289,7 +292,7 @@ class _Episode:
             return
         user_msgs, gold_calls = self.turns[self.turn]
         self.messages.extend(dict(m) for m in user_msgs)
-        self.outstanding, self.steps_in_turn = list(gold_calls), 0
+        self.outstanding, self.steps_in_turn, self.gold_in_turn = list(gold_calls), 0, len(gold_calls)
 
     def end_turn(self, finished: bool) -> None:
         state_ok = self.env.same_state(self.want[self.turn]) if self.turn < len(self.want) else True
@@ -298,7 +301,8 @@ class _Episode:
 
     def ready(self, oracle: bool, max_steps: int) -> bool:
         """Close the turns that are over; True while this task needs another step."""
-        while not self.done and ((oracle and not self.outstanding) or self.steps_in_turn >= max_steps):
+        while not self.done and ((oracle and not self.outstanding)
+                                 or self.steps_in_turn >= max(max_steps, self.gold_in_turn)):
             self.end_turn(finished=oracle and not self.outstanding)
         return not self.done
 
