@@ -46,10 +46,12 @@ declare -A ARGS=(
   [both_all]="$(paper query_context) $(paper memory_context)"
   [query_user]="$(user query_context)"
   [memory_user]="$(user memory_context)"
+  [no_join_users]="scorer.query_context.join_users=false scorer.memory_context.join_users=false"
+  [vector_join_users]="scorer=vector +scorer.context.join_users=true"
 )
 ORDER="full toolnet tracer only_prefix no_prefix no_last2 no_last1 no_vector drop_member drop_log_p drop_log_r \
 drop_edge_cos drop_state drop_vector drop_tool drop_history drop_tool_history mlp query_all memory_all both_all \
-query_user memory_user"
+query_user memory_user no_join_users vector vector_join_users"
 ROWS=${ROWS:-$ORDER}
 REFERENCE="full toolnet tracer tracer_fixed vector"
 mkdir -p "$OUT/logs"

@@ -146,6 +146,20 @@ def test_context_renderings():
         ContextRendering(window="everything")
 
 
+def test_join_users_reads_an_unanswered_request_with_the_message_after_it():
+    msgs = [{"role": "system", "content": "be helpful"}, {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "ls", "arguments": "{}"}}]},
+            {"role": "tool", "content": "a.txt"}, {"role": "user", "content": "make a folder docs"},
+            {"role": "user", "content": "What about now?"}]
+    assert ContextRendering(window="since_user").render(msgs) == "user: What about now?"
+    joined = ContextRendering(window="since_user", join_users=True)
+    assert joined.render(msgs) == "user: make a folder docs\nuser: What about now?"
+    # an answered turn stops the run: the earlier request and its call stay out
+    assert joined.render(msgs[:5]) == "user: make a folder docs"
+    assert joined.render(msgs + [{"role": "assistant", "tool_calls": [{"function": {"name": "mkdir"}}]}]) == (
+        "user: make a folder docs\nuser: What about now?\nassistant: call mkdir")
+
+
 class CountingEmbedder:
     name, dim = "counting", 4
 

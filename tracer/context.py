@@ -9,7 +9,10 @@ embedding can know:
 - ``window: last_n`` renders the last ``n`` messages.
 - ``window: since_user`` (our default) renders the latest user message plus the calls made since.
   It loses earlier turns entirely, which on BFCL is what helps: the latest request names the
-  next tool far more often than the history does.
+  next tool far more often than the history does. With ``join_users: true`` it starts at the first
+  of the latest run of consecutive user messages: a request left without a call (BFCL's
+  clarification and withheld-function turns) is read together with the message that follows it,
+  such as BFCL's placeholder "What about now?".
 
 Tool calls are rendered as ``name(args)`` or ``name``; tool results are left out, truncated to
 ``result_chars`` characters, or kept whole.
@@ -39,6 +42,8 @@ class ContextRendering:
         results: ``none``, ``truncated`` or ``full`` (how a tool result is shown).
         result_chars: characters kept of a result under ``truncated``.
         system: whether the system prompt is included.
+        join_users: ``since_user`` only: start at the first of the latest run of consecutive user
+            messages (user messages with no assistant message between them read as one request).
     """
 
     window: Window = "since_user"
@@ -48,6 +53,7 @@ class ContextRendering:
     results: Literal["none", "truncated", "full"] = "none"
     result_chars: int = 200
     system: bool = False
+    join_users: bool = False
 
     def __post_init__(self):
         if self.window not in ("all", "last_n", "since_user"):
@@ -65,6 +71,9 @@ class ContextRendering:
             msgs = msgs[-self.n:] if self.n > 0 else []
         elif self.window == "since_user":
             last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
+            if self.join_users:
+                while last_user > 0 and msgs[last_user - 1].get("role") == "user":
+                    last_user -= 1
             msgs = msgs[last_user:]
         return msgs
 
