@@ -311,6 +311,8 @@ class _Episode:
         self.n_step += 1
         self.steps_in_turn += 1
         if dec.call is None:
+            # the text answer is not carried forward: gold conversations hold none, and the next
+            # context should look like the ones the scorer was trained on
             self.end_turn(finished=True)
             return
         call = ToolCall(dec.call.name, dict(dec.call.arguments), dec.call.id or f"fr-{self.traj.id}-{self.n_step}")
