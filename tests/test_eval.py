@@ -247,8 +247,9 @@ def test_free_running_through_an_openai_endpoint(bfcl_small, bfcl_res):
     server_counts = sorted(count_prompt_tokens(b["messages"], b["tools"]) for b in sent)
     assert sorted(r.prompt_tokens for r in res.records) == server_counts
     assert all(r.prompt_tokens != r.prompt_tokens_local for r in res.records)  # the server's count, not ours
-    # the model's own call ids are carried forward in the conversation it is sent next
+    # the model's own call ids are carried forward in the conversation it is sent next; its turn-ending text is not
     assert any(tc["id"].startswith("agent-") for b in sent for m in b["messages"] for tc in m.get("tool_calls") or [])
+    assert not any(m.get("content") == "Done." for b in sent for m in b["messages"])
 
     # a needed tool never presented: the agent cannot make that call, answers in text, and the task fails
     needed = next(c.name for c in gold_turns(bfcl_small.trajectories[0])[0][1])
