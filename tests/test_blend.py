@@ -218,14 +218,17 @@ def _heldout_nll(scorer, steps, res):
     return float(-logp.gather(1, gold[:, None]).squeeze(1)[keep].mean()), sc
 
 
+def _learned_vs_fixed(train, test, res):
+    """Held-out NLL of the learned and the fixed blend fitted on ``train``; the learned one's scores."""
+    steps = training_steps(test, TOOLS)
+    nll_l, sc = _heldout_nll(TracerScorer(name="tracer", blend="learned", head=HEAD).fit(train, res), steps, res)
+    nll_f, _ = _heldout_nll(TracerScorer(name="tracer_fixed", blend="fixed").fit(train, res), steps, res)
+    return nll_l, nll_f, sc
+
+
 def test_context_decides_drives_w_down_and_beats_fixed():
     res = _res(["alpha", "beta", "filler"])
-    train, test = context_decides(200, seed=1), context_decides(200, seed=2)
-    learned = TracerScorer(name="tracer", blend="learned", head=HEAD).fit(train, res)
-    fixed = TracerScorer(name="tracer_fixed", blend="fixed").fit(train, res)
-    steps = training_steps(test, TOOLS)
-    nll_l, sc = _heldout_nll(learned, steps, res)
-    nll_f, _ = _heldout_nll(fixed, steps, res)
+    nll_l, nll_f, sc = _learned_vs_fixed(context_decides(200, seed=1), context_decides(200, seed=2), res)
     # fixed: p(beta step right) = 0.24 -> NLL ~ 0.8*0.18 + 0.2*1.43 = 0.43; learned: w -> 0, T -> floor
     assert nll_f > 0.35
     assert nll_l < 0.5 * nll_f, (nll_l, nll_f)
@@ -235,12 +238,7 @@ def test_context_decides_drives_w_down_and_beats_fixed():
 
 def test_counts_decide_drives_w_up():
     res = _res([f"w{i}" for i in range(16)])
-    train, test = counts_decide(300, seed=3), counts_decide(200, seed=4)
-    learned = TracerScorer(name="tracer", blend="learned", head=HEAD).fit(train, res)
-    fixed = TracerScorer(name="tracer_fixed", blend="fixed").fit(train, res)
-    steps = training_steps(test, TOOLS)
-    nll_l, sc = _heldout_nll(learned, steps, res)
-    nll_f, _ = _heldout_nll(fixed, steps, res)
+    nll_l, nll_f, sc = _learned_vs_fixed(counts_decide(300, seed=3), counts_decide(200, seed=4), res)
     assert float(sc.extra["w"].mean()) > 0.8
     assert nll_l < nll_f
 

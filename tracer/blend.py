@@ -54,7 +54,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import time
@@ -71,6 +70,7 @@ from .context import ContextRendering
 from .early_stopping import EarlyStopping
 from .folds import assign_folds, inner_seed, kfold
 from .scorers.base import Resources, training_steps
+from .threads import one_thread
 from .trie import ChildBatch, ExecutionTrie, StateKey
 from .types import Step, Trajectory
 
@@ -311,18 +311,6 @@ def _keep_mask(drop: Sequence[str | int]) -> torch.Tensor:
     return keep
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """Run with one intra-op thread: the head has 12 parameters, and on a busy CPU every parallel
-    region of a tiny op costs a synchronisation (we measured 20 ms per op with 2 threads, 0.1 ms with 1)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
 def train_head(data: StepData, t_floor: float = 0.05, lr: float = 0.05, weight_decay: float = 1e-3,
                max_epochs: int = 500, patience: int = 50, batch_size: int = 0, seed: int = 0,
                rotate: bool = True, val_fold: int | None = None,
@@ -353,7 +341,7 @@ def train_head(data: StepData, t_floor: float = 0.05, lr: float = 0.05, weight_d
 
     Returns ``(head, history)``; ``history["runs"]`` holds each head's loss curve.
     """
-    with _one_thread():
+    with one_thread():
         t0 = time.perf_counter()
         rows = data.in_trie
         head = BlendHead(len(FEATURES), t_floor, _keep_mask(drop)).to(data.log_p.device)

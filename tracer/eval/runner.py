@@ -30,6 +30,7 @@ from ..data import Dataset
 from ..folds import assign_folds
 from ..scorers.base import Resources, Scorer, finalize
 from ..steps import extract_all, extract_steps, step_from_messages
+from ..threads import one_thread
 from ..types import Step, ToolCall, Trajectory
 from .metrics import StepRecord, aggregate, fold_metrics, recall_curve
 from .tokens import TokenCounter
@@ -220,20 +221,18 @@ class Evaluator:
         sample = random.Random(self.cfg.seed * 1000 + fold).sample(list(steps), n)
         cached = self.res.embedder
         self.res.embedder = getattr(cached, "inner", cached)  # measure the real encode, not a cache hit
-        threads = torch.get_num_threads()
         # one thread: a single short encode gains nothing from a second one, and on a shared machine a
         # second thread waiting for a busy core made the figure 10-20x noisier
-        torch.set_num_threads(1)
         try:
             out = []
-            for s in sample:
-                t0 = time.perf_counter()
-                self.select(scorer, insight, [s])
-                out.append((time.perf_counter() - t0) * 1000)
+            with one_thread():
+                for s in sample:
+                    t0 = time.perf_counter()
+                    self.select(scorer, insight, [s])
+                    out.append((time.perf_counter() - t0) * 1000)
             return out
         finally:
             self.res.embedder = cached
-            torch.set_num_threads(threads)
 
 
 def gold_turns(traj: Trajectory) -> list[tuple[list[Mapping], list[ToolCall]]]:

@@ -46,7 +46,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 from collections.abc import Mapping, Sequence
@@ -74,6 +73,7 @@ from ..plus_features import (
     keep_mask,
     parse_key,
 )
+from ..threads import one_thread
 from ..trie import ExecutionTrie
 from ..types import Step, Trajectory
 from . import register_scorer
@@ -189,18 +189,6 @@ class CandidateModel(nn.Module):
         return (h @ p[2][0]).astype(np.float32)
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """One intra-op thread while training: the model is tiny and parallel regions cost more than they save
-    on a busy CPU; also makes the reductions' order fixed."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
 # ---- training data -------------------------------------------------------------------------------
 @dataclass
 class CandidateData:
@@ -277,7 +265,7 @@ def train_model(data: CandidateData, kind: str = "linear", hidden: int = 32, lr:
     model is then trained afresh on every covered step (validation fold included) for the best
     epoch count. Returns ``(model, history)``.
     """
-    with _one_thread():
+    with one_thread():
         return _train(data, kind, hidden, lr, weight_decay, max_epochs, patience, seed, val_fold, keep, refit)
 
 
