@@ -44,7 +44,6 @@ from tracer.scorers.tracer_plus import (
     _nll,
     build_index,
     inner_fold_candidates,
-    step_of,
     train_model,
 )
 from tracer.steps import extract_all, extract_steps
@@ -246,7 +245,8 @@ def test_select_from_messages(hand):
     scorer, step = hand
     names = scorer.select(list(step.context), k=2)
     assert names[0] == "send_email" and len(names) == 2
-    assert step_of(step.context).history == step.history and step_of(step.context).prefix == step.prefix
+    mem, q = scorer.embed([step])
+    assert [scorer.res.registry.id(n) for n in names] == list(scorer.select_one(step, mem[0], 2, q[0]))
 
 
 def test_save_load_is_bit_identical(hand, tmp_path):

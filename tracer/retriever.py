@@ -35,7 +35,7 @@ from .errors import DataError
 from .scorers import Scorer, build_scorer, finalize
 from .scorers.base import Resources
 from .steps import step_from_messages
-from .types import Message, Registry
+from .types import Message, Registry, Step
 
 MINILM = "all-MiniLM-L6-v2"
 __all__ = ["Retriever", "step_from_messages"]
@@ -107,26 +107,23 @@ class Retriever:
             raise TypeError(f"scorer {self.scorer.name!r} has no context rendering")
         return self.res.embedder.encode([rendering.render(messages)])[0].numpy()
 
-    def _contexts(self, messages: Sequence[Message]) -> dict[str, np.ndarray]:
+    def _contexts(self, step: Step) -> dict[str, Any]:
         """Keyword arguments of the scorer's single-step path: its embedded context(s), ``[d]`` each.
 
-        ``tracer_plus`` renders the edge-memory context and the vector query separately (one encode
-        when the two renderings agree); the paper's scorers use one context.
+        ``tracer_plus`` embeds the edge-memory context and the vector query (its :meth:`embed`: one
+        encode when the two renderings agree); the paper's scorers use one context.
         """
-        plus = getattr(self.scorer, "memory_rendering", None)
-        if plus is None:
-            return {"context": self.context_embedding(messages)}
-        mem = self.context_embedding(messages)
-        query = self.scorer.query_rendering
-        q = mem if query == plus else self.res.embedder.encode([query.render(messages)])[0].numpy()
-        return {"memory": mem, "query": q}
+        if callable(getattr(self.scorer, "embed", None)):
+            mem, q = self.scorer.embed([step], self.res)
+            return {"memory": mem[0], "query": q[0]}
+        return {"context": self.context_embedding(step.context)}
 
     def select_ids(self, messages: Sequence[Message], k: int | None = None) -> tuple[int, ...]:
         """Registry ids of the tools to present for the next call (k, plus Tracer+G's global set)."""
         k = self.k if k is None else k
         step = step_from_messages(messages)
         if callable(getattr(self.scorer, "select_one", None)):
-            return self.scorer.select_one(step, k=k, **self._contexts(messages))
+            return self.scorer.select_one(step, k=k, **self._contexts(step))
         return finalize(self.scorer.score([step]), k, getattr(self.scorer, "pad", True)).presented[0]
 
     def select(self, messages: Sequence[Message], k: int | None = None) -> list[dict[str, Any]]:
@@ -145,7 +142,7 @@ class Retriever:
         """Every tool name, best first."""
         step = step_from_messages(messages)
         if callable(getattr(self.scorer, "rank_one", None)):
-            ranking = self.scorer.rank_one(step, **self._contexts(messages))
+            ranking = self.scorer.rank_one(step, **self._contexts(step))
         else:
             ranking = finalize(self.scorer.score([step]), 1).ranking[0].numpy()
         names = self.registry.names

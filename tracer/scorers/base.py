@@ -233,6 +233,14 @@ def no_proposal(b: int, n: int) -> torch.Tensor:
     return torch.full((b, n), float("-inf"))
 
 
+def as_numpy(x) -> np.ndarray:
+    """A context vector (tensor on any device, array or list) as a flat numpy array, without a copy on the CPU."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+        return (x if x.device.type == "cpu" else x.cpu()).numpy().reshape(-1)
+    return np.asarray(x).reshape(-1)
+
+
 def scatter_primary(tool: torch.Tensor, mask: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
     """Scatter per-child scores ``[B, C]`` (masked) into registry-wide scores ``[B, N]`` (-inf elsewhere)."""
     out = torch.full((tool.shape[0], n + 1), float("-inf"), dtype=values.dtype, device=values.device)

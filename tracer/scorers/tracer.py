@@ -54,6 +54,7 @@ from . import register_scorer
 from .base import (
     Resources,
     Scores,
+    as_numpy,
     fallback_scores,
     finalize,
     finalize_one,
@@ -81,13 +82,6 @@ def prefix_entropy(trie: ExecutionTrie) -> torch.Tensor:
     h = torch.zeros(trie.n_tools, dtype=torch.double, device=trie.device).index_add_(
         0, trie.edge_tool, -p * torch.log(p))
     return h.float().cpu()
-
-
-def _as_numpy(context) -> np.ndarray:
-    if isinstance(context, torch.Tensor):
-        context = context.detach()
-        return (context if context.device.type == "cpu" else context.cpu()).numpy().reshape(-1)
-    return np.asarray(context).reshape(-1)
 
 
 class TracerScorer:
@@ -213,7 +207,7 @@ class TracerScorer:
         if self.blend != "fixed":
             raise NotImplementedError("the single-step path covers the fixed blend; use score_embedded")
         state = step if isinstance(step, tuple) else self.key.state(step)
-        c = np.asarray(_as_numpy(context), dtype=np.float64)
+        c = np.asarray(as_numpy(context), dtype=np.float64)
         ch = self.trie.children_one(state, c)
         s = ch.log_p + ch.log_l                                                 # [C] float32
         kappa = confidence_one(s)
@@ -229,7 +223,7 @@ class TracerScorer:
         """
         pad = self.pad if pad is None else pad
         if self.blend != "fixed":
-            return finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(_as_numpy(context))[None]),
+            return finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(as_numpy(context))[None]),
                             k, pad).presented[0]
         ch, s, _, fell_back, _ = self.score_one(step, context, with_fallback=False)
         n_child = len(s)
@@ -240,19 +234,19 @@ class TracerScorer:
             if np.isfinite(top).all() and (top[1:] < top[:-1]).all():            # no ties: order is final
                 chosen = tuple(ch.tool[order[:m]].tolist())
                 return chosen + tuple(g for g in self.global_set if g not in chosen)
-        c = np.asarray(_as_numpy(context), dtype=np.float64)
+        c = np.asarray(as_numpy(context), dtype=np.float64)
         fallback = self.res.tool_index.top_scores_one(c, k + n_child, ch.tool)  # exact where it matters
         return finalize_one(ch.tool, s, fallback, fell_back, k, pad, self.global_set)
 
     def rank_one(self, step: Step | tuple[str, ...], context, top: int | None = None) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
         if self.blend != "fixed":
-            r = finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(_as_numpy(context))[None]),
+            r = finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(as_numpy(context))[None]),
                          1).ranking[0].numpy()
             return r if top is None else r[:top]
         ch, s, fallback, fell_back, _ = self.score_one(step, context, with_fallback=top is None)
         if top is not None:
-            c = np.asarray(_as_numpy(context), dtype=np.float64)
+            c = np.asarray(as_numpy(context), dtype=np.float64)
             fallback = self.res.tool_index.top_scores_one(c, top + len(s), ch.tool)
         return rank_one(ch.tool, s, fallback, fell_back, top)
 
