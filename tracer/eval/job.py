@@ -13,6 +13,7 @@ from . import plots
 from .metrics import METRICS
 from .outputs import metrics_document, write_json, write_jsonl
 from .runner import EvalConfig, Evaluator
+from .tokens import LOCAL_TOKENIZER
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:
@@ -60,7 +61,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         write_jsonl(run_dir / "tasks.jsonl", result.tasks)
     write_json(run_dir / "run_info.json", {
         "config": cfg, "recall_curve": result.recall_curve, "fit_seconds": result.fit_seconds,
-        "tokenizer": executor.tokenizer_name or "minilm-wordpiece (local, offline)",
+        "tokenizer": executor.tokenizer_name or f"{LOCAL_TOKENIZER} (local, offline)",
         "embeddings_encoded": getattr(embedder, "n_encoded", None), "skipped": dict(ds.skipped),
         "scorer_info": result.scorer_info,
     })

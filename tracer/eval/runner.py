@@ -77,13 +77,14 @@ class Evaluator:
     """Runs one scorer configuration over the folds of one dataset."""
 
     def __init__(self, dataset: Dataset, scorer_factory: Callable[[], Scorer], res: Resources, executor,
-                 cfg: EvalConfig, insight_factory: Callable[[], Any] | None = None, counter: TokenCounter | None = None):
+                 cfg: EvalConfig, insight_factory: Callable[[], Any] | None = None):
         self.ds, self.factory, self.res, self.executor, self.cfg = dataset, scorer_factory, res, executor, cfg
         self.insight_factory = insight_factory
-        self.counter = counter or TokenCounter()
+        self.counter = TokenCounter()
         self.registry = dataset.registry
         self.all_tools = self.registry.to_openai()
-        self.all_tools_tokens = sum(self.counter.tool(t) for t in self.all_tools)
+        self.tool_tokens = [self.counter.tool(t) for t in self.all_tools]  # [N]: a step sums the presented ones
+        self.all_tools_tokens = sum(self.tool_tokens)
         self.fold_of = assign_folds([t.group for t in dataset.trajectories], cfg.folds, cfg.seed)
 
     # ---- folds ---------------------------------------------------------------------------------
@@ -152,7 +153,8 @@ class Evaluator:
         sc = sel.scores
         out = []
         for i, (step, gold, dec) in enumerate(zip(steps, golds, decisions)):
-            local = self.counter.count(msgs_all[i], requests[i].tools)
+            local = (sum(self.counter.message(m) for m in msgs_all[i])           # guidance is in the system prompt
+                     + sum(self.tool_tokens[j] for j in sel.presented[i]))
             full = sum(self.counter.message(m) for m in step.context) + self.all_tools_tokens
             rank_i = int(gold_rank[i]) or None
             out.append(StepRecord(

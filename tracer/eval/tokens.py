@@ -4,8 +4,8 @@ The prompt of a decision step is: system prompt (plus any guidance text a scorer
 conversation so far, and the presented tool schemas as the model gets them (OpenAI tool objects,
 JSON). Offline, tokens are counted with a tokenizer that ships offline: the WordPiece tokenizer of
 all-MiniLM-L6-v2 (uncased BERT vocabulary), named ``minilm-wordpiece`` in reports. The count is the
-sum over parts (each message, each tool schema, the guidance), so per-part counts are cached and a
-step costs a few dictionary lookups; chat-template tokens are not included. With an endpoint
+sum over parts (each message, guidance inside the system prompt, and each tool schema), so per-part
+counts are cached and a step costs a few dictionary lookups; chat-template tokens are not included. With an endpoint
 executor, the server's reported ``prompt_tokens`` are used for ``cic_tokens`` instead.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 LOCAL_TOKENIZER = "minilm-wordpiece"
@@ -28,7 +28,7 @@ def message_text(m: Mapping[str, Any]) -> str:
 
 
 class TokenCounter:
-    """Counts tokens of prompt parts with a cache; ``count(messages, tools, guidance)`` per step."""
+    """Counts tokens of prompt parts (messages, tool schemas) with a cache."""
 
     name = LOCAL_TOKENIZER
 
@@ -60,8 +60,3 @@ class TokenCounter:
 
     def tool(self, tool_obj: Mapping[str, Any]) -> int:
         return self.text(json.dumps(tool_obj, sort_keys=True))
-
-    def count(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
-              guidance: str | None = None) -> int:
-        return (sum(self.message(m) for m in messages) + sum(self.tool(t) for t in tools)
-                + (self.text(guidance) if guidance else 0))
