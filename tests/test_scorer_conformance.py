@@ -146,7 +146,9 @@ def test_scorer_conformance(name, corpus, tiny_registry, keyword_embedder):
             for presented in sel.presented:
                 assert len(set(presented)) == len(presented)
                 assert set(presented) <= set(range(n))
-                if not scores.present_all:
+                if scores.present_all:
+                    assert sorted(presented) == list(range(n))
+                else:
                     assert len(presented) <= k + len(scores.always_present)
 
     again = fitted(name, train, tiny_registry, keyword_embedder).score(steps)

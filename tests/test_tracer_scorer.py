@@ -101,12 +101,18 @@ def test_gate_fires_on_an_unseen_prefix_and_a_flat_node_but_not_a_peaked_one(gat
         assert fell == bool(s.fell_back[i]) and np.float32(kappa) == s.kappa[i].item()
 
 
-def test_fallback_ranks_by_vector_search_alone(gate_scorer):
-    st = live_step(("q",))
-    sel = finalize(gate_scorer.score([st]), 3)
-    ctx = gate_scorer.res.embedder.encode([gate_scorer.rendering.render(st.context)])
-    order = torch.sort(gate_scorer.res.tool_index.dense_scores(ctx)[0], descending=True, stable=True).indices
-    assert torch.equal(sel.ranking[0], order)
+def test_fallback_ranks_by_vector_search_alone():
+    # an unseen prefix: the ranking is the cosine of the request with each tool's text, ties in registry order
+    names = ["t_c", "t_a", "t_b", "t_ab", "t_p", "f", "zz"]
+    desc = {"t_c": "cherry", "t_a": "apple", "t_b": "banana", "t_ab": "apple and banana", "t_p": "plain",
+            "f": "first", "zz": "last"}
+    res = Resources.build(Registry(Tool(n, desc[n]) for n in names), KeywordUnit(["apple", "banana", "cherry"]),
+                          device="cpu")
+    scorer = build_scorer("tracer_fixed").fit([traj("t1", "plain request", [["f", "zz"]])], res)
+    s = scorer.score([live_step(("zz",), "apple and banana please")])
+    assert s.fell_back.tolist() == [True] and s.in_trie.tolist() == [False]
+    # cosines: t_ab 1, t_a = t_b = 1/sqrt(2), the rest 0
+    assert [names[i] for i in finalize(s, 3).ranking[0].tolist()] == ["t_ab", "t_a", "t_b", "t_c", "t_p", "f", "zz"]
 
 
 def test_pad_fills_k_from_the_fallback_and_no_pad_presents_only_children(gate_scorer):

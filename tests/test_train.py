@@ -64,6 +64,7 @@ def test_train_end_to_end(tmp_path, minilm):
     assert stats["features"] == list(FEATURES)
     torch.testing.assert_close(head.mean, torch.tensor(stats["mean"]))
     hist = json.loads((run_dir / "history.json").read_text())
+    assert hist["runs"], "no head was trained"
     for run in hist["runs"]:
         assert len(run["val_loss"]) == run["epochs"] and run["best_val_loss"] == min(run["val_loss"])
 
