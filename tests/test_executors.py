@@ -12,7 +12,7 @@ import types
 import pytest
 from stub_openai_server import StubOpenAIServer, count_prompt_tokens
 
-from tracer.executors import Decision, Executor, OracleExecutor, Request, build_executor
+from tracer.executors import Executor, OracleExecutor, Request, build_executor
 from tracer.executors.openai import ExecutorError, OpenAIExecutor
 from tracer.executors.vllm import parse_tool_calls
 from tracer.types import Tool, ToolCall
