@@ -221,8 +221,10 @@ def test_gather_of_unseen_states_and_without_contexts():
     assert torch.isinf(cb.log_p[0]).all() and torch.isinf(cb.log_l[0]).all()
     uniform = np.float32(math.log(1 / 3 + EPS))
     assert cb.log_l[1].tolist() == [uniform] * 3  # no context: sims 0, uniform prior
-    same = trie.gather(torch.tensor([-1, 0]), torch.zeros(2, 1))  # [B, 1] broadcasts over d
-    assert torch.equal(same.log_l, cb.log_l)
+    same = trie.gather(torch.tensor([-1, 0]), torch.zeros(2, 3))  # zero contexts: the cosines it skipped
+    assert torch.equal(same.sim, cb.sim) and torch.equal(same.log_l, cb.log_l)
+    with pytest.raises(ValueError, match=r"contexts must be \[B, 3\]"):
+        trie.gather(torch.tensor([0]), torch.zeros(1, 1))
     empty = ExecutionTrie(3, 3).gather(torch.tensor([-1]), torch.zeros(1, 3))
     assert not empty.mask.any()
     assert trie.children_one(("x",), np.zeros(3)).node == -1

@@ -276,9 +276,10 @@ class ExecutionTrie:
                chunk: int = 1 << 13) -> ChildBatch:
         """Children, priors and similarities for nodes ``[B]`` and contexts ``[B, d]``.
 
-        ``contexts`` may be ``None`` (or ``[B, 1]``, broadcast over d) when the caller needs no
-        similarity. Cosines are computed per node for nodes that several steps of the batch share
-        (one small matmul each) and per (step, child) pair for the rest.
+        ``contexts`` may be ``None`` when the caller needs no similarity (transition-only scorers):
+        ``sim`` is then 0 on every child, with no cosine computed. Otherwise cosines are computed per
+        node for nodes that several steps of the batch share (one small matmul each) and per
+        (step, child) pair for the rest.
         """
         node = node.to(self.device)
         b = len(node)
@@ -302,7 +303,10 @@ class ExecutionTrie:
             log_p = torch.full(edge.shape, _NEG_INF, device=self.device)
         node_count = torch.where(seen, self.node_count[safe], 0) if self.n_nodes else torch.zeros_like(node)
         depth = torch.where(seen, self.node_depth[safe], -1) if self.n_nodes else torch.full_like(node, -1)
-        sim = self._sims(node, start, n_child, contexts, width, heavy, chunk)           # [B, C]
+        if contexts is None:
+            sim = torch.where(mask, 0.0, _NEG_INF)                                       # [B, C]
+        else:
+            sim = self._sims(node, start, n_child, contexts, width, heavy, chunk)       # [B, C]
         log_l = contextual_prior(sim, mask, self.eps)
         return ChildBatch(node=node, tool=tool, mask=mask, count=count, node_count=node_count, log_p=log_p,
                           sim=sim, log_l=log_l, depth=depth)
@@ -312,14 +316,9 @@ class ExecutionTrie:
         b = len(node)
         sim = torch.full((b, width), _NEG_INF, dtype=torch.float64, device=self.device)
         rows = (n_child > 0).nonzero().squeeze(1)                                       # steps with children
-        if contexts is None:
-            ctx = torch.zeros(b, self.dim, dtype=torch.float64, device=self.device)
-        else:
-            ctx = contexts.to(self.device, torch.float64)
-            if ctx.shape[1] != self.dim:
-                if ctx.shape[1] != 1:
-                    raise ValueError(f"contexts must be [B, {self.dim}] (or [B, 1]), got {tuple(contexts.shape)}")
-                ctx = ctx.expand(-1, self.dim)
+        ctx = contexts.to(self.device, torch.float64)
+        if ctx.shape[1] != self.dim:
+            raise ValueError(f"contexts must be [B, {self.dim}], got {tuple(contexts.shape)}")
         if len(rows) == 0:
             return sim.float()
         # nodes shared by >= `heavy` steps: one matmul per node

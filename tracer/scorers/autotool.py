@@ -73,7 +73,7 @@ class AutoToolScorer:
         done = torch.zeros(b, dtype=torch.bool)
         full_seen = None
         for trie in self.tries:
-            cb = trie.gather(trie.lookup(steps), torch.zeros(b, 1))
+            cb = trie.gather(trie.lookup(steps), None)
             seen = cb.mask.any(1) & ~done                                       # [B]
             if full_seen is None:
                 full_seen = cb.mask.any(1)

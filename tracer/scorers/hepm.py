@@ -183,7 +183,7 @@ class HEPMScorer:
             raise RuntimeError(f"scorer {self.name!r} is not fitted")
         b, n = len(steps), len(self.res.registry)
         node = self.trie.lookup(steps)                                                    # [B]
-        cb = self.trie.gather(node, torch.zeros(b, 1))
+        cb = self.trie.gather(node, None)
         start = torch.where(node >= 0, self.trie.indptr[node.clamp_min(0)], torch.zeros_like(node))
         edge = torch.where(cb.mask, start[:, None] + torch.arange(cb.mask.shape[1])[None, :], 0)  # [B, C]
         values = torch.where(cb.mask, self.edge_weight[edge] if self.trie.n_edges else edge.float(),

@@ -84,7 +84,7 @@ class ToolNetScorer:
         if self.trie is None or self.res is None:
             raise RuntimeError(f"scorer {self.name!r} is not fitted")
         ctx = self.res.embed(steps, self.rendering)                             # [B, d]
-        cb = self.trie.gather(self.trie.lookup(steps), torch.zeros(len(steps), 1))
+        cb = self.trie.gather(self.trie.lookup(steps), None)
         weight = cb.count / cb.node_count.clamp_min(1)[:, None]                 # [B, C]
         has_children = cb.mask.any(1)                                           # [B]
         return Scores(
