@@ -238,10 +238,6 @@ class StepData:
         return StepData(self.log_p[idx], self.log_l[idx], self.mask[idx], self.feats[idx], self.gold[idx],
                         self.fold[idx], [self.steps[i] for i in il], [self.domains[i] for i in il])
 
-    def to(self, device) -> StepData:
-        return StepData(self.log_p.to(device), self.log_l.to(device), self.mask.to(device), self.feats.to(device),
-                        self.gold.to(device), self.fold.to(device), self.steps, self.domains)
-
     @staticmethod
     def cat(parts: Sequence[StepData]) -> StepData:
         width = max(max(p.mask.shape[1] for p in parts), 1)
@@ -416,17 +412,17 @@ def fit_blend_head(trajectories: Sequence[Trajectory], res: Resources, key: Stat
                    rendering: ContextRendering | None = None, eps: float = 1e-6, successful_only: bool = True,
                    inner_folds: int = 5, t_floor: float = 0.05, lr: float = 0.05, weight_decay: float = 1e-3,
                    max_epochs: int = 500, patience: int = 50, batch_size: int = 0, rotate: bool = True,
-                   seed: int | None = None, fold: int = 0, drop: Sequence[str | int] = ()) -> tuple[BlendHead, dict]:
+                   seed: int | None = None, drop: Sequence[str | int] = ()) -> tuple[BlendHead, dict]:
     """Build the inner-fold data of one training split and fit the head on it (``TracerScorer.fit``).
 
-    ``seed`` (default ``res.seed``) and ``fold`` (the outer fold, when known) seed the inner folds
-    through :func:`tracer.folds.inner_seed`. Returns ``(head on res.device, history)``; the history
+    ``seed`` (default ``res.seed``) seeds the inner folds through :func:`tracer.folds.inner_seed`
+    (as ``train.py`` does, so both split alike). Returns ``(head on res.device, history)``; the history
     has the loss curve and the seconds spent embedding, building inner indexes and training.
     """
     seed = res.seed if seed is None else seed
     timings: dict[str, float] = {}
     data = inner_fold_data(trajectories, res, key, rendering, eps, successful_only, inner_folds,
-                           inner_seed(seed, fold), timings)
+                           inner_seed(seed, 0), timings)
     head, hist = train_head(data, t_floor, lr, weight_decay, max_epochs, patience, batch_size, seed, rotate,
                             drop=drop)
     hist.update(timings)

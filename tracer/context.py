@@ -107,7 +107,3 @@ class ContextRendering:
                         out.append(f"call {fn['name']}({args})")
             return "assistant: " + "; ".join(out) if out else ""
         return f"{role}: {content}" if content else ""
-
-
-FULL_CONVERSATION = ContextRendering(window="all", system=False, calls="names", results="truncated")
-LATEST_USER_AND_CALLS = ContextRendering(window="since_user", calls="names", results="none")

@@ -178,11 +178,6 @@ class ExecutionTrie:
         """The source node of every edge, ``[E]``."""
         return torch.repeat_interleave(torch.arange(len(self.indptr) - 1, device=self.device), self.indptr.diff())
 
-    @property
-    def edge_sum(self) -> torch.Tensor:
-        """Sum of the contexts of each edge, ``[E, d]`` (recovered as memory x norm)."""
-        return self.edge_memory.float() * self.edge_norm[:, None]
-
     def update(self, states: Sequence[tuple[str, ...]], tools: torch.Tensor, contexts: torch.Tensor,
                chunk: int = 1 << 16) -> ExecutionTrie:
         """Add steps: ``states`` (len S), ``tools [S]`` gold registry ids, ``contexts [S, d]`` normalised.

@@ -9,7 +9,7 @@ order (padding), ties broken by registry position. Scorers never sort or pad by 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -247,6 +247,3 @@ def scatter_primary(tool: torch.Tensor, mask: torch.Tensor, values: torch.Tensor
     idx = torch.where(mask, tool, torch.full_like(tool, n))  # masked entries land in a dump column
     out.scatter_(1, idx, torch.where(mask, values, torch.full_like(values, float("-inf"))))
     return out[:, :n]
-
-
-ScorerFactory = Callable[..., Scorer]
