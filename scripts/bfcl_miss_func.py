@@ -13,11 +13,11 @@ recall at k per BFCL category. Reads the runs' ``steps.jsonl`` and ``tasks.jsonl
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from tracer.data import load_dataset
+from tracer.data.native import iter_jsonl
 from tracer.eval.outputs import read_steps
 
 
@@ -31,8 +31,8 @@ def main() -> None:
     ap.add_argument("teacher_forcing_run", type=Path, nargs="?")
     a = ap.parse_args()
 
-    tasks = [json.loads(line) for line in (a.free_running_run / "tasks.jsonl").read_text().splitlines() if line]
-    failed = {t["trajectory_id"] for t in tasks if not t["success"] and category(t["trajectory_id"]) == "miss_func"}
+    tasks = [t for _, t in iter_jsonl(a.free_running_run / "tasks.jsonl")]
+    failed = {t["trajectory_id"] for t in tasks if not t["success"] and t["category"] == "miss_func"}
     first_miss = {}
     for r in read_steps(a.free_running_run / "steps.jsonl"):
         if r.trajectory_id in failed and not r.hit_at_k and r.trajectory_id not in first_miss:

@@ -13,7 +13,8 @@ from typing import Any
 from .types import Message, Step, Trajectory
 
 
-def _call_name_args(call: Mapping[str, Any]) -> tuple[str, dict]:
+def call_name_args(call: Mapping[str, Any]) -> tuple[str, dict]:
+    """(name, arguments) of an OpenAI tool call; arguments that are not a JSON object read as ``{}``."""
     fn = call.get("function", call)
     args = fn.get("arguments", {})
     if isinstance(args, str):
@@ -29,7 +30,7 @@ def iter_calls(messages: Sequence[Message]) -> Iterator[tuple[int, int, str, dic
     for mi, m in enumerate(messages):
         if m.get("role") == "assistant":
             for ci, call in enumerate(m.get("tool_calls") or ()):
-                name, args = _call_name_args(call)
+                name, args = call_name_args(call)
                 yield mi, ci, name, args
 
 
@@ -48,7 +49,7 @@ def extract_steps(traj: Trajectory) -> list[Step]:
             continue
         calls = list(m["tool_calls"])
         for ci, call in enumerate(calls):
-            name, args = _call_name_args(call)
+            name, args = call_name_args(call)
             context = tuple(messages[:mi])
             if ci > 0:  # earlier parallel calls of the same message are already made
                 context = context + ({**{k: v for k, v in m.items() if k != "tool_calls"},
@@ -77,7 +78,7 @@ def turns_of(traj: Trajectory) -> list[list[str]]:
             for call in m.get("tool_calls") or ():
                 if not turns:
                     turns.append([])
-                turns[-1].append(_call_name_args(call)[0])
+                turns[-1].append(call_name_args(call)[0])
     return turns
 
 

@@ -18,6 +18,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..data.native import iter_jsonl
 from . import plots
 from .metrics import paired_test, recall_curve
 from .outputs import atomic_write_text, read_steps
@@ -64,10 +65,8 @@ def category_table(rows: Sequence[dict]) -> str:
         if not path.exists():
             continue
         by_cat: dict[str, list[bool]] = {}
-        for line in path.read_text().splitlines():
-            if line.strip():
-                t = json.loads(line)
-                by_cat.setdefault(t.get("category") or "all", []).append(bool(t["success"]))
+        for _, t in iter_jsonl(path):
+            by_cat.setdefault(t.get("category") or "all", []).append(bool(t["success"]))
         per_run[(r["dataset"], r["registry_size"], r["scorer"], r["k"])] = by_cat
     cats = sorted({c for by in per_run.values() for c in by})
     if not per_run or cats == ["all"]:

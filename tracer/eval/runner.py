@@ -16,7 +16,6 @@ training groups' trajectories and scores the held-out groups' steps.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ from tqdm.auto import tqdm
 from ..data import Dataset
 from ..folds import assign_folds
 from ..scorers.base import Resources, Scorer, finalize
-from ..steps import extract_all, extract_steps, step_from_messages
+from ..steps import call_name_args, extract_all, extract_steps, step_from_messages
 from ..threads import one_thread
 from ..types import Step, ToolCall, Trajectory
 from .metrics import StepRecord, aggregate, fold_metrics, recall_curve
@@ -254,11 +253,8 @@ def gold_turns(traj: Trajectory) -> list[tuple[list[Mapping], list[ToolCall]]]:
         elif role == "assistant" and m.get("tool_calls"):
             if not turns:
                 turns.append(([], []))
-            for s in m["tool_calls"]:
-                fn = s["function"]
-                args = fn.get("arguments") or "{}"
-                turns[-1][1].append(ToolCall(fn["name"], json.loads(args) if isinstance(args, str) else args,
-                                             s.get("id", "")))
+            for call in m["tool_calls"]:
+                turns[-1][1].append(ToolCall(*call_name_args(call), call.get("id", "")))
     return turns
 
 
