@@ -512,8 +512,11 @@ def build_report(dataset: str, head: BlendHead, history: Mapping, data: StepData
                  ablation: Mapping | None = None) -> dict[str, Any]:
     """Everything ``train.py`` reports, as one JSON-able dict."""
     wt = wt_summary(head, data)
+    corr = torch.corrcoef(data.feats.double().T) if len(data) > 1 else torch.eye(len(FEATURES))  # [F, F] Pearson
     return {"dataset": dataset, "features": list(FEATURES), "wt": {"all": wt["all"], "by_domain": wt["by_domain"]},
             "coefficients": head.coefficients(), "feature_stats": head.feature_stats(),
+            "feature_correlation": {f: dict(zip(FEATURES, [round(float(x), 4) for x in row]))
+                                    for f, row in zip(FEATURES, corr)},
             "fit": {**{k: v for k, v in history.items() if k != "runs"},
                     "runs": [{k: v for k, v in r.items() if not isinstance(v, list)} for r in history.get("runs", [])]},
             "ablation": ablation}
@@ -540,6 +543,11 @@ def report_markdown(report: Mapping[str, Any]) -> str:
               "| head | " + " | ".join(report["features"]) + " | bias |", "|---|" + "---:|" * (len(report["features"]) + 1)]
     for h, c in report["coefficients"].items():
         lines.append(f"| {h} | " + " | ".join(f"{c[f]:+.3f}" for f in report["features"]) + f" | {c['bias']:+.3f} |")
+    if report.get("feature_correlation"):
+        fs = report["features"]
+        lines += ["", "## Feature correlations (Pearson, out-of-fold steps; read coefficients with care)", "",
+                  "| | " + " | ".join(fs) + " |", "|---|" + "---:|" * len(fs)]
+        lines += [f"| {f} | " + " | ".join(f"{report['feature_correlation'][f][g]:+.2f}" for g in fs) + " |" for f in fs]
     if report.get("ablation"):
         lines += ["", "## Held-out comparison and feature ablation (outer folds)", "",
                   "| variant | NLL | recall@1 | steps in trie |", "|---|---:|---:|---:|"]
