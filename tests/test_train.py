@@ -70,6 +70,8 @@ def test_train_end_to_end(tmp_path, minilm):
 
     report = json.loads((run_dir / "report.json").read_text())
     assert set(report["coefficients"]["w"]) == {*FEATURES, "bias"}
+    corr = report["feature_correlation"]
+    assert all(corr[f][f] == 1.0 and all(corr[f][g] == corr[g][f] for g in FEATURES) for f in FEATURES)
     a = report["wt"]["all"]
     assert 0 < a["w_mean"] < 1 and a["T_mean"] >= 0.05 and set(report["wt"]["by_domain"]) == {"tiny"}
     assert set(report["ablation"]) == {"fixed", "learned", "bias_only", *(f"-{f}" for f in FEATURES)}
