@@ -68,7 +68,7 @@ from torch import nn
 
 from .context import ContextRendering
 from .early_stopping import EarlyStopping
-from .folds import assign_folds, inner_seed, kfold
+from .folds import inner_seed, kfold, row_folds
 from .scorers.base import Resources, training_steps
 from .threads import one_thread
 from .trie import ChildBatch, ExecutionTrie, StateKey
@@ -267,7 +267,7 @@ def inner_fold_data(trajectories: Sequence[Trajectory], res: Resources, key: Sta
                     inner_folds: int = 5, seed: int = 0, timings: dict | None = None) -> StepData:
     """Out-of-fold step data for one training split: each inner fold scored by a trie of the others.
 
-    The split's trajectories are divided into ``inner_folds`` folds by group (``assign_folds``,
+    The split's trajectories are divided into ``inner_folds`` folds by group (:func:`tracer.folds.row_folds`,
     seeded); the trie and edge memories for fold f are built from the steps of every other fold,
     so no step's own count or context reaches the index it is scored against.
     """
@@ -282,11 +282,8 @@ def inner_fold_data(trajectories: Sequence[Trajectory], res: Resources, key: Sta
     ctx = res.embed(steps, rendering)                                                    # [S, d]
     t1 = time.perf_counter()
     gold_ids = res.tool_ids([s.gold for s in steps])                                     # [S]
-    fold_of = assign_folds(groups, min(inner_folds, len(groups)), seed)
-    fold = torch.tensor([fold_of[s.group] for s in steps])                               # [S]
     parts = []
-    for f in sorted(set(fold_of.values())):
-        seen, held = (fold != f).nonzero().squeeze(1), (fold == f).nonzero().squeeze(1)
+    for f, seen, held in row_folds([s.group for s in steps], inner_folds, seed):
         trie = ExecutionTrie.build([steps[i] for i in seen.tolist()], gold_ids[seen], ctx[seen.to(ctx.device)],
                                    len(res.registry), key, eps, res.device)
         held_steps = [steps[i] for i in held.tolist()]

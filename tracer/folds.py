@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import torch
+
 T = TypeVar("T")
 
 
@@ -47,3 +49,13 @@ def kfold(items: Sequence[T], k: int, seed: int = 0, group=lambda x: x.group) ->
 def inner_seed(seed: int, fold: int) -> int:
     """A seed for the inner folds of outer fold ``fold``, stable across processes (no hash randomisation)."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{fold}".encode()).digest()[:4], "little")
+
+
+def row_folds(groups: Sequence[str], k: int, seed: int = 0) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+    """Folds over rows labelled by group (``k`` capped at the number of groups): per fold
+    ``(fold, seen rows, held-out rows)``, LongTensors of row indices. The inner folds of the blend
+    head and of tracer_plus: every held-out row is scored by an index built from the seen rows only."""
+    fold_of = assign_folds(groups, min(k, len(set(groups))), seed)
+    fold = torch.tensor([fold_of[g] for g in groups])                                     # [S]
+    return [(f, (fold != f).nonzero().squeeze(1), (fold == f).nonzero().squeeze(1))
+            for f in sorted(set(fold_of.values()))]

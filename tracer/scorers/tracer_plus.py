@@ -60,7 +60,7 @@ from torch import nn
 
 from ..context import ContextRendering
 from ..early_stopping import EarlyStopping
-from ..folds import assign_folds, inner_seed
+from ..folds import inner_seed, row_folds
 from ..io import atomic_dir
 from ..plus_features import (
     DEFAULT_KEYS,
@@ -241,7 +241,7 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
                           seed: int = 0) -> CandidateData:
     """Candidates of every training step, each scored by tries built from the other inner folds only.
 
-    ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.folds.assign_folds`,
+    ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.folds.row_folds`,
     seeded); ``mem_ctx [S, d]``, ``vec [S, N]`` and ``gold_ids [S]`` are row-aligned with them.
     """
     groups = sorted({s.group for s in steps})
@@ -249,12 +249,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
         n_feat = len(feature_names(keys))
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
                              torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
-    fold_of = assign_folds(groups, min(inner_folds, len(groups)), seed)
-    fold = torch.tensor([fold_of[s.group] for s in steps])                                # [S]
     parts = []
-    for f in sorted(set(fold_of.values())):
-        seen = (fold != f).nonzero().squeeze(1)
-        held = (fold == f).nonzero().squeeze(1)
+    for f, seen, held in row_folds([s.group for s in steps], inner_folds, seed):
         idx = build_index(keys, [steps[i] for i in seen.tolist()], gold_ids[seen], mem_ctx[seen.to(mem_ctx.device)],
                           names, eps, device)
         cand = candidates(idx, [steps[i] for i in held.tolist()], mem_ctx[held.to(mem_ctx.device)], vec[held], m)
