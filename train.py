@@ -26,8 +26,7 @@ def run(cfg: DictConfig, out: Path) -> dict:
 
     from tracer import blend
     from tracer.config import build_dataset, build_embedder, build_scorer_cfg, plain
-    from tracer.folds import inner_seed
-    from tracer.io import atomic_write_text, write_json
+    from tracer.io import atomic_save, atomic_write_text, write_json
     from tracer.logging import build_logger
     from tracer.scorers.base import Resources
 
@@ -45,9 +44,7 @@ def run(cfg: DictConfig, out: Path) -> dict:
     hist = {**scorer.head_history, "seconds_total_fit": time.perf_counter() - t0}
     head = scorer.head
 
-    tmp = out / ".blend_head.pt.tmp"
-    torch.save(head.state_dict(), tmp)
-    tmp.replace(out / "blend_head.pt")
+    atomic_save(head.state_dict(), out / "blend_head.pt")
     write_json(out / "feature_stats.json", head.feature_stats())
     write_json(out / "history.json", hist)
     if cfg.save_index:
@@ -59,9 +56,7 @@ def run(cfg: DictConfig, out: Path) -> dict:
 
     m = plain(cfg.model)
     args = {"key": scorer.key, "rendering": scorer.rendering, "eps": m["eps"], "successful_only": m["successful_only"]}
-    # the out-of-fold data the head was fitted on (same inner folds as TracerScorer.fit)
-    data = blend.inner_fold_data(ds.trajectories, res, inner_folds=m["head"]["inner_folds"],
-                                 seed=inner_seed(m["head"].get("seed", cfg.seed), 0), **args)
+    data = scorer.head_data  # the out-of-fold steps the head was fitted on
     ablation = blend.heldout_ablation(ds.trajectories, res, head=m["head"], folds=cfg.folds, seed=cfg.seed,
                                       **args) if cfg.folds else None
     report = blend.build_report(ds.name, head, hist, data, ablation)

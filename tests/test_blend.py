@@ -298,8 +298,9 @@ def test_same_seed_same_weights(batch_size):
     trajs = context_decides(120, seed=8)
     res = _res(["alpha", "beta", "filler"])
     cfg = {**HEAD, "batch_size": batch_size, "max_epochs": 60}
-    a, ha = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
-    b, hb = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
+    a, ha, da = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
+    b, hb, db = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
+    assert torch.equal(da.gold, db.gold) and torch.equal(da.fold, db.fold)  # the same inner folds
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]), k
     assert [r["val_loss"] for r in ha["runs"]] == [r["val_loss"] for r in hb["runs"]]

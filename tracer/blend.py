@@ -47,7 +47,7 @@ References: DPR (Karpukhin et al., 2020), ``BiEncoderNllLoss``; the TRACER paper
 
 Example::
 
-    head, history = fit_blend_head(trajectories, res, key=StateKey(), rendering=ContextRendering())
+    head, history, data = fit_blend_head(trajectories, res, key=StateKey(), rendering=ContextRendering())
     cb = trie.gather(trie.lookup(steps), contexts)
     scores, _, _ = head(cb.log_p, cb.log_l, cb.mask, state_features(cb))
 """
@@ -409,12 +409,13 @@ def fit_blend_head(trajectories: Sequence[Trajectory], res: Resources, key: Stat
                    rendering: ContextRendering | None = None, eps: float = 1e-6, successful_only: bool = True,
                    inner_folds: int = 5, t_floor: float = 0.05, lr: float = 0.05, weight_decay: float = 1e-3,
                    max_epochs: int = 500, patience: int = 50, batch_size: int = 0, rotate: bool = True,
-                   seed: int | None = None, drop: Sequence[str | int] = ()) -> tuple[BlendHead, dict]:
+                   seed: int | None = None, drop: Sequence[str | int] = ()) -> tuple[BlendHead, dict, StepData]:
     """Build the inner-fold data of one training split and fit the head on it (``TracerScorer.fit``).
 
-    ``seed`` (default ``res.seed``) seeds the inner folds through :func:`tracer.folds.inner_seed`
-    (as ``train.py`` does, so both split alike). Returns ``(head on res.device, history)``; the history
-    has the loss curve and the seconds spent embedding, building inner indexes and training.
+    ``seed`` (default ``res.seed``) seeds the inner folds through :func:`tracer.folds.inner_seed`.
+    Returns ``(head on res.device, history, data)``: the history has the loss curves and the seconds
+    spent embedding, building inner indexes and training; ``data`` is the out-of-fold
+    :class:`StepData` the head was fitted on (``train.py`` reports w and T over it).
     """
     seed = res.seed if seed is None else seed
     timings: dict[str, float] = {}
@@ -424,7 +425,7 @@ def fit_blend_head(trajectories: Sequence[Trajectory], res: Resources, key: Stat
                             drop=drop)
     hist.update(timings)
     hist["seconds_fit"] = hist["seconds_index"] + hist["seconds_train"]
-    return head.to(res.device), hist
+    return head.to(res.device), hist, data
 
 
 # ---- evaluation and reports ----------------------------------------------------------------------

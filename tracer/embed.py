@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
+
+from .io import atomic_write
 
 
 def default_device() -> str:
@@ -112,12 +113,9 @@ class CachedEmbedder:
                 self._mem[bytes(k).ljust(32, b"\0")] = v
 
     def _save_shard(self, keys: list[bytes], vecs: np.ndarray) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
-        os.close(fd)
-        with open(tmp, "wb") as f:
-            np.savez(f, keys=np.array(keys, dtype="S32"), vecs=vecs)
         name = hashlib.sha256(b"".join(keys)).hexdigest()[:20]
-        os.replace(tmp, self.cache_dir / f"{name}.npz")
+        atomic_write(self.cache_dir / f"{name}.npz",
+                     lambda f: np.savez(f, keys=np.array(keys, dtype="S32"), vecs=vecs))
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         keys = [self._key(t) for t in texts]

@@ -131,9 +131,10 @@ class TracerScorer:
         if self.blend == "learned":
             from ..blend import fit_blend_head
 
-            self.head, self.head_history = fit_blend_head(trajectories, res, key=self.key, rendering=self.rendering,
-                                                          eps=self.eps, successful_only=self.successful_only,
-                                                          **self.head_cfg)
+            # head_data: the out-of-fold steps the head was fitted on (train.py reports w and T over them)
+            self.head, self.head_history, self.head_data = fit_blend_head(
+                trajectories, res, key=self.key, rendering=self.rendering, eps=self.eps,
+                successful_only=self.successful_only, **self.head_cfg)
         return self
 
     def attach(self, trie: ExecutionTrie, res: Resources) -> TracerScorer:
