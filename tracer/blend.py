@@ -161,13 +161,19 @@ class BlendHead(nn.Module):
         t = self.t_floor + F.softplus(self.t_head(z).squeeze(-1))
         return w, t
 
-    def forward(self, log_p: torch.Tensor, log_l: torch.Tensor, mask: torch.Tensor, feats: torch.Tensor,
-                gold: torch.Tensor | None = None):
-        w, t = self.wt(feats)                                                            # [B], [B]
+    @staticmethod
+    def blend(log_p: torch.Tensor, log_l: torch.Tensor, mask: torch.Tensor, w: torch.Tensor,
+              t: torch.Tensor) -> torch.Tensor:
+        """s = (w P + (1 - w) L) / T per child, ``[B, C]``, 0 on the padding (mask it before use)."""
         # zero the padding before multiplying: w * -inf would put NaN into the gradient of w
         p = log_p.to(w.dtype).masked_fill(~mask, 0.0)                                    # [B, C]
         lc = log_l.to(w.dtype).masked_fill(~mask, 0.0)                                   # [B, C]
-        s = (w[:, None] * p + (1 - w[:, None]) * lc) / t[:, None]                        # [B, C]
+        return (w[:, None] * p + (1 - w[:, None]) * lc) / t[:, None]
+
+    def forward(self, log_p: torch.Tensor, log_l: torch.Tensor, mask: torch.Tensor, feats: torch.Tensor,
+                gold: torch.Tensor | None = None):
+        w, t = self.wt(feats)                                                            # [B], [B]
+        s = self.blend(log_p, log_l, mask, w, t)                                         # [B, C]
         scores = s.masked_fill(~mask, float("-inf"))
         if gold is None:
             return scores, None, None

@@ -159,17 +159,16 @@ class TracerScorer:
     # ---- scoring (batched) -------------------------------------------------------------------
     def blend_scores(self, cb: ChildBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Blended child scores ``[B, C]`` (-inf where masked) and per-step diagnostics."""
+        from ..blend import fixed_blend, state_features
+
         if self.blend == "fixed":
-            return torch.where(cb.mask, cb.log_p + cb.log_l, cb.log_p), {}
+            return fixed_blend(cb.log_p, cb.log_l, cb.mask), {}
         if self.head is None:
             raise RuntimeError(f"scorer {self.name!r} uses the learned blend but no blend head is trained: "
                                "fit it (train.py, or fit() with blend=learned) or use tracer_fixed")
-        from ..blend import state_features
-
-        feats = state_features(cb)
         with torch.no_grad():
-            scores, _, _ = self.head(cb.log_p, cb.log_l, cb.mask, feats)
-            w, t = self.head.wt(feats)
+            w, t = self.head.wt(state_features(cb))                               # [B], [B]
+            scores = self.head.blend(cb.log_p, cb.log_l, cb.mask, w, t).masked_fill(~cb.mask, float("-inf"))
         return scores, {"w": w.cpu(), "T": t.cpu()}
 
     def score(self, steps: Sequence[Step]) -> Scores:
@@ -184,7 +183,7 @@ class TracerScorer:
         cb = self.trie.gather(self.trie.lookup(steps), ctx)
         s, extra = self.blend_scores(cb)                                        # [B, C]
         has_children = cb.mask.any(1)                                           # [B]
-        kappa = confidence(torch.where(cb.mask, s, float("-inf")))              # [B] float64
+        kappa = confidence(s)                                                   # [B] float64 (s is -inf off the children)
         fell_back = ~has_children | (kappa < self.tau)
         return Scores(
             primary=scatter_primary(cb.tool, cb.mask, s, n).cpu(),
