@@ -257,12 +257,17 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         lc = torch.where(seen, tab.log_children[safe], 0.0) if len(tab.log_children) else zero  # [B]
         in_state[:, j] = cb.mask.any(1)
         col = pos.gather(1, torch.where(cb.mask, cb.tool, n))                             # [B, Ck]
-        for f, v in enumerate((cb.mask.float(), cb.log_p, cb.log_l, cb.sim)):            # member, log_p, log_r, edge_cos
-            v = torch.where(cb.mask, v.float(), 0.0)
-            feats[rows, col, base + f] = v
-            feats[rows, col, base + 6 + 2 * f] = v * lv[:, None]
-            feats[rows, col, base + 7 + 2 * f] = v * lc[:, None]
-        feats[:, :, base + 4] = lv[:, None]
+        # member, log_p, log_r, edge_cos; then visits, children and the products: one [B, Ck, 14] block,
+        # laid out as in candidates_one
+        v = torch.stack([torch.where(cb.mask, x.float(), 0.0) for x in (cb.mask.float(), cb.log_p, cb.log_l,
+                                                                       cb.sim)], -1)    # [B, Ck, 4]
+        block = torch.empty(*v.shape[:2], len(KEY_FEATURES), dtype=torch.float32, device=device)
+        block[..., :4] = v
+        block[..., 4], block[..., 5] = lv[:, None], lc[:, None]
+        block[..., 6::2] = v * lv[:, None, None]
+        block[..., 7::2] = v * lc[:, None, None]
+        feats[rows, col, base:base + len(KEY_FEATURES)] = block
+        feats[:, :, base + 4] = lv[:, None]                                               # non-members too
         feats[:, :, base + 5] = lc[:, None]
     feats = feats[:, :width]
     g = len(tries) * len(KEY_FEATURES)
