@@ -120,7 +120,7 @@ class HEPMScorer:
             steps.extend(kept)
         self.trie = transition_trie(steps, res)
         states = self.trie.node_states
-        edge_node = torch.repeat_interleave(torch.arange(self.trie.n_nodes), self.trie.indptr.diff())  # [E]
+        edge_node = self.trie.edge_node()                                                  # [E]
         names = self.res.registry.names
         eff = torch.tensor([efficiency[(states[u], names[t])] for u, t in
                             zip(edge_node.tolist(), self.trie.edge_tool.tolist())], dtype=torch.float64)
@@ -135,14 +135,15 @@ class HEPMScorer:
         return self
 
     def edge_ids(self, steps: Sequence[Step]) -> torch.Tensor:
-        """Edge id of each (seen) step's transition, ``[S]``."""
-        node = self.trie.lookup(steps)
-        tools = [self.res.registry.id(s.gold) for s in steps]
-        out = []
-        for u, t in zip(node.tolist(), tools):
-            lo, hi = int(self.trie.indptr[u]), int(self.trie.indptr[u + 1])
-            out.append(lo + self.trie.edge_tool[lo:hi].tolist().index(t))
-        return torch.tensor(out, dtype=torch.long)
+        """Edge id of each (seen) step's transition, ``[S]``: edges are sorted by (node, tool), so one
+        ``searchsorted`` over the keys node * N + tool finds them."""
+        n = self.trie.n_tools
+        key = self.trie.edge_node() * n + self.trie.edge_tool                              # [E] ascending
+        want = self.trie.lookup(steps) * n + self.res.tool_ids([s.gold for s in steps])    # [S]
+        at = torch.searchsorted(key, want)
+        if len(want) and not bool((key[at.clamp_max(len(key) - 1)] == want).all()):
+            raise ValueError("a step's transition is not an edge of the trie")
+        return at
 
     def weights(self, previous: str | None) -> dict[str, float]:
         """{tool: w(previous, tool)} for a previous tool name (None = START)."""
