@@ -12,10 +12,10 @@ import torch
 
 from tracer.data import Dataset, write_native
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, paired_test
-from tracer.eval.runner import EvalConfig, Evaluator, gold_turns
+from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
 from tracer.scorers.base import Resources, Scores
-from tracer.steps import extract_steps, step_from_messages
+from tracer.steps import extract_steps, gold_turns, step_from_messages
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .types import Message, Step, Trajectory
+from .types import Message, Step, ToolCall, Trajectory
 
 
 def call_name_args(call: Mapping[str, Any]) -> tuple[str, dict]:
@@ -68,18 +68,30 @@ def extract_all(trajectories: Iterable[Trajectory]) -> list[Step]:
     return [s for t in trajectories for s in extract_steps(t)]
 
 
+def gold_turns(traj: Trajectory) -> list[tuple[list[Message], list[ToolCall]]]:
+    """Split a gold conversation into turns: (user messages, gold calls) in order.
+
+    Each user message opens a turn, as in :func:`extract_steps` and
+    :func:`tracer.data.bfcl_env.gold_states`, so free-running compares turn ``i`` with gold state
+    ``i``. A turn may have no calls (BFCL's clarification turns). Calls before the first user message
+    form turn 0.
+    """
+    turns: list[tuple[list, list]] = []
+    for m in traj.messages:
+        role = m.get("role")
+        if role == "user":
+            turns.append(([m], []))
+        elif role == "assistant" and m.get("tool_calls"):
+            if not turns:
+                turns.append(([], []))
+            for call in m["tool_calls"]:
+                turns[-1][1].append(ToolCall(*call_name_args(call), call.get("id", "")))
+    return turns
+
+
 def turns_of(traj: Trajectory) -> list[list[str]]:
     """The tool names called in each user turn (turns without calls included as empty lists)."""
-    turns: list[list[str]] = []
-    for m in traj.messages:
-        if m.get("role") == "user":
-            turns.append([])
-        elif m.get("role") == "assistant":
-            for call in m.get("tool_calls") or ():
-                if not turns:
-                    turns.append([])
-                turns[-1].append(call_name_args(call)[0])
-    return turns
+    return [[c.name for c in calls] for _, calls in gold_turns(traj)]
 
 
 def step_from_messages(messages: Sequence[Message], trajectory_id: str = "live", group: str = "live",

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from ..data import Dataset
 from ..folds import assign_folds
 from ..scorers.base import Resources, Scorer, finalize
-from ..steps import call_name_args, extract_all, extract_steps, step_from_messages
+from ..steps import extract_all, extract_steps, gold_turns, step_from_messages
 from ..threads import one_thread
 from ..types import Step, ToolCall, Trajectory
 from .metrics import StepRecord, aggregate, fold_metrics, recall_curve
@@ -234,28 +234,6 @@ class Evaluator:
             return out
         finally:
             self.res.embedder = cached
-
-
-def gold_turns(traj: Trajectory) -> list[tuple[list[Mapping], list[ToolCall]]]:
-    """Split a gold conversation into turns: (user messages, gold calls) in order.
-
-    Each user message opens a turn, as in :func:`tracer.steps.extract_steps` and
-    :func:`tracer.data.bfcl_env.gold_states`, so turn ``i`` here is compared with gold state ``i``.
-    A turn may have no calls (BFCL's clarification turns): the oracle ends it at once, and the
-    backends must still be in the gold state after it. Calls before the first user message form
-    turn 0.
-    """
-    turns: list[tuple[list, list]] = []
-    for m in traj.messages:
-        role = m.get("role")
-        if role == "user":
-            turns.append(([m], []))
-        elif role == "assistant" and m.get("tool_calls"):
-            if not turns:
-                turns.append(([], []))
-            for call in m["tool_calls"]:
-                turns[-1][1].append(ToolCall(*call_name_args(call), call.get("id", "")))
-    return turns
 
 
 class _Episode:
