@@ -502,8 +502,8 @@ class TracerPlusScorer:
 
         Not :func:`finalize_one`: candidate scores are always finite and the vector order is already
         at hand (``one.order``), so a lexsort of the candidates (score desc, vector score desc,
-        registry id) followed by that order gives the same set 8% faster (146 vs 158 µs p50,
-        ``scripts/bench_tracer_plus.py``); tested equal to the batched path on every BFCL step."""
+        registry id) followed by that order gives the same set with less work on the per-step hot
+        path (``scripts/bench_tracer_plus.py`` times it); tested equal to the batched path."""
         pad = self.pad if pad is None else pad
         one, s, vec = self._one(step, memory, query)
         if not len(one.tool):
