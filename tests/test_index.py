@@ -44,9 +44,15 @@ def test_exact_dense_scores_equal_faiss(random_index):
     dense, faiss_scores = random_index.dense_scores(q), faiss_dense(random_index, q)
     assert dense.dtype == torch.float32 and dense.shape == (40, 300)
     torch.testing.assert_close(dense, faiss_scores, atol=1e-6, rtol=0)
-    # the same order (random vectors: no ties)
-    assert torch.equal(torch.argsort(dense, dim=1, descending=True, stable=True),
-                       torch.argsort(faiss_scores, dim=1, descending=True, stable=True))
+    # the same order, up to scores that tie within float error (the two sum in different orders):
+    # read in FAISS's order, the exact scores never rise by more than that error
+    order = torch.argsort(faiss_scores, dim=1, descending=True, stable=True)
+    in_faiss_order = dense.gather(1, order)  # [40, 300]
+    assert (in_faiss_order[:, 1:] - in_faiss_order[:, :-1]).max() <= 1e-6
+    gaps = in_faiss_order[:, :-1] - in_faiss_order[:, 1:]
+    clear = gaps > 1e-6  # where no tie is possible, the orders agree exactly
+    dense_order = torch.argsort(dense, dim=1, descending=True, stable=True)
+    assert clear.float().mean() > 0.99 and torch.equal(order[:, 0][clear[:, 0]], dense_order[:, 0][clear[:, 0]])
 
 
 def test_exact_dense_scores_equal_faiss_on_minilm(minilm, tiny_registry):
