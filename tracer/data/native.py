@@ -1,4 +1,4 @@
-"""The native dataset format: ``tools.json`` plus ``trajectories.jsonl`` (see README).
+"""The native dataset format: ``tools.json`` plus ``trajectories.jsonl`` (see docs/data.md).
 
 Reading validates at the edge: a malformed line, a missing field, a call naming an unknown tool,
 duplicate names or an empty dataset each raise :class:`DataError` naming file, line and field.

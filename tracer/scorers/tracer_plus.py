@@ -96,7 +96,7 @@ IGNORE = -100            # gold index of a step whose gold is not a candidate
 _MASKED = -1e9           # logit of a padded candidate inside the loss
 _Z_CLIP = 8.0            # standardised features clipped to +- this many SD
 # join_users: a request left without a call is read with the message after it (BFCL's withheld-function
-# and clarification turns); +0.035 recall@5 on BFCL, no change on tau2 and API-Bank (README, ablation)
+# and clarification turns); +0.035 recall@5 on BFCL, no change on tau2 and API-Bank (docs/results.md, ablation)
 DEFAULT_CONTEXT = {"window": "since_user", "calls": "names", "results": "none", "join_users": True}
 DEFAULT_HEAD = {"inner_folds": 5, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50,
                 "hidden": 32, "refit": False}
