@@ -36,8 +36,8 @@ from .scorers.base import Resources
 from .scorers.persist import read_meta
 from .steps import step_from_messages
 from .store import Verify, open_snapshot
-from .validate import InvalidField, check_k, check_messages
 from .types import Message, Registry, Step
+from .validate import InvalidField, check_k, check_messages
 
 MINILM = "all-MiniLM-L6-v2"
 __all__ = ["Retriever", "step_from_messages"]
@@ -146,7 +146,7 @@ class Retriever:
         """:meth:`select` for many conversations at once (one batched scoring call)."""
         k = self.k if k is None else check_k(k)
         if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
-            raise ValueError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
+            raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
         steps = [self._step(m, f"conversations[{i}]") for i, m in enumerate(conversations)]
         sel = finalize(self.scorer.score(steps), k, getattr(self.scorer, "pad", True))
         return [[self.registry[i].to_openai() for i in ids] for ids in sel.presented]

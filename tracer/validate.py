@@ -36,20 +36,33 @@ class InvalidField(ValueError):
         super().__init__(f"{field}: {problem}")
 
 
-def check_k(k: Any, name: str = "k") -> int:
-    """``k`` as an int >= 1, else a ValueError naming the argument (bool and float refused)."""
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise ValueError(f"{name} must be an int >= 1, got {k!r} ({type(k).__name__})")
-    if k < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {k}")
-    return k
-
-
 def check_int(value: Any, name: str, minimum: int) -> int:
-    """An int >= ``minimum`` (bool refused), else a ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    """An int >= ``minimum``, else an error naming it: TypeError for another type (bool, float, str),
+    ValueError for a smaller int."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
     return value
+
+
+def check_k(k: Any, name: str = "k") -> int:
+    """``k`` as an int >= 1 (see :func:`check_int`)."""
+    return check_int(k, name, 1)
+
+
+# config keys of evaluate.py / train.py checked before any work: key -> smallest value
+EVAL_INTS = {"k": 1, "folds": 2, "seed": 0, "latency_sample": 0}
+TRAIN_INTS = {"folds": 0, "seed": 0}
+
+
+def check_config(cfg: Mapping[str, Any], ints: Mapping[str, int]) -> None:
+    """The integer settings of a run config, each named as the command-line override that sets it."""
+    for key, minimum in ints.items():
+        if key in cfg:
+            check_int(cfg[key], f"{key} (override {key}=...)", minimum)
+    if ints is TRAIN_INTS and cfg.get("folds") == 1:
+        raise ValueError("folds (override folds=...) must be 0 (no held-out ablation) or >= 2, got 1")
 
 
 def check_text(value: Any, field: str) -> None:

@@ -58,9 +58,9 @@ from .base import (
     fallback_scores,
     finalize,
     finalize_one,
+    fit_steps,
     rank_one,
     scatter_primary,
-    training_steps,
 )
 from .persist import check_trie, load_tensors, open_common, write_common
 
@@ -123,7 +123,7 @@ class TracerScorer:
 
     # ---- fitting -----------------------------------------------------------------------------
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> TracerScorer:
-        steps = training_steps(trajectories, res.registry, self.successful_only)
+        steps = fit_steps(trajectories, res.registry, self.successful_only)
         ctx = res.embed(steps, self.rendering)                                  # [S, d]
         trie = ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
                                    self.key, self.eps, res.device)

@@ -61,7 +61,6 @@ from torch import nn
 from ..context import ContextRendering
 from ..early_stopping import EarlyStopping
 from ..folds import inner_seed, row_folds
-from ..store import Verify, open_snapshot, save_snapshot
 from ..plus_features import (
     DEFAULT_KEYS,
     Candidates,
@@ -74,6 +73,7 @@ from ..plus_features import (
     parse_key,
 )
 from ..steps import step_from_messages
+from ..store import Verify, open_snapshot, save_snapshot
 from ..threads import one_thread
 from ..trie import ExecutionTrie
 from ..types import Step, Trajectory
@@ -83,9 +83,9 @@ from .base import (
     Scores,
     as_numpy,
     fallback_scores,
+    fit_steps,
     rank_one,
     scatter_primary,
-    training_steps,
 )
 from .persist import check_trie, load_tensors, open_common, write_common
 from .tracer import confidence
@@ -399,7 +399,7 @@ class TracerPlusScorer:
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> TracerPlusScorer:
         t0 = time.perf_counter()
-        steps = training_steps(trajectories, res.registry, self.successful_only)
+        steps = fit_steps(trajectories, res.registry, self.successful_only)
         mem, q = self.embed(steps, res)                                         # [S, d] each
         t1 = time.perf_counter()
         vec = fallback_scores(res, q)                                           # [S, N]
