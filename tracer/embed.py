@@ -123,6 +123,9 @@ class CachedEmbedder:
             try:
                 with np.load(shard) as z:
                     keys, vecs = z["keys"], z["vecs"]
+                    bad = z.zip.testzip()  # numpy stops reading before the CRC check: a flipped byte passes it
+                if bad is not None:
+                    raise ValueError(f"member {bad} fails its CRC")
                 if keys.shape != (len(vecs),) or vecs.dtype != np.float32:
                     raise ValueError(f"{len(keys)} keys for {len(vecs)} vectors of {vecs.dtype}")
             except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
