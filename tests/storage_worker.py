@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from conftest import TINY_TOOLS, KeywordEmbedder, tiny_trajectories  # noqa: E402
+from conftest import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
-from tracer.scorers.base import Resources  # noqa: E402
-from tracer.scorers.tracer import TracerScorer  # noqa: E402
-from tracer.types import Registry, Tool  # noqa: E402
+from tracer.scorers.base import Resources
+from tracer.scorers.tracer import TracerScorer
+from tracer.types import Registry, Tool
 
 N_VARIANTS = 3
 
@@ -56,7 +56,7 @@ def main(mode: str, directory: str, seconds: float) -> None:
         else:
             try:
                 print(json.dumps({"ok": fingerprint(TracerScorer.load(directory, emb, device="cpu"))}), flush=True)
-            except Exception as e:  # reported to the test, which fails on it
+            except Exception as e:  # noqa: BLE001 - reported to the test, which fails on any error
                 print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
         n += 1
 

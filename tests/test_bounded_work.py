@@ -54,7 +54,7 @@ def test_a_fold_without_test_steps_is_reported():
     ds = Dataset("tiny", Registry(TINY_TOOLS), tuple(trajs))
     res = Resources.build(ds.registry, KeywordEmbedder(), device="cpu", seed=0)
     cfg = EvalConfig(k=2, folds=2, seed=0, latency_sample=0, progress=False)
-    fit_all = lambda: build_scorer("tracer_fixed", successful_only=False)  # noqa: E731
+    fit_all = lambda: build_scorer("tracer_fixed", successful_only=False)
     fold_of = Evaluator(ds, fit_all, res, OracleExecutor(), cfg).fold_of
     # every trajectory of fold 1 failed: it still trains fold 0 (successful_only=False) but has nothing to test
     ds = Dataset("tiny", ds.registry, tuple(t.__class__(**{**t.__dict__, "success": fold_of[t.group] == 0})

@@ -16,8 +16,8 @@ import pytest
 import storage_worker as w
 
 from tracer.io import write_json
-from tracer.store import MANIFEST, CorruptIndex, current_snapshot
 from tracer.scorers.tracer import TracerScorer
+from tracer.store import MANIFEST, CorruptIndex, current_snapshot
 
 WORKER = Path(__file__).with_name("storage_worker.py")
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),

@@ -5,8 +5,8 @@ and the evaluate.py / train.py overrides."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path

@@ -8,6 +8,8 @@ and dimension), ``tools.json`` (the registry), ``tools.faiss`` + ``tools_idmap.j
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import torch
 
 from ..embed import Embedder, default_device
 from ..index import ToolIndex
-from ..store import CorruptIndex, read_json
+from ..store import CorruptIndex, Verify, open_snapshot, read_json
 from ..trie import ExecutionTrie
 from ..types import Registry, Tool
 from .base import Resources
@@ -54,6 +56,15 @@ def open_common(directory: str | Path, embedder: Embedder, class_path: str, form
     if tool_index.dim != embedder.dim:
         raise ValueError(f"{d}: tool vectors have dim {tool_index.dim}, the embedder {embedder.dim}")
     return meta, Resources(registry, embedder, tool_index, device or default_device())
+
+
+@contextmanager
+def open_index(directory: str | Path, embedder: Embedder, class_path: str, format_version: int,
+               device: str | None = None, verify: Verify = "sha256") -> Iterator[tuple[Path, dict[str, Any], Resources]]:
+    """``with open_index(...) as (snapshot, meta, res):`` the current snapshot, verified against its
+    manifest (:func:`tracer.store.open_snapshot`), with its meta.json and resources checked by :func:`open_common`."""
+    with open_snapshot(directory, verify) as d:
+        yield (d, *open_common(d, embedder, class_path, format_version, device))
 
 
 def read_meta(path: Path) -> dict[str, Any]:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from ..context import ContextRendering
-from ..store import Verify, open_snapshot, save_snapshot
+from ..store import Verify, save_snapshot
 from ..trie import ChildBatch, ExecutionTrie, OneStep, StateKey
 from ..types import Step, Trajectory
 from . import register_scorer
@@ -62,7 +62,7 @@ from .base import (
     rank_one,
     scatter_primary,
 )
-from .persist import check_trie, load_tensors, open_common, write_common
+from .persist import check_trie, load_tensors, open_index, write_common
 
 FORMAT_VERSION = 2
 PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
@@ -298,11 +298,9 @@ class TracerScorer:
     @classmethod
     def load(cls, directory: str | Path, embedder, device: str | None = None, verify: Verify = "sha256"
              ) -> TracerScorer:
-        """Load the current snapshot of a saved index, checked against its manifest (``verify``: ``sha256``,
-        ``size`` or ``none``). Refuses another format version, another embedder (name or dim) and a FAISS
-        id map that does not match the registry; a corrupt file is a CorruptIndex naming it."""
-        with open_snapshot(directory, verify) as d:
-            meta, res = open_common(d, embedder, CLASS_PATH, FORMAT_VERSION, device)
+        """Load the current snapshot, checked against its manifest (``verify``: sha256, size, none); refuse another
+        format version or embedder, or a FAISS id map off the registry. A corrupt file is a CorruptIndex naming it."""
+        with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
             obj = cls(**meta["scorer"])
             trie = ExecutionTrie.from_state_dict(load_tensors(d / "trie.pt", mmap=True), res.device)
             obj.res, obj.trie = res, check_trie(trie, res, d / "trie.pt")

@@ -73,7 +73,7 @@ from ..plus_features import (
     parse_key,
 )
 from ..steps import step_from_messages
-from ..store import Verify, open_snapshot, save_snapshot
+from ..store import Verify, save_snapshot
 from ..threads import one_thread
 from ..trie import ExecutionTrie
 from ..types import Step, Trajectory
@@ -87,7 +87,7 @@ from .base import (
     rank_one,
     scatter_primary,
 )
-from .persist import check_trie, load_tensors, open_common, write_common
+from .persist import check_trie, load_tensors, open_index, write_common
 from .tracer import confidence
 
 FORMAT_VERSION = 1
@@ -568,11 +568,8 @@ class TracerPlusScorer:
     @classmethod
     def load(cls, directory: str | Path, embedder, device: str | None = None, verify: Verify = "sha256"
              ) -> TracerPlusScorer:
-        """Load the current snapshot of a saved index, checked against its manifest (``verify``: ``sha256``,
-        ``size`` or ``none``). Refuses another format version, another embedder (name or dim) and a FAISS
-        id map that does not match the registry; a corrupt file is a CorruptIndex naming it."""
-        with open_snapshot(directory, verify) as d:
-            meta, res = open_common(d, embedder, CLASS_PATH, FORMAT_VERSION, device)
+        """Load a saved index with the checks of :meth:`TracerScorer.load`, and the feature names'."""
+        with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
             obj = cls(**meta["scorer"])
             if list(obj.feature_names) != meta["features"]:
                 raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; rebuild the index")
