@@ -1,4 +1,4 @@
-"""The native dataset format: ``tools.json`` plus ``trajectories.jsonl`` (see README).
+"""The native dataset format: ``tools.json`` plus ``trajectories.jsonl`` (see docs/data.md).
 
 Reading validates at the edge (the rules of :mod:`tracer.validate`): a malformed line, a missing
 field, a call naming an unknown tool, duplicate names, bytes that are not UTF-8 (with their byte
