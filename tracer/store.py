@@ -89,7 +89,8 @@ def clean_stale(root: Path) -> list[Path]:
             continue
         for p in parent.iterdir():
             if _stale(p.name):
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+                # ignore_errors: a concurrent save may be removing the same leftover
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
                 removed.append(p)
     return removed
 
@@ -117,6 +118,8 @@ def verify_snapshot(snap: Path, mode: Verify = "sha256") -> None:
     if not isinstance(files, dict):
         raise CorruptIndex(snap / MANIFEST, "no 'files' table")
     for name, want in files.items():
+        if not isinstance(want, dict) or not isinstance(want.get("size"), int) or not isinstance(want.get("sha256"), str):
+            raise CorruptIndex(snap / MANIFEST, f"malformed entry for {name!r}")
         p = snap / name
         if not p.is_file():
             raise CorruptIndex(p, "listed in the manifest but missing")
@@ -240,8 +243,7 @@ def save_snapshot(root: str | Path, keep: int = 2) -> Iterator[Path]:
     if not (root / MARKER).exists():
         atomic_write_text(root / MARKER, json.dumps({"format": "tracer-index", "version": 1}) + "\n")
     snaps = root / SNAPSHOTS
-    if not snaps.is_dir():
-        snaps.mkdir()
+    snaps.mkdir(exist_ok=True)
     clean_stale(root)
     sid = f"{time.time_ns():020d}-{os.getpid()}-{os.urandom(3).hex()}"
     tmp = snaps / f"{TMP}{os.getpid()}-{sid}"
