@@ -29,7 +29,9 @@ def run(cfg: DictConfig, out: Path) -> dict:
     from tracer.io import atomic_save, atomic_write_text, write_json
     from tracer.logging import build_logger
     from tracer.scorers.base import Resources
+    from tracer.validate import TRAIN_INTS, check_config
 
+    check_config(plain(cfg), TRAIN_INTS)  # before any work: a bad override is named, nothing is written
     torch.manual_seed(cfg.seed)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))

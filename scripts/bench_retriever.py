@@ -123,7 +123,7 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         full.save(Path(tmp) / "index")
         t_save = time.perf_counter() - t0
-        disk = sum(f.stat().st_size for f in (Path(tmp) / "index").iterdir())
+        disk = sum(f.stat().st_size for f in (Path(tmp) / "index").rglob("*") if f.is_file())
         t0 = time.perf_counter()
         type(full).load(Path(tmp) / "index", emb, device="cpu")
         t_load = time.perf_counter() - t0

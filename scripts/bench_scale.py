@@ -14,7 +14,7 @@ part of what is measured. Tool vectors are random unit vectors too; the fallback
 Per corpus: build time (state tuples + trie: counts, priors, edge memories, from precomputed
 contexts, fed in chunks of ``--chunk-steps`` steps through :meth:`ExecutionTrie.update`, plus the
 FAISS tool index), the trie's tensor memory and bytes per edge, the Python node table, the saved
-size, save and load times, and the per-step cost of ``select_one`` (k=5, thread CPU time) over
+size, save time and load time under each verification mode (none, sizes, SHA-256), and the per-step cost of ``select_one`` (k=5, thread CPU time) over
 ``--queries`` steps drawn from a fresh run of the same chain (so some prefixes are unseen), split
 into turn-opening steps (the root node, whose children are most of the registry) and deeper
 steps. Rankings after load are checked to be identical.
@@ -180,23 +180,34 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
     t0 = time.perf_counter()
     scorer.save(path)
     t_save = time.perf_counter() - t0
-    disk = sum(f.stat().st_size for f in path.iterdir())
+    disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     n_nodes, n_edges, nbytes = trie.n_nodes, trie.n_edges, trie.nbytes()
     table = node_table_bytes(trie)
     per_edge = (trie.edge_tool.element_size() + trie.edge_count.element_size() + trie.edge_log_p.element_size()
                 + trie.edge_norm.element_size() + trie.edge_memory.element_size() * trie.dim)
     del scorer, trie, res
     gc.collect()
-    t0 = time.perf_counter()
-    loaded = TracerScorer.load(path, RandomEmbedder(), device="cpu")
-    t_load = time.perf_counter() - t0
+    # load under each verification mode, best of 2 (warm page cache: the index was just written); "none" is
+    # the load of earlier versions, "sha256" the default
+    t_load = {}
+    for mode in ("none", "size", "sha256"):
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            loaded = TracerScorer.load(path, RandomEmbedder(), device="cpu", verify=mode)
+            times.append(time.perf_counter() - t0)
+            if mode != "sha256":
+                del loaded
+                gc.collect()
+        t_load[mode] = min(times)
     same = all(loaded.select_one(s, c, args.k) == e for s, c, e in zip(q_states[:200], q_ctx[:200], expected))
     del loaded
     gc.collect()
     shutil.rmtree(path, ignore_errors=True)
     return {
         "trajectories": n_traj, "steps": n_steps, "nodes": n_nodes, "edges": n_edges,
-        "generate_s": t_gen, "contexts_s": t_ctx, "build_s": t_build, "save_s": t_save, "load_s": t_load,
+        "generate_s": t_gen, "contexts_s": t_ctx, "build_s": t_build, "save_s": t_save, "load_s": t_load["sha256"],
+        "load_none_s": t_load["none"], "load_size_s": t_load["size"],
         "trie_bytes": nbytes, "bytes_per_edge": per_edge, "node_table_bytes": table, "disk_bytes": disk,
         "rss_after_build": rss_after_build, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "step_p50_us": float(np.median(cpu_us)), "step_p95_us": float(np.percentile(cpu_us, 95)),
@@ -256,6 +267,12 @@ def main(argv=None) -> list[dict]:
               f"| {r['deep_p50_us']:,.0f} ({r['trie_deep_p50_us']:,.0f}) µs "
               f"| {r['fell_back_share']:.0%}, {r['fell_back_p50_us']:,.0f} µs | {r['kept_p50_us']:,.0f} µs "
               f"| {'yes' if r['loaded_identical'] else 'NO'} |")
+    print("\n## Save and load with verification (docs/storage.md)\n")
+    print("| trajectories | on disk | save | load, no check | load, sizes | load, SHA-256 (default) | SHA-256 adds |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['trajectories']:,} | {r['disk_bytes'] / mib:,.0f} MiB | {r['save_s']:.2f} s | {r['load_none_s']:.2f} s "
+              f"| {r['load_size_s']:.2f} s | {r['load_s']:.2f} s | {r['load_s'] - r['load_none_s']:+.2f} s |")
     print(f"\nPer-step cost: thread CPU time of select_one over {args.queries} query steps from a fresh run of the chain "
           f"({rows[-1]['root_share']:.0%} open a turn). The trie part is the children's cosines and both priors; a step "
           f"that falls back (or pads) also scans all {args.tools:,} tools (a float32 pass, then exact rescoring of the "

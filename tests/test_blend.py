@@ -29,6 +29,7 @@ from tracer.context import ContextRendering
 from tracer.folds import assign_folds, inner_seed
 from tracer.scorers.base import Resources, training_steps
 from tracer.scorers.tracer import PAPER_CONTEXT, TracerScorer
+from tracer.store import current_snapshot
 from tracer.trie import ExecutionTrie, StateKey
 from tracer.types import Registry, Tool, Trajectory
 
@@ -247,7 +248,7 @@ def test_saved_index_with_head_scores_the_same(tmp_path):
     res = _res(["alpha", "beta", "filler"])
     scorer = TracerScorer(name="tracer", blend="learned", head=HEAD).fit(context_decides(60, seed=5), res)
     scorer.save(tmp_path / "index")
-    assert (tmp_path / "index" / "blend_head.pt").exists()
+    assert (tmp_path / "index" / "snapshots" / current_snapshot(tmp_path / "index") / "blend_head.pt").exists()
     again = TracerScorer.load(tmp_path / "index", res.embedder, device="cpu")
     steps = training_steps(context_decides(20, seed=6), TOOLS)
     a, b = scorer.score(steps), again.score(steps)

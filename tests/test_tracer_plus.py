@@ -47,6 +47,7 @@ from tracer.scorers.tracer_plus import (
     train_model,
 )
 from tracer.steps import extract_all, extract_steps
+from tracer.store import current_snapshot
 from tracer.trie import StateKey
 from tracer.types import Trajectory
 
@@ -254,9 +255,9 @@ def test_save_load_is_bit_identical(hand, tmp_path):
     steps = extract_all([*HAND_TRAIN, HAND_TEST])
     before = scorer.score(steps)
     out = scorer.save(tmp_path / "idx")
-    scorer.save(tmp_path / "idx")  # overwriting an existing index is atomic too
+    scorer.save(tmp_path / "idx")  # a second save publishes a new snapshot
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
-    meta = json.loads((out / "meta.json").read_text())
+    meta = json.loads((out / "snapshots" / current_snapshot(out) / "meta.json").read_text())
     assert meta["features"] == list(scorer.feature_names) and len(meta["tries"]) == 2
     loaded = TracerPlusScorer.load(out, scorer.res.embedder, device="cpu")
     after = loaded.score(steps)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from tracer.scorers import Scorer, build_scorer
 from tracer.scorers.base import Resources, Scores, finalize, finalize_one, rank, rank_one, training_steps
 from tracer.scorers.tracer import TracerScorer, prefix_entropy
 from tracer.steps import extract_all
+from tracer.store import current_snapshot
 from tracer.trie import ExecutionTrie, StateKey
 from tracer.types import Registry, Step, Tool, Trajectory
 
@@ -241,10 +243,10 @@ def test_a_loaded_index_is_bit_identical(bfcl_split, tmp_path):
     assert torch.equal(finalize(a, 5).ranking, finalize(b, 5).ranking)
     ctx = test_ctx.numpy()
     assert all(sc.select_one(st, ctx[i], 5) == again.select_one(st, ctx[i], 5) for i, st in enumerate(test))
-    # saving over an existing index replaces it whole and leaves no temporary directories
+    # saving over an existing index publishes a new snapshot and leaves no temporary directories
     sc.save(tmp_path / "index")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
-    meta = json.loads((tmp_path / "index" / "meta.json").read_text())
+    meta = json.loads((snapshot_of(tmp_path / "index") / "meta.json").read_text())
     assert meta["embedder"] == {"name": "random-unit", "dim": D} and meta["format_version"] == 2
 
 
@@ -255,13 +257,17 @@ def test_loading_with_another_embedder_or_format_is_refused(bfcl_split, tmp_path
         TracerScorer.load(tmp_path / "index", NoTextEmbedder(D, name="other"))
     with pytest.raises(ValueError, match="dim 32\\), not 'random-unit' \\(dim 16\\)"):
         TracerScorer.load(tmp_path / "index", NoTextEmbedder(16))
-    meta_path = tmp_path / "index" / "meta.json"
+    meta_path = snapshot_of(tmp_path / "index") / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "format_version": 1}))
     with pytest.raises(ValueError, match="format version 1 is not 2"):
-        TracerScorer.load(tmp_path / "index", NoTextEmbedder(D))
+        TracerScorer.load(tmp_path / "index", NoTextEmbedder(D), verify="none")  # "sha256" refuses the edit
     with pytest.raises(FileNotFoundError, match="no saved index"):
         TracerScorer.load(tmp_path / "nothing", NoTextEmbedder(D))
+
+
+def snapshot_of(index: Path) -> Path:
+    return index / "snapshots" / current_snapshot(index)
 
 
 # ---- ranking rules ---------------------------------------------------------------------------------

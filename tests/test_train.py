@@ -22,6 +22,7 @@ from tracer.blend import FEATURES, BlendHead
 from tracer.data import write_native
 from tracer.scorers.base import training_steps
 from tracer.scorers.tracer import TracerScorer
+from tracer.store import current_snapshot
 from tracer.types import Registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +57,9 @@ def test_train_config_composes():
 
 def test_train_end_to_end(tmp_path, minilm):
     run_dir = _train(tmp_path)
+    snap = run_dir / "index" / "snapshots" / current_snapshot(run_dir / "index")
     for name in ("blend_head.pt", "feature_stats.json", "history.json", "config.yaml", "report.json", "report.md",
-                 "wt_hist.png", "index/blend_head.pt", "index/trie.pt", "index/meta.json"):
+                 "wt_hist.png", snap / "blend_head.pt", snap / "trie.pt", snap / "meta.json"):
         assert (run_dir / name).exists(), name
     head = BlendHead.from_state_dict(torch.load(run_dir / "blend_head.pt", weights_only=True))
     stats = json.loads((run_dir / "feature_stats.json").read_text())

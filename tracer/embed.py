@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -15,6 +17,18 @@ import numpy as np
 import torch
 
 from .io import atomic_write
+
+# Characters kept per word piece the encoder can see. Our datasets average 2.5-4.5 characters per word piece
+# (scripts/text_lengths.py), so 64 is a >14x margin: the first max_seq_length * 64 characters hold
+# every word piece the encoder keeps unless a text is mostly whitespace or 100+-character "words".
+CHARS_PER_PIECE = 64
+
+
+def clip_texts(texts: Sequence[str], max_pieces: int) -> list[str]:
+    """Texts cut to ``max_pieces * CHARS_PER_PIECE`` characters before tokenizing: the encoder truncates at
+    ``max_pieces`` word pieces anyway, and tokenizing a whole 50 MB message costs minutes and gigabytes."""
+    limit = max_pieces * CHARS_PER_PIECE
+    return [t[:limit] for t in texts]
 
 
 def default_device() -> str:
@@ -70,7 +84,7 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         if not texts:
             return torch.zeros(0, self.dim)
-        out = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
+        out = self.model.encode(clip_texts(texts, self.max_seq_length), batch_size=self.batch_size, convert_to_tensor=True,
                                 normalize_embeddings=True,
                                 show_progress_bar=bool(self.progress) and len(texts) > self.progress)
         return out.float().cpu()  # [N, d]
@@ -81,7 +95,9 @@ class CachedEmbedder:
 
     The key of a text is ``sha256(model name, text)``: a text is encoded once per model, ever.
     New vectors are appended to the disk cache as one shard per ``encode`` call, each written to a
-    temporary file and renamed, so a crash never leaves a half-written shard.
+    temporary file and renamed, so a crash never leaves a half-written shard. A shard that cannot be
+    read anyway (truncated or corrupted on disk) is reported with a warning and renamed aside to
+    ``<name>.npz.corrupt`` (never deleted); its texts are simply encoded again.
 
     ``n_encoded`` counts the texts actually sent to the model (a warm second run shows 0).
     """
@@ -104,8 +120,20 @@ class CachedEmbedder:
 
     def _load_shards(self) -> None:
         for shard in sorted(self.cache_dir.glob("*.npz")):
-            with np.load(shard) as z:
-                keys, vecs = z["keys"], z["vecs"]
+            try:
+                with np.load(shard) as z:
+                    keys, vecs = z["keys"], z["vecs"]
+                    bad = z.zip.testzip()  # numpy stops reading before the CRC check: a flipped byte passes it
+                if bad is not None:
+                    raise ValueError(f"member {bad} fails its CRC")
+                if keys.shape != (len(vecs),) or vecs.dtype != np.float32:
+                    raise ValueError(f"{len(keys)} keys for {len(vecs)} vectors of {vecs.dtype}")
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+                aside = shard.with_name(shard.name + ".corrupt")
+                os.replace(shard, aside)
+                warnings.warn(f"{shard}: corrupt embedding-cache shard ({type(e).__name__}: {e}); moved to {aside.name}, "
+                              "its texts will be encoded again", RuntimeWarning, stacklevel=3)
+                continue
             if vecs.shape[1:] != (self.dim,):
                 raise ValueError(f"{shard}: cached vectors have dimension {vecs.shape[1:]} but the embedder has {self.dim}")
             for k, v in zip(keys, vecs):

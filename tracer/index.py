@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .embed import Embedder
+from .store import CorruptIndex, read_json
 from .types import Registry
 
 
@@ -150,16 +151,26 @@ class ToolIndex:
     @classmethod
     def load(cls, directory: str | Path, registry: Registry, use_gpu: bool | None = None) -> ToolIndex:
         d = Path(directory)
-        meta = json.loads((d / "tools_idmap.json").read_text())
+        meta = read_json(d / "tools_idmap.json")
+        if not isinstance(meta, dict) or not isinstance(meta.get("names"), list) or "factory" not in meta:
+            raise CorruptIndex(d / "tools_idmap.json", "expected {'factory': ..., 'names': [...]}")
         if tuple(meta["names"]) != registry.names:
             raise ValueError(f"{d / 'tools_idmap.json'}: FAISS id map does not match the registry "
                              f"({len(meta['names'])} ids vs {len(registry)} tools)")
-        index = faiss.read_index(str(d / "tools.faiss"))
+        try:
+            index = faiss.read_index(str(d / "tools.faiss"))
+        except RuntimeError as e:
+            raise CorruptIndex(d / "tools.faiss", f"FAISS cannot read it ({str(e).splitlines()[0]})") from None
         if index.ntotal != len(registry):
             raise ValueError(f"{d / 'tools.faiss'}: index holds {index.ntotal} vectors, registry {len(registry)}")
         obj = cls.__new__(cls)
         obj.names, obj.factory = tuple(meta["names"]), meta["factory"]
-        obj.vectors = np.load(d / "tool_vectors.npy")
+        try:
+            obj.vectors = np.load(d / "tool_vectors.npy")
+        except (OSError, ValueError) as e:
+            raise CorruptIndex(d / "tool_vectors.npy", f"numpy cannot read it ({e})") from None
+        if obj.vectors.ndim != 2 or len(obj.vectors) != len(registry):
+            raise CorruptIndex(d / "tool_vectors.npy", f"shape {obj.vectors.shape}, expected [{len(registry)}, d]")
         obj.dim = obj.vectors.shape[1]
         obj._cpu = index
         obj.index = _maybe_gpu(index, use_gpu)

@@ -1,27 +1,64 @@
-"""Atomic writes: nothing half-written. Files go to a temporary sibling and are renamed into place;
-directories are built in a temporary sibling and swapped in, so the target is always either the old
-complete directory or the new one."""
+"""Atomic file writes: nothing half-written, and files readable as the umask says.
+
+A file goes to a temporary sibling (``.tmp-<pid>-...``: recognisably ours) and is renamed into place,
+so a reader sees the old complete file or the new one. ``mkstemp``/``mkdtemp`` create 0600/0700;
+what we create is chmod-ed to the umask-derived mode (0644/0755 under the usual umask 022).
+Directories of several files are saved as snapshots by :mod:`tracer.store`.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
-    """Call ``write`` on a binary file in the target's directory, then rename it to ``path``."""
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc allows (os.umask is a set-and-restore)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def chmod_created(path: str | Path, directory: bool = False) -> None:
+    """Give a file (0666) or directory (0777) we created the mode the umask allows."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a rename or a new entry in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, fsync: bool = False,
+                 prefix: str | None = None) -> Path:
+    """Call ``write`` on a binary file in the target's directory, then rename it to ``path``.
+
+    ``fsync``: flush the file to disk before the rename (for pointers that must survive a power cut).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix or f".tmp-{os.getpid()}-{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        chmod_created(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -29,8 +66,8 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
     return path
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+def atomic_write_text(path: str | Path, text: str, **kw: Any) -> Path:
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")), **kw)
 
 
 def atomic_save(obj: Any, path: str | Path) -> Path:
@@ -42,33 +79,3 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
 
 def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
-
-
-def replace_dir(new: Path, out: Path) -> None:
-    """Move directory ``new`` to ``out``; an existing ``out`` is renamed away first and removed after."""
-    if not out.exists():
-        os.replace(new, out)
-        return
-    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old"))
-    os.replace(out, old / "content")
-    try:
-        os.replace(new, out)
-    except BaseException:
-        os.replace(old / "content", out)
-        raise
-    finally:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-@contextmanager
-def atomic_dir(out: str | Path) -> Iterator[Path]:
-    """``with atomic_dir(out) as tmp:`` write into ``tmp``; on success it replaces ``out``, on error it is removed."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
-    try:
-        yield tmp
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

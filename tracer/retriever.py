@@ -8,7 +8,7 @@ Example::
     r = Retriever.from_dataset("path/to/native_dataset")   # or "bfcl", or a Dataset
     tools = r.select(messages, k=5)      # OpenAI tool objects to offer the model for its next call
     names = r.rank(messages)             # the whole registry, best first
-    r.save("indexes/my_index")           # atomic; tracer family only
+    r.save("indexes/my_index")           # a new verified snapshot; tracer family only (docs/storage.md)
     r = Retriever.load("indexes/my_index")
 
 ``messages`` is the conversation so far as OpenAI chat dicts; the model is about to make its next
@@ -22,7 +22,6 @@ microseconds beyond the context embedding); the others go through their batched 
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,11 @@ from .embed import Embedder, build_embedder
 from .errors import DataError
 from .scorers import Scorer, build_scorer, finalize
 from .scorers.base import Resources
+from .scorers.persist import read_meta
 from .steps import step_from_messages
+from .store import Verify, open_snapshot
 from .types import Message, Registry, Step
+from .validate import InvalidField, check_k, check_messages
 
 MINILM = "all-MiniLM-L6-v2"
 __all__ = ["Retriever", "step_from_messages"]
@@ -65,7 +67,7 @@ class Retriever:
         if getattr(scorer, "res", None) is None:
             raise ValueError(f"scorer {getattr(scorer, 'name', scorer)!r} is not fitted")
         self.scorer = scorer
-        self.k = k
+        self.k = check_k(k)
 
     @property
     def res(self) -> Resources:
@@ -118,10 +120,19 @@ class Retriever:
             return {"memory": mem[0], "query": q[0]}
         return {"context": self.context_embedding(step.context)}
 
+    def _step(self, messages: Sequence[Message], name: str = "messages") -> Step:
+        """The decision step of a conversation, after the rules of :mod:`tracer.validate`."""
+        try:
+            check_messages(messages, self.registry)
+        except InvalidField as e:
+            raise ValueError(f"{name}{e.field.removeprefix('messages')}: {e.problem}") from None
+        return step_from_messages(messages)
+
     def select_ids(self, messages: Sequence[Message], k: int | None = None) -> tuple[int, ...]:
-        """Registry ids of the tools to present for the next call (k, plus Tracer+G's global set)."""
-        k = self.k if k is None else k
-        step = step_from_messages(messages)
+        """Registry ids of the tools to present for the next call (k, plus Tracer+G's global set); a k
+        larger than the registry presents the registry."""
+        k = self.k if k is None else check_k(k)
+        step = self._step(messages)
         if callable(getattr(self.scorer, "select_one", None)):
             return self.scorer.select_one(step, k=k, **self._contexts(step))
         return finalize(self.scorer.score([step]), k, getattr(self.scorer, "pad", True)).presented[0]
@@ -133,14 +144,16 @@ class Retriever:
     def select_batch(self, conversations: Sequence[Sequence[Message]], k: int | None = None
                      ) -> list[list[dict[str, Any]]]:
         """:meth:`select` for many conversations at once (one batched scoring call)."""
-        k = self.k if k is None else k
-        steps = [step_from_messages(m) for m in conversations]
+        k = self.k if k is None else check_k(k)
+        if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
+            raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
+        steps = [self._step(m, f"conversations[{i}]") for i, m in enumerate(conversations)]
         sel = finalize(self.scorer.score(steps), k, getattr(self.scorer, "pad", True))
         return [[self.registry[i].to_openai() for i in ids] for ids in sel.presented]
 
     def rank(self, messages: Sequence[Message]) -> list[str]:
         """Every tool name, best first."""
-        step = step_from_messages(messages)
+        step = self._step(messages)
         if callable(getattr(self.scorer, "rank_one", None)):
             ranking = self.scorer.rank_one(step, **self._contexts(step))
         else:
@@ -159,23 +172,25 @@ class Retriever:
 
     @classmethod
     def load(cls, directory: str | Path, embedder: Embedder | None = None, *, k: int = 5,
-             device: str | None = None, cache_dir: str | Path | None = ".cache/embeddings") -> Retriever:
-        """Load a saved index. ``embedder`` defaults to the bundled MiniLM when the index was built with
-        it; an index built with another embedder needs that embedder passed in (a different model
-        or dimension is refused)."""
-        d = Path(directory)
-        meta_path = d / "meta.json"
-        if not meta_path.exists():
-            raise FileNotFoundError(f"{d}: no saved index here (meta.json missing)")
-        meta = json.loads(meta_path.read_text())
-        if embedder is None:
-            want = meta.get("embedder", {}).get("name")
-            if want != MINILM:
-                raise ValueError(f"{meta_path}: the index was built with embedder {want!r}; pass that embedder "
-                                 "to Retriever.load")
-            embedder = build_embedder(cache_dir=cache_dir, device=device)
-        module, _, name = meta.get("class", "tracer.scorers.tracer.TracerScorer").rpartition(".")
-        if module.split(".")[0] != "tracer":
-            raise ValueError(f"{meta_path}: scorer class {meta['class']!r} is not part of tracer")
-        scorer_cls = getattr(importlib.import_module(module), name)
-        return cls(scorer_cls.load(d, embedder, device=device), k)
+             device: str | None = None, cache_dir: str | Path | None = ".cache/embeddings",
+             verify: Verify = "sha256") -> Retriever:
+        """Load the current snapshot of a saved index (resolved once; see docs/storage.md), every file
+        checked against the manifest's SHA-256 (``verify="size"`` checks sizes only, ``"none"`` nothing).
+        ``embedder`` defaults to the bundled MiniLM when the index was built with it; an index built
+        with another embedder needs that embedder passed in (a different model or dimension is refused)."""
+        k = check_k(k)
+        with open_snapshot(directory, verify) as snap:
+            meta_path = snap / "meta.json"
+            if not meta_path.exists():
+                raise FileNotFoundError(f"{directory}: no saved index here (meta.json missing)")
+            meta = read_meta(meta_path)
+            if embedder is None:
+                if meta["embedder"]["name"] != MINILM:
+                    raise ValueError(f"{meta_path}: the index was built with embedder {meta['embedder']['name']!r}; "
+                                     "pass that embedder to Retriever.load")
+                embedder = build_embedder(cache_dir=cache_dir, device=device)
+            module, _, name = str(meta.get("class", "tracer.scorers.tracer.TracerScorer")).rpartition(".")
+            if module.split(".")[0] != "tracer":
+                raise ValueError(f"{meta_path}: scorer class {meta['class']!r} is not part of tracer")
+            scorer_cls = getattr(importlib.import_module(module), name)
+            return cls(scorer_cls.load(snap, embedder, device=device, verify="none"), k)

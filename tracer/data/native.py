@@ -1,22 +1,37 @@
 """The native dataset format: ``tools.json`` plus ``trajectories.jsonl`` (see docs/data.md).
 
-Reading validates at the edge: a malformed line, a missing field, a call naming an unknown tool,
-duplicate names or an empty dataset each raise :class:`DataError` naming file, line and field.
-Writing is atomic: both files go to a temporary directory that is renamed into place.
+Reading validates at the edge (the rules of :mod:`tracer.validate`): a malformed line, a missing
+field, a call naming an unknown tool, duplicate names, bytes that are not UTF-8 (with their byte
+offset) or an empty dataset each raise :class:`DataError` naming file, line and field.
+Writing (:func:`write_native`) replaces each file atomically and refuses a directory holding anything
+else (see docs/storage.md).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import DataError
-from ..io import atomic_dir
+from ..io import atomic_write
+from ..store import clean_stale
 from ..types import Registry, Tool, Trajectory
+from ..validate import InvalidField, check_messages, check_text
 from .base import Dataset, register_loader
 
-_ROLES = {"system", "user", "assistant", "tool"}
+DATASET_FILES = ("tools.json", "trajectories.jsonl")
+
+
+def decode_utf8(path: Path, data: bytes, start: int = 0) -> str:
+    """``data`` (found at byte ``start`` of ``path``) as text; bytes that are not UTF-8 are a DataError
+    naming the byte offset and line."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(path, f"not UTF-8: byte 0x{data[e.start]:02x} at byte offset {start + e.start}",
+                        line=None if start else data.count(b"\n", 0, e.start) + 1) from None
 
 
 def read_json_array(path: str | Path, what: str) -> list:
@@ -25,7 +40,7 @@ def read_json_array(path: str | Path, what: str) -> list:
     if not path.is_file():
         raise DataError(path, "file not found")
     try:
-        arr = json.loads(path.read_text())
+        arr = json.loads(decode_utf8(path, path.read_bytes()))
     except json.JSONDecodeError as e:
         raise DataError(path, f"not valid JSON: {e.msg}", line=e.lineno) from None
     if not isinstance(arr, list):
@@ -44,6 +59,11 @@ def read_tools(path: str | Path, source: str = "") -> Registry:
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             raise DataError(path, "missing or empty tool name", record=f"#{i}", field="function.name")
+        try:
+            check_text(name, "function.name")
+            check_text(fn.get("description", "") or "", "function.description")
+        except InvalidField as e:
+            raise DataError(path, e.problem, record=f"#{i}", field=e.field) from None
         if name in seen:
             raise DataError(path, f"duplicate tool name {name!r} (first at #{seen[name]})", record=f"#{i}",
                             field="function.name")
@@ -55,37 +75,20 @@ def read_tools(path: str | Path, source: str = "") -> Registry:
     return Registry(tools)
 
 
-def _check_messages(path: Path, lineno: int, tid: str, messages, registry: Registry) -> None:
-    if not isinstance(messages, list):
-        raise DataError(path, "messages must be a list", line=lineno, record=tid, field="messages")
-    for j, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
-            raise DataError(path, f"message {j} needs a role in {sorted(_ROLES)}", line=lineno, record=tid,
-                            field=f"messages[{j}].role")
-        for c, call in enumerate(m.get("tool_calls") or ()):
-            fld = f"messages[{j}].tool_calls[{c}].function"
-            fn = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise DataError(path, "tool call without function.name", line=lineno, record=tid, field=fld)
-            if fn["name"] not in registry:
-                raise DataError(path, f"tool call names {fn['name']!r}, which is not in tools.json", line=lineno,
-                                record=tid, field=fld + ".name")
-            args = fn.get("arguments", "{}")
-            if isinstance(args, str):
-                try:
-                    json.loads(args or "{}")
-                except json.JSONDecodeError:
-                    raise DataError(path, "arguments are not a JSON string", line=lineno, record=tid,
-                                    field=fld + ".arguments") from None
-
-
 def iter_jsonl(path: str | Path, missing: str = "file not found") -> Iterator[tuple[int, dict]]:
     """(line number, object) for every non-blank line of a JSONL file; bad lines are a DataError naming the line."""
     path = Path(path)
     if not path.exists():
         raise DataError(path, missing)
-    with open(path) as f:
-        for lineno, line in enumerate(f, start=1):
+    offset = 0
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(path, f"not UTF-8: byte 0x{raw[e.start]:02x} at byte offset {offset + e.start}",
+                                line=lineno) from None
+            offset += len(raw)
             if not line.strip():
                 continue
             try:
@@ -105,14 +108,21 @@ def read_trajectories(path: str | Path, registry: Registry) -> list[Trajectory]:
             if not isinstance(obj.get(fld), typ):
                 raise DataError(path, f"missing or not a {typ.__name__}", line=lineno, record=obj.get("id"),
                                 field=fld)
+        for fld in ("id", "group"):
+            if not obj[fld].strip():
+                raise DataError(path, "must be a non-empty string", line=lineno, record=obj.get("id"), field=fld)
         tid = obj["id"]
         if tid in ids:
             raise DataError(path, f"duplicate id (first on line {ids[tid]})", line=lineno, record=tid, field="id")
         ids[tid] = lineno
-        _check_messages(path, lineno, tid, obj["messages"], registry)
+        try:
+            check_messages(obj["messages"], registry)
+        except InvalidField as e:
+            raise DataError(path, e.problem, line=lineno, record=tid, field=e.field) from None
         reward = obj.get("reward", 1.0)
-        if not isinstance(reward, (int, float)) or isinstance(reward, bool):
-            raise DataError(path, "reward must be a number", line=lineno, record=tid, field="reward")
+        if not isinstance(reward, (int, float)) or isinstance(reward, bool) or not math.isfinite(reward):
+            raise DataError(path, f"reward must be a finite number, got {reward!r}", line=lineno, record=tid,
+                            field="reward")
         success = obj.get("success", True)
         if not isinstance(success, bool):
             raise DataError(path, "success must be true or false", line=lineno, record=tid, field="success")
@@ -140,9 +150,25 @@ def load_native(path: str | Path, name: str | None = None, **_) -> Dataset:
 
 
 def write_native(path: str | Path, registry: Registry, trajectories: Iterable[Trajectory]) -> Path:
-    """Write a dataset directory atomically (temporary directory, then swapped into place)."""
-    with atomic_dir(path) as tmp:
-        (tmp / "tools.json").write_text(json.dumps(registry.to_openai(), indent=1))
-        with open(tmp / "trajectories.jsonl", "w") as f:
-            f.writelines(json.dumps(t.to_json()) + "\n" for t in trajectories)
-    return Path(path)
+    """Write a dataset directory: ``tools.json`` and ``trajectories.jsonl``, each replaced atomically.
+
+    The target must be absent, empty, or hold only those two files (an earlier dataset) and our
+    temporaries; anything else is refused and nothing is deleted. Temporaries of a crashed write
+    are removed. Trajectories are written first, so a reader racing a rewrite that adds tools
+    sees calls it cannot resolve and fails with a located error rather than a silent mixture
+    (datasets are written once, then read; see docs/storage.md).
+    """
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise FileExistsError(f"{root}: exists and is not a directory; refusing to write a dataset over it")
+    if root.is_dir():
+        clean_stale(root)
+        foreign = sorted(p.name for p in root.iterdir() if p.name not in DATASET_FILES)
+        if foreign:
+            raise FileExistsError(f"{root}: holds files that are not a tracer dataset ({', '.join(foreign[:5])}); "
+                                  "write the dataset to a new or empty directory")
+    atomic_write(root / "trajectories.jsonl",
+                 lambda f: f.writelines((json.dumps(t.to_json()) + "\n").encode() for t in trajectories), fsync=True)
+    atomic_write(root / "tools.json", lambda f: f.write(json.dumps(registry.to_openai(), indent=1).encode()),
+                 fsync=True)
+    return root

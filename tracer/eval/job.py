@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config import build_dataset, build_embedder, build_executor_cfg, build_scorer_cfg, plain
 from ..scorers.base import Resources
+from ..validate import EVAL_INTS, check_config, check_int
 from . import plots
 from .metrics import METRICS
 from .outputs import metrics_document, write_json, write_jsonl
@@ -17,11 +19,15 @@ from .tokens import LOCAL_TOKENIZER
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:
+    n, over = doc.get("folds"), doc.get("folds_in_mean", {})
     lines = [(f"{doc['dataset']} ({doc['registry_size']} tools) | scorer {doc['scorer']} | k={doc['k']} | "
-             f"{doc['regime']} | executor {doc['executor']} | {doc['n_steps']} steps | mean ± SD over folds")]
+             f"{doc['regime']} | executor {doc['executor']} | {doc['n_steps']} steps | mean ± SD over {n} folds")]
+    if doc.get("folds_without_test_steps"):
+        lines.append(f"  folds without test steps (in no mean): {doc['folds_without_test_steps']}")
     for m in METRICS:
         mu, sd = doc["mean"][m], doc["sd"][m]
-        lines.append(f"  {m:<26} {'–' if mu is None else f'{mu:.4f} ± {sd:.4f}'}")
+        note = f"  (over {over[m]} of {n} folds)" if mu is not None and over.get(m, n) != n else ""
+        lines.append(f"  {m:<26} {'–' if mu is None else f'{mu:.4f} ± {sd:.4f}'}{note}")
     return "\n".join(lines)
 
 
@@ -30,6 +36,9 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     from ..logging import build_logger
 
     cfg = plain(cfg)
+    check_config(cfg, EVAL_INTS)
+    if (cfg.get("regime") or {}).get("max_steps_per_turn") is not None:
+        check_int(cfg["regime"]["max_steps_per_turn"], "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
     run_dir = Path(run_dir)
     ds = build_dataset(cfg["dataset"], cfg.get("registry"), cfg.get("seed", 0))
     embedder = build_embedder(cfg.get("embedder"))
@@ -55,6 +64,9 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     executor_label = executor.name + (" (oracle: selection bounded by coverage)" if executor.is_oracle else "")
     doc = metrics_document(dataset=ds.name, registry_size=len(ds.registry), scorer=scorer_label, k=cfg["k"],
                            regime=ecfg.regime, executor=executor_label, result=result)
+    if doc["folds_without_test_steps"]:
+        warnings.warn(f"folds {doc['folds_without_test_steps']} had no test steps: the means are over "
+                      f"{doc['folds'] - len(doc['folds_without_test_steps'])} of {doc['folds']} folds", stacklevel=2)
     write_json(run_dir / "metrics.json", doc)
     write_jsonl(run_dir / "steps.jsonl", (r.to_json() for r in result.records))
     if result.tasks:

@@ -98,6 +98,11 @@ def aggregate(per_fold: Sequence[Mapping[str, float | None]]) -> tuple[dict, dic
     return mean, sd
 
 
+def folds_in_mean(per_fold: Sequence[Mapping[str, float | None]]) -> dict[str, int]:
+    """How many folds each mean of :func:`aggregate` is over (the folds that define the metric)."""
+    return {m: sum(f.get(m) is not None for f in per_fold) for m in METRICS}
+
+
 def recall_curve(records: Iterable[StepRecord], max_k: int = 10) -> list[float]:
     """Recall at j for j = 1..max_k from the gold ranks."""
     ranks = [r.gold_rank for r in records if r.gold is not None]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_text, write_json
-from .metrics import StepRecord
+from .metrics import StepRecord, folds_in_mean
 
 __all__ = ["atomic_write_text", "metrics_document", "read_steps", "write_json", "write_jsonl"]
 
@@ -19,11 +19,14 @@ def write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
 
 def metrics_document(*, dataset: str, registry_size: int, scorer: str, k: int, regime: str, executor: str,
                      result) -> dict:
-    """The exact top-level keys of metrics.json."""
+    """The exact top-level keys of metrics.json. ``folds_in_mean`` says how many folds each mean is over;
+    ``folds_without_test_steps`` lists the folds that had nothing to test (left out of every mean)."""
+    tested = {r.fold for r in result.records}
     return {
         "dataset": dataset, "registry_size": registry_size, "scorer": scorer, "k": k, "regime": regime,
         "executor": executor, "n_steps": result.n_steps, "mean": result.mean, "sd": result.sd,
-        "per_fold": result.per_fold,
+        "per_fold": result.per_fold, "folds": len(result.per_fold), "folds_in_mean": folds_in_mean(result.per_fold),
+        "folds_without_test_steps": [f for f in range(len(result.per_fold)) if f not in tested],
     }
 
 

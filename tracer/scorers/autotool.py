@@ -34,7 +34,7 @@ from ..context import ContextRendering
 from ..trie import ExecutionTrie, StateKey
 from ..types import Step, Trajectory
 from . import register_scorer
-from .base import Resources, Scores, fallback_scores, scatter_primary, training_steps
+from .base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
 from .toolnet import transition_trie
 
 
@@ -60,7 +60,7 @@ class AutoToolScorer:
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> AutoToolScorer:
         self.res = res
-        steps = training_steps(trajectories, res.registry, self.successful_only)
+        steps = fit_steps(trajectories, res.registry, self.successful_only)
         self.tries = [transition_trie(steps, res, StateKey(kind="last_n", n=n, cross_turn=True)) for n in (2, 1)]
         return self
 

@@ -224,6 +224,17 @@ def training_steps(trajectories: Sequence[Trajectory], registry: Registry, succe
     return [s for s in extract_all(trajs) if s.gold in registry]
 
 
+def fit_steps(trajectories: Sequence[Trajectory], registry: Registry, successful_only: bool = True) -> list[Step]:
+    """:func:`training_steps` for a fit: none is an error (a scorer fitted on nothing answers nothing)."""
+    steps = training_steps(trajectories, registry, successful_only)
+    if not steps:
+        n_ok = sum(t.success for t in trajectories)
+        raise ValueError(f"no training steps: {len(trajectories)} trajectories ({n_ok} successful"
+                         f"{', only successful ones are used' if successful_only else ''}) hold no tool call of the "
+                         f"registry; nothing to fit")
+    return steps
+
+
 def fallback_scores(res: Resources, contexts: torch.Tensor) -> torch.Tensor:
     """Cosine of each context with every tool through the FAISS index, ``[B, N]``."""
     return res.tool_index.dense_scores(contexts)

@@ -8,11 +8,16 @@ and dimension), ``tools.json`` (the registry), ``tools.faiss`` + ``tools_idmap.j
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..embed import Embedder, default_device
 from ..index import ToolIndex
+from ..store import CorruptIndex, Verify, open_snapshot, read_json
 from ..trie import ExecutionTrie
 from ..types import Registry, Tool
 from .base import Resources
@@ -34,7 +39,7 @@ def open_common(directory: str | Path, embedder: Embedder, class_path: str, form
     d = Path(directory)
     if not (d / "meta.json").exists():
         raise FileNotFoundError(f"{d}: no saved index here (meta.json missing)")
-    meta = json.loads((d / "meta.json").read_text())
+    meta = read_meta(d / "meta.json")
     if meta.get("format_version") != format_version or meta.get("class", class_path) != class_path:
         raise ValueError(f"{d / 'meta.json'}: format version {meta.get('format_version')} is not {format_version} "
                          f"(class {meta.get('class')}, expected {class_path}); rebuild the index")
@@ -42,11 +47,45 @@ def open_common(directory: str | Path, embedder: Embedder, class_path: str, form
     if want["name"] != embedder.name or want["dim"] != embedder.dim:
         raise ValueError(f"{d / 'meta.json'}: index was built with embedder {want['name']!r} (dim {want['dim']}), "
                          f"not {embedder.name!r} (dim {embedder.dim}); load it with that embedder or rebuild")
-    registry = Registry(Tool.from_openai(o, o.get("source", "")) for o in json.loads((d / "tools.json").read_text()))
+    tools = read_json(d / "tools.json")
+    try:
+        registry = Registry(Tool.from_openai(o, o.get("source", "")) for o in tools)
+    except (TypeError, KeyError, AttributeError, ValueError) as e:
+        raise CorruptIndex(d / "tools.json", f"not a list of OpenAI tool objects ({type(e).__name__}: {e})") from None
     tool_index = ToolIndex.load(d, registry)
     if tool_index.dim != embedder.dim:
         raise ValueError(f"{d}: tool vectors have dim {tool_index.dim}, the embedder {embedder.dim}")
     return meta, Resources(registry, embedder, tool_index, device or default_device())
+
+
+@contextmanager
+def open_index(directory: str | Path, embedder: Embedder, class_path: str, format_version: int,
+               device: str | None = None, verify: Verify = "sha256") -> Iterator[tuple[Path, dict[str, Any], Resources]]:
+    """``with open_index(...) as (snapshot, meta, res):`` the current snapshot, verified against its
+    manifest (:func:`tracer.store.open_snapshot`), with its meta.json and resources checked by :func:`open_common`."""
+    with open_snapshot(directory, verify) as d:
+        yield (d, *open_common(d, embedder, class_path, format_version, device))
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """meta.json: an object with a format version, a class and an embedder ``{name, dim}``, else a CorruptIndex."""
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise CorruptIndex(path, "expected a JSON object")
+    emb = meta.get("embedder")
+    if not isinstance(emb, dict) or not isinstance(emb.get("name"), str) or not isinstance(emb.get("dim"), int):
+        raise CorruptIndex(path, "missing or malformed 'embedder' ({'name': str, 'dim': int})", field="embedder")
+    return meta
+
+
+def load_tensors(path: Path, mmap: bool = False) -> Any:
+    """``torch.load`` of an index file (tensors only); an unreadable file is a CorruptIndex naming it."""
+    try:
+        return torch.load(path, weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise CorruptIndex(path, "file missing") from None
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        raise CorruptIndex(path, f"torch cannot read it ({str(e).splitlines()[0][:200]})") from None
 
 
 def check_trie(trie: ExecutionTrie, res: Resources, where: Path) -> ExecutionTrie:

@@ -36,7 +36,7 @@ from ..context import ContextRendering
 from ..trie import ExecutionTrie, StateKey
 from ..types import Step, Trajectory
 from . import register_scorer
-from .base import Resources, Scores, fallback_scores, scatter_primary, training_steps
+from .base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
 
 LAST_CALL = StateKey(kind="last_n", n=1, cross_turn=True)
 
@@ -70,7 +70,7 @@ class ToolNetScorer:
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> ToolNetScorer:
         self.res = res
-        self.trie = transition_trie(training_steps(trajectories, res.registry, self.successful_only), res)
+        self.trie = transition_trie(fit_steps(trajectories, res.registry, self.successful_only), res)
         return self
 
     def successors(self, previous: str | None) -> dict[str, float]:

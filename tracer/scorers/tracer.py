@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from ..context import ContextRendering
-from ..io import atomic_dir
+from ..store import Verify, save_snapshot
 from ..trie import ChildBatch, ExecutionTrie, OneStep, StateKey
 from ..types import Step, Trajectory
 from . import register_scorer
@@ -58,11 +58,11 @@ from .base import (
     fallback_scores,
     finalize,
     finalize_one,
+    fit_steps,
     rank_one,
     scatter_primary,
-    training_steps,
 )
-from .persist import check_trie, open_common, write_common
+from .persist import check_trie, load_tensors, open_index, write_common
 
 FORMAT_VERSION = 2
 PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
@@ -123,7 +123,7 @@ class TracerScorer:
 
     # ---- fitting -----------------------------------------------------------------------------
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> TracerScorer:
-        steps = training_steps(trajectories, res.registry, self.successful_only)
+        steps = fit_steps(trajectories, res.registry, self.successful_only)
         ctx = res.embed(steps, self.rendering)                                  # [S, d]
         trie = ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
                                    self.key, self.eps, res.device)
@@ -275,7 +275,8 @@ class TracerScorer:
                 "successful_only": self.successful_only, "head": self.head_cfg}
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index atomically: everything goes to a temporary directory renamed into place.
+        """Write the index as a new snapshot of ``directory`` (:func:`tracer.store.save_snapshot`: atomic
+        for readers, verified by a manifest; a directory that is not a tracer index is refused).
 
         Files: ``meta.json`` (format version, scorer class and config, embedder name and dim,
         global set), ``tools.json`` (the registry), ``trie.pt`` (states, CSR edges, counts, priors,
@@ -284,7 +285,7 @@ class TracerScorer:
         """
         self._check_fitted()
         out = Path(directory)
-        with atomic_dir(out) as tmp:
+        with save_snapshot(out) as tmp:
             write_common(tmp, {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
                                "global_set": list(self.global_set),
                                "trie": {"n_nodes": self.trie.n_nodes, "n_edges": self.trie.n_edges,
@@ -295,19 +296,19 @@ class TracerScorer:
         return out
 
     @classmethod
-    def load(cls, directory: str | Path, embedder, device: str | None = None) -> TracerScorer:
-        """Load a saved index. Refuses another format version, another embedder (name or dim) and
-        a FAISS id map that does not match the registry."""
-        d = Path(directory)
-        meta, res = open_common(d, embedder, CLASS_PATH, FORMAT_VERSION, device)
-        obj = cls(**meta["scorer"])
-        trie = ExecutionTrie.from_state_dict(torch.load(d / "trie.pt", weights_only=True, mmap=True), res.device)
-        obj.res, obj.trie = res, check_trie(trie, res, d / "trie.pt")
-        obj.global_set = tuple(meta["global_set"])
-        if (d / "blend_head.pt").exists():
-            from ..blend import BlendHead
+    def load(cls, directory: str | Path, embedder, device: str | None = None, verify: Verify = "sha256"
+             ) -> TracerScorer:
+        """Load the current snapshot, checked against its manifest (``verify``: sha256, size, none); refuse another
+        format version or embedder, or a FAISS id map off the registry. A corrupt file is a CorruptIndex naming it."""
+        with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
+            obj = cls(**meta["scorer"])
+            trie = ExecutionTrie.from_state_dict(load_tensors(d / "trie.pt", mmap=True), res.device)
+            obj.res, obj.trie = res, check_trie(trie, res, d / "trie.pt")
+            obj.global_set = tuple(meta["global_set"])
+            if (d / "blend_head.pt").exists():
+                from ..blend import BlendHead
 
-            obj.head = BlendHead.from_state_dict(torch.load(d / "blend_head.pt", weights_only=True)).to(res.device)
+                obj.head = BlendHead.from_state_dict(load_tensors(d / "blend_head.pt")).to(res.device)
         return obj
 
 

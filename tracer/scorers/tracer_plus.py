@@ -61,7 +61,6 @@ from torch import nn
 from ..context import ContextRendering
 from ..early_stopping import EarlyStopping
 from ..folds import inner_seed, row_folds
-from ..io import atomic_dir
 from ..plus_features import (
     DEFAULT_KEYS,
     Candidates,
@@ -74,6 +73,7 @@ from ..plus_features import (
     parse_key,
 )
 from ..steps import step_from_messages
+from ..store import Verify, save_snapshot
 from ..threads import one_thread
 from ..trie import ExecutionTrie
 from ..types import Step, Trajectory
@@ -83,11 +83,11 @@ from .base import (
     Scores,
     as_numpy,
     fallback_scores,
+    fit_steps,
     rank_one,
     scatter_primary,
-    training_steps,
 )
-from .persist import check_trie, open_common, write_common
+from .persist import check_trie, load_tensors, open_index, write_common
 from .tracer import confidence
 
 FORMAT_VERSION = 1
@@ -399,7 +399,7 @@ class TracerPlusScorer:
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> TracerPlusScorer:
         t0 = time.perf_counter()
-        steps = training_steps(trajectories, res.registry, self.successful_only)
+        steps = fit_steps(trajectories, res.registry, self.successful_only)
         mem, q = self.embed(steps, res)                                         # [S, d] each
         t1 = time.perf_counter()
         vec = fallback_scores(res, q)                                           # [S, N]
@@ -544,7 +544,8 @@ class TracerPlusScorer:
         return out
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index atomically (a temporary directory renamed into place).
+        """Write the index as a new snapshot of ``directory`` (:func:`tracer.store.save_snapshot`: atomic
+        for readers, verified by a manifest; a directory that is not a tracer index is refused).
 
         Files: ``meta.json`` (format version, class, config, embedder name and dim, feature names,
         trie sizes, fit summary), ``tools.json`` (the registry), ``trie_<j>.pt`` (one per key),
@@ -553,7 +554,7 @@ class TracerPlusScorer:
         """
         self._check_fitted()
         out = Path(directory)
-        with atomic_dir(out) as tmp:
+        with save_snapshot(out) as tmp:
             write_common(tmp, {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
                                "features": list(self.feature_names),
                                "tries": [{"key": t.key.label, "n_nodes": t.n_nodes, "n_edges": t.n_edges}
@@ -565,21 +566,20 @@ class TracerPlusScorer:
         return out
 
     @classmethod
-    def load(cls, directory: str | Path, embedder, device: str | None = None) -> TracerPlusScorer:
-        """Load a saved index. Refuses another format version, another embedder (name or dim) and a
-        FAISS id map that does not match the registry."""
-        d = Path(directory)
-        meta, res = open_common(d, embedder, CLASS_PATH, FORMAT_VERSION, device)
-        obj = cls(**meta["scorer"])
-        if list(obj.feature_names) != meta["features"]:
-            raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; rebuild the index")
-        tries = [check_trie(ExecutionTrie.from_state_dict(torch.load(d / f"trie_{j}.pt", weights_only=True),
-                                                          res.device), res, d / f"trie_{j}.pt")
-                 for j in range(len(obj.keys))]
-        obj.attach(tries, res)
-        obj.model = CandidateModel.from_state_dict(torch.load(d / "model.pt", weights_only=True), obj.model_kind,
-                                                   int(obj.head_cfg["hidden"]))
-        obj.history = dict(meta.get("fit") or {})
+    def load(cls, directory: str | Path, embedder, device: str | None = None, verify: Verify = "sha256"
+             ) -> TracerPlusScorer:
+        """Load a saved index with the checks of :meth:`TracerScorer.load`, and the feature names'."""
+        with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
+            obj = cls(**meta["scorer"])
+            if list(obj.feature_names) != meta["features"]:
+                raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; rebuild the index")
+            tries = [check_trie(ExecutionTrie.from_state_dict(load_tensors(d / f"trie_{j}.pt"), res.device),
+                                res, d / f"trie_{j}.pt")
+                     for j in range(len(obj.keys))]
+            obj.attach(tries, res)
+            obj.model = CandidateModel.from_state_dict(load_tensors(d / "model.pt"), obj.model_kind,
+                                                       int(obj.head_cfg["hidden"]))
+            obj.history = dict(meta.get("fit") or {})
         return obj
 
 
