@@ -50,7 +50,7 @@ def load_callable(spec: str) -> Redactor:
         raise ValueError(f"--redact {spec!r}: expected module:function")
     fn = getattr(importlib.import_module(module), name, None)
     if not callable(fn):
-        raise ValueError(f"--redact {spec!r}: {module} has no callable {name!r}")
+        raise TypeError(f"--redact {spec!r}: {module} has no callable {name!r}")
     return fn
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -42,7 +43,7 @@ class GatewayMetrics:
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, message and the record's ``extra`` fields."""
 
-    _PLAIN = set(vars(logging.makeLogRecord({})))
+    _PLAIN: ClassVar[frozenset[str]] = frozenset(vars(logging.makeLogRecord({})))
 
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": round(record.created, 6), "level": record.levelname.lower(), "logger": record.name,

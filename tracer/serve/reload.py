@@ -58,7 +58,7 @@ class IndexHolder:
                 return False
             try:
                 fresh = self._load(self.directory)
-            except Exception as e:  # keep serving the old index
+            except Exception as e:  # noqa: BLE001  (any failure: keep serving the old index)
                 log.error("index reload failed; still serving the previous index",
                           extra={"event": "reload_failed", "index": str(self.directory), "error": repr(e)})
                 return False
