@@ -216,3 +216,51 @@ def test_the_index_reloads_when_its_version_changes(index_dir, minilm, tmp_path)
     assert holder.maybe_reload() and not holder.maybe_reload()
     (served / "meta.json").write_text("{broken")  # a bad version keeps the index being served
     assert not holder.maybe_reload(force=True) and holder.reloads == 2
+
+
+def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_dir, tmp_path):
+    """``python -m tracer.cli serve`` as a real process: /health, SIGHUP reload, SIGTERM flushes the log."""
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    served = tmp_path / "index"
+    shutil.copytree(index_dir, served)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).parents[1]
+    with StubOpenAIServer() as stub:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tracer.cli", "serve", "--index", str(served), "--upstream", stub.url,
+             "--port", str(port), "--k", "2", "--log", str(tmp_path / "log"), "--reload-interval", "0"],
+            cwd=root, env={"PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                           "PATH": "/usr/bin:/bin"}, stderr=subprocess.PIPE, text=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 120
+            while True:
+                assert proc.poll() is None, proc.stderr.read()
+                try:
+                    assert httpx.get(url + "/health").json()["reloads"] == 0
+                    break
+                except httpx.HTTPError:
+                    assert time.monotonic() < deadline, "the gateway did not start"
+                    time.sleep(0.2)
+            client(url).chat.completions.create(model="m", messages=WEATHER, tools=TOOLS)
+            (served / "CURRENT").write_text("next\n")
+            proc.send_signal(signal.SIGHUP)
+            while httpx.get(url + "/health").json()["reloads"] != 1:
+                assert time.monotonic() < deadline, "no reload after SIGHUP"
+                time.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM  # uvicorn re-raises the signal once it has shut down cleanly
+    events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+    assert events[0] == "started" and "reloaded" in events and events[-1] == "stopped"
+    logged = load_native(tmp_path / "log").trajectories
+    assert len(logged) == 1 and logged[0].metadata["outcome"] == "unreported"

@@ -6,7 +6,8 @@ chooses k tools (:mod:`tracer.serve.selection`), forwards the request with only 
 upstream's answer unchanged: status, headers and body bytes, streamed chunk by chunk when the upstream
 streams (SSE). Requests with at most k tools, and any other ``/v1/...`` path, are forwarded as they
 came. Each answer carries ``X-Tracer-Conversation`` (the id to report an outcome under) and
-``X-Tracer-Selection-Ms``.
+``X-Tracer-Selection-Ms`` (the selection stage: waiting for the selection thread, which serialises
+use of the scorer, plus choosing; ``tracer_selection_seconds`` has the choosing alone).
 
 Errors of our own are OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``): 400 naming
 the field of a malformed request, 413 over the size limit, 502 when the upstream cannot be reached, 504
@@ -178,8 +179,10 @@ class Gateway:
         presented, selection_s = [tool_name(t) for t in tools], 0.0
         if len(tools) > self.config.k:
             try:
-                presented, selection_s = await asyncio.get_running_loop().run_in_executor(
-                    self._select_pool, self._select, conv, body)
+                with Stopwatch() as stage:  # waiting for the selection thread + choosing
+                    presented = await asyncio.get_running_loop().run_in_executor(
+                        self._select_pool, self._select, conv, body)
+                selection_s = stage.seconds
                 by_name = {tool_name(t): t for t in tools}
                 raw = json.dumps({**body, "tools": [by_name[n] for n in presented]}).encode()
             except Exception:
@@ -196,15 +199,15 @@ class Gateway:
                                 "selection_ms": round(selection_s * 1e3, 3)})
         return response
 
-    def _select(self, conv: str, body: dict[str, Any]) -> tuple[list[str], float]:
-        """(presented names, seconds); runs on the selection thread."""
+    def _select(self, conv: str, body: dict[str, Any]) -> list[str]:
+        """The presented names; runs on the selection thread (its time is ``tracer_selection_seconds``)."""
         with Stopwatch() as sw:
             tools = body["tools"]
             chosen = choose(self.holder.retriever, body["messages"], tools, self.config.k, self.unknown,
                             forced_name(body.get("tool_choice")))
             presented = self.presenter.present(conv, chosen, [tool_name(t) for t in tools])
         self.metrics.selection.observe(sw.seconds)
-        return presented, sw.seconds
+        return presented
 
     async def passthrough(self, request: Request) -> Response:
         try:
