@@ -34,8 +34,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
+import httpx
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSWER = json.dumps({"id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "stub",

@@ -31,16 +31,16 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from tracer.data import Dataset, load_dataset  # noqa: E402
-from tracer.eval.tokens import TokenCounter  # noqa: E402
-from tracer.folds import kfold  # noqa: E402
-from tracer.retriever import Retriever  # noqa: E402
-from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose  # noqa: E402
-from tracer.steps import extract_steps  # noqa: E402
+from tracer.data import Dataset, load_dataset
+from tracer.eval.tokens import TokenCounter
+from tracer.folds import kfold
+from tracer.retriever import Retriever
+from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose
+from tracer.steps import extract_steps
 
-MODES = {"plain": None, "plain, canonical order": None, "sticky": "4k", "sticky, no cap": None}
+MODES = ("plain", "plain, canonical order", "sticky", "sticky, no cap")
 
 
 def common_prefix(a: list[str], b: list[str]) -> int:
