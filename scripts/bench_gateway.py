@@ -6,7 +6,9 @@
 Three processes: a stub upstream that answers every chat completion at once with a fixed body
 (uvicorn + Starlette, this file with ``--role stub``), the gateway (``python -m tracer.cli serve``,
 k = 5, on an index fitted on all of BFCL and saved to a temporary directory) and this load generator
-(asyncio + httpx, ``C`` clients each sending its requests back to back). Requests are BFCL decision
+(asyncio + httpx, ``C`` clients each sending its next request when its answer arrives, after a pause:
+0 ms is the throughput test, where every client is always waiting and latency is mostly queueing on
+a saturated gateway; 250 ms stands for an agent's own work between model calls). Requests are BFCL decision
 steps: the conversation up to a gold call plus the whole 128-tool registry, the same bodies for both
 phases. At each concurrency the same request list is sent first straight to the stub (the direct
 phase), then through the gateway; each phase is bounded by ``--requests`` and ``--max-seconds``.
@@ -75,14 +77,15 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-def build_requests(n: int) -> tuple[list[bytes], Path]:
-    """n request bodies (BFCL steps, all tools) and a saved index fitted on all of BFCL."""
+def build_requests(n: int, index: Path | None) -> tuple[list[bytes], Path]:
+    """n request bodies (BFCL steps, all tools) and a saved index (``index``, or one fitted on all of BFCL)."""
     from tracer.data import load_dataset
     from tracer.retriever import Retriever
 
     ds = load_dataset("bfcl", execute=False)
-    index = Path(tempfile.mkdtemp(prefix="bench_gateway_")) / "index"
-    Retriever.from_dataset(ds, "tracer_plus", device="cpu").save(index)
+    if index is None:
+        index = Path(tempfile.mkdtemp(prefix="bench_gateway_")) / "index"
+        Retriever.from_dataset(ds, "tracer_plus", device="cpu").save(index)
     tools = ds.registry.to_openai()
     steps = ds.steps()
     bodies = [json.dumps({"model": "stub", "messages": list(s.context), "tools": tools}).encode()
@@ -90,7 +93,7 @@ def build_requests(n: int) -> tuple[list[bytes], Path]:
     return bodies, index
 
 
-async def run_phase(url: str, bodies: list[bytes], clients: int, max_seconds: float) -> dict:
+async def run_phase(url: str, bodies: list[bytes], clients: int, max_seconds: float, think_s: float = 0.0) -> dict:
     latencies, selection, errors = [], [], 0
     queue = list(enumerate(bodies))
     deadline = time.perf_counter() + max_seconds
@@ -111,6 +114,8 @@ async def run_phase(url: str, bodies: list[bytes], clients: int, max_seconds: fl
                     selection.append(float(r.headers.get("x-tracer-selection-ms", 0.0)) / 1e3)
                 except httpx.HTTPError:
                     errors += 1
+                if think_s:
+                    await asyncio.sleep(think_s)
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(clients)))
         wall = time.perf_counter() - t0
@@ -127,9 +132,12 @@ def main() -> None:
     p.add_argument("--role", choices=("bench", "stub"), default="bench")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--clients", type=int, nargs="+", default=[16, 64])
-    p.add_argument("--requests", type=int, default=2000, help="requests per phase")
+    p.add_argument("--requests", type=int, default=1000, help="requests per phase")
+    p.add_argument("--think-ms", type=float, nargs="+", default=[0.0, 250.0],
+                   help="each client's pause after an answer (0: back to back, the throughput test)")
     p.add_argument("--max-seconds", type=float, default=120.0, help="per phase")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--index", type=Path, default=None, help="a saved BFCL index (default: fit tracer_plus)")
     args = p.parse_args()
     if args.role == "stub":
         import uvicorn
@@ -137,7 +145,7 @@ def main() -> None:
         uvicorn.run(stub_app(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
         return
 
-    bodies, index = build_requests(args.requests)
+    bodies, index = build_requests(args.requests, args.index)
     stub_port, gw_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     stub = subprocess.Popen([sys.executable, __file__, "--role", "stub", "--port", str(stub_port)], env=env)
@@ -151,13 +159,13 @@ def main() -> None:
         direct_url = f"http://127.0.0.1:{stub_port}/v1/chat/completions"
         gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
         asyncio.run(run_phase(gw_url, bodies[:200], 4, 60))  # warm-up: caches, connections
-        for c in args.clients:
+        for c, think in ((c, t) for t in args.think_ms for c in args.clients):
             load = os.getloadavg()
-            direct = asyncio.run(run_phase(direct_url, bodies, c, args.max_seconds))
-            through = asyncio.run(run_phase(gw_url, bodies, c, args.max_seconds))
+            direct = asyncio.run(run_phase(direct_url, bodies, c, args.max_seconds, think / 1e3))
+            through = asyncio.run(run_phase(gw_url, bodies, c, args.max_seconds, think / 1e3))
             beyond = through["latency"] - through["selection"]
             rows.append({
-                "clients": c, "load_avg_1m": round(load[0], 2), "requests": through["n"],
+                "clients": c, "think_ms": think, "load_avg_1m": round(load[0], 2), "requests": through["n"],
                 "errors": direct["errors"] + through["errors"],
                 "direct_rps": direct["n"] / direct["wall"], "gateway_rps": through["n"] / through["wall"],
                 "direct_p50": np.percentile(direct["latency"], 50), "direct_p99": np.percentile(direct["latency"], 99),
@@ -172,11 +180,11 @@ def main() -> None:
         for proc in (gateway, stub):
             proc.terminate()
             proc.wait(30)
-    head = ("| clients | load avg (1 min) | requests | errors | throughput direct / gateway (req/s) | "
+    head = ("| clients | pause (ms) | load avg (1 min) | requests | errors | throughput direct / gateway (req/s) | "
             "latency p50 / p99 direct (ms) | latency p50 / p99 gateway (ms) | selection stage p50 / p99 (ms) | "
-            "**added beyond selection p50 / p99 (ms)** |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+            "**added beyond selection p50 / p99 (ms)** |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     md = head + "".join(
-        f"| {r['clients']} | {r['load_avg_1m']} | {r['requests']} | {r['errors']} | "
+        f"| {r['clients']} | {r['think_ms']:.0f} | {r['load_avg_1m']} | {r['requests']} | {r['errors']} | "
         f"{r['direct_rps']:.0f} / {r['gateway_rps']:.0f} | {ms(r['direct_p50'])} / {ms(r['direct_p99'])} | "
         f"{ms(r['gateway_p50'])} / {ms(r['gateway_p99'])} | {ms(r['selection_p50'])} / {ms(r['selection_p99'])} | "
         f"**{ms(r['added_p50'])} / {ms(r['added_p99'])}** |\n" for r in rows)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ..errors import DataError
 from ..io import atomic_dir
@@ -19,15 +20,20 @@ from .base import Dataset, register_loader
 _ROLES = {"system", "user", "assistant", "tool"}
 
 
-def read_json_array(path: str | Path, what: str) -> list:
-    """A JSON file holding an array; a missing file, bad JSON (with its line) or another shape is a DataError."""
+def read_json(path: str | Path) -> Any:
+    """A JSON file's content; a missing file or bad JSON (with its line) is a DataError."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "file not found")
     try:
-        arr = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise DataError(path, f"not valid JSON: {e.msg}", line=e.lineno) from None
+
+
+def read_json_array(path: str | Path, what: str) -> list:
+    """A JSON file holding an array; a missing file, bad JSON (with its line) or another shape is a DataError."""
+    arr = read_json(path)
     if not isinstance(arr, list):
         raise DataError(path, f"expected a JSON array of {what}")
     return arr

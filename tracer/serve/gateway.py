@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -184,7 +185,7 @@ class Gateway:
                         self._select_pool, self._select, conv, body)
                 selection_s = stage.seconds
                 by_name = {tool_name(t): t for t in tools}
-                raw = json.dumps({**body, "tools": [by_name[n] for n in presented]}).encode()
+                raw = orjson.dumps({**body, "tools": [by_name[n] for n in presented]})
             except Exception:
                 self.metrics.errors.labels("selection").inc()
                 log.exception("selection failed; forwarding every tool", extra={"event": "selection_failed",

@@ -36,6 +36,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
+from ..data.native import read_json
 from ..errors import DataError
 from .reload import IndexHolder
 from .selection import StickyPresenter, UnknownToolVectors, choose
@@ -51,13 +52,7 @@ FIND_TOOLS = types.Tool(
 
 def read_config(path: str | Path) -> dict[str, dict[str, Any]]:
     """The ``mcpServers`` of a config file, each checked (a DataError names file and field)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "file not found")
-    try:
-        cfg = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(path, f"not valid JSON: {e.msg}", line=e.lineno) from None
+    cfg = read_json(path)
     servers = cfg.get("mcpServers") if isinstance(cfg, dict) else None
     if not isinstance(servers, dict) or not servers:
         raise DataError(path, "expected a non-empty object of servers", field="mcpServers")

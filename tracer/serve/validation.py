@@ -6,8 +6,9 @@ upstream's business and is forwarded untouched.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 
 class RequestError(ValueError):
@@ -54,8 +55,8 @@ def _check_tools(tools: Any) -> None:
 def parse_chat_request(raw: bytes) -> dict[str, Any]:
     """The request body as a dict, or :class:`RequestError` naming the first bad field."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
+        body = orjson.loads(raw)  # a 128-tool BFCL request is ~68 KB; orjson takes about half json's time
+    except orjson.JSONDecodeError as e:
         raise RequestError(f"body is not valid JSON ({e})") from None
     if not isinstance(body, dict):
         raise RequestError("body must be a JSON object")
