@@ -16,7 +16,9 @@ phase), then through the gateway; each phase is bounded by ``--requests`` and ``
 Reported per concurrency: throughput, latency p50/p99 direct and through the gateway, the selection
 stage (``X-Tracer-Selection-Ms``: waiting for the selection thread plus choosing), and the **added
 latency beyond the selection**: the percentile of (gateway latency - that request's selection stage)
-minus the same percentile of the direct latency. Errors: any non-200 answer or exception. The load
+minus the same percentile of the direct latency. Also the CPU time the stub and the gateway processes
+used per request (``/proc``; selection included for the gateway), which the machine's load does not
+inflate as it does wall-clock latency. Errors: any non-200 answer or exception. The load
 average of the machine is printed beside the numbers (the machine is shared).
 """
 
@@ -56,6 +58,12 @@ def stub_app():
         return Response(ANSWER, media_type="application/json")
 
     return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (Linux ``/proc``): a cost that the machine's load does not inflate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -161,12 +169,17 @@ def main() -> None:
         asyncio.run(run_phase(gw_url, bodies[:200], 4, 60))  # warm-up: caches, connections
         for c, think in ((c, t) for t in args.think_ms for c in args.clients):
             load = os.getloadavg()
+            cpu0 = cpu_seconds(stub.pid)
             direct = asyncio.run(run_phase(direct_url, bodies, c, args.max_seconds, think / 1e3))
+            cpu1, gw0 = cpu_seconds(stub.pid), cpu_seconds(gateway.pid)
             through = asyncio.run(run_phase(gw_url, bodies, c, args.max_seconds, think / 1e3))
+            gw1 = cpu_seconds(gateway.pid)
             beyond = through["latency"] - through["selection"]
             rows.append({
                 "clients": c, "think_ms": think, "load_avg_1m": round(load[0], 2), "requests": through["n"],
                 "errors": direct["errors"] + through["errors"],
+                "stub_cpu_ms_per_request": (cpu1 - cpu0) / max(direct["n"], 1) * 1e3,
+                "gateway_cpu_ms_per_request": (gw1 - gw0) / max(through["n"], 1) * 1e3,
                 "direct_rps": direct["n"] / direct["wall"], "gateway_rps": through["n"] / through["wall"],
                 "direct_p50": np.percentile(direct["latency"], 50), "direct_p99": np.percentile(direct["latency"], 99),
                 "gateway_p50": np.percentile(through["latency"], 50),
@@ -182,12 +195,14 @@ def main() -> None:
             proc.wait(30)
     head = ("| clients | pause (ms) | load avg (1 min) | requests | errors | throughput direct / gateway (req/s) | "
             "latency p50 / p99 direct (ms) | latency p50 / p99 gateway (ms) | selection stage p50 / p99 (ms) | "
-            "**added beyond selection p50 / p99 (ms)** |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+            "**added beyond selection p50 / p99 (ms)** | CPU per request: stub / gateway (ms) |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     md = head + "".join(
         f"| {r['clients']} | {r['think_ms']:.0f} | {r['load_avg_1m']} | {r['requests']} | {r['errors']} | "
         f"{r['direct_rps']:.0f} / {r['gateway_rps']:.0f} | {ms(r['direct_p50'])} / {ms(r['direct_p99'])} | "
         f"{ms(r['gateway_p50'])} / {ms(r['gateway_p99'])} | {ms(r['selection_p50'])} / {ms(r['selection_p99'])} | "
-        f"**{ms(r['added_p50'])} / {ms(r['added_p99'])}** |\n" for r in rows)
+        f"**{ms(r['added_p50'])} / {ms(r['added_p99'])}** | "
+        f"{r['stub_cpu_ms_per_request']:.2f} / {r['gateway_cpu_ms_per_request']:.2f} |\n" for r in rows)
     print(md)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
