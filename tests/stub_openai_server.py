@@ -23,7 +23,11 @@ Fault injection: ``fail_first=N`` answers the first N requests with ``fail_statu
 400, ...) and an OpenAI-style error body; ``delay_s`` delays every reply; ``delay_first=N`` with
 ``delay_first_s`` delays only the first N (to make a client time out). Every request body and its
 headers are recorded in order; ``max_in_flight`` is the largest number of requests it was serving
-at once.
+at once; ``replies`` holds the exact bytes of every answer body it sent.
+
+Streaming: a request with ``"stream": true`` that succeeds is answered as server-sent events, one
+``chat.completion.chunk`` per field of the message (role, then content or each tool call), then
+``data: [DONE]``; the connection closes at the end (HTTP/1.0), as a chunked upstream would end.
 
 Use it as a context manager; it listens on 127.0.0.1 on an ephemeral port and serves only what the
 test sends::
@@ -89,6 +93,7 @@ class StubOpenAIServer:
         self.delay_first_s = delay_first_s
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
+        self.replies: list[bytes] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -140,11 +145,15 @@ class StubOpenAIServer:
         finally:
             with self._lock:  # before the reply is written: the client cannot start its next one earlier
                 self.in_flight -= 1
-        data = json.dumps(reply).encode("utf-8")
+        streamed = status == 200 and reply.get("_stream")
+        data = _sse(reply) if streamed else json.dumps(reply).encode("utf-8")
+        with self._lock:
+            self.replies.append(data)
         try:
             h.send_response(status)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(data)))
+            h.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
+            if not streamed:
+                h.send_header("Content-Length", str(len(data)))
             h.end_headers()
             h.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):  # the client timed out and hung up
@@ -199,6 +208,7 @@ class StubOpenAIServer:
         prompt_tokens = count_prompt_tokens(messages, tools)
         completion_tokens = len(json.dumps(message).split())
         return {
+            **({"_stream": True} if body.get("stream") else {}),
             "id": f"chatcmpl-stub-{n}",
             "object": "chat.completion",
             "created": 1700000000,
@@ -207,6 +217,20 @@ class StubOpenAIServer:
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }
+
+
+def _sse(reply: dict) -> bytes:
+    """A completion as server-sent events: role, then content or each tool call, then the finish reason."""
+    message, choice = reply["choices"][0]["message"], reply["choices"][0]
+    head = {k: reply[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    deltas: list[dict[str, Any]] = [{"role": "assistant"}]
+    if message.get("content"):
+        deltas.append({"content": message["content"]})
+    for i, call in enumerate(message.get("tool_calls") or []):
+        deltas.append({"tool_calls": [{"index": i, **call}]})
+    chunks = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
 
 
 def _error(message: str, kind: str, code: int) -> dict:

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ..errors import DataError
 from ..io import atomic_write
@@ -34,15 +35,20 @@ def decode_utf8(path: Path, data: bytes, start: int = 0) -> str:
                         line=None if start else data.count(b"\n", 0, e.start) + 1) from None
 
 
-def read_json_array(path: str | Path, what: str) -> list:
-    """A JSON file holding an array; a missing file, bad JSON (with its line) or another shape is a DataError."""
+def read_json(path: str | Path) -> Any:
+    """A JSON file's content; a missing file or bad JSON (with its line) is a DataError."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "file not found")
     try:
-        arr = json.loads(decode_utf8(path, path.read_bytes()))
+        return json.loads(decode_utf8(path, path.read_bytes()))
     except json.JSONDecodeError as e:
         raise DataError(path, f"not valid JSON: {e.msg}", line=e.lineno) from None
+
+
+def read_json_array(path: str | Path, what: str) -> list:
+    """A JSON file holding an array; a missing file, bad JSON (with its line) or another shape is a DataError."""
+    arr = read_json(path)
     if not isinstance(arr, list):
         raise DataError(path, f"expected a JSON array of {what}")
     return arr

@@ -1,0 +1,219 @@
+"""Load test of ``tracer serve`` on loopback: throughput and the latency the gateway adds.
+
+    python scripts/bench_gateway.py                          # 16 and 64 clients, BFCL index (tracer_plus)
+    python scripts/bench_gateway.py --clients 16 --requests 1000 --out results/gateway
+
+Three processes: a stub upstream that answers every chat completion at once with a fixed body
+(uvicorn + Starlette, this file with ``--role stub``), the gateway (``python -m tracer.cli serve``,
+k = 5, on an index fitted on all of BFCL and saved to a temporary directory) and this load generator
+(asyncio + httpx, ``C`` clients each sending its next request when its answer arrives, after a pause:
+0 ms is the throughput test, where every client is always waiting and latency is mostly queueing on
+a saturated gateway; 250 ms stands for an agent's own work between model calls). Requests are BFCL decision
+steps: the conversation up to a gold call plus the whole 128-tool registry, the same bodies for both
+phases. At each concurrency the same request list is sent first straight to the stub (the direct
+phase), then through the gateway; each phase is bounded by ``--requests`` and ``--max-seconds``.
+
+Reported per concurrency: throughput, latency p50/p99 direct and through the gateway, the selection
+(``X-Tracer-Selection-Ms``, the time spent choosing), and the **added
+latency beyond the selection**: the percentile of (gateway latency - that request's selection stage)
+minus the same percentile of the direct latency. Also the CPU time the stub and the gateway processes
+used per request (``/proc``; selection included for the gateway), which the machine's load does not
+inflate as it does wall-clock latency. Errors: any non-200 answer or exception. The load
+average of the machine is printed beside the numbers (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+ANSWER = json.dumps({"id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "stub",
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": "ok"}}],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+
+
+def stub_app():
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def completions(request):
+        await request.body()
+        return Response(ANSWER, media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (Linux ``/proc``): a cost that the machine's load does not inflate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def build_requests(n: int, index: Path | None) -> tuple[list[bytes], Path]:
+    """n request bodies (BFCL steps, all tools) and a saved index (``index``, or one fitted on all of BFCL)."""
+    from tracer.data import load_dataset
+    from tracer.retriever import Retriever
+
+    ds = load_dataset("bfcl", execute=False)
+    if index is None:
+        index = Path(tempfile.mkdtemp(prefix="bench_gateway_")) / "index"
+        Retriever.from_dataset(ds, "tracer_plus", device="cpu").save(index)
+    tools = ds.registry.to_openai()
+    steps = ds.steps()
+    bodies = [json.dumps({"model": "stub", "messages": list(s.context), "tools": tools}).encode()
+              for s in steps[:n]]
+    return bodies, index
+
+
+async def run_phase(url: str, bodies: list[bytes], clients: int, max_seconds: float, think_s: float = 0.0) -> dict:
+    latencies, selection, errors, kinds = [], [], 0, {}
+    queue = list(enumerate(bodies))
+    deadline = time.perf_counter() + max_seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=180) as client:
+        async def worker() -> None:
+            nonlocal errors
+            while queue and time.perf_counter() < deadline:
+                _, body = queue.pop()
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post(url, content=body, headers={"content-type": "application/json"})
+                    dt = time.perf_counter() - t0
+                    if r.status_code != 200 or r.content != ANSWER:
+                        errors += 1
+                        kinds[str(r.status_code)] = kinds.get(str(r.status_code), 0) + 1
+                        continue
+                    latencies.append(dt)
+                    selection.append(float(r.headers.get("x-tracer-selection-ms", 0.0)) / 1e3)
+                except httpx.HTTPError as e:
+                    errors += 1
+                    kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+                if think_s:
+                    await asyncio.sleep(think_s)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        wall = time.perf_counter() - t0
+    if kinds:
+        print(f"errors at {clients} clients against {url}: {kinds}", flush=True)
+    return {"latency": np.array(latencies), "selection": np.array(selection), "errors": errors,
+            "wall": wall, "n": len(latencies)}
+
+
+def ms(x: float) -> str:
+    return f"{x * 1e3:.2f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--role", choices=("bench", "stub"), default="bench")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--clients", type=int, nargs="+", default=[16, 64])
+    p.add_argument("--requests", type=int, default=1000, help="requests per phase")
+    p.add_argument("--think-ms", type=float, nargs="+", default=[0.0, 250.0],
+                   help="each client's pause after an answer (0: back to back, the throughput test)")
+    p.add_argument("--max-seconds", type=float, default=120.0, help="per phase")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--index", type=Path, default=None, help="a saved BFCL index (default: fit tracer_plus)")
+    args = p.parse_args()
+    if args.role == "stub":
+        import uvicorn
+
+        uvicorn.run(stub_app(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+        return
+
+    bodies, index = build_requests(args.requests, args.index)
+    stub_port, gw_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    stub = subprocess.Popen([sys.executable, __file__, "--role", "stub", "--port", str(stub_port)], env=env)
+    gateway = subprocess.Popen([sys.executable, "-m", "tracer.cli", "serve", "--index", str(index), "--upstream",
+                                f"http://127.0.0.1:{stub_port}/v1", "--port", str(gw_port), "--k", "5",
+                                "--log-level", "warning"], env=env, cwd=ROOT)
+    rows = []
+    try:
+        wait_ready(f"http://127.0.0.1:{stub_port}/health", stub)
+        wait_ready(f"http://127.0.0.1:{gw_port}/health", gateway)
+        direct_url = f"http://127.0.0.1:{stub_port}/v1/chat/completions"
+        gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+        asyncio.run(run_phase(gw_url, bodies[:200], 4, 60))  # warm-up: caches, connections
+        for c, think in ((c, t) for t in args.think_ms for c in args.clients):
+            load = os.getloadavg()
+            cpu0 = cpu_seconds(stub.pid)
+            direct = asyncio.run(run_phase(direct_url, bodies, c, args.max_seconds, think / 1e3))
+            cpu1, gw0 = cpu_seconds(stub.pid), cpu_seconds(gateway.pid)
+            through = asyncio.run(run_phase(gw_url, bodies, c, args.max_seconds, think / 1e3))
+            gw1 = cpu_seconds(gateway.pid)
+            beyond = through["latency"] - through["selection"]
+            rows.append({
+                "clients": c, "think_ms": think, "load_avg_1m": round(load[0], 2), "requests": through["n"],
+                "errors": direct["errors"] + through["errors"],
+                "stub_cpu_ms_per_request": (cpu1 - cpu0) / max(direct["n"], 1) * 1e3,
+                "gateway_cpu_ms_per_request": (gw1 - gw0) / max(through["n"], 1) * 1e3,
+                "direct_rps": direct["n"] / direct["wall"], "gateway_rps": through["n"] / through["wall"],
+                "direct_p50": np.percentile(direct["latency"], 50), "direct_p99": np.percentile(direct["latency"], 99),
+                "gateway_p50": np.percentile(through["latency"], 50),
+                "gateway_p99": np.percentile(through["latency"], 99),
+                "selection_p50": np.percentile(through["selection"], 50),
+                "selection_p99": np.percentile(through["selection"], 99),
+                "added_p50": np.percentile(beyond, 50) - np.percentile(direct["latency"], 50),
+                "added_p99": np.percentile(beyond, 99) - np.percentile(direct["latency"], 99)})
+            print(json.dumps({k: round(float(v), 5) for k, v in rows[-1].items()}), flush=True)
+    finally:
+        for proc in (gateway, stub):
+            proc.terminate()
+            proc.wait(30)
+    head = ("| clients | pause (ms) | load avg (1 min) | requests | errors | throughput direct / gateway (req/s) | "
+            "latency p50 / p99 direct (ms) | latency p50 / p99 gateway (ms) | selection p50 / p99 (ms) | "
+            "**added beyond selection p50 / p99 (ms)** | CPU per request: stub / gateway (ms) |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    md = head + "".join(
+        f"| {r['clients']} | {r['think_ms']:.0f} | {r['load_avg_1m']} | {r['requests']} | {r['errors']} | "
+        f"{r['direct_rps']:.0f} / {r['gateway_rps']:.0f} | {ms(r['direct_p50'])} / {ms(r['direct_p99'])} | "
+        f"{ms(r['gateway_p50'])} / {ms(r['gateway_p99'])} | {ms(r['selection_p50'])} / {ms(r['selection_p99'])} | "
+        f"**{ms(r['added_p50'])} / {ms(r['added_p99'])}** | "
+        f"{r['stub_cpu_ms_per_request']:.2f} / {r['gateway_cpu_ms_per_request']:.2f} |\n" for r in rows)
+    print(md)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_gateway.md").write_text(md)
+        (args.out / "bench_gateway.json").write_text(json.dumps(
+            [{k: float(v) for k, v in r.items()} for r in rows], indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

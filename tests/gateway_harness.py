@@ -1,0 +1,30 @@
+"""Serving an ASGI app on a loopback port from a test: uvicorn in a thread, stopped on exit."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import uvicorn
+
+
+@contextlib.contextmanager
+def serving(app, timeout_s: float = 20.0) -> Iterator[str]:
+    """Run ``app`` on 127.0.0.1 (an ephemeral port) and yield its ``http://127.0.0.1:PORT`` root."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout_s)

@@ -1,0 +1,66 @@
+"""Checking a chat-completions request at the edge: a malformed one is a 400 naming the field.
+
+Only what the gateway reads is checked (``messages`` and ``tools``); everything else is the
+upstream's business and is forwarded untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+class RequestError(ValueError):
+    """A request the gateway refuses; ``param`` names the field (OpenAI's ``error.param``)."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400):
+        super().__init__(f"{param}: {message}" if param else message)
+        self.param, self.status = param, status
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("must be a non-empty array of messages", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError("each message must be an object with a string role", f"messages[{i}].role")
+        calls = m.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            raise RequestError("must be an array", f"messages[{i}].tool_calls")
+        for j, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise RequestError("each tool call needs function.name", f"messages[{i}].tool_calls[{j}].function.name")
+
+
+def _check_tools(tools: Any) -> None:
+    if not isinstance(tools, list):
+        raise RequestError("must be an array of tool objects", "tools")
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict):
+            raise RequestError("expected {'type': 'function', 'function': {...}}", f"tools[{i}].function")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise RequestError("missing or empty tool name", f"tools[{i}].function.name")
+        if name in seen:
+            raise RequestError(f"duplicate tool name {name!r} (first at tools[{seen[name]}])", f"tools[{i}].function.name")
+        seen[name] = i
+
+
+def parse_chat_request(raw: bytes) -> dict[str, Any]:
+    """The request body as a dict, or :class:`RequestError` naming the first bad field."""
+    try:
+        body = orjson.loads(raw)  # a 128-tool BFCL request is ~68 KB; orjson takes about half json's time
+    except orjson.JSONDecodeError as e:
+        raise RequestError(f"body is not valid JSON ({e})") from None
+    if not isinstance(body, dict):
+        raise RequestError("body must be a JSON object")
+    _check_messages(body.get("messages"))
+    if body.get("tools") is not None:
+        _check_tools(body["tools"])
+    return body
