@@ -1,0 +1,72 @@
+"""The ``tracer`` command.
+
+    tracer update --index DIR --log FILE_OR_DIR [--refit]
+
+``update``: add logged trajectories to a saved index and save it in place (atomically). ``--log`` is
+a ``trajectories.jsonl`` file (every call must name a tool of the index) or a native dataset
+directory (``tools.json`` + ``trajectories.jsonl``), whose tools not yet in the index are
+registered with their fallback vectors. ``--refit`` also refits the learned weights, on the logged
+trajectories only (the index does not keep the ones it was built from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .data.native import read_tools, read_trajectories
+from .errors import DataError
+from .retriever import Retriever
+
+
+def read_log(path: Path, registry) -> tuple[list, list]:
+    """(trajectories, tools) of a log file or dataset directory, validated against the index's registry
+    extended by the directory's tools."""
+    if path.is_dir():
+        tools = list(read_tools(path / "tools.json"))
+        known = registry.extend(t for t in tools if t.name not in registry)
+        return read_trajectories(path / "trajectories.jsonl", known), tools
+    if not path.exists():
+        raise DataError(path, "no such log file or dataset directory")
+    return read_trajectories(path, registry), []
+
+
+def update(args: argparse.Namespace) -> int:
+    retriever = Retriever.load(args.index, cache_dir=args.cache_dir)
+    trajectories, tools = read_log(Path(args.log), retriever.registry)
+    up = retriever.updater
+    up.background = False
+    if args.refit:
+        up.trajectories = []
+    report = up.update(trajectories, tools)
+    if args.refit:
+        report["refit"] = up.refit(wait=True)
+    retriever.save(args.index)
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tracer", description="Tool retrieval for LLM agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("update", help="add logged trajectories to a saved index")
+    p.add_argument("--index", required=True, help="saved index directory (Retriever.save)")
+    p.add_argument("--log", required=True, help="trajectories.jsonl, or a dataset directory with tools.json")
+    p.add_argument("--refit", action="store_true", help="refit the learned weights on the logged trajectories")
+    p.add_argument("--cache-dir", default=".cache/embeddings", help="embedding cache ('' for none)")
+    p.set_defaults(run=update)
+    args = parser.parse_args(argv)
+    if getattr(args, "cache_dir", None) == "":
+        args.cache_dir = None
+    try:
+        return args.run(args)
+    except (DataError, FileNotFoundError, ValueError) as e:
+        print(f"tracer {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
