@@ -193,3 +193,14 @@ def test_cli_update_adds_a_log_to_a_saved_index(tmp_path, minilm):
     bad = subprocess.run(cmd[:-4] + ["--log", str(tmp_path / "missing.jsonl")], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and "missing.jsonl" in bad.stderr
+
+
+def test_known_edges_are_updated_in_place_as_the_merge_would(bfcl):
+    res, train, _ = bfcl
+    online = build_scorer("tracer_fixed").fit(train, res)
+    trie = online.trie
+    memory = trie.edge_memory.data_ptr()
+    update_scorer(online, train[:3])  # logged again: every edge exists, so no merge
+    assert trie.edge_memory.data_ptr() == memory
+    batch = build_scorer("tracer_fixed").fit(train + train[:3], res)
+    assert_same_tries(online, batch)

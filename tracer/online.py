@@ -28,7 +28,7 @@ from .scorers.base import Resources, training_steps
 from .scorers.toolnet import ToolNetScorer
 from .scorers.tracer import TracerScorer
 from .scorers.tracer_plus import TracerPlusScorer
-from .trie import ExecutionTrie
+from .trie import ExecutionTrie, empirical_prior
 from .types import Registry, Step, Tool, Trajectory
 
 
@@ -76,6 +76,44 @@ def rename_in_trie(trie: ExecutionTrie, old: str, new: str) -> None:
             trie.nodes[s] = u
 
 
+def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.Tensor,
+              contexts: torch.Tensor) -> ExecutionTrie:
+    """Add steps to a trie: in place when every (state, tool) edge exists already (the steady state of a
+    served index: the touched edges' counts and sums, their nodes' counts and empirical priors, in
+    O(steps x d + touched children)), else :meth:`ExecutionTrie.update` (a sorted merge, O(E x d)).
+
+    Both give the touched edges the same numbers (old sum recovered as ``memory * norm``, the new
+    contexts summed in arrival order, added, renormalised); the merge also renormalises untouched
+    edges, which moves them by float32 rounding only.
+    """
+    u = trie._node_ids(states, create=False)
+    if not states or min(u) < 0:
+        return trie.update(states, tools, contexts)
+    tools = tools.to(trie.device, torch.long)
+    node = torch.tensor(u, dtype=torch.long, device=trie.device)                        # [S]
+    lo, hi = trie.indptr[node], trie.indptr[node + 1]                                   # [S]
+    edge = torch.tensor([lo_ + int(torch.searchsorted(trie.edge_tool[lo_:hi_], t)) for lo_, hi_, t in
+                         zip(lo.tolist(), hi.tolist(), tools.tolist())], dtype=torch.long, device=trie.device)
+    if bool((edge >= hi).any()) or not torch.equal(trie.edge_tool[edge.clamp_max(max(trie.n_edges - 1, 0))], tools):
+        return trie.update(states, tools, contexts)                                     # a new edge: merge
+    if contexts.ndim != 2 or contexts.shape[1] != trie.dim:
+        raise ValueError(f"contexts must be [S, {trie.dim}], got {tuple(contexts.shape)}")
+    touched, inv = torch.unique(edge, sorted=True, return_inverse=True)                 # [K], [S]
+    new_sum = torch.zeros(len(touched), trie.dim, dtype=torch.float32, device=trie.device)  # [K, d]
+    new_sum.scatter_add_(0, inv[:, None].expand(-1, trie.dim), contexts.to(trie.device, torch.float32))
+    total = trie.edge_memory[touched].float() * trie.edge_norm[touched, None] + new_sum   # [K, d]
+    norm = torch.linalg.vector_norm(total, dim=1)                                       # [K]
+    trie.edge_memory[touched] = total.div_(norm.clamp_min(1e-12)[:, None]).to(trie.edge_memory.dtype)
+    trie.edge_norm[touched] = norm
+    trie.edge_count.index_add_(0, edge, torch.ones_like(edge))
+    trie.node_count.index_add_(0, node, torch.ones_like(node))
+    for v in torch.unique(node).tolist():                                               # the priors of touched nodes
+        a, b = int(trie.indptr[v]), int(trie.indptr[v + 1])
+        trie.edge_log_p[a:b] = empirical_prior(trie.edge_count[a:b], trie.node_count[v].expand(b - a), trie.eps)
+    trie._host = None
+    return trie
+
+
 def scorer_tries(scorer) -> list[ExecutionTrie]:
     """Every trie a fitted scorer holds (empty for scorers without one, e.g. vector search)."""
     if isinstance(scorer, TracerPlusScorer):
@@ -118,7 +156,7 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
         ctx = _memory_contexts(scorer, steps, res)                                      # [S, d]
         for trie in tries:
             trie.n_tools = len(res.registry)  # ids are registry positions: appended tools take the new ones
-            trie.update([trie.key.state(s) for s in steps], gold, ctx.to(trie.device) if trie.dim > 1 else ctx)
+            add_steps(trie, [trie.key.state(s) for s in steps], gold, ctx)
     if isinstance(scorer, (TracerPlusScorer, TracerScorer)):
         scorer.attach(tries if isinstance(scorer, TracerPlusScorer) else tries[0], res)
     else:
