@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from .scorers.autotool import AutoToolScorer
@@ -89,27 +90,30 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
     u = trie._node_ids(states, create=False)
     if not states or min(u) < 0:
         return trie.update(states, tools, contexts)
-    tools = tools.to(trie.device, torch.long)
-    node = torch.tensor(u, dtype=torch.long, device=trie.device)                        # [S]
-    lo, hi = trie.indptr[node], trie.indptr[node + 1]                                   # [S]
-    edge = torch.tensor([lo_ + int(torch.searchsorted(trie.edge_tool[lo_:hi_], t)) for lo_, hi_, t in
-                         zip(lo.tolist(), hi.tolist(), tools.tolist())], dtype=torch.long, device=trie.device)
-    if bool((edge >= hi).any()) or not torch.equal(trie.edge_tool[edge.clamp_max(max(trie.n_edges - 1, 0))], tools):
-        return trie.update(states, tools, contexts)                                     # a new edge: merge
     if contexts.ndim != 2 or contexts.shape[1] != trie.dim:
         raise ValueError(f"contexts must be [S, {trie.dim}], got {tuple(contexts.shape)}")
+    tools = tools.to(trie.device, torch.long)
+    indptr, edge_tool = trie.indptr.cpu().numpy(), trie.edge_tool.cpu().numpy()        # views on the CPU
+    edge = [indptr[v] + int(np.searchsorted(edge_tool[indptr[v]:indptr[v + 1]], t)) for v, t in zip(u, tools.tolist())]
+    if any(e >= indptr[v + 1] or edge_tool[e] != t for e, v, t in zip(edge, u, tools.tolist())):
+        return trie.update(states, tools, contexts)                                     # a new edge: merge
+    node = torch.tensor(u, dtype=torch.long, device=trie.device)                        # [S]
+    edge = torch.tensor(edge, dtype=torch.long, device=trie.device)                     # [S]
     touched, inv = torch.unique(edge, sorted=True, return_inverse=True)                 # [K], [S]
     new_sum = torch.zeros(len(touched), trie.dim, dtype=torch.float32, device=trie.device)  # [K, d]
     new_sum.scatter_add_(0, inv[:, None].expand(-1, trie.dim), contexts.to(trie.device, torch.float32))
-    total = trie.edge_memory[touched].float() * trie.edge_norm[touched, None] + new_sum   # [K, d]
+    total = trie.edge_memory[touched].float().mul_(trie.edge_norm[touched, None]).add_(new_sum)  # [K, d]
     norm = torch.linalg.vector_norm(total, dim=1)                                       # [K]
     trie.edge_memory[touched] = total.div_(norm.clamp_min(1e-12)[:, None]).to(trie.edge_memory.dtype)
     trie.edge_norm[touched] = norm
     trie.edge_count.index_add_(0, edge, torch.ones_like(edge))
     trie.node_count.index_add_(0, node, torch.ones_like(node))
-    for v in torch.unique(node).tolist():                                               # the priors of touched nodes
-        a, b = int(trie.indptr[v]), int(trie.indptr[v + 1])
-        trie.edge_log_p[a:b] = empirical_prior(trie.edge_count[a:b], trie.node_count[v].expand(b - a), trie.eps)
+    nodes = torch.unique(node)                                                          # the priors of touched nodes
+    width = trie.indptr[nodes + 1] - trie.indptr[nodes]
+    rows = torch.repeat_interleave(trie.indptr[nodes] - torch.cumsum(width, 0) + width, width) + \
+        torch.arange(int(width.sum()), device=trie.device)                              # their edges
+    trie.edge_log_p[rows] = empirical_prior(trie.edge_count[rows], torch.repeat_interleave(trie.node_count[nodes],
+                                                                                           width), trie.eps)
     trie._host = None
     return trie
 
@@ -146,8 +150,8 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
     res = scorer.res if res is None else res
     if scorer.res is None:
         raise RuntimeError(f"scorer {scorer.name!r} is not fitted: fit or load it before updating it")
-    if len(res.registry) < len(scorer.res.registry) or res.registry.names[:len(scorer.res.registry)] != \
-            scorer.res.registry.names:
+    if res.registry is not scorer.res.registry and (len(res.registry) < len(scorer.res.registry) or any(
+            a.name != b.name for a, b in zip(res.registry, scorer.res.registry))):
         raise ValueError("the new registry must extend the scorer's (same tools, same order, new ones at the end)")
     steps = training_steps(trajectories, res.registry, getattr(scorer, "successful_only", True))
     tries = scorer_tries(scorer)
