@@ -12,7 +12,7 @@ embedding cache); ``tracer_plus_transfer`` is ``tracer_plus`` with the candidate
 the *other* datasets (:mod:`tracer.transfer`) instead of on the N trajectories: the cold start.
 A fit that cannot run at some N (e.g. the blend head without data) is recorded with its error.
 
-Writes ``<out>/<dataset>.csv`` (one row per fold, N, scorer), ``<out>/summary.md`` (mean ± SD over
+Writes ``<out>/<dataset>.csv`` (``<dataset>.<tag>.csv`` with ``--tag``; one row per fold, N, scorer), ``<out>/summary.md`` (mean ± SD over
 folds) and ``<out>/<dataset>.png`` (recall@1 and @k against N, SD bars).
 """
 
@@ -82,7 +82,7 @@ def transfer_model(target: str, loaded: dict, out: Path, seed: int) -> Path:
 
 def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
     ds, res = loaded[name]
-    path = out / f"{name}.csv"
+    path = out / (f"{name}.{args.tag}.csv" if args.tag else f"{name}.csv")
     done = set()
     if path.exists():  # resume: skip what an earlier run wrote
         done = {(r["fold"], r["n"], r["scorer"]) for r in csv.DictReader(open(path))}
@@ -126,6 +126,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-k", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "learning_curves")
+    p.add_argument("--tag", default="", help="write <dataset>.<tag>.csv (runs in parallel; the plot merges them)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     need = set(args.datasets) | ({"bfcl", "tau2", "apibank"} if "tracer_plus_transfer" in args.scorers else set())

@@ -176,21 +176,25 @@ def test_transfer_fits_on_zero_trajectories_and_refuses_other_features(tiny_res,
         build_scorer("tracer_plus", transfer=str(path), keys=["prefix"]).fit([], tiny_res)
 
 
-def test_cli_update_adds_a_log_to_a_saved_index(tmp_path, minilm):
+def test_cli_update_adds_a_log_to_a_saved_index_and_refits(tmp_path, minilm):
     trajs = tiny_trajectories()
     res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")
-    Retriever(build_scorer("tracer_fixed").fit(trajs[:3], res)).save(tmp_path / "index")
+    Retriever(build_scorer("tracer").fit(trajs[:3], res)).save(tmp_path / "index")
+    write_native(tmp_path / "history", Registry(TINY_TOOLS), trajs[:3])
     write_native(tmp_path / "log", Registry(TINY_TOOLS + (NEW_TOOL,)), trajs[3:] + [new_tool_trajectory()])
     cmd = [sys.executable, "-m", "tracer.cli", "update", "--index", str(tmp_path / "index"), "--log",
-           str(tmp_path / "log"), "--cache-dir", str(tmp_path / "cache")]
+           str(tmp_path / "log"), "--cache-dir", str(tmp_path / "cache"), "--refit", "--history", str(tmp_path / "history")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.splitlines()[-1])["new_tools"] == 1
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["new_tools"] == 1 and report["refit"] is True
     loaded = Retriever.load(tmp_path / "index", minilm)
-    batch = build_scorer("tracer_fixed").fit(trajs + [new_tool_trajectory()],
-                                            Resources.build(Registry(TINY_TOOLS + (NEW_TOOL,)), minilm, device="cpu"))
+    batch = build_scorer("tracer").fit(trajs + [new_tool_trajectory()],
+                                      Resources.build(Registry(TINY_TOOLS + (NEW_TOOL,)), minilm, device="cpu"))
     assert_same_tries(loaded.scorer, batch)
-    bad = subprocess.run(cmd[:-4] + ["--log", str(tmp_path / "missing.jsonl")], capture_output=True, text=True,
+    for (ka, a), (kb, b) in zip(loaded.scorer.head.state_dict().items(), batch.head.state_dict().items()):
+        assert ka == kb and torch.equal(a, b), ka
+    bad = subprocess.run(cmd[:6] + ["--log", str(tmp_path / "missing.jsonl")], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and "missing.jsonl" in bad.stderr
 

@@ -1,12 +1,13 @@
 """The ``tracer`` command.
 
-    tracer update --index DIR --log FILE_OR_DIR [--refit]
+    tracer update --index DIR --log FILE_OR_DIR [--refit --history DATASET]
 
 ``update``: add logged trajectories to a saved index and save it in place (atomically). ``--log`` is
 a ``trajectories.jsonl`` file (every call must name a tool of the index) or a native dataset
 directory (``tools.json`` + ``trajectories.jsonl``), whose tools not yet in the index are
-registered with their fallback vectors. ``--refit`` also refits the learned weights, on the logged
-trajectories only (the index does not keep the ones it was built from).
+registered with their fallback vectors. ``--refit`` also refits the learned weights (blend head,
+candidate model) on ``--history`` (the dataset the index was built from: a native dataset directory
+or a loader name; the index does not keep its trajectories) plus the log, before saving.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .data import load_dataset, load_native
 from .data.native import read_tools, read_trajectories
 from .errors import DataError
 from .retriever import Retriever
@@ -40,7 +42,10 @@ def update(args: argparse.Namespace) -> int:
     up = retriever.updater
     up.background = False
     if args.refit:
-        up.trajectories = []
+        if args.history is None:
+            raise ValueError("--refit needs --history: the trajectories the index was built from")
+        history = Path(args.history)
+        up.trajectories = list((load_native(history) if history.is_dir() else load_dataset(args.history)).trajectories)
     report = up.update(trajectories, tools)
     if args.refit:
         report["refit"] = up.refit(wait=True)
@@ -55,7 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("update", help="add logged trajectories to a saved index")
     p.add_argument("--index", required=True, help="saved index directory (Retriever.save)")
     p.add_argument("--log", required=True, help="trajectories.jsonl, or a dataset directory with tools.json")
-    p.add_argument("--refit", action="store_true", help="refit the learned weights on the logged trajectories")
+    p.add_argument("--refit", action="store_true", help="refit the learned weights on --history plus the log")
+    p.add_argument("--history", help="dataset the index was built from (directory or loader name), for --refit")
     p.add_argument("--cache-dir", default=".cache/embeddings", help="embedding cache ('' for none)")
     p.set_defaults(run=update)
     args = parser.parse_args(argv)
@@ -63,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.cache_dir = None
     try:
         return args.run(args)
-    except (DataError, FileNotFoundError, ValueError) as e:
+    except (DataError, FileNotFoundError, KeyError, ValueError) as e:
         print(f"tracer {args.command}: {e}", file=sys.stderr)
         return 2
 
