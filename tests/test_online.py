@@ -208,3 +208,13 @@ def test_known_edges_are_updated_in_place_as_the_merge_would(bfcl):
     assert trie.edge_memory.data_ptr() == memory
     batch = build_scorer("tracer_fixed").fit(train + train[:3], res)
     assert_same_tries(online, batch)
+
+
+def test_a_failed_refit_keeps_the_old_weights_and_says_why(tiny_res):
+    trajs = tiny_trajectories()
+    r = Retriever(build_scorer("tracer", head=FAST_HEAD).fit(trajs, tiny_res))
+    head = r.scorer.head
+    r.updater.trajectories = trajs[:1]  # one group: the blend head's inner folds cannot run
+    with pytest.raises(RuntimeError, match="refit on 1 trajectories failed"):
+        r.updater.refit(wait=True)
+    assert r.scorer.head is head

@@ -118,24 +118,28 @@ class Updater:
                 trajectories, res, self._pending = list(self.trajectories), self.scorer.res, False
             t0 = time.perf_counter()
             attr = learned_part(self.scorer)
-            fresh = type(self.scorer)(**self.scorer.config()).fit(trajectories, res)
-            setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
-            if attr == "model":
-                self.scorer.history = fresh.history
+            entry = {"trajectories": len(trajectories)}
+            try:
+                fresh = type(self.scorer)(**self.scorer.config()).fit(trajectories, res)
+                setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
+                if attr == "model":
+                    self.scorer.history = fresh.history
+            except Exception as e:  # noqa: BLE001  (kept for wait() to raise; the old weights keep serving)
+                entry["error"] = e
             with self._lock:
-                self.refits.append({"trajectories": len(trajectories), "seconds": time.perf_counter() - t0})
+                self.refits.append({**entry, "seconds": time.perf_counter() - t0})
                 if not self._pending:
                     return
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until the running refit (and any refit queued behind it) has been swapped in."""
-        while True:
-            thread = self._thread
-            if thread is None:
-                return
+        """Block until the running refit (and any refit queued behind it) has been swapped in; a refit
+        that failed (e.g. too few trajectories for the inner folds) raises its error here."""
+        thread = self._thread
+        if thread is not None:
             thread.join(timeout)
-            if thread is self._thread or timeout is not None:
-                return
+        if self.refits and "error" in self.refits[-1]:
+            raise RuntimeError(f"refit on {self.refits[-1]['trajectories']} trajectories failed; the previous "
+                               "weights still serve") from self.refits[-1]["error"]
 
     # ---- registry drift ----------------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:
