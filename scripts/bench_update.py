@@ -31,16 +31,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from bench_scale import Chain, step_states, unit_rows  # noqa: E402
+import numpy as np
+import torch
+from bench_scale import Chain, step_states, unit_rows
 
-from tracer.embed import CachedEmbedder  # noqa: E402
-from tracer.folds import kfold  # noqa: E402
-from tracer.online import add_steps, update_scorer  # noqa: E402
-from tracer.scorers import build_scorer  # noqa: E402
-from tracer.scorers.base import Resources, training_steps  # noqa: E402
-from tracer.updater import Updater  # noqa: E402
+from tracer.embed import CachedEmbedder
+from tracer.folds import kfold
+from tracer.online import add_steps, update_scorer
+from tracer.scorers import build_scorer
+from tracer.scorers.base import Resources, training_steps
+from tracer.updater import Updater
 
 
 class HashEncoder:
@@ -53,9 +53,9 @@ class HashEncoder:
         return torch.nn.functional.normalize(torch.from_numpy(np.asarray(rows, np.float32).reshape(-1, self.dim)), dim=1)
 
 
-def timed(fn) -> float:
+def timed(fn, *args) -> float:
     t0 = time.thread_time_ns()
-    fn()
+    fn(*args)
     return (time.thread_time_ns() - t0) / 1e3                                            # µs
 
 
@@ -77,7 +77,7 @@ def bfcl_rows(args) -> list[dict]:
             res.embed(steps, rendering)                                                  # warm the cache
         for batch in (1, 10, 100):
             scorer = build_scorer(name, head={"max_epochs": 1}).fit(base, res)
-            us = sum(timed(lambda: update_scorer(scorer, new[lo:lo + batch])) for lo in range(0, len(new), batch))
+            us = sum(timed(update_scorer, scorer, new[lo:lo + batch]) for lo in range(0, len(new), batch))
             n_steps = len(training_steps(new, ds.registry))
             rows.append({"corpus": "BFCL", "scorer": name, "base": len(base), "batch": batch,
                          "us_per_traj": us / len(new), "us_per_step": us / n_steps,
@@ -114,7 +114,7 @@ def scale_rows(args) -> list[dict]:
             states, gold = step_states(*chain.turns(batch, rng), names)
             ctx = unit_rows(len(states), args.dim, gen)
             ptr = trie.edge_memory.data_ptr()
-            us += timed(lambda: add_steps(trie, states, torch.from_numpy(gold), ctx))
+            us += timed(add_steps, trie, states, torch.from_numpy(gold), ctx)
             in_place += trie.edge_memory.data_ptr() == ptr
             n_steps += len(states)
         rows.append({"corpus": f"scale {args.scale:,}", "scorer": "tracer (prefix trie)", "base": args.scale,

@@ -29,27 +29,29 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+import numpy as np
+import torch
+from omegaconf import OmegaConf
 
-from tracer.config import build_dataset, build_embedder, build_scorer_cfg  # noqa: E402
-from tracer.folds import kfold  # noqa: E402
-from tracer.scorers.base import Resources, finalize, training_steps  # noqa: E402
-from tracer.scorers.tracer_plus import save_candidate_model  # noqa: E402
-from tracer.transfer import fit_transfer_model  # noqa: E402
+from tracer.config import build_dataset, build_embedder
+from tracer.folds import kfold
+from tracer.scorers import build_scorer
+from tracer.scorers.base import Resources, finalize, training_steps
+from tracer.scorers.tracer_plus import save_candidate_model
+from tracer.transfer import fit_transfer_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCORERS = ("vector", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")
 FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at_k", "n_test", "fit_s", "error")
 
 
-def scorer_cfg(name: str, transfer: Path | None = None) -> dict:
+def make_scorer(name: str, transfer: Path | None = None):
+    """A scorer from its YAML; ``tracer_plus_transfer`` is tracer_plus's with ``transfer`` set."""
     base = "tracer_plus" if name == "tracer_plus_transfer" else name
     cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "scorer" / f"{base}.yaml"))
     if name == "tracer_plus_transfer":
         cfg.update(name=name, transfer=str(transfer))
-    return cfg
+    return build_scorer(base, **cfg)
 
 
 def load(name: str, seed: int) -> tuple:
@@ -73,7 +75,7 @@ def transfer_model(target: str, loaded: dict, out: Path, seed: int) -> Path:
     """The candidate model trained on every trajectory of the other datasets (cached in ``out``)."""
     path = out / f"transfer_to_{target}.pt"
     if not path.exists():
-        scorer = build_scorer_cfg(scorer_cfg("tracer_plus"))
+        scorer = make_scorer("tracer_plus")
         sources = [(ds.trajectories, res) for name, (ds, res) in loaded.items() if name != target]
         model, _ = fit_transfer_model(scorer, sources, seed)
         save_candidate_model(model, scorer.feature_names, path)
@@ -85,12 +87,16 @@ def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
     path = out / (f"{name}.{args.tag}.csv" if args.tag else f"{name}.csv")
     done = set()
     if path.exists():  # resume: skip what an earlier run wrote
-        done = {(r["fold"], r["n"], r["scorer"]) for r in csv.DictReader(open(path))}
-    new = not path.exists()
-    f = open(path, "a", newline="")
-    w = csv.DictWriter(f, FIELDS)
-    if new:
-        w.writeheader()
+        with open(path, newline="") as f:
+            done = {(r["fold"], r["n"], r["scorer"]) for r in csv.DictReader(f)}
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        if not done and f.tell() == 0:
+            w.writeheader()
+        run_folds(name, ds, res, args, w, f, done, loaded, out)
+
+
+def run_folds(name, ds, res, args, w, f, done, loaded, out) -> None:
     transfer = transfer_model(name, loaded, out, args.seed) if "tracer_plus_transfer" in args.scorers else None
     for split in kfold(ds.trajectories, args.folds, args.seed):
         order = list(split.train)
@@ -105,7 +111,7 @@ def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
                        "n_test": len(steps), "error": ""}
                 t0 = time.perf_counter()
                 try:
-                    scorer = build_scorer_cfg(scorer_cfg(sc, transfer)).fit(order[:n_train], res)
+                    scorer = make_scorer(sc, transfer).fit(order[:n_train], res)
                     row["fit_s"] = round(time.perf_counter() - t0, 3)
                     row["recall_at_1"], row["recall_at_k"] = recalls(scorer, steps, res, args.k)
                 except Exception as e:  # noqa: BLE001  (recorded: e.g. a blend head with no data to fit)
@@ -114,7 +120,6 @@ def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
                 f.flush()
                 print(name, split.fold, n, sc, row.get("recall_at_1"), row.get("recall_at_k"), row["error"],
                       flush=True)
-    f.close()
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = ("tracer_plus", "tracer_plus_transfer", "tracer", "autotool", "toolnet", "vector")
@@ -28,7 +28,11 @@ ORDER = ("tracer_plus", "tracer_plus_transfer", "tracer", "autotool", "toolnet",
 def read(paths: list[Path]) -> dict:
     """{(scorer, n): {"r1": [...], "rk": [...], "n_train": [...], "error": str}} over folds."""
     cells: dict = defaultdict(lambda: {"r1": [], "rk": [], "n_train": [], "error": ""})
-    for row in (r for p in paths for r in csv.DictReader(open(p))):
+    rows = []
+    for p in paths:
+        with open(p, newline="") as f:
+            rows += list(csv.DictReader(f))
+    for row in rows:
         c = cells[(row["scorer"], row["n"])]
         if row["error"]:
             c["error"] = row["error"]
@@ -61,8 +65,8 @@ def passes(cells, ns, a: str, b: str) -> str:
 def dataset_section(name: str, cells, k: int) -> list[str]:
     ns = ns_of(cells)
     scorers = [s for s in ORDER if any(sc == s for sc, _ in cells)]
-    lines = [f"## {name}", "", f"recall@1 / recall@{k}, mean ± SD over folds (folds that ran). N = training "
-             "trajectories in arrival order; `all` = the whole training split.", ""]
+    lines = [f"## {name}", "", (f"recall@1 / recall@{k}, mean ± SD over folds (folds that ran). N = training "
+                                "trajectories in arrival order; `all` = the whole training split."), ""]
     lines.append("| N | " + " | ".join(f"{s} r@1 | {s} r@{k}" for s in scorers) + " |")
     lines.append("|---" * (1 + 2 * len(scorers)) + "|")
     for n in ns:
@@ -123,8 +127,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "learning_curves")
     ap.add_argument("-k", type=int, default=5)
     args = ap.parse_args()
-    lines = ["# Learning curves", "", "Command: `nice -n 10 python scripts/learning_curves.py` then "
-             "`python scripts/plot_learning_curves.py`.", ""]
+    lines = ["# Learning curves", "", ("Command: `nice -n 10 python scripts/learning_curves.py` then "
+                                     "`python scripts/plot_learning_curves.py`."), ""]
     by_dataset = defaultdict(list)
     for path in sorted(args.out.glob("*.csv")):  # <dataset>.csv and <dataset>.<tag>.csv
         by_dataset[path.name.split(".")[0]].append(path)

@@ -18,7 +18,13 @@ from collections.abc import Sequence
 
 from .folds import inner_seed
 from .scorers.base import Resources, fallback_scores, training_steps
-from .scorers.tracer_plus import CandidateData, CandidateModel, TracerPlusScorer, inner_fold_candidates, train_model
+from .scorers.tracer_plus import (
+    CandidateData,
+    CandidateModel,
+    TracerPlusScorer,
+    inner_fold_candidates,
+    train_model,
+)
 from .types import Trajectory
 
 

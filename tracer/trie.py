@@ -213,13 +213,21 @@ class ExecutionTrie:
         count[at_old] = self.edge_count
         count.index_add_(0, at_new, new_count)
         # untouched edges are moved as they are; only the K touched ones are recomputed (old sum = memory x norm)
-        memory = torch.zeros(len(key), self.dim, dtype=self.dtype, device=self.device)               # [E, d]
-        norm = torch.zeros(len(key), dtype=torch.float32, device=self.device)                        # [E]
-        for lo in range(0, len(old_key), chunk):
-            memory[at_old[lo:lo + chunk]] = self.edge_memory[lo:lo + chunk]
-        norm[at_old] = self.edge_norm
+        memory = torch.empty(len(key), self.dim, dtype=self.dtype, device=self.device)              # [E, d]
+        norm = torch.empty(len(key), dtype=torch.float32, device=self.device)                       # [E]
+        is_old = torch.zeros(len(key), dtype=torch.bool, device=self.device)
+        is_old[at_old] = True
+        # old rows move in runs between insertion points: one slice copy per run (memcpy speed)
+        shift = at_old - torch.arange(len(at_old), device=self.device)                              # [E_old]
+        starts = torch.cat([torch.zeros(1, dtype=torch.long, device=self.device),
+                            (shift.diff() != 0).nonzero().squeeze(1) + 1, torch.tensor([len(at_old)], device=self.device)])
+        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()) if len(at_old) else ():
+            dst = int(at_old[a])
+            memory[dst:dst + b - a] = self.edge_memory[a:b]
+            norm[dst:dst + b - a] = self.edge_norm[a:b]
         self.edge_memory = None  # free the old memory before the touched rows are recomputed
-        total = memory[at_new].float().mul_(norm[at_new, None]).add_(new_sum)                      # [K, d]
+        was = is_old[at_new]                                                                          # [K]
+        total = torch.where(was[:, None], memory[at_new].float() * norm[at_new, None], 0.0).add_(new_sum)  # [K, d]
         del new_sum
         norm[at_new] = torch.linalg.vector_norm(total, dim=1)
         memory[at_new] = total.div_(norm[at_new].clamp_min(1e-12)[:, None]).to(self.dtype)  # m . c is a cosine
