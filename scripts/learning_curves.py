@@ -99,6 +99,8 @@ def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
 def run_folds(name, ds, res, args, w, f, done, loaded, out) -> None:
     transfer = transfer_model(name, loaded, out, args.seed) if "tracer_plus_transfer" in args.scorers else None
     for split in kfold(ds.trajectories, args.folds, args.seed):
+        if args.only_folds and split.fold not in args.only_folds:
+            continue
         order = list(split.train)
         random.Random(args.seed * 1000 + split.fold).shuffle(order)
         steps = training_steps(split.test, ds.registry, True)
@@ -128,6 +130,7 @@ def main() -> None:
     p.add_argument("--scorers", nargs="+", default=list(SCORERS))
     p.add_argument("--ns", nargs="+", default=["0", "5", "10", "25", "50", "100", "200", "all"])
     p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--only-folds", type=int, nargs="*", default=None, help="run these outer folds only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-k", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "learning_curves")

@@ -32,7 +32,11 @@ def read(paths: list[Path]) -> dict:
     for p in paths:
         with open(p, newline="") as f:
             rows += list(csv.DictReader(f))
+    seen = set()
     for row in rows:
+        if (row["fold"], row["n"], row["scorer"]) in seen:  # parallel runs of one fold: the first row counts
+            continue
+        seen.add((row["fold"], row["n"], row["scorer"]))
         c = cells[(row["scorer"], row["n"])]
         if row["error"]:
             c["error"] = row["error"]
