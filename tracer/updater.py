@@ -15,7 +15,9 @@ Example::
   :meth:`Updater.refit`, in a daemon thread, by a fresh scorer of the same config fitted with the
   same seed; the new weights replace the old in one attribute assignment, so a step is scored by
   the old weights or the new, never a mix. Until then the current weights serve the updated tries.
-  A refit equals a batch fit on the same trajectories (same inner folds, same seed).
+  A refit equals a batch fit on the same trajectories (same inner folds, same seed). A tracer_plus
+  with transferred weights (``transfer``) keeps them; set ``scorer.transfer = None`` to refit it on
+  its own logs once there are enough.
 - *Drift*: :meth:`Updater.remove_tool` masks a tool out of every ranking (the retriever filters it;
   its trie edges stay, so :meth:`Updater.add_tool` of the same name brings it back as it was);
   :meth:`Updater.add_tool` registers a tool with its fallback vector; :meth:`Updater.rename_tool`
