@@ -141,6 +141,24 @@ class ToolIndex:
             self._max_norm_v = float(np.sqrt((self.vectors.astype(np.float64) ** 2).sum(1).max())) if len(self) else 0.0
         return self._max_norm_v
 
+    # ---- drift: a new index over changed rows (the old one keeps serving until it is swapped) ---------
+    def with_rows(self, names: Sequence[str] = (), vectors: np.ndarray | torch.Tensor | None = None,
+                  replace: dict[int, tuple[str, np.ndarray]] | None = None) -> ToolIndex:
+        """A new index: these tools appended (``vectors [M, d]``, normalised) and rows of ``replace``
+        (id -> (name, vector ``[d]``)) overwritten. Equal to building the index on the union."""
+        vecs = self.vectors.copy()
+        out_names = list(self.names)
+        for i, (name, vec) in (replace or {}).items():
+            out_names[i], vecs[i] = name, np.asarray(vec, dtype=np.float32)
+        if vectors is None:
+            vectors = np.zeros((0, self.dim), np.float32)
+        add = np.asarray(vectors.detach().cpu().numpy() if isinstance(vectors, torch.Tensor) else vectors,
+                         dtype=np.float32).reshape(-1, self.dim)                             # [M, d]
+        if len(add) != len(names):
+            raise ValueError(f"{len(names)} new names but {len(add)} vectors")
+        return ToolIndex(out_names + list(names), torch.from_numpy(np.concatenate([vecs, add])), self.factory,
+                         use_gpu=self.index is not self._cpu)
+
     # ---- persistence -------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
         d = Path(directory)

@@ -36,7 +36,8 @@ from .scorers.base import Resources
 from .scorers.persist import read_meta
 from .steps import step_from_messages
 from .store import Verify, open_snapshot
-from .types import Message, Registry, Step
+from .types import Message, Registry, Step, Tool, Trajectory
+from .updater import Updater
 from .validate import InvalidField, check_k, check_messages
 
 MINILM = "all-MiniLM-L6-v2"
@@ -133,6 +134,9 @@ class Retriever:
         larger than the registry presents the registry."""
         k = self.k if k is None else check_k(k)
         step = self._step(messages)
+        if self._removed():  # drift: the top k of the ranking without the removed tools
+            return self.updater.live(self._ranking(step, k + len(self.updater.removed)), k) + \
+                self.updater.live(g for g in getattr(self.scorer, "global_set", ()))
         if callable(getattr(self.scorer, "select_one", None)):
             return self.scorer.select_one(step, k=k, **self._contexts(step))
         return finalize(self.scorer.score([step]), k, getattr(self.scorer, "pad", True)).presented[0]
@@ -149,17 +153,41 @@ class Retriever:
             raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
         steps = [self._step(m, f"conversations[{i}]") for i, m in enumerate(conversations)]
         sel = finalize(self.scorer.score(steps), k, getattr(self.scorer, "pad", True))
-        return [[self.registry[i].to_openai() for i in ids] for ids in sel.presented]
+        presented = sel.presented
+        if self._removed():
+            always = self.updater.live(getattr(self.scorer, "global_set", ()))
+            presented = [self.updater.live(r.tolist(), k) + always for r in sel.ranking]
+        return [[self.registry[i].to_openai() for i in ids] for ids in presented]
 
     def rank(self, messages: Sequence[Message]) -> list[str]:
-        """Every tool name, best first."""
-        step = self._step(messages)
-        if callable(getattr(self.scorer, "rank_one", None)):
-            ranking = self.scorer.rank_one(step, **self._contexts(step))
-        else:
-            ranking = finalize(self.scorer.score([step]), 1).ranking[0].numpy()
+        """Every tool name, best first (removed tools left out)."""
         names = self.registry.names
-        return [names[i] for i in ranking.tolist()]
+        return [names[i] for i in self.updater.live(self._ranking(self._step(messages)))]
+
+    def _ranking(self, step: Step, top: int | None = None) -> np.ndarray:
+        """Registry ids best first: the whole ranking, or its first ``top``."""
+        if callable(getattr(self.scorer, "rank_one", None)):
+            return self.scorer.rank_one(step, **self._contexts(step), top=top)
+        ranking = finalize(self.scorer.score([step]), 1).ranking[0].numpy()
+        return ranking if top is None else ranking[:top]
+
+    # ---- learning while serving (tracer.updater) ----------------------------------------------------
+    @property
+    def updater(self) -> Updater:
+        """The :class:`tracer.updater.Updater` of this retriever (made on first use; no refit schedule)."""
+        if getattr(self, "_updater", None) is None:
+            self._updater = Updater(self.scorer)
+        return self._updater
+
+    def _removed(self) -> bool:
+        return bool(getattr(self, "_updater", None) is not None and self._updater.removed)
+
+    def update(self, trajectories: Sequence[Trajectory], tools: Sequence[Tool] = ()) -> dict:
+        """Add logged trajectories (successful ones count) and new tool definitions to the fitted index:
+        every trie's counts, priors and edge memories now, as a rebuild on the union would give them;
+        the learned weights on :attr:`updater`'s schedule (``retriever.updater.refit_every = N``,
+        or ``retriever.updater.refit()``). :meth:`save` writes the updated index."""
+        return self.updater.update(trajectories, tools)
 
     # ---- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:

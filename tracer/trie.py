@@ -183,8 +183,9 @@ class ExecutionTrie:
         """Add steps: ``states`` (len S), ``tools [S]`` gold registry ids, ``contexts [S, d]`` normalised.
 
         Existing edges keep their counts and sums; new states and edges are merged in sorted
-        (node, tool) order, so the CSR layout stays valid. Peak memory is the old and the new
-        ``[E, d]`` memory plus the distinct new edges' sums.
+        (node, tool) order, so the CSR layout stays valid. Untouched edges are copied unchanged; the
+        K touched ones get ``memory x norm + new sum``, renormalised. Peak memory is the old and the
+        new ``[E, d]`` memory plus ``[K, d]``.
         """
         if len(states) != len(tools) or len(states) != contexts.shape[0]:
             raise ValueError(f"update needs one tool and one context per state: {len(states)}, {len(tools)}, "
@@ -211,16 +212,26 @@ class ExecutionTrie:
         count = torch.zeros(len(key), dtype=torch.long, device=self.device)
         count[at_old] = self.edge_count
         count.index_add_(0, at_new, new_count)
-        total = torch.zeros(len(key), self.dim, dtype=torch.float32, device=self.device)             # [E, d]
-        for lo in range(0, len(old_key), chunk):  # old sums = memory x norm, a chunk at a time
-            total[at_old[lo:lo + chunk]] = (self.edge_memory[lo:lo + chunk].float()
-                                            * self.edge_norm[lo:lo + chunk, None])
-        total.scatter_add_(0, at_new[:, None].expand(-1, self.dim), new_sum)
+        # untouched edges are moved as they are; only the K touched ones are recomputed (old sum = memory x norm)
+        memory = torch.empty(len(key), self.dim, dtype=self.dtype, device=self.device)              # [E, d]
+        norm = torch.empty(len(key), dtype=torch.float32, device=self.device)                       # [E]
+        is_old = torch.zeros(len(key), dtype=torch.bool, device=self.device)
+        is_old[at_old] = True
+        # old rows move in runs between insertion points: one slice copy per run (memcpy speed)
+        shift = at_old - torch.arange(len(at_old), device=self.device)                              # [E_old]
+        starts = torch.cat([torch.zeros(1, dtype=torch.long, device=self.device),
+                            (shift.diff() != 0).nonzero().squeeze(1) + 1, torch.tensor([len(at_old)], device=self.device)])
+        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()) if len(at_old) else ():
+            dst = int(at_old[a])
+            memory[dst:dst + b - a] = self.edge_memory[a:b]
+            norm[dst:dst + b - a] = self.edge_norm[a:b]
+        self.edge_memory = None  # free the old memory before the touched rows are recomputed
+        was = is_old[at_new]                                                                          # [K]
+        total = torch.where(was[:, None], memory[at_new].float() * norm[at_new, None], 0.0).add_(new_sum)  # [K, d]
         del new_sum
-        self.edge_memory = None  # free the old memory before the new one is normalised
-        norm = torch.linalg.vector_norm(total, dim=1)                                                # [E]
-        total.div_(norm.clamp_min(1e-12)[:, None])  # the mean, renormalised: m . c is a cosine
-        self.edge_memory = total if self.dtype == torch.float32 else total.to(self.dtype)
+        norm[at_new] = torch.linalg.vector_norm(total, dim=1)
+        memory[at_new] = total.div_(norm[at_new].clamp_min(1e-12)[:, None]).to(self.dtype)  # m . c is a cosine
+        self.edge_memory = memory
         self.edge_norm = norm
         self.edge_count = count
         self.edge_tool = key % self.n_tools

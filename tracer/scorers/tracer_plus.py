@@ -61,6 +61,7 @@ from torch import nn
 from ..context import ContextRendering
 from ..early_stopping import EarlyStopping
 from ..folds import inner_seed, row_folds
+from ..io import atomic_save
 from ..plus_features import (
     DEFAULT_KEYS,
     Candidates,
@@ -197,6 +198,22 @@ class CandidateModel(nn.Module):
             return (z @ p[0][0]).astype(np.float32)
         h = np.maximum(z @ p[0].T + p[1], 0.0)                                           # [C, H]
         return (h @ p[2][0]).astype(np.float32)
+
+
+def save_candidate_model(model: CandidateModel, names: Sequence[str], path: str | Path) -> Path:
+    """Write a candidate model with its feature names (for ``transfer``), atomically."""
+    return atomic_save({"features": list(names), "kind": model.kind, "hidden": model.hidden,
+                        "state_dict": model.state_dict()}, path)
+
+
+def load_candidate_model(path: str | Path, names: Sequence[str], kind: str) -> CandidateModel:
+    """Read :func:`save_candidate_model`'s file; other feature names (keys, feature set) or another
+    model kind are refused."""
+    obj = torch.load(path, weights_only=True)
+    if list(obj["features"]) != list(names) or obj["kind"] != kind:
+        raise ValueError(f"{path}: a {obj['kind']} model on features {obj['features']}; this scorer is {kind} on "
+                         f"{list(names)}")
+    return CandidateModel.from_state_dict(obj["state_dict"], obj["kind"], int(obj["hidden"])).eval()
 
 
 # ---- training data -------------------------------------------------------------------------------
@@ -363,13 +380,17 @@ class TracerPlusScorer:
         successful_only: learn from successful trajectories only.
         head: training settings: ``inner_folds``, ``lr``, ``weight_decay``, ``max_epochs``, ``patience``,
             ``hidden`` (MLP width), ``seed`` (default: the resources' seed).
+        transfer: path of a candidate model saved by :func:`save_candidate_model` (trained on other
+            datasets): ``fit`` then builds the tries only and keeps these weights; zero trajectories
+            are allowed (cold start). ``None``: train on the fitted trajectories.
     """
 
     def __init__(self, name: str = "tracer_plus", keys: Sequence = DEFAULT_KEYS, vector_candidates: int = 10,
                  query_context: Mapping | None = None, memory_context: Mapping | None = None,
                  features: Mapping | None = None, model: str = "linear", eps: float = 1e-6, pad: bool = True,
-                 successful_only: bool = True, head: Mapping | None = None, **_: Any):
+                 successful_only: bool = True, head: Mapping | None = None, transfer: str | None = None, **_: Any):
         self.name, self.pad, self.eps, self.successful_only = name, pad, eps, successful_only
+        self.transfer = str(transfer) if transfer else None
         self.keys = tuple(parse_key(k) for k in keys)
         if not self.keys and vector_candidates <= 0:
             raise ValueError("tracer_plus needs at least one key or vector_candidates > 0")
@@ -406,12 +427,16 @@ class TracerPlusScorer:
         gold = res.tool_ids([s.gold for s in steps])                            # [S]
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
-        data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
-                                     res.device, int(cfg["inner_folds"]), inner_seed(seed, 0))
-        t2 = time.perf_counter()
-        self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), float(cfg["lr"]),
-                                       float(cfg["weight_decay"]), int(cfg["max_epochs"]), int(cfg["patience"]),
-                                       seed, keep=self.keep, refit=bool(cfg["refit"]))
+        if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
+            self.model, hist, t2 = load_candidate_model(self.transfer, self.feature_names,
+                                                         self.model_kind), {}, time.perf_counter()
+        else:
+            data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
+                                         res.device, int(cfg["inner_folds"]), inner_seed(seed, 0))
+            t2 = time.perf_counter()
+            self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), float(cfg["lr"]),
+                                           float(cfg["weight_decay"]), int(cfg["max_epochs"]),
+                                           int(cfg["patience"]), seed, keep=self.keep, refit=bool(cfg["refit"]))
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         self.history = {**{k: v for k, v in hist.items() if not isinstance(v, list)}, "seconds_embed": t1 - t0,
@@ -532,7 +557,7 @@ class TracerPlusScorer:
         return {"name": self.name, "keys": [asdict(k) for k in self.keys], "vector_candidates": self.m,
                 "query_context": asdict(self.query_rendering), "memory_context": asdict(self.memory_rendering),
                 "features": {"drop": list(self.drop)}, "model": self.model_kind, "eps": self.eps, "pad": self.pad,
-                "successful_only": self.successful_only, "head": dict(self.head_cfg)}
+                "successful_only": self.successful_only, "head": dict(self.head_cfg), "transfer": self.transfer}
 
     def describe(self) -> dict:
         out = {"scorer": self.name, "keys": [k.label for k in self.keys], "vector_candidates": self.m,

@@ -1,0 +1,147 @@
+"""Learning curves: recall as logged trajectories accumulate, and the cold start at zero.
+
+    nice -n 10 python scripts/learning_curves.py                         # bfcl, tau2, apibank
+    nice -n 10 python scripts/learning_curves.py --datasets bfcl --out results/learning_curves
+
+Inside each outer fold (the evaluation's folds: by group, seeded, ``--folds``), the training
+trajectories are put in a seeded arrival order and every scorer is fitted on the first N of them
+(N in ``--ns``; ``all`` = the whole training split); all are evaluated on the same held-out steps
+(teacher forcing: successful held-out trajectories, gold in the registry), recall@1 and recall@k.
+Scorers: their configs in ``configs/scorer/`` (registry ``large``, MiniLM behind the shared
+embedding cache); ``tracer_plus_transfer`` is ``tracer_plus`` with the candidate model trained on
+the *other* datasets (:mod:`tracer.transfer`) instead of on the N trajectories: the cold start.
+A fit that cannot run at some N (e.g. the blend head without data) is recorded with its error.
+
+Writes ``<out>/<dataset>.csv`` (``<dataset>.<tag>.csv`` with ``--tag``; one row per fold, N, scorer), ``<out>/summary.md`` (mean ± SD over
+folds) and ``<out>/<dataset>.png`` (recall@1 and @k against N, SD bars).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from tracer.config import build_dataset, build_embedder
+from tracer.folds import kfold
+from tracer.scorers import build_scorer
+from tracer.scorers.base import Resources, finalize, training_steps
+from tracer.scorers.tracer_plus import save_candidate_model
+from tracer.transfer import fit_transfer_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SCORERS = ("vector", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")
+FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at_k", "n_test", "fit_s", "error")
+
+
+def make_scorer(name: str, transfer: Path | None = None):
+    """A scorer from its YAML; ``tracer_plus_transfer`` is tracer_plus's with ``transfer`` set."""
+    base = "tracer_plus" if name == "tracer_plus_transfer" else name
+    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "scorer" / f"{base}.yaml"))
+    if name == "tracer_plus_transfer":
+        cfg.update(name=name, transfer=str(transfer))
+    return build_scorer(base, **cfg)
+
+
+def load(name: str, seed: int) -> tuple:
+    ds_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "dataset" / f"{name}.yaml"))
+    if name == "bfcl":
+        ds_cfg["execute"] = False  # teacher forcing needs no backend
+    ds = build_dataset(ds_cfg, {"preset": "large"}, seed)
+    emb = build_embedder({"cache_dir": str(ROOT / ".cache" / "embeddings")})
+    return ds, Resources.build(ds.registry, emb, device="cpu", seed=seed)
+
+
+def recalls(scorer, steps, res, k: int) -> tuple[float, float]:
+    sel = finalize(scorer.score(steps), k, getattr(scorer, "pad", True))
+    gold = torch.tensor([res.registry.id(s.gold) for s in steps])
+    r1 = (sel.ranking[:, 0] == gold).float().mean().item()
+    rk = float(np.mean([int(g) in p for g, p in zip(gold.tolist(), sel.presented)]))
+    return r1, rk
+
+
+def transfer_model(target: str, loaded: dict, out: Path, seed: int) -> Path:
+    """The candidate model trained on every trajectory of the other datasets (cached in ``out``)."""
+    path = out / f"transfer_to_{target}.pt"
+    if not path.exists():
+        scorer = make_scorer("tracer_plus")
+        sources = [(ds.trajectories, res) for name, (ds, res) in loaded.items() if name != target]
+        model, _ = fit_transfer_model(scorer, sources, seed)
+        save_candidate_model(model, scorer.feature_names, path)
+    return path
+
+
+def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
+    ds, res = loaded[name]
+    path = out / (f"{name}.{args.tag}.csv" if args.tag else f"{name}.csv")
+    done = set()
+    if path.exists():  # resume: skip what an earlier run wrote
+        with open(path, newline="") as f:
+            done = {(r["fold"], r["n"], r["scorer"]) for r in csv.DictReader(f)}
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        if not done and f.tell() == 0:
+            w.writeheader()
+        run_folds(name, ds, res, args, w, f, done, loaded, out)
+
+
+def run_folds(name, ds, res, args, w, f, done, loaded, out) -> None:
+    transfer = transfer_model(name, loaded, out, args.seed) if "tracer_plus_transfer" in args.scorers else None
+    for split in kfold(ds.trajectories, args.folds, args.seed):
+        if args.only_folds and split.fold not in args.only_folds:
+            continue
+        order = list(split.train)
+        random.Random(args.seed * 1000 + split.fold).shuffle(order)
+        steps = training_steps(split.test, ds.registry, True)
+        for n in args.ns:
+            n_train = len(order) if n == "all" else min(int(n), len(order))
+            for sc in args.scorers:
+                if (str(split.fold), str(n), sc) in done:
+                    continue
+                row = {"dataset": name, "fold": split.fold, "n": n, "n_train": n_train, "scorer": sc,
+                       "n_test": len(steps), "error": ""}
+                t0 = time.perf_counter()
+                try:
+                    scorer = make_scorer(sc, transfer).fit(order[:n_train], res)
+                    row["fit_s"] = round(time.perf_counter() - t0, 3)
+                    row["recall_at_1"], row["recall_at_k"] = recalls(scorer, steps, res, args.k)
+                except Exception as e:  # noqa: BLE001  (recorded: e.g. a blend head with no data to fit)
+                    row["error"] = f"{type(e).__name__}: {e}"[:200]
+                w.writerow(row)
+                f.flush()
+                print(name, split.fold, n, sc, row.get("recall_at_1"), row.get("recall_at_k"), row["error"],
+                      flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", nargs="+", default=["bfcl", "tau2", "apibank"])
+    p.add_argument("--scorers", nargs="+", default=list(SCORERS))
+    p.add_argument("--ns", nargs="+", default=["0", "5", "10", "25", "50", "100", "200", "all"])
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--only-folds", type=int, nargs="*", default=None, help="run these outer folds only")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-k", type=int, default=5)
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "learning_curves")
+    p.add_argument("--tag", default="", help="write <dataset>.<tag>.csv (runs in parallel; the plot merges them)")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    need = set(args.datasets) | ({"bfcl", "tau2", "apibank"} if "tracer_plus_transfer" in args.scorers else set())
+    loaded = {name: load(name, args.seed) for name in sorted(need)}
+    for name in args.datasets:
+        run_dataset(name, loaded, args, args.out)
+
+
+if __name__ == "__main__":
+    main()
