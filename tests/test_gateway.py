@@ -207,15 +207,14 @@ def test_the_index_reloads_when_its_version_changes(index_dir, minilm, tmp_path)
     loads = []
     holder = IndexHolder(served, lambda d: loads.append(d) or Retriever.load(d, embedder=minilm, device="cpu"))
     assert not holder.maybe_reload() and len(loads) == 1
-    first = holder.retriever
-    meta = json.loads((served / "meta.json").read_text())
-    (served / "meta.json").write_text(json.dumps(meta) + "\n")  # a new version of the same index
+    first, token = holder.retriever, version_token(served)
+    first.save(served)  # a new snapshot of the same index is published: CURRENT names it
+    assert version_token(served) != token
     assert holder.maybe_reload() and holder.retriever is not first and holder.reloads == 1
-    (served / "CURRENT").write_text("snapshot-2\n")  # the pointer file takes precedence when present
-    assert version_token(served)[1] == b"snapshot-2\n"
-    assert holder.maybe_reload() and not holder.maybe_reload()
-    (served / "meta.json").write_text("{broken")  # a bad version keeps the index being served
-    assert not holder.maybe_reload(force=True) and holder.reloads == 2
+    assert not holder.maybe_reload() and len(loads) == 2
+    (served / "CURRENT").write_text("snapshots/missing\n")  # a bad version keeps the index being served
+    serving = holder.retriever
+    assert not holder.maybe_reload() and holder.retriever is serving and holder.reloads == 1
 
 
 def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_dir, tmp_path):
@@ -251,8 +250,7 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
                     assert time.monotonic() < deadline, "the gateway did not start"
                     time.sleep(0.2)
             client(url).chat.completions.create(model="m", messages=WEATHER, tools=TOOLS)
-            (served / "CURRENT").write_text("next\n")
-            proc.send_signal(signal.SIGHUP)
+            proc.send_signal(signal.SIGHUP)  # forces a reload of the index as it is
             while httpx.get(url + "/health").json()["reloads"] != 1:
                 assert time.monotonic() < deadline, "no reload after SIGHUP"
                 time.sleep(0.05)

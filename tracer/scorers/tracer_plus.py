@@ -87,6 +87,7 @@ from .base import (
     fit_steps,
     rank_one,
     scatter_primary,
+    training_steps,
 )
 from .persist import check_trie, load_tensors, open_index, write_common
 from .tracer import confidence
@@ -420,7 +421,9 @@ class TracerPlusScorer:
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> TracerPlusScorer:
         t0 = time.perf_counter()
-        steps = fit_steps(trajectories, res.registry, self.successful_only)
+        # with transferred weights an empty log is a cold start (the tries start empty); else it is an error
+        pick = training_steps if self.transfer else fit_steps
+        steps = pick(trajectories, res.registry, self.successful_only)
         mem, q = self.embed(steps, res)                                         # [S, d] each
         t1 = time.perf_counter()
         vec = fallback_scores(res, q)                                           # [S, N]
