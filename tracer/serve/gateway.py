@@ -139,7 +139,8 @@ class Gateway:
     async def health(self, request: Request) -> Response:
         r = self.holder.retriever
         return JSONResponse({"status": "ok", "tools": len(r.registry), "scorer": r.scorer.name,
-                             "index": str(self.holder.directory), "reloads": self.holder.reloads})
+                             "index": str(self.holder.directory), "reloads": self.holder.reloads,
+                             "conversations_logged": None if self.sink is None else self.sink.written})
 
     async def render_metrics(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=self.metrics.content_type)
