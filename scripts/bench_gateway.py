@@ -154,7 +154,8 @@ def main() -> None:
     if args.role == "stub":
         import uvicorn
 
-        uvicorn.run(stub_app(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+        uvicorn.run(stub_app(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
+                    timeout_keep_alive=75)
         return
 
     bodies, index = build_requests(args.requests, args.index)

@@ -122,3 +122,36 @@ def test_a_bad_config_names_the_field(tmp_path):
     bad.write_text("{}")
     with pytest.raises(DataError, match="field 'mcpServers'"):
         read_config(bad)
+
+
+def test_streamable_http_keeps_one_activity_per_session(index_dir, minilm, tmp_path):
+    """``tracer mcp --transport http`` in process: two handshake-era clients, each with its own Mcp-Session-Id."""
+    import socket
+
+    import uvicorn
+
+    config = write_config(tmp_path / "servers.json", {"command": sys.executable, "args": [UPSTREAM, "office"]})
+    holder = IndexHolder(index_dir, lambda d: Retriever.load(d, embedder=minilm, device="cpu"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def scenario() -> None:
+        async with ToolRouter(config, holder, k=2) as router, anyio.create_task_group() as tg:
+            server = uvicorn.Server(uvicorn.Config(router.server.streamable_http_app(), host="127.0.0.1", port=port,
+                                                   log_level="warning"))
+            tg.start_soon(server.serve)
+            with anyio.fail_after(20):
+                while not server.started:
+                    await anyio.sleep(0.02)
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with Client(url, mode="legacy") as a, Client(url, mode="legacy") as b:
+                first = [t.name for t in (await a.list_tools()).tools]
+                assert [t.name for t in (await b.list_tools()).tools] == first
+                await a.call_tool("get_weather", {"city": "Oslo"})
+                grown = [t.name for t in (await a.list_tools()).tools]
+                assert grown[:len(first)] == first and len(grown) > len(first)
+                assert [t.name for t in (await b.list_tools()).tools] == first  # b did nothing
+            server.should_exit = True
+
+    anyio.run(scenario)

@@ -54,5 +54,6 @@ def run(args: argparse.Namespace) -> None:
     setup_json_logging(args.log_level)
     gateway = build(args)
     # uvicorn handles SIGINT/SIGTERM: stops accepting, drains requests in flight, then runs the lifespan exit
+    # keep-alive longer than clients' own (httpx: 5 s), so a client never reuses a connection we just closed
     uvicorn.run(gateway.app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,
-                timeout_graceful_shutdown=30)
+                timeout_graceful_shutdown=30, timeout_keep_alive=75)

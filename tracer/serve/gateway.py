@@ -98,7 +98,8 @@ class Gateway:
     # ---- lifecycle -------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette):
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+        # idle upstream connections are dropped before a server's usual 5 s keep-alive ends it under us
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=2.0)
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.config.upstream_timeout_s), limits=limits)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not in the main thread
@@ -138,7 +139,8 @@ class Gateway:
     async def health(self, request: Request) -> Response:
         r = self.holder.retriever
         return JSONResponse({"status": "ok", "tools": len(r.registry), "scorer": r.scorer.name,
-                             "index": str(self.holder.directory), "reloads": self.holder.reloads})
+                             "index": str(self.holder.directory), "reloads": self.holder.reloads,
+                             "conversations_logged": None if self.sink is None else self.sink.written})
 
     async def render_metrics(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=self.metrics.content_type)
@@ -238,8 +240,7 @@ class Gateway:
         upstream_req = self.client.build_request(request.method, url, headers=headers, content=raw)
         try:
             with Stopwatch() as sw:
-                resp = await asyncio.wait_for(self.client.send(upstream_req, stream=True),
-                                              self.config.upstream_timeout_s)
+                resp = await asyncio.wait_for(self._send(upstream_req), self.config.upstream_timeout_s)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             return self._fail(504, "upstream_timeout", f"the upstream did not answer within "
                                                        f"{self.config.upstream_timeout_s} s")
@@ -258,6 +259,15 @@ class Gateway:
         finally:
             await resp.aclose()
         return Response(content, resp.status_code, out_headers)
+
+    async def _send(self, upstream_req: httpx.Request) -> httpx.Response:
+        """Send, once more if the upstream closed a kept-alive connection without answering (the request
+        never reached it: the race between reusing an idle connection and the server closing it)."""
+        try:
+            return await self.client.send(upstream_req, stream=True)
+        except httpx.RemoteProtocolError:
+            self.metrics.errors.labels("upstream_disconnect_retried").inc()
+            return await self.client.send(upstream_req, stream=True)
 
     def _fail(self, status: int, kind: str, message: str) -> Response:
         self.metrics.errors.labels(kind).inc()

@@ -33,8 +33,6 @@ class GatewayMetrics:
         self.upstream = Histogram("tracer_upstream_seconds", "Upstream time to response headers",
                                   buckets=_SLOW, registry=self.registry)
         self.reloads = Counter("tracer_index_reloads", "Index reloads", registry=self.registry)
-        self.logged = Counter("tracer_conversations_logged", "Conversations written to the log",
-                              registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
