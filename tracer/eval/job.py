@@ -10,6 +10,7 @@ from typing import Any
 from ..config import build_dataset, build_embedder, build_executor_cfg, build_scorer_cfg, plain
 from ..scorers.base import Resources
 from . import plots
+from .fold_encoders import FoldEncoders
 from .metrics import METRICS
 from .outputs import metrics_document, write_json, write_jsonl
 from .runner import EvalConfig, Evaluator
@@ -49,7 +50,14 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                       latency_sample=cfg.get("latency_sample", 50), progress=cfg.get("progress", True))
     logger = build_logger(cfg.get("logger"), run_dir, f"{ds.name}-{scorer_cfg['name']}-k{cfg['k']}")
     logger.log_config(cfg)
-    result = Evaluator(ds, lambda: build_scorer_cfg(scorer_cfg), res, executor, ecfg, insight_factory).run()
+    # encoder_training: each outer fold fine-tunes its own encoder on its training trajectories only
+    fold_encoders = None
+    if cfg.get("encoder_training"):
+        fold_encoders = FoldEncoders(ds.registry, cfg["encoder_training"],
+                                     (cfg.get("embedder") or {}).get("cache_dir", ".cache/embeddings"),
+                                     device=res.device, seed=res.seed, executor=res.executor, log=logger.log)
+    result = Evaluator(ds, lambda: build_scorer_cfg(scorer_cfg), res, executor, ecfg, insight_factory,
+                       fold_resources=fold_encoders).run()
 
     scorer_label = scorer_cfg["name"] + ("+insight" if cfg.get("insight") else "")
     executor_label = executor.name + (" (oracle: selection bounded by coverage)" if executor.is_oracle else "")
@@ -64,6 +72,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         "tokenizer": executor.tokenizer_name or f"{LOCAL_TOKENIZER} (local, offline)",
         "embeddings_encoded": getattr(embedder, "n_encoded", None), "skipped": dict(ds.skipped),
         "scorer_info": result.scorer_info,
+        "encoder_training": [{k: v for k, v in h.items() if k != "trajectory_ids"}
+                             for h in (fold_encoders.history if fold_encoders else [])],
     })
     rows = [doc]
     plots.cost_accuracy(rows, run_dir / "cost_accuracy.png")
