@@ -140,7 +140,7 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
         loss.backward()
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if log is not None:
             log({"encoder/loss": losses[-1], "encoder/lr": sched.get_last_lr()[0], "encoder/step": step})
     model.eval()
