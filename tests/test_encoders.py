@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import TINY_TOOLS
 from omegaconf import OmegaConf
 
-from conftest import TINY_TOOLS
 from tracer.config import build_embedder
 from tracer.embed import CachedEmbedder
 

@@ -6,13 +6,20 @@ import dataclasses
 
 import pytest
 import torch
-
 from conftest import TINY_TOOLS, tiny_trajectories
+
 from tracer.context import ContextRendering
 from tracer.data import Dataset
 from tracer.embed import SentenceTransformerEmbedder
-from tracer.encoders.finetune import (TrainConfig, checkpoint_dir, finetuned, no_duplicate_batches, train, train_info,
-                                      training_pairs)
+from tracer.encoders.finetune import (
+    TrainConfig,
+    checkpoint_dir,
+    finetuned,
+    no_duplicate_batches,
+    train,
+    train_info,
+    training_pairs,
+)
 from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.oracle import OracleExecutor
