@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import TINY_TOOLS
@@ -108,3 +110,13 @@ def test_static_embedder_is_deterministic_and_normalised(minilm):
     # a static model still ranks a tool's own text first among the tools
     tools = out[: len(TINY_TOOLS)]
     assert (tools @ tools.T).argmax(1).tolist() == list(range(len(TINY_TOOLS)))
+
+
+def test_presets_compose():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path("configs").resolve()), version_base=None):
+        assert compose("evaluate", overrides=["embedder=fast"]).embedder.variant == "int8"
+        assert compose("evaluate").get("encoder_training") is None  # make demo does not train an encoder
+        trained = compose("evaluate", overrides=["encoder_training=mnrl", "seed=3"]).encoder_training
+        assert trained.seed == 3 and trained.context.join_users
