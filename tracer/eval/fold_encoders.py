@@ -29,7 +29,7 @@ class FoldEncoders:
             ``base_model``, ``encoder_dir``, ``device`` and the :class:`TrainConfig` fields.
         embed_cache: the embedding cache directory (the checkpoint's hash names its vectors there).
         device, seed, executor: as :meth:`Resources.build`.
-        log: a metric logger's ``log`` (training loss per step), or None.
+        log: called with each training step's loss and learning rate, or None (the curve is in ``history``).
     """
 
     def __init__(self, registry: Registry, cfg: Mapping[str, Any], embed_cache: str | Path | None = ".cache/embeddings",
@@ -54,6 +54,6 @@ class FoldEncoders:
         path = finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, self.log)
         info = train_info(path)
         self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
-                             "final_loss": info["loss"][-1], "trajectory_ids": sorted(set(pairs.trajectory_ids))})
+                             "final_loss": info["loss"][-1], "loss": info["loss"], "trajectory_ids": sorted(set(pairs.trajectory_ids))})
         embedder = CachedEmbedder(SentenceTransformerEmbedder(str(path), progress=0), self.embed_cache)
         return Resources.build(self.registry, embedder, device=self.device, seed=self.seed, executor=self.executor)
