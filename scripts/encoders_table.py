@@ -2,10 +2,9 @@
 
     python scripts/encoders_table.py results/encoders/bfcl/*_*/
 
-Each DIR is one ``evaluate.py`` run (metrics.json, steps.jsonl, run_info.json). Recall@1/@5 and MRR
-are pooled over all held-out steps from ``steps.jsonl``'s gold ranks (the MRR of a gold tool ranked
-past the registry's end counts 0); latency is metrics.json's mean over folds of the per-step p50/p95
-(one thread, embedding included).
+Each DIR is one ``evaluate.py`` run (the committed metrics.json and run_info.json). Recall@1/@5 are
+pooled over all held-out steps (run_info.json's recall curve); MRR and latency are metrics.json's
+means over folds (latency: each fold's per-step p50/p95, one thread, embedding included).
 """
 
 from __future__ import annotations
@@ -18,15 +17,13 @@ from pathlib import Path
 def row(run: Path) -> dict:
     info = json.loads((run / "run_info.json").read_text())
     doc = json.loads((run / "metrics.json").read_text())
-    ranks = [json.loads(line)["gold_rank"] for line in (run / "steps.jsonl").read_text().splitlines() if line]
-    n = len(ranks)
+    curve = info["recall_curve"]  # pooled recall at k = 1, 2, ...
     emb = info["config"]["embedder"]
     label = emb.get("_target_", "sentence-transformers").rsplit(".", 1)[-1] + (
         f" {emb['variant']}" if "variant" in emb else "") + (" +per-fold fine-tuning" if info["config"].get(
             "encoder_training") else "")
-    return {"encoder": label, "scorer": doc["scorer"], "steps": n,
-            "recall@1": sum(r == 1 for r in ranks if r) / n, "recall@5": sum(r <= 5 for r in ranks if r) / n,
-            "mrr": sum(1 / r for r in ranks if r) / n,
+    return {"encoder": label, "scorer": doc["scorer"], "steps": doc["n_steps"], "recall@1": curve[0],
+            "recall@5": curve[4], "mrr": doc["mean"]["mrr"],
             "p50_ms": doc["mean"]["latency_ms_p50"], "p95_ms": doc["mean"]["latency_ms_p95"], "run": str(run)}
 
 
