@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml requirements-bfcl.txt
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU wheel of torch that lies on this disk; a plain `torch` would pull a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,fast]'
 	# BFCL's data and backends, without its own dependency pins (see requirements-bfcl.txt)
 	$(PY) -m pip install -q --no-deps -r requirements-bfcl.txt
 	rm -f $(VENV)/.installed-*; touch $@

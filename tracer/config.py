@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hydra.utils import instantiate
+
 from .data import Dataset, load_dataset
 from .embed import CachedEmbedder
 from .embed import build_embedder as _build_embedder
@@ -40,7 +42,12 @@ def build_dataset(dataset_cfg: Mapping, registry_cfg: Mapping | None = None, see
 
 
 def build_embedder(embedder_cfg: Mapping | None) -> CachedEmbedder:
+    """An embedder config behind the disk cache: a ``_target_`` class (``configs/embedder/onnx_int8.yaml``)
+    or the sentence-transformers default (``model``, ``batch_size``, ``device``)."""
     cfg = dict(plain(embedder_cfg) or {})
+    if "_target_" in cfg:
+        cache_dir = cfg.pop("cache_dir", ".cache/embeddings")
+        return CachedEmbedder(instantiate(cfg), cache_dir)
     return _build_embedder(cfg.get("model"), cfg.get("cache_dir", ".cache/embeddings"), cfg.get("batch_size", 64),
                            cfg.get("device"))
 

@@ -12,6 +12,7 @@ from ..config import build_dataset, build_embedder, build_executor_cfg, build_sc
 from ..scorers.base import Resources
 from ..validate import EVAL_INTS, check_config, check_int
 from . import plots
+from .fold_encoders import FoldEncoders
 from .metrics import METRICS
 from .outputs import metrics_document, write_json, write_jsonl
 from .runner import EvalConfig, Evaluator
@@ -58,7 +59,14 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                       latency_sample=cfg.get("latency_sample", 50), progress=cfg.get("progress", True))
     logger = build_logger(cfg.get("logger"), run_dir, f"{ds.name}-{scorer_cfg['name']}-k{cfg['k']}")
     logger.log_config(cfg)
-    result = Evaluator(ds, lambda: build_scorer_cfg(scorer_cfg), res, executor, ecfg, insight_factory).run()
+    # encoder_training: each outer fold fine-tunes its own encoder on its training trajectories only
+    fold_encoders = None
+    if cfg.get("encoder_training"):
+        fold_encoders = FoldEncoders(ds.registry, cfg["encoder_training"],
+                                     (cfg.get("embedder") or {}).get("cache_dir", ".cache/embeddings"),
+                                     device=res.device, seed=res.seed, executor=res.executor)
+    result = Evaluator(ds, lambda: build_scorer_cfg(scorer_cfg), res, executor, ecfg, insight_factory,
+                       fold_resources=fold_encoders).run()
 
     scorer_label = scorer_cfg["name"] + ("+insight" if cfg.get("insight") else "")
     executor_label = executor.name + (" (oracle: selection bounded by coverage)" if executor.is_oracle else "")
@@ -76,14 +84,21 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         "tokenizer": executor.tokenizer_name or f"{LOCAL_TOKENIZER} (local, offline)",
         "embeddings_encoded": getattr(embedder, "n_encoded", None), "skipped": dict(ds.skipped),
         "scorer_info": result.scorer_info,
+        "encoder_training": [{k: v for k, v in h.items() if k != "trajectory_ids"}
+                             for h in (fold_encoders.history if fold_encoders else [])],
     })
     rows = [doc]
     plots.cost_accuracy(rows, run_dir / "cost_accuracy.png")
     plots.recall_vs_k({scorer_label: result.recall_curve}, run_dir / "recall_vs_k.png")
     if result.trie_based:
         plots.out_of_trie(rows, run_dir / "out_of_trie.png")
-    for f, m in enumerate(result.per_fold):
-        logger.log({f"fold/{k}": v for k, v in m.items() if v is not None}, step=f)
+    encoder_history = fold_encoders.history if fold_encoders else [{}] * len(result.per_fold)
+    for f, (m, enc) in enumerate(zip(result.per_fold, encoder_history)):
+        logger.log({f"fold/{k}": v for k, v in m.items() if v is not None}
+                   | {f"fold/encoder_{k}": enc[k] for k in ("train_seconds", "final_loss") if k in enc}, step=f)
+    if fold_encoders:  # the loss curves, logged once the per-fold steps are written (W&B steps only go up)
+        logger.log_table("encoder_loss", ["fold", "step", "loss"],
+                         [[f, i, v] for f, h in enumerate(fold_encoders.history) for i, v in enumerate(h["loss"])])
     logger.log_summary({f"{k}_mean": v for k, v in result.mean.items() if v is not None}
                        | {f"{k}_sd": v for k, v in result.sd.items() if v is not None}
                        | {"n_steps": result.n_steps})

@@ -76,9 +76,12 @@ class Evaluator:
     """Runs one scorer configuration over the folds of one dataset."""
 
     def __init__(self, dataset: Dataset, scorer_factory: Callable[[], Scorer], res: Resources, executor,
-                 cfg: EvalConfig, insight_factory: Callable[[], Any] | None = None):
+                 cfg: EvalConfig, insight_factory: Callable[[], Any] | None = None,
+                 fold_resources: Callable[[Sequence[Trajectory]], Resources] | None = None):
         self.ds, self.factory, self.res, self.executor, self.cfg = dataset, scorer_factory, res, executor, cfg
         self.insight_factory = insight_factory
+        # per-fold resources from the fold's training trajectories only (a fine-tuned encoder); None: ``res``
+        self.fold_resources = fold_resources
         self.counter = TokenCounter()
         self.registry = dataset.registry
         self.all_tools = self.registry.to_openai()
@@ -103,6 +106,8 @@ class Evaluator:
         folds = range(self.cfg.folds)
         for fold in tqdm(folds, desc="folds", disable=not self.cfg.progress):
             train, test = self.split(fold)
+            if self.fold_resources is not None:
+                self.res = self.fold_resources(train)
             t0 = time.perf_counter()
             scorer = self.factory().fit(train, self.res)
             insight = self.insight_factory().fit(train, self.res) if self.insight_factory else None

@@ -1,0 +1,57 @@
+"""Fine-tune the encoder on one outer fold's training trajectories (BFCL), cached; prints the checkpoint.
+
+    python scripts/finetune_fold.py [--dataset bfcl] [--registry large] [--fold 0] [--folds 5] [--seed 0]
+
+The folds are evaluate.py's (tracer.folds.assign_folds on the groups, same seed), the pairs are
+the encoder_training config's (tracer_plus's query rendering, Tool.search_text); a second run
+with the same data and recipe finds the checkpoint and does not train.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from omegaconf import OmegaConf
+
+from tracer.config import build_dataset
+from tracer.encoders.finetune import finetuned, train_info
+from tracer.eval.fold_encoders import FoldEncoders
+from tracer.folds import assign_folds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="bfcl")
+    ap.add_argument("--registry", default="large")
+    ap.add_argument("--fold", type=int, default=0)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config", default="configs/encoder_training/mnrl.yaml")
+    a = ap.parse_args()
+    ds = build_dataset(OmegaConf.load(f"configs/dataset/{a.dataset}.yaml"), {"preset": a.registry}, a.seed)
+    fold_of = assign_folds([t.group for t in ds.trajectories], a.folds, a.seed)
+    train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]
+    enc = FoldEncoders(ds.registry, OmegaConf.to_container(OmegaConf.load(a.config)) | {"seed": a.seed})
+    t0 = time.perf_counter()
+
+    def progress(m: dict) -> None:  # one line every 10 steps: training on a busy CPU is long
+        if m["encoder/step"] % 10 == 0:
+            print(f"step {m['encoder/step']} loss {m['encoder/loss']:.4f} {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    path = finetuned(enc.pairs(train), enc.recipe, enc.base_model, enc.encoder_dir, log=progress)
+    info = train_info(path)
+    print(json.dumps({"checkpoint": str(path), "pairs": info["pairs"], "batches": info["batches"],
+                      "train_seconds": info["train_seconds"], "first_loss": info["loss"][0],
+                      "last_loss": info["loss"][-1]}))
+
+
+if __name__ == "__main__":
+    main()

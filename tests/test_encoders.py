@@ -1,0 +1,122 @@
+"""Fast encoders (tracer/encoders/onnx.py, static.py) against the real torch MiniLM, and their configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TOOLS
+from omegaconf import OmegaConf
+
+from tracer.config import build_embedder
+from tracer.embed import CachedEmbedder
+
+pytest.importorskip("onnxruntime")
+
+# real texts: tool texts as the scorers embed them, rendered contexts, and one past 256 word pieces (truncation)
+TEXTS = [t.search_text for t in TINY_TOOLS] + [
+    "user: Find me a flight from SFO to JFK tomorrow and book it\nassistant: call search_flights",
+    "user: What about now?",
+    "user: Move 'final_report.pdf' into the temp folder, then sort its lines. " * 30,
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def torch_vectors(minilm):
+    return minilm.encode(TEXTS)  # [N, 384]
+
+
+@pytest.fixture(scope="module")
+def onnx_fp32():
+    from tracer.encoders.onnx import OnnxEmbedder
+
+    return OnnxEmbedder(variant="fp32")
+
+
+@pytest.fixture(scope="module")
+def onnx_int8():
+    from tracer.encoders.onnx import OnnxEmbedder
+
+    return OnnxEmbedder(variant="int8")
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.double() * b.double()).sum(1)  # rows are unit vectors
+
+
+def test_onnx_fp32_equals_torch(onnx_fp32, torch_vectors):
+    out = onnx_fp32.encode(TEXTS)
+    assert out.dtype == torch.float32 and out.shape == torch_vectors.shape
+    assert (1 - _cos(out, torch_vectors)).abs().max() < 1e-5
+    torch.testing.assert_close(out.norm(dim=1), torch.ones(len(TEXTS)))
+
+
+def test_onnx_batches_agree_with_single_texts(onnx_fp32):
+    # padding in a batch must not change a text's embedding (mean pooling over the attention mask)
+    single = torch.cat([onnx_fp32.encode([t]) for t in TEXTS])
+    torch.testing.assert_close(onnx_fp32.encode(TEXTS), single, atol=1e-5, rtol=0)
+
+
+def test_onnx_int8_is_close_to_torch(onnx_int8, torch_vectors):
+    cos = _cos(onnx_int8.encode(TEXTS), torch_vectors)
+    assert cos.mean() > 0.98 and cos.min() > 0.95
+
+
+def test_cache_keys_differ_by_variant_and_weights(onnx_fp32, onnx_int8, minilm, tmp_path):
+    names = {minilm.name, onnx_fp32.name, onnx_int8.name}
+    assert len(names) == 3
+    # the export hash is in the name: same weights + recipe -> same name, so the cache is shared between runs
+    assert onnx_fp32.name.rsplit("-", 1)[1] == onnx_int8.name.rsplit("-", 1)[1]
+    dirs = {CachedEmbedder(e, tmp_path).cache_dir for e in (onnx_fp32, onnx_int8)}
+    assert len(dirs) == 2
+
+
+def test_embedder_configs_build_the_fast_encoders(tmp_path):
+    from tracer.encoders.onnx import OnnxEmbedder
+
+    cfg = OmegaConf.load("configs/embedder/onnx_int8.yaml")
+    cfg.cache_dir = str(tmp_path)
+    emb = build_embedder(cfg)
+    assert isinstance(emb, CachedEmbedder) and isinstance(emb.inner, OnnxEmbedder)
+    assert "onnx-int8" in emb.name and emb.dim == 384
+    emb.encode(TEXTS[:2])
+    assert emb.n_encoded == 2 and list(emb.cache_dir.glob("*.npz"))
+
+
+def test_onnx_rejects_an_unknown_variant():
+    from tracer.encoders.onnx import OnnxEmbedder
+
+    with pytest.raises(ValueError, match="variant must be one of"):
+        OnnxEmbedder(variant="fp16")
+
+
+@pytest.mark.slow
+def test_static_embedder_is_deterministic_and_normalised(minilm):
+    """Distils MiniLM once into .cache/encoders (about 1.5 CPU-minutes cold; reused after)."""
+    pytest.importorskip("model2vec")
+    from tracer.encoders.static import StaticEmbedder
+
+    emb = StaticEmbedder()
+    out = emb.encode(TEXTS)
+    assert out.dtype == torch.float32 and out.shape == (len(TEXTS), 256) and emb.dim == 256
+    norms = out.norm(dim=1)
+    # every text has a known word piece except the empty one, which stays the zero vector
+    torch.testing.assert_close(norms[:-1], torch.ones(len(TEXTS) - 1))
+    assert norms[-1] == 0
+    torch.testing.assert_close(torch.cat([emb.encode([t]) for t in TEXTS]), out, atol=0, rtol=0)
+    assert StaticEmbedder().name == emb.name and "m2v" in emb.name and emb.name != minilm.name
+    # a static model still ranks a tool's own text first among the tools
+    tools = out[: len(TINY_TOOLS)]
+    assert (tools @ tools.T).argmax(1).tolist() == list(range(len(TINY_TOOLS)))
+
+
+def test_presets_compose():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path("configs").resolve()), version_base=None):
+        assert compose("evaluate", overrides=["embedder=fast"]).embedder.variant == "int8"
+        assert compose("evaluate").get("encoder_training") is None  # make demo does not train an encoder
+        trained = compose("evaluate", overrides=["encoder_training=mnrl", "seed=3"]).encoder_training
+        assert trained.seed == 3 and trained.context.join_users

@@ -1,0 +1,111 @@
+"""Encoder fine-tuning (tracer/encoders/finetune.py) on the real MiniLM, and per-fold training without leakage."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import TINY_TOOLS, tiny_trajectories
+
+from tracer.context import ContextRendering
+from tracer.data import Dataset
+from tracer.embed import SentenceTransformerEmbedder
+from tracer.encoders.finetune import (
+    TrainConfig,
+    checkpoint_dir,
+    finetuned,
+    no_duplicate_batches,
+    train,
+    train_info,
+    training_pairs,
+)
+from tracer.eval.fold_encoders import FoldEncoders
+from tracer.eval.runner import EvalConfig, Evaluator
+from tracer.executors.oracle import OracleExecutor
+from tracer.scorers import build_scorer
+from tracer.types import Registry
+
+RENDERING = ContextRendering(join_users=True)
+# a few dozen pairs, short texts: seconds on the CPU. A high learning rate so that 4 epochs show a trend.
+FAST = TrainConfig(batch_size=6, lr=1e-4, warmup=0.1, epochs=4, max_seq_length=48, seed=0)
+
+
+def _pairs():
+    return training_pairs(tiny_trajectories(), Registry(TINY_TOOLS), RENDERING)
+
+
+def test_pairs_are_rendered_contexts_and_tool_texts():
+    pairs = _pairs()
+    assert len(pairs) == 10  # t0: 2 steps, t1: 3, t2: 2, t3: 2, t4: 1
+    # t1's third step: the request of the second turn, with the gold tool's text as the scorers embed it
+    i = [j for j, t in enumerate(pairs.trajectory_ids) if t == "t1"][2]
+    assert pairs.anchors[i] == "user: Actually cancel that booking"
+    assert pairs.positives[i] == "cancel_booking: Cancel an existing booking by its id"
+    failed = dataclasses.replace(tiny_trajectories()[4], success=False)
+    assert "t4" not in training_pairs([failed], Registry(TINY_TOOLS), RENDERING).trajectory_ids
+
+
+def test_batches_never_repeat_an_anchor_or_a_tool():
+    pairs = _pairs()
+    batches = no_duplicate_batches(pairs, 4, seed=0)
+    for b in batches:
+        assert len({pairs.anchors[i] for i in b}) == len(b) == len({pairs.positives[i] for i in b}) > 1
+    used = [i for b in batches for i in b]
+    assert len(used) == len(set(used))
+    assert batches == no_duplicate_batches(pairs, 4, seed=0) != no_duplicate_batches(pairs, 4, seed=1)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return train(_pairs(), FAST, device="cpu")
+
+
+def test_training_lowers_the_loss_and_is_deterministic(trained):
+    _, info = trained
+    per_epoch = torch.tensor(info["loss"]).view(FAST.epochs, -1).mean(1)  # [epochs]
+    assert per_epoch[-1] < 0.7 * per_epoch[0]
+    assert train(_pairs(), FAST, device="cpu")[1]["loss"] == info["loss"]
+
+
+def test_checkpoint_reloads_to_identical_embeddings_and_a_rerun_does_not_train(trained, tmp_path):
+    model, info = trained
+    calls = []
+    path = finetuned(_pairs(), FAST, encoder_dir=tmp_path, device="cpu", log=calls.append)
+    assert calls and train_info(path)["loss"] == info["loss"]
+    texts = list(_pairs().anchors) + [t.search_text for t in TINY_TOOLS]
+    want = model.encode(texts, convert_to_tensor=True, normalize_embeddings=True).cpu()
+    got = SentenceTransformerEmbedder(str(path), device="cpu", progress=0).encode(texts)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    # the cache hit: same folder, nothing trained (no loss logged), the files untouched
+    stamp = (path / "train_info.json").stat().st_mtime_ns
+    calls.clear()
+    assert finetuned(_pairs(), FAST, encoder_dir=tmp_path, device="cpu", log=calls.append) == path
+    assert calls == [] and (path / "train_info.json").stat().st_mtime_ns == stamp
+    # another recipe or other pairs: another checkpoint
+    assert checkpoint_dir(_pairs(), dataclasses.replace(FAST, epochs=1), None, tmp_path) != path
+    assert checkpoint_dir(training_pairs(tiny_trajectories()[1:], Registry(TINY_TOOLS), RENDERING), FAST, None,
+                          tmp_path) != path
+
+
+def test_per_fold_encoders_never_train_on_held_out_trajectories(tmp_path, tiny_resources):
+    """Evaluate with per-fold fine-tuning: each fold's pairs come from its training trajectories only."""
+    trajs = tiny_trajectories()
+    ds = Dataset("tiny", Registry(TINY_TOOLS), tuple(trajs))
+    cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
+           **dataclasses.asdict(dataclasses.replace(FAST, epochs=1))}
+    fold_encoders = FoldEncoders(ds.registry, cfg, embed_cache=None, device="cpu")
+    ecfg = EvalConfig(k=2, folds=2, seed=0, latency_sample=0, progress=False)
+    ev = Evaluator(ds, lambda: build_scorer("vector"), tiny_resources, OracleExecutor(), ecfg,
+                   fold_resources=fold_encoders)
+    result = ev.run()
+    assert result.n_steps == len(_pairs())
+    per_fold = fold_encoders.history
+    assert len(per_fold) == 2
+    for fold, h in enumerate(per_fold):
+        train, test = ev.split(fold)
+        assert h["trajectory_ids"] and set(h["trajectory_ids"]) <= {t.id for t in train}
+        assert not set(h["trajectory_ids"]) & {t.id for t in test}
+        assert h["pairs"] == len(fold_encoders.pairs(train))
+    assert per_fold[0]["checkpoint"] != per_fold[1]["checkpoint"]
+    assert ev.res.embedder.name == per_fold[1]["checkpoint"]  # the last fold scored with its own encoder

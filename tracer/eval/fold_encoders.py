@@ -1,0 +1,59 @@
+"""Per-fold encoders for evaluation: each outer fold's scorer sees an encoder fine-tuned on that fold's
+training trajectories only, so no held-out step ever reached the encoder's training pairs.
+
+``Evaluator(..., fold_resources=FoldEncoders(registry, cfg))`` calls it once per outer fold with the
+fold's training trajectories; it fine-tunes (or finds the cached checkpoint) and returns fresh
+:class:`Resources` whose embedder, tool index and hence memories, queries and tool vectors all use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..context import ContextRendering
+from ..embed import CachedEmbedder, SentenceTransformerEmbedder
+from ..encoders.finetune import Pairs, TrainConfig, finetuned, train_info, training_pairs
+from ..encoders.source import DEFAULT_CACHE
+from ..scorers.base import Resources
+from ..types import Registry, Trajectory
+
+
+class FoldEncoders:
+    """Builds one fold's :class:`Resources` around an encoder fine-tuned on that fold's training data.
+
+    Args:
+        registry: the dataset's registry (tool texts are its ``search_text``).
+        cfg: ``configs/encoder_training/*.yaml``: ``context`` (anchor rendering), ``successful_only``,
+            ``base_model``, ``encoder_dir``, ``device`` and the :class:`TrainConfig` fields.
+        embed_cache: the embedding cache directory (the checkpoint's hash names its vectors there).
+        device, seed, executor: as :meth:`Resources.build`.
+        log: called with each training step's loss and learning rate, or None (the curve is in ``history``).
+    """
+
+    def __init__(self, registry: Registry, cfg: Mapping[str, Any], embed_cache: str | Path | None = ".cache/embeddings",
+                 device: str | None = None, seed: int = 0, executor: Any = None,
+                 log: Callable[[dict], None] | None = None):
+        cfg = dict(cfg)
+        self.registry = registry
+        self.rendering = ContextRendering.from_config(cfg.pop("context", None))
+        self.successful_only = bool(cfg.pop("successful_only", True))
+        self.base_model = cfg.pop("base_model", None)
+        self.encoder_dir = cfg.pop("encoder_dir", DEFAULT_CACHE)
+        self.train_device = cfg.pop("device", None)
+        self.recipe = TrainConfig(**cfg)
+        self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
+        self.history: list[dict] = []  # per call: checkpoint, training time, the trajectories the pairs came from
+
+    def pairs(self, train: Sequence[Trajectory]) -> Pairs:
+        return training_pairs(train, self.registry, self.rendering, self.successful_only)
+
+    def __call__(self, train: Sequence[Trajectory]) -> Resources:
+        pairs = self.pairs(train)
+        path = finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, self.log)
+        info = train_info(path)
+        self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
+                             "final_loss": info["loss"][-1], "loss": info["loss"], "trajectory_ids": sorted(set(pairs.trajectory_ids))})
+        embedder = CachedEmbedder(SentenceTransformerEmbedder(str(path), progress=0), self.embed_cache)
+        return Resources.build(self.registry, embedder, device=self.device, seed=self.seed, executor=self.executor)
