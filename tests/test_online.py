@@ -192,8 +192,11 @@ def test_cli_update_adds_a_log_to_a_saved_index_and_refits(tmp_path, minilm):
     batch = build_scorer("tracer").fit(trajs + [new_tool_trajectory()],
                                       Resources.build(Registry(TINY_TOOLS + (NEW_TOOL,)), minilm, device="cpu"))
     assert_same_tries(loaded.scorer, batch)
+    # the CLI refits in its own process (same data and seed; its float sums may run in another order, so
+    # the weights agree to float error, not bit for bit)
     for (ka, a), (kb, b) in zip(loaded.scorer.head.state_dict().items(), batch.head.state_dict().items()):
-        assert ka == kb and torch.equal(a, b), ka
+        assert ka == kb
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
     bad = subprocess.run(cmd[:6] + ["--log", str(tmp_path / "missing.jsonl")], capture_output=True, text=True,
                          timeout=300, check=False)
     assert bad.returncode == 2 and "missing.jsonl" in bad.stderr
