@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -79,3 +81,28 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
 
 def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+@contextmanager
+def atomic_new_dir(out: str | Path) -> Iterator[Path]:
+    """``with atomic_new_dir(out) as tmp:`` fill ``tmp``; on success it is renamed to ``out``, on error removed.
+
+    For content-addressed folders (exported and trained encoders): ``out`` never exists half-written, and an
+    ``out`` that appeared meanwhile (another process built the same content) is kept and ``tmp`` dropped.
+    Nothing that exists is ever replaced or deleted.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-{os.getpid()}-{out.name}-{os.urandom(3).hex()}"
+    tmp.mkdir()  # mkdir (unlike mkdtemp) honours the umask
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, out)  # fails on an existing non-empty out: never replaced
+        except OSError:
+            if not out.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -30,7 +30,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from ..context import ContextRendering
 from ..embed import default_device
-from ..io import atomic_dir, write_json
+from ..io import atomic_new_dir, write_json
 from ..steps import extract_all
 from ..types import Registry, Trajectory
 from .source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
@@ -172,7 +172,7 @@ def finetuned(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | 
         return out
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model, info = train(pairs, cfg, base_model, device, log)
-    with atomic_dir(out) as tmp:
+    with atomic_new_dir(out) as tmp:
         model.save(str(tmp))
         write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))})
     return out

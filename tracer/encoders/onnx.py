@@ -22,7 +22,7 @@ import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from transformers import AutoModel, AutoTokenizer
 
-from ..io import atomic_dir
+from ..io import atomic_new_dir
 from .source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash, short_name
 
 VARIANTS = ("fp32", "int8")
@@ -55,7 +55,7 @@ def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CA
     out = Path(encoder_dir) / f"onnx-{key[:16]}"
     if (out / "int8.onnx").is_file():
         return out
-    with atomic_dir(out) as tmp:
+    with atomic_new_dir(out) as tmp:
         net = AutoModel.from_pretrained(str(folder)).eval()
         tok = AutoTokenizer.from_pretrained(str(folder))
         sample = tok(["an example text", "a second, longer example text"], padding=True, return_tensors="pt")

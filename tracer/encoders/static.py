@@ -19,7 +19,7 @@ import torch
 from model2vec import StaticModel
 from model2vec.distill import distill
 
-from ..io import atomic_dir
+from ..io import atomic_new_dir
 from .source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash, short_name
 
 
@@ -31,7 +31,7 @@ def distilled(model: str | Path | None = None, pca_dims: int | None = 256,
     out = Path(encoder_dir) / f"m2v-{key[:16]}"
     if (out / "source.json").is_file():
         return out
-    with atomic_dir(out) as tmp:
+    with atomic_new_dir(out) as tmp:
         # the CPU: distillation is one pass over a 30k-word vocabulary; seeding fixes the PCA's solver
         torch.manual_seed(0)
         distill(model_name=str(folder), pca_dims=pca_dims, device="cpu").save_pretrained(str(tmp / "model"))
