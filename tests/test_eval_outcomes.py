@@ -1,0 +1,129 @@
+"""Selection counted honestly and executor failures visible, against a real OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from stub_openai_server import StubOpenAIServer
+
+from tracer.data import Dataset, load_dataset, write_native
+from tracer.eval.job import tokenizer_label
+from tracer.eval.runner import EvalConfig, Evaluator
+from tracer.executors.openai import OpenAIExecutor
+from tracer.scorers.base import Resources, Scores
+from tracer.steps import gold_turns
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _NeverGold:
+    """Ranks every tool by registry order with the gold tool last: at k = 1 the gold is never presented."""
+
+    name, pad = "never_gold", True
+
+    def fit(self, trajectories, res):
+        self.res = res
+        return self
+
+    def score(self, steps):
+        reg = self.res.registry
+        primary = -torch.arange(len(reg), dtype=torch.float32).repeat(len(steps), 1)
+        for i, s in enumerate(steps):
+            if s.gold in reg:
+                primary[i, reg.id(s.gold)] = -1e9
+        return Scores(primary=primary, fallback=torch.zeros_like(primary),
+                      fell_back=torch.zeros(len(steps), dtype=torch.bool))
+
+
+def _always_gold(trajs):
+    """A model that always makes the gold call, whatever it was shown (it knows the task's answers)."""
+    by_user = {u["content"]: calls for t in trajs for users, calls in gold_turns(t) for u in users}
+
+    def policy(body):
+        msgs = body["messages"]
+        last = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+        made = sum(len(m.get("tool_calls") or []) for m in msgs[last:] if m["role"] == "assistant")
+        c = by_user[msgs[last]["content"]][made]
+        return {"content": None, "tool_calls": [{"id": f"g{len(msgs)}", "type": "function", "function": {
+            "name": c.name, "arguments": json.dumps(c.arguments)}}]}
+
+    return policy
+
+
+@pytest.fixture(scope="module")
+def bfcl_small():
+    from conftest import KeywordEmbedder
+
+    ds = load_dataset("bfcl", categories=["base"])
+    trajs = tuple(t for t in ds.trajectories if t.id in ("multi_turn_base_0", "multi_turn_base_1"))
+    small = Dataset("bfcl-small", ds.registry, trajs, executable=True)
+    return small, Resources.build(small.registry, KeywordEmbedder(), device="cpu")
+
+
+def test_calls_to_unpresented_tools_are_never_correct(bfcl_small):
+    """The server always calls the gold tool, which is never presented: selection 0, every step unpresented."""
+    ds, res = bfcl_small
+    cfg = EvalConfig(k=1, folds=2, seed=0, regime="teacher_forcing", latency_sample=0, progress=False)
+    with StubOpenAIServer(policy=_always_gold(ds.trajectories)) as server:
+        ex = OpenAIExecutor(base_url=server.url, model="stub", api_key_env=None, concurrency=2)
+        out = Evaluator(ds, lambda: _NeverGold(), res, ex, cfg).run()
+    assert out.records and all(r.selected == r.gold and r.unpresented and not r.correct for r in out.records)
+    assert out.mean["recall_at_k"] == 0.0 and out.mean["selection_accuracy"] == 0.0
+    assert out.mean["unpresented_call_rate"] == 1.0
+    assert out.mean["executor_error_rate"] == out.mean["malformed_rate"] == out.mean["no_call_rate"] == 0.0
+    assert tokenizer_label(out.records, ex.tokenizer_name) == "server:stub"
+
+
+def test_tokenizer_label_says_what_each_step_used(bfcl_small):
+    ds, res = bfcl_small
+    cfg = EvalConfig(k=1, folds=2, seed=0, regime="teacher_forcing", latency_sample=0, progress=False)
+    with StubOpenAIServer(fail_first=10**6) as server:
+        ex = OpenAIExecutor(base_url=server.url, model="stub", api_key_env=None, max_retries=0)
+        out = Evaluator(ds, lambda: _NeverGold(), res, ex, cfg).run()
+    assert out.mean["executor_error_rate"] == 1.0 and all("HTTP 500" in r.error for r in out.records)
+    assert all(r.prompt_tokens == r.prompt_tokens_local and r.prompt_tokens_by == "local" for r in out.records)
+    assert tokenizer_label(out.records, ex.tokenizer_name).endswith("(local, offline)")
+    half = out.records[: len(out.records) // 2]
+    for r in half:
+        r.prompt_tokens_by = "server"
+    assert tokenizer_label(out.records, "server:stub").startswith(f"server:stub on {len(half)} steps, ")
+
+
+@pytest.fixture(scope="module")
+def native_dir(tmp_path_factory):
+    from conftest import TINY_TOOLS, tiny_trajectories
+
+    from tracer.types import Registry
+
+    d = tmp_path_factory.mktemp("native") / "tiny"
+    write_native(d, Registry(TINY_TOOLS), tiny_trajectories())
+    return d
+
+
+def test_a_run_that_failed_at_the_executor_exits_non_zero(native_dir, tmp_path):
+    """HTTP 500 on every request: evaluate.py writes its outputs, says why and exits non-zero."""
+    run = tmp_path / "run"
+    with StubOpenAIServer(fail_first=10**6) as server:
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "evaluate.py"), "dataset=jsonl", f"dataset.path={native_dir}", "scorer=vector",
+             "executor=openai", f"executor.base_url={server.url}", "executor.model=stub", "executor.api_key_env=null",
+             "executor.max_retries=1", "executor.backoff_s=0.01", "progress=false", "latency_sample=0", "folds=2",
+             f"embedder.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run}"],
+            check=False, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode != 0
+    assert "100.0% of 10 steps failed at the executor (max_executor_error_rate=0.5)" in out.stderr
+    assert "HTTP 500" in out.stderr
+    doc = json.loads((run / "metrics.json").read_text())
+    assert doc["mean"]["executor_error_rate"] == 1.0 and doc["mean"]["selection_accuracy"] == 0.0
+    assert json.loads((run / "run_info.json").read_text())["tokenizer"].endswith("(local, offline)")
+    steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+    assert len(steps) == 10 and all(s["error"] and not s["no_call"] for s in steps)
+    from tracer.eval.report import report
+
+    md = report([run], tmp_path / "report")["markdown"]
+    assert "| teacher_forcing | openai | vector | 5 | 0.000 ± 0.000 | 0.000 ± 0.000 | 0.000 ± 0.000 | 1.000 ± 0.000 |" in md
