@@ -8,14 +8,13 @@ loop's per-task state) and each finished task gets both verdicts: BFCL's ``multi
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tracer.data import Dataset, load_dataset
 from tracer.data.bfcl_checker import FORCE_TERMINATED, UNKNOWN_CALL, bfcl_verdict, call_string
 from tracer.eval.episodes import Episode
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import Decision, OracleExecutor
-from tracer.scorers.base import Resources, Scores
+from tracer.scorers.base import Resources
 from tracer.steps import gold_turns
 from tracer.types import ToolCall
 
@@ -105,38 +104,15 @@ def test_verdict_needs_one_call_list_per_turn(bfcl):
         bfcl_verdict(by_id["multi_turn_base_1"].metadata, [[], []], {"ls"})
 
 
-class _PreferScorer:
-    """The gold tool first and ``prefer`` second, then registry order: ``prefer`` is presented at k = 2."""
-
-    name, pad = "prefer", True
-
-    def __init__(self, prefer: str):
-        self.prefer = prefer
-
-    def fit(self, trajectories, res):
-        self.res = res
-        return self
-
-    def score(self, steps):
-        reg = self.res.registry
-        primary = -torch.arange(len(reg), dtype=torch.float32).repeat(len(steps), 1)
-        primary[:, reg.id(self.prefer)] = 1.0
-        for i, s in enumerate(steps):
-            if s.gold in reg:
-                primary[i, reg.id(s.gold)] = 2.0
-        return Scores(primary=primary, fallback=torch.zeros_like(primary),
-                      fell_back=torch.zeros(len(steps), dtype=torch.bool))
-
-
 def test_withheld_function_presented_only_from_the_turn_bfcl_adds_it(bfcl):
-    from conftest import KeywordEmbedder
+    from conftest import FixedRankScorer, KeywordEmbedder
 
     ds, by_id = bfcl
     trajs = (by_id["multi_turn_miss_func_0"], by_id["multi_turn_miss_func_1"])
     small = Dataset("bfcl-miss-func", ds.registry, trajs, executable=True)
     res = Resources.build(small.registry, KeywordEmbedder(), device="cpu")
     cfg = EvalConfig(k=2, folds=2, seed=0, regime="free_running", latency_sample=0, progress=False)
-    out = Evaluator(small, lambda: _PreferScorer("sort"), res, OracleExecutor(), cfg).run()
+    out = Evaluator(small, lambda: FixedRankScorer(gold=2.0, prefer="sort"), res, OracleExecutor(), cfg).run()
     recs = [r for r in out.records if r.trajectory_id == "multi_turn_miss_func_0"]
     assert trajs[0].metadata["missed_function"] == {"3": ["sort"]}
     assert all("sort" not in r.presented and len(r.presented) == 2 for r in recs if r.turn < 3)

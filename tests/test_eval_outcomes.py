@@ -8,36 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from conftest import FixedRankScorer
 from stub_openai_server import StubOpenAIServer
 
-from tracer.data import Dataset, load_dataset, write_native
+from tracer.data import Dataset, load_dataset
 from tracer.eval.job import tokenizer_label
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.openai import OpenAIExecutor
-from tracer.scorers.base import Resources, Scores
+from tracer.scorers.base import Resources
 from tracer.steps import gold_turns
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class _NeverGold:
-    """Ranks every tool by registry order with the gold tool last: at k = 1 the gold is never presented."""
-
-    name, pad = "never_gold", True
-
-    def fit(self, trajectories, res):
-        self.res = res
-        return self
-
-    def score(self, steps):
-        reg = self.res.registry
-        primary = -torch.arange(len(reg), dtype=torch.float32).repeat(len(steps), 1)
-        for i, s in enumerate(steps):
-            if s.gold in reg:
-                primary[i, reg.id(s.gold)] = -1e9
-        return Scores(primary=primary, fallback=torch.zeros_like(primary),
-                      fell_back=torch.zeros(len(steps), dtype=torch.bool))
 
 
 def _always_gold(trajs):
@@ -71,7 +52,7 @@ def test_calls_to_unpresented_tools_are_never_correct(bfcl_small):
     cfg = EvalConfig(k=1, folds=2, seed=0, regime="teacher_forcing", latency_sample=0, progress=False)
     with StubOpenAIServer(policy=_always_gold(ds.trajectories)) as server:
         ex = OpenAIExecutor(base_url=server.url, model="stub", api_key_env=None, concurrency=2)
-        out = Evaluator(ds, lambda: _NeverGold(), res, ex, cfg).run()
+        out = Evaluator(ds, lambda: FixedRankScorer(gold=-1e9), res, ex, cfg).run()
     assert out.records and all(r.selected == r.gold and r.unpresented and not r.correct for r in out.records)
     assert out.mean["recall_at_k"] == 0.0 and out.mean["selection_accuracy"] == 0.0
     assert out.mean["unpresented_call_rate"] == 1.0
@@ -84,7 +65,7 @@ def test_tokenizer_label_says_what_each_step_used(bfcl_small):
     cfg = EvalConfig(k=1, folds=2, seed=0, regime="teacher_forcing", latency_sample=0, progress=False)
     with StubOpenAIServer(fail_first=10**6) as server:
         ex = OpenAIExecutor(base_url=server.url, model="stub", api_key_env=None, max_retries=0)
-        out = Evaluator(ds, lambda: _NeverGold(), res, ex, cfg).run()
+        out = Evaluator(ds, lambda: FixedRankScorer(gold=-1e9), res, ex, cfg).run()
     assert out.mean["executor_error_rate"] == 1.0 and all("HTTP 500" in r.error for r in out.records)
     assert all(r.prompt_tokens == r.prompt_tokens_local and r.prompt_tokens_by == "local" for r in out.records)
     assert tokenizer_label(out.records, ex.tokenizer_name).endswith("(local, offline)")
@@ -92,17 +73,6 @@ def test_tokenizer_label_says_what_each_step_used(bfcl_small):
     for r in half:
         r.prompt_tokens_by = "server"
     assert tokenizer_label(out.records, "server:stub").startswith(f"server:stub on {len(half)} steps, ")
-
-
-@pytest.fixture(scope="module")
-def native_dir(tmp_path_factory):
-    from conftest import TINY_TOOLS, tiny_trajectories
-
-    from tracer.types import Registry
-
-    d = tmp_path_factory.mktemp("native") / "tiny"
-    write_native(d, Registry(TINY_TOOLS), tiny_trajectories())
-    return d
 
 
 def test_a_run_that_failed_at_the_executor_exits_non_zero(native_dir, tmp_path):
