@@ -97,3 +97,13 @@ def test_a_run_that_failed_at_the_executor_exits_non_zero(native_dir, tmp_path):
 
     md = report([run], tmp_path / "report")["markdown"]
     assert "| teacher_forcing | openai | vector | 5 | 0.000 ± 0.000 | 0.000 ± 0.000 | 0.000 ± 0.000 | 1.000 ± 0.000 |" in md
+
+
+def test_withheld_tools_leave_the_presented_set_and_the_next_ranked_fill_in():
+    from tracer.eval.runner import without
+
+    ranking = [4, 2, 7, 1, 0, 3]
+    assert without((4, 2, 7), ranking, {2}) == (4, 7, 1)
+    assert without((4, 2, 7), ranking, {4, 7, 1}) == (2, 0, 3)   # 1 is withheld too, so 0 and 3 fill in
+    assert without((4, 2, 7), ranking, {5}) == (4, 2, 7)
+    assert without(tuple(ranking), ranking, {3}) == (4, 2, 7, 1, 0)  # everything presented: nothing to fill in

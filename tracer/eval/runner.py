@@ -140,9 +140,10 @@ class Evaluator:
         """Select, ask the executor and record each step; ``withheld[i]``: tool names step i may not present."""
         sel, guidance = self.select(scorer, insight, steps)
         presented_ids = [tuple(p) for p in sel.presented]
-        if withheld is not None:
-            presented_ids = [without(p, sel.ranking[i].tolist(), {self.registry.id(n) for n in w if n in self.registry})
-                             for i, (p, w) in enumerate(zip(presented_ids, withheld))]
+        for i, names_out in enumerate(withheld or ()):
+            if names_out:
+                ids_out = {self.registry.id(n) for n in names_out if n in self.registry}
+                presented_ids[i] = without(presented_ids[i], sel.ranking[i].tolist(), ids_out)
         n = len(self.registry)
         gold_ids = torch.tensor([self.registry.id(g.name) if g and g.name in self.registry else n for g in golds])
         hit = sel.ranking == gold_ids[:, None]                                        # [B, N]
