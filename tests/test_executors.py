@@ -200,7 +200,7 @@ def test_a_dripping_server_is_cut_at_the_deadline():
         [d] = ex.choose([Request(messages=user("get_weather city=Oslo"), tools=TOOLS)])
         elapsed = time.perf_counter() - start
     assert d.call is None and "gave up after 2 attempts" in d.error and "within 1.5 s" in d.error
-    assert 3.0 <= elapsed < 4.5  # two attempts of 1.5 s; the reply alone would take over 100 s
+    assert 3.0 <= elapsed < 8  # two attempts of 1.5 s, plus scheduling; the whole reply takes 100 s
     assert ex.n_errors == 1 and ex.n_retries == 1
 
 
