@@ -105,3 +105,41 @@ def tiny_resources(tiny_registry, keyword_embedder):
     from tracer.scorers.base import Resources
 
     return Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+
+
+# ---- evaluation: a scorer with a fixed ranking, the tiny dataset as a native directory -------------------------
+class FixedRankScorer:
+    """Ranks the registry in order, then moves the gold tool to score ``gold`` (2.0: first; -1e9: last) and,
+    if given, the tool ``prefer`` to score 1.0 (second after a first-placed gold)."""
+
+    pad = True
+
+    def __init__(self, gold: float, prefer: str | None = None):
+        self.name, self.gold, self.prefer = f"fixed_rank_{gold:g}", gold, prefer
+
+    def fit(self, trajectories, res):
+        self.res = res
+        return self
+
+    def score(self, steps):
+        from tracer.scorers.base import Scores
+
+        reg = self.res.registry
+        primary = -torch.arange(len(reg), dtype=torch.float32).repeat(len(steps), 1)  # [B, N] registry order
+        if self.prefer is not None:
+            primary[:, reg.id(self.prefer)] = 1.0
+        for i, s in enumerate(steps):
+            if s.gold in reg:
+                primary[i, reg.id(s.gold)] = self.gold
+        return Scores(primary=primary, fallback=torch.zeros_like(primary),
+                      fell_back=torch.zeros(len(steps), dtype=torch.bool))
+
+
+@pytest.fixture(scope="module")
+def native_dir(tmp_path_factory):
+    """The tiny dataset written as a native directory (for runs of evaluate.py)."""
+    from tracer.data import write_native
+
+    d = tmp_path_factory.mktemp("native") / "tiny"
+    write_native(d, Registry(TINY_TOOLS), tiny_trajectories())
+    return d

@@ -19,6 +19,10 @@
 ``tool_calls``) replaces the built-in policy, for tests that script a whole agent (the response
 envelope, ids' numbering and ``usage`` stay the server's).
 
+``reply``: a function of (request index, body) returning the whole 200 reply (any JSON value),
+for wrong-shaped replies. ``drip_s``: the reply's body is written one byte every ``drip_s``
+seconds (its Content-Length announced up front), a server that never times a client out read by read.
+
 Fault injection: ``fail_first=N`` answers the first N requests with ``fail_status`` (500, 429,
 400, ...) and an OpenAI-style error body; ``delay_s`` delays every reply; ``delay_first=N`` with
 ``delay_first_s`` delays only the first N (to make a client time out). Every request body and its
@@ -84,8 +88,11 @@ class StubOpenAIServer:
 
     def __init__(self, *, fail_first: int = 0, fail_status: int = 500, delay_s: float = 0.0,
                  delay_first: int = 0, delay_first_s: float = 0.0,
-                 policy: Callable[[dict], dict] | None = None):
+                 policy: Callable[[dict], dict] | None = None, reply: Callable[[int, dict], Any] | None = None,
+                 drip_s: float = 0.0):
         self.policy = policy
+        self.reply = reply
+        self.drip_s = drip_s
         self.fail_first = fail_first
         self.fail_status = fail_status
         self.delay_s = delay_s
@@ -155,7 +162,12 @@ class StubOpenAIServer:
             if not streamed:
                 h.send_header("Content-Length", str(len(data)))
             h.end_headers()
-            h.wfile.write(data)
+            if not self.drip_s:
+                h.wfile.write(data)
+            for i in range(len(data) if self.drip_s else 0):
+                h.wfile.write(data[i:i + 1])
+                h.wfile.flush()
+                time.sleep(self.drip_s)
         except (BrokenPipeError, ConnectionResetError):  # the client timed out and hung up
             pass
 
@@ -182,6 +194,8 @@ class StubOpenAIServer:
             kind = "rate_limit_error" if self.fail_status == 429 else "server_error"
             return self.fail_status, _error(f"injected failure {n + 1} of {self.fail_first}", kind,
                                             self.fail_status)
+        if self.reply is not None:
+            return 200, self.reply(n, body)
         return 200, self._completion(n, body, text)
 
     def _completion(self, n: int, body: dict, text: str) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tracer.data import Dataset, write_native
+from tracer.data import Dataset
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, paired_test
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
@@ -265,17 +265,6 @@ def test_free_running_refused_without_an_environment(tiny_trajs, tiny_resources)
 
 
 # ---- the CLI: multirun composes, the report gathers it, W&B offline files -----------------------------------
-@pytest.fixture(scope="module")
-def native_dir(tmp_path_factory):
-    from conftest import TINY_TOOLS, tiny_trajectories
-
-    from tracer.types import Registry
-
-    d = tmp_path_factory.mktemp("native") / "tiny"
-    write_native(d, Registry(TINY_TOOLS), tiny_trajectories())
-    return d
-
-
 def _evaluate(args, cwd):
     flags = [a for a in args if a.startswith("-")]  # Hydra's flags go before the overrides
     env_args = [sys.executable, str(ROOT / "evaluate.py"), *flags, "progress=false", "latency_sample=2", "folds=2",

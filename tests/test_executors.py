@@ -192,6 +192,61 @@ def test_connection_refused_is_retried_then_an_error():
     assert ex.n_retries == 2 and ex.n_errors == 1
 
 
+def test_a_dripping_server_is_cut_at_the_deadline():
+    """One byte per 0.25 s keeps every read alive; the 1.5 s deadline covers the whole reply, so it is cut."""
+    with StubOpenAIServer(drip_s=0.25) as server:
+        ex = client(server, timeout_s=1.5, max_retries=1, backoff_s=0.01)
+        start = time.perf_counter()
+        [d] = ex.choose([Request(messages=user("get_weather city=Oslo"), tools=TOOLS)])
+        elapsed = time.perf_counter() - start
+    assert d.call is None and "gave up after 2 attempts" in d.error and "within 1.5 s" in d.error
+    assert 3.0 <= elapsed < 8  # two attempts of 1.5 s, plus scheduling; the whole reply takes 100 s
+    assert ex.n_errors == 1 and ex.n_retries == 1
+
+
+def test_an_oversized_reply_is_an_error_not_retried():
+    big = {"content": "x" * 300_000, "tool_calls": []}
+    with StubOpenAIServer(policy=lambda body: big) as server:
+        ex = client(server, max_response_bytes=100_000)
+        [d] = ex.choose([Request(messages=user("hi"), tools=TOOLS)])
+        assert d.call is None and "over max_response_bytes=100000" in d.error
+        assert len(server.requests) == 1 and ex.n_errors == 1 and ex.n_retries == 0
+        assert client(server).choose([Request(messages=user("hi"), tools=TOOLS)])[0].text == big["content"]
+
+
+def _message(message, usage=None) -> dict:
+    return {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": message,
+                                                               "finish_reason": "stop"}],
+            **({"usage": usage} if usage is not None else {})}
+
+
+WRONG_SHAPES = {
+    "message a string": _message("get_weather"),
+    "tool_calls an object": _message({"content": None, "tool_calls": {"function": {"name": "get_weather"}}}),
+    "function a string": _message({"content": None, "tool_calls": [{"id": "c", "function": "get_weather"}]}),
+    "usage a string": _message({"content": "hi"}, usage="12"),
+    "negative usage": _message({"content": "hi"}, usage={"prompt_tokens": -5, "completion_tokens": 1}),
+    "usage a float": _message({"content": "hi"}, usage={"prompt_tokens": 5.5, "completion_tokens": 1}),
+    "no choices": {"choices": []},
+    "a list": [1, 2],
+}
+
+
+def test_each_wrong_shaped_reply_is_one_counted_error_never_a_crash():
+    """Each reply below is HTTP 200 with a wrong shape: one error for that step, and the next steps go on."""
+    shapes = list(WRONG_SHAPES.values())
+    with StubOpenAIServer(reply=lambda n, body: shapes[n] if n < len(shapes) else _message(
+            {"content": None, "tool_calls": [{"id": "ok", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            usage={"prompt_tokens": 3, "completion_tokens": 1})) as server:
+        ex = client(server, concurrency=1)
+        decisions = ex.choose([Request(messages=user(str(i)), tools=TOOLS) for i in range(len(shapes) + 1)])
+    *bad, good = decisions
+    for what, d in zip(WRONG_SHAPES, bad):
+        assert d.call is None and d.error is not None and "wrong shape in reply" in d.error, what
+    assert good.call == ToolCall("get_weather", {}, id="ok") and good.prompt_tokens == 3
+    assert ex.n_errors == len(shapes) and ex.n_retries == 0 and ex.prompt_tokens == 3  # no count from a bad usage
+
+
 # -- concurrency ---------------------------------------------------------------------------------
 
 

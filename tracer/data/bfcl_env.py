@@ -193,3 +193,10 @@ def gold_states(traj: Trajectory) -> list[State]:
     if started:
         states.append(env.state())
     return states
+
+
+def withheld_tools(metadata: Mapping[str, Any], turn: int) -> frozenset[str]:
+    """The tools BFCL has not yet given the model at ``turn`` (``miss_func``: ``missed_function``
+    maps the turn where a function is added, as a string, to its names; empty for other categories)."""
+    missed = metadata.get("missed_function") or {}
+    return frozenset(name for t, names in missed.items() if int(t) > turn for name in names)

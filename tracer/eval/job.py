@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from ..scorers.base import Resources
 from ..validate import EVAL_INTS, check_config, check_int
 from . import plots
 from .fold_encoders import FoldEncoders
-from .metrics import METRICS
+from .metrics import METRICS, StepRecord, outcome_rates
 from .outputs import metrics_document, write_json, write_jsonl
 from .runner import EvalConfig, Evaluator
 from .tokens import LOCAL_TOKENIZER
@@ -30,6 +30,30 @@ def summary_table(doc: Mapping[str, Any]) -> str:
         note = f"  (over {over[m]} of {n} folds)" if mu is not None and over.get(m, n) != n else ""
         lines.append(f"  {m:<26} {'–' if mu is None else f'{mu:.4f} ± {sd:.4f}'}{note}")
     return "\n".join(lines)
+
+
+class ExecutorFailure(RuntimeError):
+    """Most steps of a run failed at the executor: its numbers say nothing about the scorer."""
+
+
+def tokenizer_label(records: Sequence[StepRecord], server: str | None) -> str:
+    """Whose tokens the prompt counts are in, from what each step actually used."""
+    local = f"{LOCAL_TOKENIZER} (local, offline)"
+    n_server = sum(r.prompt_tokens_by == "server" for r in records)
+    if n_server == 0 or server is None:
+        return local
+    if n_server == len(records):
+        return server
+    return f"{server} on {n_server} steps, {local} on {len(records) - n_server} steps (no usage from the server)"
+
+
+def check_executor_errors(records: Sequence[StepRecord], max_rate: float, run_dir: Path) -> None:
+    """Raise :class:`ExecutorFailure` when more than ``max_rate`` of the steps failed at the executor."""
+    rate = outcome_rates(records)["executor_error_rate"] or 0.0
+    if rate > max_rate:
+        first = next(r.error for r in records if r.error is not None)
+        raise ExecutorFailure(f"{rate:.1%} of {len(records)} steps failed at the executor (max_executor_error_rate="
+                              f"{max_rate}); first error: {first}. Outputs are in {run_dir}.")
 
 
 def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
@@ -81,7 +105,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         write_jsonl(run_dir / "tasks.jsonl", result.tasks)
     write_json(run_dir / "run_info.json", {
         "config": cfg, "recall_curve": result.recall_curve, "fit_seconds": result.fit_seconds,
-        "tokenizer": executor.tokenizer_name or f"{LOCAL_TOKENIZER} (local, offline)",
+        "tokenizer": tokenizer_label(result.records, executor.tokenizer_name),
         "embeddings_encoded": getattr(embedder, "n_encoded", None), "skipped": dict(ds.skipped),
         "scorer_info": result.scorer_info,
         "encoder_training": [{k: v for k, v in h.items() if k != "trajectory_ids"}
@@ -109,4 +133,5 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     for png in sorted(run_dir.glob("*.png")):
         logger.log_image(png.stem, png)
     logger.finish()
+    check_executor_errors(result.records, cfg.get("max_executor_error_rate", 0.5), run_dir)
     return doc

@@ -15,6 +15,9 @@ METRICS = (
     "recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens", "cic_reduction",
     "out_of_trie_rate", "fallback_rate", "recall_out_of_trie", "task_success", "latency_ms_p50", "latency_ms_p95",
 )
+# what went wrong at the executor, as shares of all steps (a step is at most one of them)
+OUTCOME_RATES = ("unpresented_call_rate", "malformed_rate", "executor_error_rate", "no_call_rate")
+METRICS = METRICS + OUTCOME_RATES
 
 
 @dataclass
@@ -43,9 +46,30 @@ class StepRecord:
     malformed: bool = False
     error: str | None = None      # executor transport/server error after retries (the step made no call)
     extra: dict = field(default_factory=dict)
+    unpresented: bool = False      # the call named a tool that was not presented (never a correct selection)
+    no_call: bool = False          # the executor answered without a call (no error, nothing malformed)
+    prompt_tokens_by: str = "local"  # who counted prompt_tokens: "server" (its usage) or "local"
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def step_outcome(decision, presented: Sequence[str], gold: str | None) -> dict:
+    """The outcome fields of a step's record from the executor's ``Decision``: ``correct`` only when
+    the call names a presented tool and equals the gold (None when the step has no gold)."""
+    call = decision.call
+    unpresented = call is not None and call.name not in presented
+    return {"correct": None if gold is None else (call is not None and not unpresented and call.name == gold),
+            "unpresented": unpresented, "malformed": bool(decision.malformed), "error": decision.error,
+            "no_call": call is None and not decision.malformed and decision.error is None}
+
+
+def outcome_rates(records: Sequence[StepRecord]) -> dict[str, float | None]:
+    """Shares of all steps that called an unpresented tool, were malformed, failed at the executor, made no call."""
+    return {"unpresented_call_rate": _mean([r.unpresented for r in records]),
+            "malformed_rate": _mean([r.malformed for r in records]),
+            "executor_error_rate": _mean([r.error is not None for r in records]),
+            "no_call_rate": _mean([r.no_call for r in records])}
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -69,6 +93,7 @@ def fold_metrics(records: Sequence[StepRecord], *, trie_based: bool, task_succes
         # reduction in one tokenizer on both sides (the local one), whatever cic_tokens was counted in
         cic_reduction=(1.0 - cic_local / full) if full else None,
     )
+    out.update(outcome_rates(records))
     if trie_based and gold_steps:
         oot = [r for r in gold_steps if r.in_trie is False]
         out["out_of_trie_rate"] = len(oot) / len(gold_steps)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..data.native import iter_jsonl
 from . import plots
-from .metrics import paired_test, recall_curve
+from .metrics import OUTCOME_RATES, paired_test, recall_curve
 from .outputs import atomic_write_text, read_steps
 
 COLUMNS = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_reduction", "out_of_trie_rate",
@@ -58,25 +58,49 @@ def notes(rows: Sequence[dict]) -> str:
 
 
 def category_table(rows: Sequence[dict]) -> str:
-    """Free-running task success per task category (pooled over folds), from each run's ``tasks.jsonl``."""
-    per_run = {}
+    """Free-running task success per task category (pooled over folds), from each run's ``tasks.jsonl``, and
+    on how many tasks our state comparison agrees with the checker that decided ``success`` (BFCL's own)."""
+    per_run, agree = {}, {}
     for r in rows:
         path = Path(r["run_dir"]) / "tasks.jsonl"
         if not path.exists():
             continue
         by_cat: dict[str, list[bool]] = {}
+        key = (r["dataset"], r["registry_size"], r["scorer"], r["k"])
+        both = []
         for _, t in iter_jsonl(path):
             by_cat.setdefault(t.get("category") or "all", []).append(bool(t["success"]))
-        per_run[(r["dataset"], r["registry_size"], r["scorer"], r["k"])] = by_cat
+            if "state_success" in t:
+                both.append(bool(t["success"]) == bool(t["state_success"]))
+        per_run[key], agree[key] = by_cat, both
     cats = sorted({c for by in per_run.values() for c in by})
     if not per_run or cats == ["all"]:
         return ""
-    md = ["| scorer | k | " + " | ".join(cats) + " | all |", "|" + "---|" * (len(cats) + 3)]
-    for (_, _, scorer, k), by in sorted(per_run.items()):
+    md = ["| scorer | k | " + " | ".join(cats) + " | all | state check agrees |", "|" + "---|" * (len(cats) + 4)]
+    for key, by in sorted(per_run.items()):
         cells = [f"{sum(by[c]) / len(by[c]):.3f} ({len(by[c])})" if c in by else "–" for c in cats]
         every = [x for c in cats for x in by.get(c, [])]
-        md.append(f"| {scorer} | {k} | " + " | ".join(cells) + f" | {sum(every) / len(every):.3f} ({len(every)}) |")
-    return "Task success by category (tasks pooled over folds; task count in brackets):\n\n" + "\n".join(md) + "\n"
+        same = f"{sum(agree[key])}/{len(agree[key])}" if agree[key] else "–"
+        md.append(f"| {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {sum(every) / len(every):.3f} ({len(every)})"
+                  f" | {same} |")
+    return ("Task success by category (tasks pooled over folds; task count in brackets; on BFCL, success is "
+            "bfcl_eval's own multi_turn_checker, and the last column counts the tasks where our turn-by-turn "
+            "state comparison gives the same verdict):\n\n" + "\n".join(md) + "\n")
+
+
+def outcome_table(rows: Sequence[dict]) -> str:
+    """What the executor did with the presented tools, per run (runs written before these rates are left out)."""
+    rows = sorted((r for r in rows if all(r["mean"].get(c) is not None for c in OUTCOME_RATES)),
+                  key=lambda r: (r["dataset"], r["registry_size"], r["regime"], r["scorer"], r["k"]))
+    if not rows:
+        return ""
+    cols = ("selection_accuracy", *OUTCOME_RATES)
+    md = ["| regime | executor | scorer | k | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 4)]
+    for r in rows:
+        md.append(f"| {r['regime']} | {r['executor']} | {r['scorer']} | {r['k']} | "
+                  + " | ".join(fmt(r["mean"].get(c), r["sd"].get(c)) for c in cols) + " |")
+    return ("Executor outcomes (shares of all steps; a selection is correct only when the call names a presented "
+            "tool and equals the gold):\n\n" + "\n".join(md) + "\n")
 
 
 def fmt(mean, sd, digits=3) -> str:
@@ -115,7 +139,7 @@ def report(dirs: Sequence[str | Path], out: str | Path, columns: Sequence[str] =
     rows = [load_run(r) for r in runs]
     out = Path(out)
     md, csv_text = table(rows, columns, compact)
-    md = "\n".join(x for x in (md, category_table(rows), notes(rows)) if x)
+    md = "\n".join(x for x in (md, category_table(rows), outcome_table(rows), notes(rows)) if x)
     atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.csv", csv_text)
     curves = {}

@@ -7,11 +7,12 @@ training groups' trajectories and scores the held-out groups' steps.
 - teacher-forcing: every step's context is the benchmark's gold history; a wrong selection never
   corrupts the next step. Steps are scored in batches.
 - free-running: the executor's own calls are executed (BFCL: on BFCL's backends from the task's
-  ``initial_config``) and carried forward; the trie state follows the executed calls. A turn ends
-  when the executor answers without a call (the oracle: when the turn's gold calls are done) or
-  after ``max_steps_per_turn`` steps (or the turn's gold call count, when larger); a task succeeds
-  when after every turn the backends' state equals the gold state and every turn finished within
-  the cap.
+  ``initial_config``) and carried forward; the trie state follows the executed calls. BFCL's rules
+  (turn ends, step cap, withheld functions) and its own checker's verdict: :mod:`.episodes`.
+
+A step counts as a correct selection only when the executor's call names a presented tool and
+equals the gold; a call to an unpresented tool, a malformed call, an executor error and an answer
+without a call are each recorded per step (:func:`.metrics.step_outcome`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import Dataset
+from ..executors import Request
 from ..folds import assign_folds
 from ..scorers.base import Resources, Scorer, finalize
-from ..steps import extract_all, extract_steps, gold_turns, step_from_messages
+from ..steps import extract_all, extract_steps, step_from_messages
 from ..threads import one_thread
 from ..types import Step, ToolCall, Trajectory
-from .metrics import StepRecord, aggregate, fold_metrics, recall_curve
+from .episodes import Episode
+from .metrics import StepRecord, aggregate, fold_metrics, recall_curve, step_outcome
 from .tokens import TokenCounter
 
 
@@ -138,17 +141,21 @@ class Evaluator:
         return sel, guidance
 
     def records_for(self, fold: int, steps: Sequence[Step], golds: Sequence[ToolCall | None], scorer: Scorer,
-                    insight) -> tuple[list[StepRecord], list]:
-        from ..executors import Request
-
+                    insight, withheld: Sequence[frozenset[str]] | None = None) -> tuple[list[StepRecord], list]:
+        """Select, ask the executor and record each step; ``withheld[i]``: tool names step i may not present."""
         sel, guidance = self.select(scorer, insight, steps)
+        presented_ids = [tuple(p) for p in sel.presented]
+        for i, names_out in enumerate(withheld or ()):
+            if names_out:
+                ids_out = {self.registry.id(n) for n in names_out if n in self.registry}
+                presented_ids[i] = without(presented_ids[i], sel.ranking[i].tolist(), ids_out)
         n = len(self.registry)
         gold_ids = torch.tensor([self.registry.id(g.name) if g and g.name in self.registry else n for g in golds])
         hit = sel.ranking == gold_ids[:, None]                                        # [B, N]
         gold_rank = torch.where(hit.any(1), hit.float().argmax(1) + 1, torch.zeros_like(gold_ids))  # [B]
         requests, msgs_all = [], []
         for i, step in enumerate(steps):
-            tools = [self.all_tools[j] for j in sel.presented[i]]
+            tools = [self.all_tools[j] for j in presented_ids[i]]
             msgs = with_guidance(step.context, guidance[i])
             msgs_all.append(msgs)
             requests.append(Request(messages=msgs, tools=tools, gold=golds[i]))
@@ -158,23 +165,25 @@ class Evaluator:
         out = []
         for i, (step, gold, dec) in enumerate(zip(steps, golds, decisions)):
             local = (sum(self.counter.message(m) for m in msgs_all[i])           # guidance is in the system prompt
-                     + sum(self.tool_tokens[j] for j in sel.presented[i]))
+                     + sum(self.tool_tokens[j] for j in presented_ids[i]))
             full = sum(self.counter.message(m) for m in step.context) + self.all_tools_tokens
             rank_i = int(gold_rank[i]) or None
+            presented = [names[j] for j in presented_ids[i]]
+            outcome = step_outcome(dec, presented, gold.name if gold else None)
             out.append(StepRecord(
                 fold=fold, trajectory_id=step.trajectory_id, group=step.group, step=step.index, turn=step.turn,
                 position=step.position, gold=gold.name if gold else None, gold_rank=rank_i,
                 ranking=[names[j] for j in sel.ranking[i, :10].tolist()],
-                presented=[names[j] for j in sel.presented[i]],
+                presented=presented,
                 in_trie=None if sc.in_trie is None else bool(sc.in_trie[i]),
                 fell_back=None if sc.in_trie is None else bool(sc.fell_back[i]),
                 kappa=None if sc.kappa is None else round(float(sc.kappa[i]), 6),
                 selected=dec.call.name if dec.call else None,
-                correct=(dec.call is not None and gold is not None and dec.call.name == gold.name),
                 hit_at_k=rank_i is not None and rank_i <= self.cfg.k,
                 prompt_tokens=dec.prompt_tokens if dec.prompt_tokens is not None else local,
-                prompt_tokens_local=local, full_registry_tokens=full, malformed=dec.malformed, error=dec.error,
-                extra={k: round(float(v[i]), 6) for k, v in sc.extra.items()},
+                prompt_tokens_local=local, full_registry_tokens=full,
+                prompt_tokens_by="server" if dec.prompt_tokens is not None else "local",
+                extra={k: round(float(v[i]), 6) for k, v in sc.extra.items()}, **outcome,
             ))
         return out, decisions
 
@@ -195,28 +204,26 @@ class Evaluator:
     def free_running(self, fold: int, scorer: Scorer, insight, test: Sequence[Trajectory]):
         """All held-out tasks advance in lockstep, one step each per round, so scoring, embedding and
         the executor run batched across tasks; each task's conversation and backends are its own."""
-        episodes = [_Episode(traj) for traj in test]
+        episodes = [Episode(traj) for traj in test]
         records = []
         bar = tqdm(desc=f"fold {fold} free-running steps", disable=not self.cfg.progress, leave=False)
         while True:
-            ready = [e for e in episodes if e.ready(self.executor.is_oracle, self.cfg.max_steps_per_turn)]
+            ready = [e for e in episodes if e.ready(self.executor.is_oracle)]
             if not ready:
                 break
             golds = [e.outstanding[0] if e.outstanding else None for e in ready]
             steps = [step_from_messages(e.messages, e.traj.id, e.traj.group, g.name if g else "", e.n_step)
                      for e, g in zip(ready, golds)]
+            withheld = [e.withheld() for e in ready]
             for lo in range(0, len(ready), self.cfg.batch_size):
                 hi = lo + self.cfg.batch_size
-                recs, decs = self.records_for(fold, steps[lo:hi], golds[lo:hi], scorer, insight)
+                recs, decs = self.records_for(fold, steps[lo:hi], golds[lo:hi], scorer, insight, withheld[lo:hi])
                 records.extend(recs)
                 for e, gold, dec in zip(ready[lo:hi], golds[lo:hi], decs):
-                    e.apply(dec, gold)
+                    e.apply(dec, gold, self.cfg.max_steps_per_turn)
             bar.update(len(ready))
         bar.close()
-        tasks = [{"fold": fold, "trajectory_id": e.traj.id, "group": e.traj.group,
-                  "category": e.traj.metadata.get("category"), "success": all(e.turn_ok),
-                  "turns_ok": e.turn_ok, "steps": e.n_step} for e in episodes]
-        return records, tasks
+        return records, [e.verdict(fold) for e in episodes]
 
     # ---- latency -------------------------------------------------------------------------------
     def latencies(self, scorer: Scorer, insight, steps: Sequence[Step], fold: int) -> list[float]:
@@ -241,63 +248,11 @@ class Evaluator:
             self.res.embedder = cached
 
 
-class _Episode:
-    """One task in free-running: its live conversation, its own BFCL backends and the gold turns.
-
-    A turn ends when the executor answers without a call (the oracle: when the turn's gold calls
-    are all made) or at the cap; it succeeds when it ended within the cap and the backends' state
-    equals the gold state after that turn. The cap is ``max_steps`` steps, or the turn's number of
-    gold calls when that is larger: a step here is one call, while BFCL's 20-step limit counts model
-    responses, which may carry parallel calls (two long_context turns need 34 calls).
-    """
-
-    def __init__(self, traj: Trajectory):
-        from ..data.bfcl_env import BFCLEnv, gold_states
-
-        self.traj = traj
-        self.env = BFCLEnv.from_metadata(traj.metadata)
-        self.want = gold_states(traj)
-        self.turns = gold_turns(traj)
-        self.messages: list[dict] = [dict(m) for m in traj.messages if m.get("role") == "system"]
-        self.turn, self.n_step, self.turn_ok = -1, 0, []
-        self.outstanding: list[ToolCall] = []
-        self.steps_in_turn = self.gold_in_turn = 0
-        self.done = False
-        self._next_turn()
-
-    def _next_turn(self) -> None:
-        self.turn += 1
-        if self.turn >= len(self.turns):
-            self.done = True
-            return
-        user_msgs, gold_calls = self.turns[self.turn]
-        self.messages.extend(dict(m) for m in user_msgs)
-        self.outstanding, self.steps_in_turn, self.gold_in_turn = list(gold_calls), 0, len(gold_calls)
-
-    def end_turn(self, finished: bool) -> None:
-        state_ok = self.env.same_state(self.want[self.turn]) if self.turn < len(self.want) else True
-        self.turn_ok.append(bool(finished and state_ok))
-        self._next_turn()
-
-    def ready(self, oracle: bool, max_steps: int) -> bool:
-        """Close the turns that are over; True while this task needs another step."""
-        while not self.done and ((oracle and not self.outstanding)
-                                 or self.steps_in_turn >= max(max_steps, self.gold_in_turn)):
-            self.end_turn(finished=oracle and not self.outstanding)
-        return not self.done
-
-    def apply(self, dec, gold: ToolCall | None) -> None:
-        """Carry the executor's decision forward: execute its call on the backends, or end the turn."""
-        self.n_step += 1
-        self.steps_in_turn += 1
-        if dec.call is None:
-            # the text answer is not carried forward: gold conversations hold none, and the next
-            # context should look like the ones the scorer was trained on
-            self.end_turn(finished=True)
-            return
-        call = ToolCall(dec.call.name, dict(dec.call.arguments), dec.call.id or f"fr-{self.traj.id}-{self.n_step}")
-        result = self.env.execute(call.name, dict(call.arguments))
-        self.messages.append({"role": "assistant", "content": dec.text or None, "tool_calls": [call.to_openai()]})
-        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        if gold is not None and call.name == gold.name:
-            self.outstanding.pop(0)
+def without(presented: Sequence[int], ranking: Sequence[int], withheld: set[int]) -> tuple[int, ...]:
+    """``presented`` minus the ``withheld`` tool ids, each removed one replaced by the next ranked tool
+    that is neither withheld nor presented (so the model still sees as many tools)."""
+    if not withheld.intersection(presented):
+        return tuple(presented)
+    kept = [j for j in presented if j not in withheld]
+    refill = (j for j in ranking if j not in withheld and j not in presented)
+    return tuple(kept) + tuple(j for _, j in zip(range(len(presented) - len(kept)), refill))

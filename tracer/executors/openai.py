@@ -1,8 +1,9 @@
-"""An executor for any OpenAI-compatible chat-completions endpoint, over the standard library's HTTP client.
+"""An executor for any OpenAI-compatible chat-completions endpoint, over ``httpx``.
 
 The client POSTs ``{base_url}/chat/completions`` with the conversation, the presented tools (best
 first, as OpenAI tool objects) and ``tool_choice``, and reads the first choice's first tool call.
-There is no dependency on the ``openai`` package.
+There is no dependency on the ``openai`` package: what we need from it (a deadline over the whole
+request, a cap on the reply's size, a strict check of the reply's shape) it does not do.
 
 A local model speaks this protocol through vLLM's server, with a tool-call parser that matches
 the model's chat template::
@@ -16,16 +17,27 @@ Without ``--enable-auto-tool-choice`` the server rejects ``tool_choice: auto`` w
 not retried. A local server needs no key: when the ``api_key_env`` variable is unset no
 ``Authorization`` header is sent.
 
+Each HTTP attempt has one deadline, ``timeout_s``, over connecting, sending and reading the whole
+reply (a server that drips bytes is cut at the deadline, not kept alive by each byte), and a reply
+longer than ``max_response_bytes`` is dropped as it arrives. Requests run on one asyncio event
+loop per :meth:`OpenAIExecutor.choose`, at most ``concurrency`` in flight.
+
 Decisions:
+    * the reply must have the shape of a chat completion (:class:`Completion`, checked strictly:
+      ``message`` an object, ``tool_calls`` a list of objects, ``function`` an object, ``usage``
+      non-negative integers); any other shape is ``Decision(call=None, error=...)``, one counted
+      error for that step, never an exception;
     * the first tool call of the first choice is the decision; further calls are counted in
       ``raw["n_tool_calls"]`` and otherwise ignored;
-    * arguments that are not a JSON object -> ``Decision(call=None, malformed=True)``, with the
-      name and the raw argument text kept in ``raw``; empty arguments (``""`` or null) are ``{}``;
-    * a call naming a tool that was not presented is still a call (the backend will reject it in
-      free-running); it is flagged ``raw["not_presented"] = True``;
-    * connection errors, timeouts, HTTP 429 and 5xx are retried with exponential back-off
-      (``backoff_s * 2**k``, or the server's ``Retry-After`` when that is longer); other 4xx are
-      not retried. A request that still fails is ``Decision(call=None, error=...)``.
+    * a call without a name, or whose arguments are not a JSON object -> ``Decision(call=None,
+      malformed=True)``, with the name and the raw argument text kept in ``raw``; empty arguments
+      (``""`` or null) are ``{}``;
+    * a call naming a tool that was not presented is still a call (the evaluation counts it as an
+      unpresented call, never a correct selection); it is flagged ``raw["not_presented"] = True``;
+    * connection errors, deadline overruns, HTTP 429 and 5xx are retried with exponential back-off
+      (``backoff_s * 2**k``, or the server's ``Retry-After`` when that is longer); other 4xx, an
+      oversized reply and a wrong-shaped one are not. A request that still fails is
+      ``Decision(call=None, error=...)``.
 
 Counters (thread-safe, cumulative over the executor's life): ``n_requests`` (logical requests:
 decisions and completions, not HTTP attempts), ``n_retries`` (extra attempts), ``n_errors``
@@ -35,19 +47,18 @@ decisions and completions, not HTTP attempts), ``n_retries`` (extra attempts), `
 
 from __future__ import annotations
 
-import http.client
+import asyncio
 import json
 import os
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import httpx
 
 from ..types import ToolCall
 from .base import Decision, Request
+from .completion_schema import Completion, ValidationError, describe_error
 
 RETRY_AFTER_CAP_S = 60.0  # never sleep longer than this on a server's Retry-After
 
@@ -56,8 +67,16 @@ class ExecutorError(RuntimeError):
     """A request to the model server failed for good (after retries, or with a non-retryable status)."""
 
 
+class _Retryable(Exception):
+    """One attempt failed in a way worth another try (``retry_after``: the server's wish, in seconds)."""
+
+    def __init__(self, message: str, retry_after: float = 0.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class OpenAIExecutor:
-    """Chat-completions client with tool calling, retries and a concurrency limit.
+    """Chat-completions client with tool calling, a deadline per attempt, retries and a concurrency limit.
 
     Args:
         base_url: the API root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended).
@@ -65,10 +84,11 @@ class OpenAIExecutor:
         api_key_env: environment variable holding the API key (unset or empty: no auth header).
         tool_choice: sent as is (``"auto"``, ``"required"``, ``"none"`` or a named-function object).
         temperature, max_tokens: sampling settings sent with every request.
-        timeout_s: socket timeout of one HTTP attempt.
+        timeout_s: deadline of one HTTP attempt, from connecting to the reply's last byte.
         max_retries: retries after the first attempt (so at most ``max_retries + 1`` attempts).
         concurrency: how many requests :meth:`choose` keeps in flight at once.
         backoff_s: first retry delay; doubles at each retry.
+        max_response_bytes: a longer reply is an error (not retried).
         extra_body: extra JSON fields merged into every request body last (e.g. ``seed``,
             ``top_p``, vLLM's ``chat_template_kwargs``); they override the fields above.
     """
@@ -79,28 +99,30 @@ class OpenAIExecutor:
     def __init__(self, base_url: str, model: str, api_key_env: str | None = "OPENAI_API_KEY",
                  tool_choice: Any = "auto", temperature: float = 0.0, max_tokens: int = 512,
                  timeout_s: float = 60, max_retries: int = 4, concurrency: int = 8, backoff_s: float = 0.5,
-                 extra_body: Mapping[str, Any] | None = None, **_: Any):
+                 max_response_bytes: int = 8_000_000, extra_body: Mapping[str, Any] | None = None, **_: Any):
         if not base_url or not model:
             raise ValueError("OpenAIExecutor needs base_url and model (e.g. executor.model=Qwen/Qwen2.5-7B-Instruct)")
         if concurrency < 1 or max_retries < 0:
             raise ValueError(f"need concurrency >= 1 and max_retries >= 0, got {concurrency} and {max_retries}")
+        if not timeout_s > 0 or max_response_bytes < 1:
+            raise ValueError(f"need timeout_s > 0 and max_response_bytes >= 1, got {timeout_s} and {max_response_bytes}")
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
         self.model = model
         self.tool_choice = tool_choice
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.timeout_s = timeout_s
+        self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
         self.concurrency = concurrency
         self.backoff_s = backoff_s
+        self.max_response_bytes = max_response_bytes
         self.extra_body = dict(extra_body or {})
         self.tokenizer_name = f"server:{model}"  # prompt tokens are the server's own count (usage)
         api_key = os.environ.get(api_key_env) if api_key_env else None
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._opener = urllib.request.build_opener()  # honours the *_proxy / no_proxy environment
         self._lock = threading.Lock()
         self.n_requests = self.n_retries = self.n_errors = self.n_malformed = 0
         self.prompt_tokens = self.completion_tokens = 0
@@ -113,27 +135,17 @@ class OpenAIExecutor:
     def choose(self, requests: Sequence[Request]) -> list[Decision]:
         """One decision per request, in order; up to ``concurrency`` requests in flight at once."""
         requests = list(requests)
-        if len(requests) <= 1 or self.concurrency == 1:
-            return [self._choose_one(r) for r in requests]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests)),
-                                thread_name_prefix="tracer-openai") as pool:
-            return list(pool.map(self._choose_one, requests))  # map keeps the input order
+        return asyncio.run(self._gather([self._payload(r.messages, r.tools) for r in requests],
+                                        [r.tools for r in requests])) if requests else []
 
     def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
         """Free text for ``messages`` (no tools). Raises :class:`ExecutorError` when the request fails."""
-        body, error = self._post(self._payload(messages, ()))
-        if error is None:
-            try:
-                message = body["choices"][0]["message"]
-            except (KeyError, IndexError, TypeError):
-                error = f"response from {self.url} has no choices[0].message: {_clip(body)}"
-        if error is not None:
-            self._count(n_errors=1)
-            raise ExecutorError(error)
-        self._count_usage(body)
-        return message.get("content") or ""
+        [d] = asyncio.run(self._gather([self._payload(messages, ())], [()]))
+        if d.error is not None:
+            raise ExecutorError(d.error)
+        return d.text
 
-    # -- one request -----------------------------------------------------------------------------
+    # -- requests --------------------------------------------------------------------------------
 
     def _payload(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict:
         payload: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages]}
@@ -145,74 +157,93 @@ class OpenAIExecutor:
         payload.update(self.extra_body)
         return payload
 
-    def _choose_one(self, request: Request) -> Decision:
-        body, error = self._post(self._payload(request.messages, request.tools))
-        if error is not None:
-            self._count(n_errors=1)
-            return Decision(call=None, error=error)
-        return self._decision(body, request.tools)
+    async def _gather(self, payloads: Sequence[dict], tools: Sequence[Sequence[Mapping[str, Any]]]) -> list[Decision]:
+        limit = asyncio.Semaphore(self.concurrency)
+        # the deadline is ours (asyncio.timeout); httpx's own timeouts only back it up
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers,
+                                     limits=httpx.Limits(max_connections=self.concurrency)) as http:
+            async def one(payload: dict, presented: Sequence[Mapping[str, Any]]) -> Decision:
+                async with limit:
+                    body, error = await self._post(http, payload)
+                if error is not None:
+                    self._count(n_errors=1)
+                    return Decision(call=None, error=error)
+                return self._decision(body, presented)
 
-    def _decision(self, body: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]) -> Decision:
-        prompt_tokens, completion_tokens = self._count_usage(body)
-        choices = body.get("choices") or []
-        if not choices or not isinstance(choices[0], Mapping):
-            self._count(n_errors=1)
-            return Decision(call=None, error=f"response from {self.url} has no choices: {_clip(body)}")
-        choice = choices[0]
-        message = choice.get("message") or {}
-        text = message.get("content") or ""
-        raw: dict[str, Any] = {"finish_reason": choice.get("finish_reason")}
-        if message.get("reasoning_content"):  # vLLM reasoning parsers put the thinking here
-            raw["reasoning"] = message["reasoning_content"]
-        tool_calls = message.get("tool_calls") or []
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
-        if not tool_calls:
-            return Decision(call=None, text=text, raw=raw, **usage)
+            return list(await asyncio.gather(*(one(p, t) for p, t in zip(payloads, tools))))
 
-        raw["n_tool_calls"] = len(tool_calls)
-        first = tool_calls[0] if isinstance(tool_calls[0], Mapping) else {}
-        function = first.get("function") or {}
-        name, arguments = function.get("name"), function.get("arguments")
-        parsed = _parse_arguments(arguments)
-        if not isinstance(name, str) or not name or parsed is None:
-            self._count(n_malformed=1)
-            raw.update(name=name, arguments=arguments)
-            return Decision(call=None, text=text, malformed=True, raw=raw, **usage)
-        if name not in {t["function"]["name"] for t in tools}:
-            raw["not_presented"] = True
-        call = ToolCall(name=name, arguments=parsed, id=str(first.get("id") or ""))
-        return Decision(call=call, text=text, raw=raw, **usage)
-
-    def _post(self, payload: Mapping[str, Any]) -> tuple[dict | None, str | None]:
-        """POST with retries. Returns ``(body, None)`` or ``(None, error text)``."""
+    async def _post(self, http: httpx.AsyncClient, payload: Mapping[str, Any]) -> tuple[bytes | None, str | None]:
+        """POST with retries. Returns ``(raw reply, None)`` or ``(None, error text)``."""
         self._count(n_requests=1)
         data = json.dumps(payload).encode("utf-8")
         last = ""
         for attempt in range(self.max_retries + 1):
-            retry_after = 0.0
             try:
-                http_request = urllib.request.Request(self.url, data=data, headers=self._headers, method="POST")
-                with self._opener.open(http_request, timeout=self.timeout_s) as response:
-                    raw = response.read()
-            except urllib.error.HTTPError as e:  # a status >= 400; must come before URLError/OSError
-                last = f"HTTP {e.code} from {self.url}: {_error_detail(e)}"
-                if e.code != 429 and e.code < 500:
-                    return None, last
-                retry_after = _retry_after(e.headers)
-            except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out, cut short
-                last = f"{type(e).__name__} talking to {self.url}: {getattr(e, 'reason', None) or e}"
-            else:
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    return None, f"invalid JSON from {self.url}: {_clip(raw)}"
-                if not isinstance(body, dict):
-                    return None, f"unexpected response from {self.url}: {_clip(body)}"
-                return body, None
+                async with asyncio.timeout(self.timeout_s):
+                    return await self._attempt(http, data), None
+            except _Retryable as e:
+                last, retry_after = str(e), e.retry_after
+            except TimeoutError:
+                last, retry_after = f"no complete reply from {self.url} within {self.timeout_s:g} s", 0.0
+            except httpx.TransportError as e:  # refused, reset, cut short
+                last, retry_after = f"{type(e).__name__} talking to {self.url}: {_causes(e)}", 0.0
+            except ExecutorError as e:  # not worth another try
+                return None, str(e)
             if attempt < self.max_retries:
                 self._count(n_retries=1)
-                time.sleep(max(self.backoff_s * 2**attempt, retry_after))
+                await asyncio.sleep(max(self.backoff_s * 2**attempt, retry_after))
         return None, f"gave up after {self.max_retries + 1} attempts: {last}"
+
+    async def _attempt(self, http: httpx.AsyncClient, data: bytes) -> bytes:
+        """One HTTP attempt: the reply's bytes, read up to ``max_response_bytes``."""
+        async with http.stream("POST", self.url, content=data) as response:
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > self.max_response_bytes:
+                raise ExecutorError(f"reply from {self.url} is {declared} bytes, over max_response_bytes="
+                                    f"{self.max_response_bytes}")
+            raw = bytearray()
+            async for chunk in response.aiter_bytes():
+                raw += chunk
+                if len(raw) > self.max_response_bytes:
+                    raise ExecutorError(f"reply from {self.url} is over max_response_bytes={self.max_response_bytes}")
+        if response.status_code >= 400:
+            detail = f"HTTP {response.status_code} from {self.url}: {_error_detail(bytes(raw), response.reason_phrase)}"
+            if response.status_code == 429 or response.status_code >= 500:
+                raise _Retryable(detail, _retry_after(response.headers))
+            raise ExecutorError(detail)
+        return bytes(raw)
+
+    # -- the reply -------------------------------------------------------------------------------
+
+    def _decision(self, raw: bytes, tools: Sequence[Mapping[str, Any]]) -> Decision:
+        try:
+            reply = Completion.model_validate_json(raw)
+        except ValidationError as e:
+            self._count(n_errors=1)
+            what = "invalid JSON" if any(err["type"] == "json_invalid" for err in e.errors()) else "wrong shape"
+            return Decision(call=None, error=f"{what} in reply from {self.url}: {describe_error(e)} ({_clip(raw)})")
+        usage = {"prompt_tokens": reply.usage.prompt_tokens if reply.usage else None,
+                 "completion_tokens": reply.usage.completion_tokens if reply.usage else None}
+        self._count(prompt_tokens=usage["prompt_tokens"] or 0, completion_tokens=usage["completion_tokens"] or 0)
+        choice = reply.choices[0]
+        message = choice.message
+        text = message.content or ""
+        out: dict[str, Any] = {"finish_reason": choice.finish_reason}
+        if message.reasoning_content:
+            out["reasoning"] = message.reasoning_content
+        if not message.tool_calls:
+            return Decision(call=None, text=text, raw=out, **usage)
+        out["n_tool_calls"] = len(message.tool_calls)
+        first = message.tool_calls[0]
+        name, arguments = first.function.name, first.function.arguments
+        parsed = _parse_arguments(arguments)
+        if not name or parsed is None:
+            self._count(n_malformed=1)
+            out.update(name=name, arguments=arguments)
+            return Decision(call=None, text=text, malformed=True, raw=out, **usage)
+        if name not in {t["function"]["name"] for t in tools}:
+            out["not_presented"] = True
+        return Decision(call=ToolCall(name=name, arguments=parsed, id=first.id or ""), text=text, raw=out, **usage)
 
     # -- counters --------------------------------------------------------------------------------
 
@@ -220,14 +251,6 @@ class OpenAIExecutor:
         with self._lock:
             for key, value in increments.items():
                 setattr(self, key, getattr(self, key) + value)
-
-    def _count_usage(self, body: Mapping[str, Any]) -> tuple[int | None, int | None]:
-        usage = body.get("usage") or {}
-        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        prompt = prompt if isinstance(prompt, int) else None
-        completion = completion if isinstance(completion, int) else None
-        self._count(prompt_tokens=prompt or 0, completion_tokens=completion or 0)
-        return prompt, completion
 
     @property
     def counters(self) -> dict[str, int]:
@@ -243,8 +266,6 @@ def _parse_arguments(arguments: Any) -> dict | None:
         return {}
     if isinstance(arguments, Mapping):  # some servers send an object instead of a JSON string
         return dict(arguments)
-    if not isinstance(arguments, str):
-        return None
     try:
         parsed = json.loads(arguments)
     except ValueError:
@@ -252,12 +273,8 @@ def _parse_arguments(arguments: Any) -> dict | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-def _error_detail(e: urllib.error.HTTPError) -> str:
+def _error_detail(raw: bytes, reason: str) -> str:
     """The server's error message (OpenAI's ``{"error": {"message": ...}}``, else the body's start)."""
-    try:
-        raw = e.read()
-    except (OSError, http.client.HTTPException):
-        return e.reason or ""
     try:
         body = json.loads(raw)
         err = body.get("error", body) if isinstance(body, dict) else body
@@ -266,10 +283,22 @@ def _error_detail(e: urllib.error.HTTPError) -> str:
             return str(message)[:500]
     except ValueError:
         pass
-    return _clip(raw) or str(e.reason or "")
+    return _clip(raw) or reason
 
 
-def _retry_after(headers: Any) -> float:
+def _causes(e: BaseException) -> str:
+    """An exception and what caused it (httpx says "All connection attempts failed"; the cause says refused)."""
+    parts, seen = [], set()
+    while e is not None and id(e) not in seen and len(parts) < 4:
+        seen.add(id(e))
+        text = f"{type(e).__name__} {e}" if type(e) is not OSError and isinstance(e, OSError) else str(e)
+        if text and text not in parts:
+            parts.append(text)
+        e = e.__cause__ or e.__context__
+    return ": ".join(parts) or "connection failed"
+
+
+def _retry_after(headers: Mapping[str, str]) -> float:
     try:
         return min(max(float(headers.get("Retry-After") or 0), 0.0), RETRY_AFTER_CAP_S)
     except (TypeError, ValueError):  # an HTTP date, or garbage: fall back to our own back-off

@@ -208,15 +208,19 @@ class HEPMScorer:
         scores.extra["guidance_chars"] = torch.tensor([len(g) for g in scores.guidance])
         return scores
 
-    def guidance_lines(self, scores: Scores, summarised: torch.Tensor) -> list[str]:
+    def suggested(self, scores: Scores) -> list[list[int]]:
+        """The registry ids each step's guidance line suggests (best first; empty: no line, no successors)."""
         ranking = rank(scores.primary, scores.fallback, torch.zeros_like(scores.fell_back))  # [B, N]
+        return [ranking[i, :min(self.suggest, int(scores.n_children[i]))].tolist() for i in range(len(ranking))]
+
+    def guidance_lines(self, scores: Scores, summarised: torch.Tensor) -> list[str]:
         lines = []
-        for i in range(len(ranking)):
-            k = min(self.suggest, int(scores.n_children[i]))
+        for i, ids in enumerate(self.suggested(scores)):
+            k = len(ids)
             if k == 0:
                 lines.append("")
                 continue
-            tools = ", ".join(self.res.registry[t].name for t in ranking[i, :k].tolist())
+            tools = ", ".join(self.res.registry[t].name for t in ids)
             how = "recalled by state summary" if summarised[i] else "by transition weight"
             lines.append(f"[H-EPM memory; {self.summarizer.label}; summarise: {self.effective_policy}] "
                          f"Suggested next tool{'s' if k > 1 else ''} ({how}): {tools}")
