@@ -152,7 +152,7 @@ class StubOpenAIServer:
         finally:
             with self._lock:  # before the reply is written: the client cannot start its next one earlier
                 self.in_flight -= 1
-        streamed = status == 200 and reply.get("_stream")
+        streamed = status == 200 and isinstance(reply, dict) and reply.get("_stream")
         data = _sse(reply) if streamed else json.dumps(reply).encode("utf-8")
         with self._lock:
             self.replies.append(data)
