@@ -326,3 +326,30 @@ def test_wandb_offline_run_holds_the_summary(native_dir, tmp_path):
     blob = files[0].read_bytes()
     assert b"recall_at_k_mean" in blob and b"fold/mrr" in blob
     assert (run / "metrics.json").exists()
+
+
+def test_paired_report_over_one_fold_uses_only_its_steps(tmp_path):
+    """``report --paired A B --folds 0``: the test and the means are over fold 0's steps alone."""
+    def run(name: str, ranks: dict[tuple[int, int], int]) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        rows = [StepRecord(fold=f, trajectory_id=f"t{i}", group=f"g{i}", step=0, turn=0, position=0, gold="a",
+                           gold_rank=r, ranking=[], presented=[], in_trie=None, fell_back=None, kappa=None,
+                           selected=None, correct=None, hit_at_k=r <= 5, prompt_tokens=0, prompt_tokens_local=0,
+                           full_registry_tokens=0).to_json() for (f, i), r in ranks.items()]
+        (d / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return d
+
+    # fold 0: A hits 3 of 4 steps, B 1 of 4; fold 1 (left out) would flip the difference
+    a = run("a", {(0, 0): 1, (0, 1): 2, (0, 2): 3, (0, 3): 9, (1, 4): 9, (1, 5): 9, (1, 6): 9, (1, 7): 9})
+    b = run("b", {(0, 0): 1, (0, 1): 8, (0, 2): 8, (0, 3): 8, (1, 4): 1, (1, 5): 1, (1, 6): 1, (1, 7): 1})
+    out = subprocess.run([sys.executable, "-m", "tracer.eval.report", "--paired", str(a), str(b), "--folds", "0"],
+                         capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout)
+    assert res["n"] == 4 and res["folds"] == [0]
+    assert res["mean_a"] == 0.75 and res["mean_b"] == 0.25 and res["mean_diff"] == pytest.approx(0.5)
+    mrr = json.loads(subprocess.run([sys.executable, "-m", "tracer.eval.report", "--paired", str(a), str(b),
+                                     "--metric", "rr"], capture_output=True, text=True, check=True).stdout)
+    # all 8 steps: A (1 + 1/2 + 1/3 + 1/9 + 4/9) / 8, B (1 + 3/8 + 4) / 8
+    assert mrr["n"] == 8 and mrr["mean_a"] == pytest.approx((1 + 1 / 2 + 1 / 3 + 5 / 9) / 8)
+    assert mrr["mean_b"] == pytest.approx((1 + 3 / 8 + 4) / 8)

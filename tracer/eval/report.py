@@ -153,12 +153,13 @@ def report(dirs: Sequence[str | Path], out: str | Path, columns: Sequence[str] =
     return {"runs": len(rows), "markdown": md, "out": str(out)}
 
 
-def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed: int = 0) -> dict:
-    """Paired test of a per-step outcome (``hit_at_k``, ``correct``, or ``rr`` for reciprocal rank)."""
+def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed: int = 0,
+           folds: Sequence[int] | None = None) -> dict:
+    """Paired test of a per-step outcome (``hit_at_k``, ``correct``, or ``rr`` for reciprocal rank),
+    over the steps of ``folds`` only when given (e.g. a checkpoint trained for one outer fold)."""
     def outcomes(run):
         recs = read_steps(Path(run) / "steps.jsonl")
-        key = {(r.fold, r.trajectory_id, r.step): r for r in recs}
-        return key
+        return {(r.fold, r.trajectory_id, r.step): r for r in recs if folds is None or r.fold in folds}
 
     a, b = outcomes(run_a), outcomes(run_b)
     if set(a) != set(b):
@@ -170,8 +171,11 @@ def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed:
             return 1.0 / r.gold_rank if r.gold_rank else 0.0
         return float(bool(getattr(r, metric)))
 
-    res = paired_test([val(a[k]) for k in keys], [val(b[k]) for k in keys], seed=seed)
-    res.update(metric=metric, a=str(run_a), b=str(run_b))
+    va, vb = [val(a[k]) for k in keys], [val(b[k]) for k in keys]
+    res = paired_test(va, vb, seed=seed)
+    res.update(metric=metric, a=str(run_a), b=str(run_b),
+               mean_a=sum(va) / max(len(va), 1), mean_b=sum(vb) / max(len(vb), 1),
+               **({"folds": sorted(folds)} if folds is not None else {}))
     return res
 
 
@@ -182,11 +186,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--paired", nargs=2, metavar=("RUN_A", "RUN_B"))
     p.add_argument("--metric", default="hit_at_k", choices=["hit_at_k", "correct", "rr"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--folds", type=lambda v: [int(f) for f in v.split(",")], default=None,
+                   help="with --paired: only the steps of these outer folds (comma-separated)")
     p.add_argument("--columns", default=",".join(COLUMNS), help="comma-separated metric names for the table")
     p.add_argument("--compact", action="store_true", help="leave dataset/tools/regime/executor out of the Markdown")
     a = p.parse_args(argv)
     if a.paired:
-        print(json.dumps(paired(*a.paired, metric=a.metric, seed=a.seed), indent=2))
+        print(json.dumps(paired(*a.paired, metric=a.metric, seed=a.seed, folds=a.folds), indent=2))
         return
     if not a.dirs:
         p.error("give run directories, or --paired RUN_A RUN_B")
