@@ -35,9 +35,9 @@ from omegaconf import OmegaConf
 
 from tracer.config import build_dataset, build_embedder
 from tracer.folds import kfold
+from tracer.plus_model import save_candidate_model
 from tracer.scorers import build_scorer
 from tracer.scorers.base import Resources, finalize, training_steps
-from tracer.scorers.tracer_plus import save_candidate_model
 from tracer.transfer import fit_transfer_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,10 +18,10 @@ from conftest import TINY_TOOLS, KeywordEmbedder, call, result, tiny_trajectorie
 from tracer.data import write_native
 from tracer.folds import kfold
 from tracer.online import scorer_tries, update_scorer
+from tracer.plus_model import CandidateModel, save_candidate_model
 from tracer.retriever import Retriever
 from tracer.scorers import build_scorer, finalize
 from tracer.scorers.base import Resources
-from tracer.scorers.tracer_plus import CandidateModel, save_candidate_model
 from tracer.steps import extract_all
 from tracer.types import Registry, Tool, Trajectory
 

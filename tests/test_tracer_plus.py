@@ -34,18 +34,18 @@ from tracer.plus_features import (
     keep_mask,
     parse_key,
 )
-from tracer.scorers import build_scorer, finalize
-from tracer.scorers.base import Resources, fallback_scores, training_steps
-from tracer.scorers.tracer_plus import (
+from tracer.plus_model import (
     IGNORE,
     CandidateData,
     CandidateModel,
-    TracerPlusScorer,
     _nll,
     build_index,
     inner_fold_candidates,
     train_model,
 )
+from tracer.scorers import build_scorer, finalize
+from tracer.scorers.base import Resources, fallback_scores, training_steps
+from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.steps import extract_all, extract_steps
 from tracer.store import current_snapshot
 from tracer.trie import StateKey

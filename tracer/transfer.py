@@ -17,14 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .folds import inner_seed
+from .plus_model import CandidateData, CandidateModel, inner_fold_candidates, train_model
 from .scorers.base import Resources, fallback_scores, training_steps
-from .scorers.tracer_plus import (
-    CandidateData,
-    CandidateModel,
-    TracerPlusScorer,
-    inner_fold_candidates,
-    train_model,
-)
+from .scorers.tracer_plus import TracerPlusScorer
 from .types import Trajectory
 
 
