@@ -221,7 +221,10 @@ def collect(root: Path, keep: int = 2) -> list[str]:
             if sid == current_snapshot(root):  # the pointer never moves back, but check under the lock
                 continue
             trash = snaps / f"{TRASH}{sid}"
-            os.replace(snaps / sid, trash)     # readers that resolve it now find no manifest and retry
+            try:
+                os.replace(snaps / sid, trash)  # readers that resolve it now find no manifest and retry
+            except FileNotFoundError:  # another writer collected it between our open and our lock
+                continue
         finally:
             os.close(fd)
         shutil.rmtree(trash, ignore_errors=True)
