@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 describe: $(STAMP)
-	$(PY) -m tracer.describe bfcl tau2 apibank
+	$(PY) -m tracer.data.describe bfcl tau2 apibank
 
 bench: $(STAMP)
 	$(PY) scripts/bench_retriever.py

@@ -24,12 +24,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def run(cfg: DictConfig, out: Path) -> dict:
     import torch
 
-    from tracer import blend
-    from tracer.config import build_dataset, build_embedder, build_scorer_cfg, plain
-    from tracer.io import atomic_save, atomic_write_text, write_json
-    from tracer.logging import build_logger
-    from tracer.scorers.base import Resources
-    from tracer.validate import TRAIN_INTS, check_config
+    from tracer.build import build_dataset, build_embedder, build_scorer_cfg, plain
+    from tracer.core.io import atomic_save, atomic_write_text, write_json
+    from tracer.core.loggers import build_logger
+    from tracer.core.validate import TRAIN_INTS, check_config
+    from tracer.learn import blend
+    from tracer.scoring.base import Resources
 
     check_config(plain(cfg), TRAIN_INTS)  # before any work: a bad override is named, nothing is written
     torch.manual_seed(cfg.seed)

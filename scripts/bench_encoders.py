@@ -22,13 +22,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 
-from tracer.config import build_dataset
-from tracer.context import ContextRendering
-from tracer.embed import SentenceTransformerEmbedder
-from tracer.encoders.onnx import OnnxEmbedder
-from tracer.encoders.static import StaticEmbedder
-from tracer.steps import extract_all
-from tracer.threads import one_thread
+from tracer.build import build_dataset
+from tracer.core.context import ContextRendering
+from tracer.core.steps import extract_all
+from tracer.core.threads import one_thread
+from tracer.encode.embedders import SentenceTransformerEmbedder
+from tracer.encode.onnx import OnnxEmbedder
+from tracer.encode.static import StaticEmbedder
 
 
 def main() -> None:

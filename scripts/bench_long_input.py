@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from tracer.embed import CachedEmbedder, SentenceTransformerEmbedder
+from tracer.encode.embedders import CachedEmbedder, SentenceTransformerEmbedder
 from tracer.retriever import Retriever
 
 SENTENCE = "Find me a flight to Boston and book it. "

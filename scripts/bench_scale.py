@@ -105,11 +105,11 @@ def node_table_bytes(trie, sample: int = 20000) -> int:
 
 
 def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tensor, out_dir: Path) -> dict:
-    from tracer.index import ToolIndex
-    from tracer.scorers.base import Resources
+    from tracer.core.types import Registry, Tool
+    from tracer.encode.index import ToolIndex
+    from tracer.memory.trie import ExecutionTrie
     from tracer.scorers.tracer import TracerScorer
-    from tracer.trie import ExecutionTrie
-    from tracer.types import Registry, Tool
+    from tracer.scoring.base import Resources
 
     class RandomEmbedder:  # stands in for the embedder in the saved index's metadata; never encodes
         name, dim = f"random-unit-{args.dim}", args.dim

@@ -27,11 +27,11 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    from tracer.config import build_dataset, build_embedder
-    from tracer.folds import assign_folds
+    from tracer.build import build_dataset, build_embedder
+    from tracer.core.folds import assign_folds
+    from tracer.core.steps import extract_all
     from tracer.scorers import build_scorer, finalize
-    from tracer.scorers.base import Resources
-    from tracer.steps import extract_all
+    from tracer.scoring.base import Resources
 
     ds = build_dataset({"loader": "bfcl", "name": "bfcl"}, {"preset": a.registry})
     res = Resources.build(ds.registry, build_embedder({}), device="cpu")

@@ -4,16 +4,16 @@
     nice -n 10 python scripts/bench_update.py --scale 1000000      # the 1M corpus of bench_scale.py
 
 BFCL (fold 0's training split): the scorer is fitted on all but the last ``--add`` trajectories of
-a seeded arrival order, which are then added through :func:`tracer.online.update_scorer` one at a
+a seeded arrival order, which are then added through :func:`tracer.online.updates.update_scorer` one at a
 time and in batches of 10 and 100. Contexts come from an embedding cache that holds them already
 (a deterministic text-hash encoder stands in for MiniLM, whose ~5-20 ms per context on this CPU is
 the embedding's cost, not the update's): what is timed is rendering, cache lookups, every trie's
 update (in place when all edges exist, else the sorted merge) and re-attaching (tracer_plus's
-tables). Refit: the seconds one :meth:`tracer.updater.Updater.refit` takes on the whole split.
+tables). Refit: the seconds one :meth:`tracer.online.updater.Updater.refit` takes on the whole split.
 
 Scale (``scripts/bench_scale.py``'s seeded chain over 10,000 tools, random unit contexts, d = 384,
 prefix key): a trie built from ``--scale`` trajectories, then fresh trajectories added in batches of
-1, 10, 100 and 1,000 through :func:`tracer.online.add_steps`.
+1, 10, 100 and 1,000 through :func:`tracer.online.updates.add_steps`.
 
 Times are thread CPU time (one torch thread). Prints a Markdown table and the command.
 """
@@ -35,12 +35,12 @@ import numpy as np
 import torch
 from bench_scale import Chain, step_states, unit_rows
 
-from tracer.embed import CachedEmbedder
-from tracer.folds import kfold
-from tracer.online import add_steps, update_scorer
+from tracer.core.folds import kfold
+from tracer.encode.embedders import CachedEmbedder
+from tracer.online.updater import Updater
+from tracer.online.updates import add_steps, update_scorer
 from tracer.scorers import build_scorer
-from tracer.scorers.base import Resources, training_steps
-from tracer.updater import Updater
+from tracer.scoring.base import Resources, training_steps
 
 
 class HashEncoder:
@@ -93,7 +93,7 @@ def bfcl_rows(args) -> list[dict]:
 
 
 def scale_rows(args) -> list[dict]:
-    from tracer.trie import ExecutionTrie
+    from tracer.memory.trie import ExecutionTrie
 
     chain = Chain(args.tools, args.seed)
     names = [f"tool_{i:05d}" for i in range(args.tools)]

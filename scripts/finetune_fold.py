@@ -2,7 +2,7 @@
 
     python scripts/finetune_fold.py [--dataset bfcl] [--registry large] [--fold 0] [--folds 5] [--seed 0]
 
-The folds are evaluate.py's (tracer.folds.assign_folds on the groups, same seed), the pairs are
+The folds are evaluate.py's (tracer.core.folds.assign_folds on the groups, same seed), the pairs are
 the encoder_training config's (tracer_plus's query rendering, Tool.search_text); a second run
 with the same data and recipe finds the checkpoint and does not train.
 """
@@ -20,10 +20,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import OmegaConf
 
-from tracer.config import build_dataset
-from tracer.encoders.finetune import finetuned, train_info
+from tracer.build import build_dataset
+from tracer.core.folds import assign_folds
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.folds import assign_folds
+from tracer.learn.encoder import finetuned, train_info
 
 
 def main() -> None:

@@ -33,12 +33,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from tracer.core.folds import kfold
+from tracer.core.steps import extract_steps
 from tracer.data import Dataset, load_dataset
 from tracer.eval.tokens import TokenCounter
-from tracer.folds import kfold
 from tracer.retriever import Retriever
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose
-from tracer.steps import extract_steps
 
 MODES = ("plain", "plain, canonical order", "sticky", "sticky, no cap")
 

@@ -27,12 +27,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from tracer.config import build_dataset, build_embedder, build_scorer_cfg
+from tracer.build import build_dataset, build_embedder, build_scorer_cfg
+from tracer.core.steps import extract_all
 from tracer.eval.outputs import atomic_write_text, write_json
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
-from tracer.scorers.base import Resources, finalize
-from tracer.steps import extract_all
+from tracer.scoring.base import Resources, finalize
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSETS = ("all steps", "turn openings", "strongest edge wrong")

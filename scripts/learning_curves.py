@@ -9,7 +9,7 @@ trajectories are put in a seeded arrival order and every scorer is fitted on the
 (teacher forcing: successful held-out trajectories, gold in the registry), recall@1 and recall@k.
 Scorers: their configs in ``configs/scorer/`` (registry ``large``, MiniLM behind the shared
 embedding cache); ``tracer_plus_transfer`` is ``tracer_plus`` with the candidate model trained on
-the *other* datasets (:mod:`tracer.transfer`) instead of on the N trajectories: the cold start.
+the *other* datasets (:mod:`tracer.online.transfer`) instead of on the N trajectories: the cold start.
 A fit that cannot run at some N (e.g. the blend head without data) is recorded with its error.
 
 Writes ``<out>/<dataset>.csv`` (``<dataset>.<tag>.csv`` with ``--tag``; one row per fold, N, scorer), ``<out>/summary.md`` (mean ± SD over
@@ -33,12 +33,12 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from tracer.config import build_dataset, build_embedder
-from tracer.folds import kfold
-from tracer.plus_model import save_candidate_model
+from tracer.build import build_dataset, build_embedder
+from tracer.core.folds import kfold
+from tracer.learn.candidate_model import save_candidate_model
+from tracer.online.transfer import fit_transfer_model
 from tracer.scorers import build_scorer
-from tracer.scorers.base import Resources, finalize, training_steps
-from tracer.transfer import fit_transfer_model
+from tracer.scoring.base import Resources, finalize, training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SCORERS = ("vector", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")

@@ -1,4 +1,4 @@
-"""Does the character clip before tokenizing (tracer.embed.clip_texts) change any embedding on our datasets?
+"""Does the character clip before tokenizing (tracer.encode.embedders.clip_texts) change any embedding on our datasets?
 
     python scripts/text_lengths.py            # bfcl (executed), tau2, apibank
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import sys
 
-from tracer.context import ContextRendering
+from tracer.core.context import ContextRendering
 from tracer.data import load_dataset
-from tracer.embed import CHARS_PER_PIECE, SentenceTransformerEmbedder
+from tracer.encode.embedders import CHARS_PER_PIECE, SentenceTransformerEmbedder
 
 LONGEST = ContextRendering(window="all", calls="names_args", results="full", system=True)
 

@@ -10,13 +10,13 @@ import json
 import pytest
 import torch
 
-from tracer.types import Registry, Tool, Trajectory
+from tracer.core.types import Registry, Tool, Trajectory
 
 
 @pytest.fixture(scope="session")
 def minilm():
     """The bundled all-MiniLM-L6-v2 on CPU behind an in-memory cache (no disk cache)."""
-    from tracer.embed import CachedEmbedder, SentenceTransformerEmbedder
+    from tracer.encode.embedders import CachedEmbedder, SentenceTransformerEmbedder
 
     torch.manual_seed(0)
     return CachedEmbedder(SentenceTransformerEmbedder(device="cpu", progress=0))
@@ -102,7 +102,7 @@ def keyword_embedder() -> KeywordEmbedder:
 @pytest.fixture
 def tiny_resources(tiny_registry, keyword_embedder):
     """Resources over :data:`TINY_TOOLS` with the keyword embedder (exact FAISS, CPU, seed 0, no executor)."""
-    from tracer.scorers.base import Resources
+    from tracer.scoring.base import Resources
 
     return Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
 
@@ -122,7 +122,7 @@ class FixedRankScorer:
         return self
 
     def score(self, steps):
-        from tracer.scorers.base import Scores
+        from tracer.scoring.base import Scores
 
         reg = self.res.registry
         primary = -torch.arange(len(reg), dtype=torch.float32).repeat(len(steps), 1)  # [B, N] registry order

@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
-from tracer.scorers.base import Resources
+from tracer.core.types import Registry, Tool
 from tracer.scorers.tracer import TracerScorer
-from tracer.types import Registry, Tool
+from tracer.scoring.base import Resources
 
 N_VARIANTS = 3
 

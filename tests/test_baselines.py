@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 import torch
 
+from tracer.core.steps import extract_steps
+from tracer.core.types import Step, Trajectory
 from tracer.scorers import build_scorer, finalize
-from tracer.scorers.base import Resources
 from tracer.scorers.hepm import HEPMScorer
 from tracer.scorers.insight import InsightMemory, candidate_ks, select_k
 from tracer.scorers.summaries import call_outcomes, digest
-from tracer.steps import extract_steps
-from tracer.types import Step, Trajectory
+from tracer.scoring.base import Resources
 
 R2 = 1 / math.sqrt(2)
 

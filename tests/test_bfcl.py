@@ -17,6 +17,8 @@ from bfcl_eval.eval_checker.multi_turn_eval.func_source_code.gorilla_file_system
 )
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
+from tracer.core.errors import DataError
+from tracer.core.steps import extract_steps, iter_calls, turns_of
 from tracer.data import load_dataset
 from tracer.data.bfcl import (
     MISSING_FUNCTION_PROMPT,
@@ -27,8 +29,6 @@ from tracer.data.bfcl import (
     task_to_trajectory,
 )
 from tracer.data.bfcl_env import FAMILY_OF, BFCLEnv, gold_states
-from tracer.errors import DataError
-from tracer.steps import extract_steps, iter_calls, turns_of
 
 FAMILY_SIZES = {"gorilla_file_system": 18, "math_api": 17, "message_api": 10, "posting_api": 14, "ticket_api": 9,
                 "trading_bot": 20, "travel_booking": 18, "vehicle_control": 22}

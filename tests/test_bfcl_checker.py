@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
+from tracer.core.steps import gold_turns
+from tracer.core.types import ToolCall
 from tracer.data import Dataset, load_dataset
 from tracer.data.bfcl_checker import FORCE_TERMINATED, UNKNOWN_CALL, bfcl_verdict, call_string
 from tracer.eval.episodes import Episode
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import Decision, OracleExecutor
-from tracer.scorers.base import Resources
-from tracer.steps import gold_turns
-from tracer.types import ToolCall
+from tracer.scoring.base import Resources
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The blend head (tracer/blend.py): its loss against F.cross_entropy, gradients, bounds, what it
+"""The blend head (tracer/learn/blend.py): its loss against F.cross_entropy, gradients, bounds, what it
 learns on synthetic data where the context or the counts decide, inner-fold leakage and determinism.
 
 Synthetic data uses :class:`KeywordEmbedder`, which one-hot encodes known keywords (counts, then
@@ -15,7 +15,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tracer.blend import (
+from tracer.core.context import ContextRendering
+from tracer.core.folds import assign_folds, inner_seed
+from tracer.core.store import current_snapshot
+from tracer.core.types import Registry, Tool, Trajectory
+from tracer.learn.blend import (
     FEATURES,
     IGNORE,
     BlendHead,
@@ -25,13 +29,9 @@ from tracer.blend import (
     state_features,
     train_head,
 )
-from tracer.context import ContextRendering
-from tracer.folds import assign_folds, inner_seed
-from tracer.scorers.base import Resources, training_steps
+from tracer.memory.trie import ExecutionTrie, StateKey
 from tracer.scorers.tracer import PAPER_CONTEXT, TracerScorer
-from tracer.store import current_snapshot
-from tracer.trie import ExecutionTrie, StateKey
-from tracer.types import Registry, Tool, Trajectory
+from tracer.scoring.base import Resources, training_steps
 
 RENDER = ContextRendering.from_config(PAPER_CONTEXT)
 

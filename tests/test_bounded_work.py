@@ -1,4 +1,4 @@
-"""Bounded work per input: text is clipped by characters before tokenizing (tracer.embed.clip_texts), which
+"""Bounded work per input: text is clipped by characters before tokenizing (tracer.encode.embedders.clip_texts), which
 changes no embedding of natural text, and the rule's one documented limit; and no silent emptiness."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ import pytest
 import torch
 from conftest import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
+from tracer.core.types import Registry
 from tracer.data import Dataset
-from tracer.embed import CHARS_PER_PIECE, clip_texts
+from tracer.encode.embedders import CHARS_PER_PIECE, clip_texts
 from tracer.eval.job import summary_table
 from tracer.eval.outputs import metrics_document
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
 from tracer.scorers import build_scorer
-from tracer.scorers.base import Resources
-from tracer.types import Registry
+from tracer.scoring.base import Resources
 
 SENTENCES = ["Find me a flight from SFO to JFK tomorrow morning.", "Then book the cheapest one with a window seat.",
              "Email the confirmation to Bob and cancel the hotel.", "What is the weather like in Denver this week?"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import KeywordEmbedder
 
-from tracer.embed import CachedEmbedder
+from tracer.encode.embedders import CachedEmbedder
 
 TEXTS = ["book a flight", "the weather in Paris", "send an email", "list my files"]
 

@@ -1,4 +1,4 @@
-"""Fast encoders (tracer/encoders/onnx.py, static.py) against the real torch MiniLM, and their configs."""
+"""Fast encoders (tracer/encode/onnx.py, static.py) against the real torch MiniLM, and their configs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from conftest import TINY_TOOLS
 from omegaconf import OmegaConf
 
-from tracer.config import build_embedder
-from tracer.embed import CachedEmbedder
+from tracer.build import build_embedder
+from tracer.encode.embedders import CachedEmbedder
 
 pytest.importorskip("onnxruntime")
 
@@ -30,14 +30,14 @@ def torch_vectors(minilm):
 
 @pytest.fixture(scope="module")
 def onnx_fp32():
-    from tracer.encoders.onnx import OnnxEmbedder
+    from tracer.encode.onnx import OnnxEmbedder
 
     return OnnxEmbedder(variant="fp32")
 
 
 @pytest.fixture(scope="module")
 def onnx_int8():
-    from tracer.encoders.onnx import OnnxEmbedder
+    from tracer.encode.onnx import OnnxEmbedder
 
     return OnnxEmbedder(variant="int8")
 
@@ -74,7 +74,7 @@ def test_cache_keys_differ_by_variant_and_weights(onnx_fp32, onnx_int8, minilm, 
 
 
 def test_embedder_configs_build_the_fast_encoders(tmp_path):
-    from tracer.encoders.onnx import OnnxEmbedder
+    from tracer.encode.onnx import OnnxEmbedder
 
     cfg = OmegaConf.load("configs/embedder/onnx_int8.yaml")
     cfg.cache_dir = str(tmp_path)
@@ -86,7 +86,7 @@ def test_embedder_configs_build_the_fast_encoders(tmp_path):
 
 
 def test_onnx_rejects_an_unknown_variant():
-    from tracer.encoders.onnx import OnnxEmbedder
+    from tracer.encode.onnx import OnnxEmbedder
 
     with pytest.raises(ValueError, match="variant must be one of"):
         OnnxEmbedder(variant="fp16")
@@ -96,7 +96,7 @@ def test_onnx_rejects_an_unknown_variant():
 def test_static_embedder_is_deterministic_and_normalised(minilm):
     """Distils MiniLM once into .cache/encoders (about 1.5 CPU-minutes cold; reused after)."""
     pytest.importorskip("model2vec")
-    from tracer.encoders.static import StaticEmbedder
+    from tracer.encode.static import StaticEmbedder
 
     emb = StaticEmbedder()
     out = emb.encode(TEXTS)

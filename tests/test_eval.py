@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tracer.core.steps import extract_steps, gold_turns, step_from_messages
 from tracer.data import Dataset
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, paired_test
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
-from tracer.scorers.base import Resources, Scores
-from tracer.steps import extract_steps, gold_turns, step_from_messages
+from tracer.scoring.base import Resources, Scores
 
 ROOT = Path(__file__).resolve().parents[1]
 

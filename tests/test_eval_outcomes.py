@@ -11,12 +11,12 @@ import pytest
 from conftest import FixedRankScorer
 from stub_openai_server import StubOpenAIServer
 
+from tracer.core.steps import gold_turns
 from tracer.data import Dataset, load_dataset
 from tracer.eval.job import tokenizer_label
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.openai import OpenAIExecutor
-from tracer.scorers.base import Resources
-from tracer.steps import gold_turns
+from tracer.scoring.base import Resources
 
 ROOT = Path(__file__).resolve().parents[1]
 

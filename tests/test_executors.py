@@ -12,10 +12,10 @@ import types
 import pytest
 from stub_openai_server import StubOpenAIServer, count_prompt_tokens
 
+from tracer.core.types import Tool, ToolCall
 from tracer.executors import Executor, OracleExecutor, Request, build_executor
 from tracer.executors.openai import ExecutorError, OpenAIExecutor
 from tracer.executors.vllm import parse_tool_calls
-from tracer.types import Tool, ToolCall
 
 WEATHER = Tool("get_weather", "Current weather in a city.",
                {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}})

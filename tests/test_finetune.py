@@ -1,4 +1,4 @@
-"""Encoder fine-tuning (tracer/encoders/finetune.py) on the real MiniLM, and per-fold training without leakage."""
+"""Encoder fine-tuning (tracer/learn/encoder.py) on the real MiniLM, and per-fold training without leakage."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import pytest
 import torch
 from conftest import TINY_TOOLS, tiny_trajectories
 
-from tracer.context import ContextRendering
+from tracer.core.context import ContextRendering
+from tracer.core.types import Registry
 from tracer.data import Dataset
-from tracer.embed import SentenceTransformerEmbedder
-from tracer.encoders.finetune import (
+from tracer.encode.embedders import SentenceTransformerEmbedder
+from tracer.eval.fold_encoders import FoldEncoders
+from tracer.eval.runner import EvalConfig, Evaluator
+from tracer.executors.oracle import OracleExecutor
+from tracer.learn.encoder import (
     TrainConfig,
     checkpoint_dir,
     finetuned,
@@ -20,11 +24,7 @@ from tracer.encoders.finetune import (
     train_info,
     training_pairs,
 )
-from tracer.eval.fold_encoders import FoldEncoders
-from tracer.eval.runner import EvalConfig, Evaluator
-from tracer.executors.oracle import OracleExecutor
 from tracer.scorers import build_scorer
-from tracer.types import Registry
 
 RENDERING = ContextRendering(join_users=True)
 # a few dozen pairs, short texts: seconds on the CPU. A high learning rate so that 4 epochs show a trend.

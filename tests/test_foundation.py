@@ -8,13 +8,13 @@ import json
 import pytest
 import torch
 
-from tracer.context import ContextRendering
+from tracer.core.context import ContextRendering
+from tracer.core.errors import DataError
+from tracer.core.folds import assign_folds, kfold
+from tracer.core.steps import extract_steps
+from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import load_dataset, load_native, write_native
-from tracer.embed import CachedEmbedder
-from tracer.errors import DataError
-from tracer.folds import assign_folds, kfold
-from tracer.steps import extract_steps
-from tracer.types import Registry, Tool, Trajectory
+from tracer.encode.embedders import CachedEmbedder
 
 
 def _call(cid, name, **args):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from tracer.index import ToolIndex
-from tracer.types import Registry, Tool
+from tracer.core.types import Registry, Tool
+from tracer.encode.index import ToolIndex
 
 
 def unit_rows(n: int, d: int, seed: int) -> torch.Tensor:
@@ -109,7 +109,7 @@ def test_names_and_vectors_must_agree():
 
 
 def test_top_scores_one_keeps_the_exact_leaders_of_a_large_registry():
-    from tracer.scorers.base import rank_one
+    from tracer.scoring.base import rank_one
 
     vecs = unit_rows(5000, 64, seed=8)
     vecs[100:110] = vecs[7]       # exact ties

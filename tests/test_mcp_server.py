@@ -14,7 +14,7 @@ from gateway_harness import serving
 from mcp import Client, StdioServerParameters, types
 from mcp_upstream import build
 
-from tracer.errors import DataError
+from tracer.core.errors import DataError
 from tracer.retriever import Retriever
 from tracer.serve.mcp_server import ToolRouter, read_config
 from tracer.serve.reload import IndexHolder

@@ -1,4 +1,4 @@
-"""Learning while serving (tracer.online, tracer.updater, Retriever.update, the ``tracer update`` CLI):
+"""Learning while serving (tracer.online.updates, tracer.online.updater, Retriever.update, the ``tracer update`` CLI):
 updates in chunks equal a batch build on the union (BFCL), refits equal a batch fit and are swapped
 in from a background thread, tools are added, removed and renamed without a rebuild, and a
 transferred candidate model fits on zero trajectories."""
@@ -15,15 +15,15 @@ import pytest
 import torch
 from conftest import TINY_TOOLS, KeywordEmbedder, call, result, tiny_trajectories
 
+from tracer.core.folds import kfold
+from tracer.core.steps import extract_all
+from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
-from tracer.folds import kfold
-from tracer.online import scorer_tries, update_scorer
-from tracer.plus_model import CandidateModel, save_candidate_model
+from tracer.learn.candidate_model import CandidateModel, save_candidate_model
+from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
 from tracer.scorers import build_scorer, finalize
-from tracer.scorers.base import Resources
-from tracer.steps import extract_all
-from tracer.types import Registry, Tool, Trajectory
+from tracer.scoring.base import Resources
 
 FAST_HEAD = {"max_epochs": 40, "patience": 10}
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import Dataset, load_dataset, write_native
+from tracer.data.describe import describe, format_table, main
 from tracer.data.paths import repo_root
 from tracer.data.pool import REGISTRY_PRESETS, apply_preset, distractor_pool, pool_registry
-from tracer.describe import describe, format_table, main
-from tracer.types import Registry, Tool, Trajectory
 
 SHARED = (repo_root() / ".." / "shared" / "datasets").is_dir()
 needs_shared = pytest.mark.skipif(not SHARED, reason="shared datasets not present")

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from tracer.core.errors import DataError
+from tracer.core.steps import extract_all
+from tracer.core.types import Trajectory
 from tracer.data import write_native
-from tracer.errors import DataError
 from tracer.retriever import Retriever, step_from_messages
-from tracer.steps import extract_all
-from tracer.types import Trajectory
 
 
 # ---- steps from live messages ------------------------------------------------------------------------
@@ -44,7 +44,7 @@ def test_step_from_messages_with_parallel_calls_and_no_user_message():
 def tiny_dir(tmp_path_factory):
     from conftest import TINY_TOOLS, tiny_trajectories
 
-    from tracer.types import Registry
+    from tracer.core.types import Registry
 
     path = tmp_path_factory.mktemp("tiny") / "dataset"
     write_native(path, Registry(TINY_TOOLS), tiny_trajectories())

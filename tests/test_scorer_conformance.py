@@ -19,11 +19,11 @@ import pytest
 import torch
 import yaml
 
-from tracer.config import build_scorer_cfg
+from tracer.build import build_scorer_cfg
+from tracer.core.steps import extract_all
+from tracer.core.types import Trajectory
 from tracer.scorers import SCORERS, Scores, finalize
-from tracer.scorers.base import Resources
-from tracer.steps import extract_all
-from tracer.types import Trajectory
+from tracer.scoring.base import Resources
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_ATTRS = {"res", "executor"}   # shared resources (the embedder's cache grows as it encodes)
@@ -116,7 +116,7 @@ def corpus(tiny_trajs):
 
 def fitted(name: str, train, registry, embedder):
     if name == "tracer" and not (ROOT / "tracer" / "blend.py").exists():
-        pytest.skip("tracer needs the blend head (tracer/blend.py), not written yet")
+        pytest.skip("tracer needs the blend head (tracer/learn/blend.py), not written yet")
     res = Resources.build(registry, embedder, device="cpu", seed=0)
     return build(name).fit(train, res)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracer.config import build_scorer_cfg
+from tracer.build import build_scorer_cfg
 from tracer.scorers import SCORERS, Scorer, build_scorer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "scorer"

@@ -1,4 +1,4 @@
-"""Index storage (tracer.store): snapshots behind an atomic pointer, verified on load, never deleting
+"""Index storage (tracer.core.store): snapshots behind an atomic pointer, verified on load, never deleting
 what is not ours; with real files and real processes (a concurrent writer and reader, SIGKILL mid-save)."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import storage_worker as w
 
-from tracer.io import write_json
+from tracer.core.io import write_json
+from tracer.core.store import MANIFEST, CorruptIndex, current_snapshot
 from tracer.scorers.tracer import TracerScorer
-from tracer.store import MANIFEST, CorruptIndex, current_snapshot
 
 WORKER = Path(__file__).with_name("storage_worker.py")
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
@@ -181,7 +181,7 @@ def test_missing_index_and_manifest_contents(variants, tmp_path):
 @pytest.mark.parametrize(("umask", "file_mode", "dir_mode"), [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
 def test_created_files_follow_the_umask(variants, tmp_path, umask, file_mode, dir_mode):
     from tracer.data import write_native
-    from tracer.embed import CachedEmbedder
+    from tracer.encode.embedders import CachedEmbedder
 
     old = os.umask(umask)
     try:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tracer.core.errors import DataError
+from tracer.core.steps import iter_calls
 from tracer.data import load_dataset
 from tracer.data.apibank import (
     SKIP_LV3_UNKNOWN_API,
@@ -20,8 +22,6 @@ from tracer.data.apibank import (
 )
 from tracer.data.paths import repo_root, resolve_path
 from tracer.data.tau2 import SKIP_NO_AGENT_ACTIONS, SKIP_USER_ACTIONS
-from tracer.errors import DataError
-from tracer.steps import iter_calls
 
 DATA = repo_root() / ".." / "shared" / "datasets"
 TAU2, APIBANK = DATA / "tau2", DATA / "apibank"

@@ -23,8 +23,11 @@ import torch
 import torch.nn.functional as F
 from conftest import KeywordEmbedder, call, result
 
-from tracer.folds import assign_folds
-from tracer.plus_features import (
+from tracer.core.folds import assign_folds
+from tracer.core.steps import extract_all, extract_steps
+from tracer.core.store import current_snapshot
+from tracer.core.types import Trajectory
+from tracer.learn.candidate_features import (
     GROUPS,
     PlusIndex,
     candidates,
@@ -34,7 +37,7 @@ from tracer.plus_features import (
     keep_mask,
     parse_key,
 )
-from tracer.plus_model import (
+from tracer.learn.candidate_model import (
     IGNORE,
     CandidateData,
     CandidateModel,
@@ -43,13 +46,10 @@ from tracer.plus_model import (
     inner_fold_candidates,
     train_model,
 )
+from tracer.memory.trie import StateKey
 from tracer.scorers import build_scorer, finalize
-from tracer.scorers.base import Resources, fallback_scores, training_steps
 from tracer.scorers.tracer_plus import TracerPlusScorer
-from tracer.steps import extract_all, extract_steps
-from tracer.store import current_snapshot
-from tracer.trie import StateKey
-from tracer.types import Trajectory
+from tracer.scoring.base import Resources, fallback_scores, training_steps
 
 EPS = 1e-6
 USER_ONLY = {"window": "since_user", "calls": "none", "results": "none"}

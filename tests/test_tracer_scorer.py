@@ -1,6 +1,6 @@
 """TracerScorer: the gate, Tracer+G's global set, padding, the learned blend's refusal, the single-step
 path against the batched one, persistence (bit-identical after load; a wrong embedder is refused),
-and the ranking rules (one definition in tracer.scorers.base) against a two-stable-sorts reference."""
+and the ranking rules (one definition in tracer.scoring.base) against a two-stable-sorts reference."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from tracer.folds import kfold
-from tracer.index import ToolIndex
+from tracer.core.folds import kfold
+from tracer.core.steps import extract_all
+from tracer.core.store import current_snapshot
+from tracer.core.types import Registry, Step, Tool, Trajectory
+from tracer.encode.index import ToolIndex
+from tracer.memory.trie import ExecutionTrie, StateKey
 from tracer.scorers import Scorer, build_scorer
-from tracer.scorers.base import Resources, Scores, finalize, finalize_one, rank, rank_one, training_steps
 from tracer.scorers.tracer import TracerScorer, prefix_entropy
-from tracer.steps import extract_all
-from tracer.store import current_snapshot
-from tracer.trie import ExecutionTrie, StateKey
-from tracer.types import Registry, Step, Tool, Trajectory
+from tracer.scoring.base import Resources, Scores, finalize, finalize_one, rank, rank_one, training_steps
 
 EPS = 1e-6
 

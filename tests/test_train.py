@@ -18,12 +18,12 @@ import torch
 from conftest import TINY_TOOLS, tiny_trajectories
 from hydra import compose, initialize_config_dir
 
-from tracer.blend import FEATURES, BlendHead
+from tracer.core.store import current_snapshot
+from tracer.core.types import Registry
 from tracer.data import write_native
-from tracer.scorers.base import training_steps
+from tracer.learn.blend import FEATURES, BlendHead
 from tracer.scorers.tracer import TracerScorer
-from tracer.store import current_snapshot
-from tracer.types import Registry
+from tracer.scoring.base import training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 

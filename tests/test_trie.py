@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from tracer.scorers.base import training_steps
-from tracer.steps import extract_all, turns_of
-from tracer.trie import ExecutionTrie, StateKey, contextual_prior, contextual_prior_one
-from tracer.types import Registry, Tool, Trajectory
+from tracer.core.steps import extract_all, turns_of
+from tracer.core.types import Registry, Tool, Trajectory
+from tracer.memory.trie import ExecutionTrie, StateKey, contextual_prior, contextual_prior_one
+from tracer.scoring.base import training_steps
 
 EPS = 1e-6
 

@@ -1,4 +1,4 @@
-"""Validation at the edge (tracer.validate): every bad input of issue 11 gets an error that names where,
+"""Validation at the edge (tracer.core.validate): every bad input of issue 11 gets an error that names where,
 before any work: the native loader (file, line, record, field), the Retriever (argument and field),
 and the evaluate.py / train.py overrides."""
 
@@ -15,11 +15,11 @@ import pytest
 from conftest import TINY_TOOLS, KeywordEmbedder, call, result, tiny_trajectories
 from hydra import compose, initialize_config_dir
 
+from tracer.core.errors import DataError
+from tracer.core.types import Registry
 from tracer.data import load_native, write_native
-from tracer.errors import DataError
 from tracer.eval.job import run_job
 from tracer.retriever import Retriever
-from tracer.types import Registry
 
 ROOT = Path(__file__).parents[1]
 USER = {"role": "user", "content": "Find a flight and book it"}

@@ -13,7 +13,7 @@ Example::
 
 ``messages`` is the conversation so far as OpenAI chat dicts; the model is about to make its next
 tool call. The turn-local prefix (calls since the last user message) and the history (all calls)
-are read off the messages (:func:`tracer.steps.step_from_messages`). Any registered scorer works for
+are read off the messages (:func:`tracer.core.steps.step_from_messages`). Any registered scorer works for
 selection (the default is ``tracer_plus``); saving needs a scorer with ``save``/``load``
 (``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). Tracer scorers with the fixed blend take a single-step path (numpy, tens of
 microseconds beyond the context embedding); the others go through their batched ``score``.
@@ -28,17 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from .data import LOADERS, Dataset, load_dataset, load_native
-from .embed import Embedder, build_embedder
-from .errors import DataError
-from .scorers import Scorer, build_scorer, finalize
-from .scorers.base import Resources
-from .scorers.persist import read_meta
-from .steps import step_from_messages
-from .store import Verify, open_snapshot
-from .types import Message, Registry, Step, Tool, Trajectory
-from .updater import Updater
-from .validate import InvalidField, check_k, check_messages
+from tracer.core.errors import DataError
+from tracer.core.steps import step_from_messages
+from tracer.core.store import Verify, open_snapshot
+from tracer.core.types import Message, Registry, Step, Tool, Trajectory
+from tracer.core.validate import InvalidField, check_k, check_messages
+from tracer.data import LOADERS, Dataset, load_dataset, load_native
+from tracer.encode.embedders import Embedder, build_embedder
+from tracer.online.updater import Updater
+from tracer.scorers import Scorer, build_scorer, finalize
+from tracer.scoring.base import Resources
+from tracer.scoring.persist import read_meta
 
 MINILM = "all-MiniLM-L6-v2"
 __all__ = ["Retriever", "step_from_messages"]
@@ -122,7 +122,7 @@ class Retriever:
         return {"context": self.context_embedding(step.context)}
 
     def _step(self, messages: Sequence[Message], name: str = "messages") -> Step:
-        """The decision step of a conversation, after the rules of :mod:`tracer.validate`."""
+        """The decision step of a conversation, after the rules of :mod:`tracer.core.validate`."""
         try:
             check_messages(messages, self.registry)
         except InvalidField as e:
@@ -171,10 +171,10 @@ class Retriever:
         ranking = finalize(self.scorer.score([step]), 1).ranking[0].numpy()
         return ranking if top is None else ranking[:top]
 
-    # ---- learning while serving (tracer.updater) ----------------------------------------------------
+    # ---- learning while serving (tracer.online.updater) ----------------------------------------------------
     @property
     def updater(self) -> Updater:
-        """The :class:`tracer.updater.Updater` of this retriever (made on first use; no refit schedule)."""
+        """The :class:`tracer.online.updater.Updater` of this retriever (made on first use; no refit schedule)."""
         if getattr(self, "_updater", None) is None:
             self._updater = Updater(self.scorer)
         return self._updater

@@ -1,8 +1,8 @@
 """Dataset loaders. Each source is one module that registers itself; all return :class:`Dataset`."""
 
-from . import native  # noqa: F401  (registers "jsonl")
-from .base import LOADERS, Dataset, load_dataset, register_loader
-from .native import load_native, read_tools, write_native
+from tracer.data import native  # noqa: F401  (registers "jsonl")
+from tracer.data.base import LOADERS, Dataset, load_dataset, register_loader
+from tracer.data.native import load_native, read_tools, write_native
 
 for _mod in ("bfcl", "tau2", "apibank"):
     try:

@@ -48,11 +48,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
-from ..types import Registry, Tool, Trajectory
-from .base import Dataset, register_loader
-from .native import read_json_array, read_tools
-from .paths import resolve_path
+from tracer.core.errors import DataError
+from tracer.core.types import Registry, Tool, Trajectory
+from tracer.data.base import Dataset, register_loader
+from tracer.data.native import read_json_array, read_tools
+from tracer.data.paths import resolve_path
 
 LEVELS = (1, 2, 3)
 LV3_PREFIX = "lv3__"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..steps import extract_all
-from ..types import Registry, Step, Trajectory
+from tracer.core.steps import extract_all
+from tracer.core.types import Registry, Step, Trajectory
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
-from ..types import Registry, Tool, ToolCall, Trajectory
-from .base import Dataset, register_loader
-from .bfcl_env import CLASSIC_CLASSES, FAMILY_OF, BFCLEnv, backend_config, public_methods
-from .native import iter_jsonl
+from tracer.core.errors import DataError
+from tracer.core.types import Registry, Tool, ToolCall, Trajectory
+from tracer.data.base import Dataset, register_loader
+from tracer.data.bfcl_env import CLASSIC_CLASSES, FAMILY_OF, BFCLEnv, backend_config, public_methods
+from tracer.data.native import iter_jsonl
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 # BFCL's DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC (checked in the tests)

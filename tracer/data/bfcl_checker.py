@@ -30,8 +30,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..types import ToolCall
-from .bfcl_env import backend_config
+from tracer.core.types import ToolCall
+from tracer.data.bfcl_env import backend_config
 
 FORCE_TERMINATED = "multi_turn:force_terminated"
 # a call that only fails (NameError), standing in for a call the checker must not eval

@@ -33,7 +33,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..types import Trajectory
+from tracer.core.types import Trajectory
 
 # The eight classic multi-turn API classes and their families (function-doc file stems); BFCL v4's
 # memory and web-search backends are left out. Checked against bfcl_eval's own mapping in the tests.
@@ -172,7 +172,7 @@ class BFCLEnv:
 def gold_states(traj: Trajectory) -> list[State]:
     """The state after each turn when a trajectory's tool calls are replayed on a fresh environment.
 
-    One state per turn, in the turn numbering of :func:`tracer.steps.extract_steps` (each user
+    One state per turn, in the turn numbering of :func:`tracer.core.steps.extract_steps` (each user
     message opens a turn; calls before the first user message belong to turn 0), turns without
     calls included.
     """

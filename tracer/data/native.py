@@ -1,6 +1,6 @@
 """The native dataset format: ``tools.json`` plus ``trajectories.jsonl`` (see docs/data.md).
 
-Reading validates at the edge (the rules of :mod:`tracer.validate`): a malformed line, a missing
+Reading validates at the edge (the rules of :mod:`tracer.core.validate`): a malformed line, a missing
 field, a call naming an unknown tool, duplicate names, bytes that are not UTF-8 (with their byte
 offset) or an empty dataset each raise :class:`DataError` naming file, line and field.
 Writing (:func:`write_native`) replaces each file atomically and refuses a directory holding anything
@@ -15,12 +15,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
-from ..io import atomic_write
-from ..store import clean_stale
-from ..types import Registry, Tool, Trajectory
-from ..validate import InvalidField, check_messages, check_text
-from .base import Dataset, register_loader
+from tracer.core.errors import DataError
+from tracer.core.io import atomic_write
+from tracer.core.store import clean_stale
+from tracer.core.types import Registry, Tool, Trajectory
+from tracer.core.validate import InvalidField, check_messages, check_text
+from tracer.data.base import Dataset, register_loader
 
 DATASET_FILES = ("tools.json", "trajectories.jsonl")
 

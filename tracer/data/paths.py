@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import DataError
+from tracer.core.errors import DataError
 
 
 @lru_cache(maxsize=1)

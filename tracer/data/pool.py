@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 
-from ..types import Registry, Tool
-from .base import Dataset, load_dataset
+from tracer.core.types import Registry, Tool
+from tracer.data.base import Dataset, load_dataset
 
 REGISTRY_PRESETS: dict[str, dict[str, int | None]] = {
     "bfcl": {"small": None, "medium": 192, "large": 240},

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data.bfcl_checker import bfcl_verdict
-from ..data.bfcl_env import BFCLEnv, gold_states, withheld_tools
-from ..executors import Decision
-from ..steps import gold_turns
-from ..types import ToolCall, Trajectory
+from tracer.core.steps import gold_turns
+from tracer.core.types import ToolCall, Trajectory
+from tracer.data.bfcl_checker import bfcl_verdict
+from tracer.data.bfcl_env import BFCLEnv, gold_states, withheld_tools
+from tracer.executors import Decision
 
 
 class Episode:

@@ -12,12 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..context import ContextRendering
-from ..embed import CachedEmbedder, SentenceTransformerEmbedder
-from ..encoders.finetune import Pairs, TrainConfig, finetuned, train_info, training_pairs
-from ..encoders.source import DEFAULT_CACHE
-from ..scorers.base import Resources
-from ..types import Registry, Trajectory
+from tracer.core.context import ContextRendering
+from tracer.core.types import Registry, Trajectory
+from tracer.encode.embedders import CachedEmbedder, SentenceTransformerEmbedder
+from tracer.encode.source import DEFAULT_CACHE
+from tracer.learn.encoder import Pairs, TrainConfig, finetuned, train_info, training_pairs
+from tracer.scoring.base import Resources
 
 
 class FoldEncoders:

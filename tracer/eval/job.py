@@ -8,15 +8,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import build_dataset, build_embedder, build_executor_cfg, build_scorer_cfg, plain
-from ..scorers.base import Resources
-from ..validate import EVAL_INTS, check_config, check_int
-from . import plots
-from .fold_encoders import FoldEncoders
-from .metrics import METRICS, StepRecord, outcome_rates
-from .outputs import metrics_document, write_json, write_jsonl
-from .runner import EvalConfig, Evaluator
-from .tokens import LOCAL_TOKENIZER
+from tracer.build import build_dataset, build_embedder, build_executor_cfg, build_scorer_cfg, plain
+from tracer.core.validate import EVAL_INTS, check_config, check_int
+from tracer.eval import plots
+from tracer.eval.fold_encoders import FoldEncoders
+from tracer.eval.metrics import METRICS, StepRecord, outcome_rates
+from tracer.eval.outputs import metrics_document, write_json, write_jsonl
+from tracer.eval.runner import EvalConfig, Evaluator
+from tracer.eval.tokens import LOCAL_TOKENIZER
+from tracer.scoring.base import Resources
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:
@@ -58,7 +58,7 @@ def check_executor_errors(records: Sequence[StepRecord], max_rate: float, run_di
 
 def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     """Run the evaluation described by ``cfg`` (the composed ``configs/evaluate.yaml``) into ``run_dir``."""
-    from ..logging import build_logger
+    from tracer.core.loggers import build_logger
 
     cfg = plain(cfg)
     check_config(cfg, EVAL_INTS)
@@ -73,7 +73,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     scorer_cfg = cfg["scorer"]
     insight_factory = None
     if cfg.get("insight"):
-        from ..scorers.insight import InsightMemory
+        from tracer.scorers.insight import InsightMemory
 
         insight_factory = InsightMemory
     regime = cfg.get("regime") or {"name": "teacher_forcing"}

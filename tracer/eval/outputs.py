@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_text, write_json
-from .metrics import StepRecord, folds_in_mean
+from tracer.core.io import atomic_write_text, write_json
+from tracer.eval.metrics import StepRecord, folds_in_mean
 
 __all__ = ["atomic_write_text", "metrics_document", "read_steps", "write_json", "write_jsonl"]
 

@@ -18,10 +18,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..data.native import iter_jsonl
-from . import plots
-from .metrics import OUTCOME_RATES, paired_test, recall_curve
-from .outputs import atomic_write_text, read_steps
+from tracer.data.native import iter_jsonl
+from tracer.eval import plots
+from tracer.eval.metrics import OUTCOME_RATES, paired_test, recall_curve
+from tracer.eval.outputs import atomic_write_text, read_steps
 
 COLUMNS = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_reduction", "out_of_trie_rate",
            "fallback_rate", "recall_out_of_trie", "task_success", "latency_ms_p50")

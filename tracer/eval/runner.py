@@ -26,16 +26,16 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..data import Dataset
-from ..executors import Request
-from ..folds import assign_folds
-from ..scorers.base import Resources, Scorer, finalize
-from ..steps import extract_all, extract_steps, step_from_messages
-from ..threads import one_thread
-from ..types import Step, ToolCall, Trajectory
-from .episodes import Episode
-from .metrics import StepRecord, aggregate, fold_metrics, recall_curve, step_outcome
-from .tokens import TokenCounter
+from tracer.core.folds import assign_folds
+from tracer.core.steps import extract_all, extract_steps, step_from_messages
+from tracer.core.threads import one_thread
+from tracer.core.types import Step, ToolCall, Trajectory
+from tracer.data import Dataset
+from tracer.eval.episodes import Episode
+from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, recall_curve, step_outcome
+from tracer.eval.tokens import TokenCounter
+from tracer.executors import Request
+from tracer.scoring.base import Resources, Scorer, finalize
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ class TokenCounter:
     def __init__(self):
         from transformers import AutoTokenizer
 
-        from ..embed import minilm_path
+        from tracer.encode.embedders import minilm_path
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Decision, Executor, Request
-from .oracle import OracleExecutor
+from tracer.executors.base import Decision, Executor, Request
+from tracer.executors.oracle import OracleExecutor
 
 
 def build_executor(name: str = "oracle", **cfg: Any) -> Executor:
     if name == "oracle":
         return OracleExecutor()
     if name == "openai":
-        from .openai import OpenAIExecutor
+        from tracer.executors.openai import OpenAIExecutor
 
         return OpenAIExecutor(**cfg)
     if name == "vllm":
-        from .vllm import VLLMExecutor
+        from tracer.executors.vllm import VLLMExecutor
 
         return VLLMExecutor(**cfg)
     raise KeyError(f"unknown executor {name!r}; valid names: oracle, openai, vllm")

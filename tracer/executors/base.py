@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..types import ToolCall
+from tracer.core.types import ToolCall
 
 
 @dataclass(frozen=True)

@@ -56,9 +56,9 @@ from typing import Any
 
 import httpx
 
-from ..types import ToolCall
-from .base import Decision, Request
-from .completion_schema import Completion, ValidationError, describe_error
+from tracer.core.types import ToolCall
+from tracer.executors.base import Decision, Request
+from tracer.executors.completion_schema import Completion, ValidationError, describe_error
 
 RETRY_AFTER_CAP_S = 60.0  # never sleep longer than this on a server's Retry-After
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..types import ToolCall
-from .base import Decision, Request
+from tracer.core.types import ToolCall
+from tracer.executors.base import Decision, Request
 
 
 class OracleExecutor:

@@ -25,8 +25,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..types import ToolCall
-from .base import Decision, Request
+from tracer.core.types import ToolCall
+from tracer.executors.base import Decision, Request
 
 _HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _MARKERS = ("[TOOL_CALLS]", "<|python_tag|>")

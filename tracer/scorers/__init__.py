@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from .base import Resources, Scorer, Scores, Selection, finalize, rank
+from tracer.scoring.base import Resources, Scorer, Scores, Selection, finalize, rank
 
 SCORERS: dict[str, Callable[..., Scorer]] = {}
 

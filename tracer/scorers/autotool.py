@@ -30,12 +30,12 @@ from typing import Any
 
 import torch
 
-from ..context import ContextRendering
-from ..trie import ExecutionTrie, StateKey
-from ..types import Step, Trajectory
-from . import register_scorer
-from .base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
-from .toolnet import transition_trie
+from tracer.core.context import ContextRendering
+from tracer.core.types import Step, Trajectory
+from tracer.memory.trie import ExecutionTrie, StateKey
+from tracer.scorers import register_scorer
+from tracer.scorers.toolnet import transition_trie
+from tracer.scoring.base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
 
 
 class AutoToolScorer:

@@ -45,14 +45,14 @@ from typing import Any
 
 import torch
 
-from ..context import ContextRendering
-from ..steps import extract_steps
-from ..trie import ExecutionTrie
-from ..types import Step, Trajectory
-from . import register_scorer
-from .base import Resources, Scores, fallback_scores, rank, scatter_primary
-from .summaries import Summarizer
-from .toolnet import transition_trie
+from tracer.core.context import ContextRendering
+from tracer.core.steps import extract_steps
+from tracer.core.types import Step, Trajectory
+from tracer.memory.trie import ExecutionTrie
+from tracer.scorers import register_scorer
+from tracer.scorers.summaries import Summarizer
+from tracer.scorers.toolnet import transition_trie
+from tracer.scoring.base import Resources, Scores, fallback_scores, rank, scatter_primary
 
 POLICIES = ("auto", "always", "never", "turn_start")
 

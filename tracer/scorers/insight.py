@@ -44,11 +44,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..context import ContextRendering
-from ..types import Step, Trajectory
-from . import register_scorer
-from .base import Resources, Scores, fallback_scores, no_proposal
-from .summaries import Episode, Summarizer, episodes, most_common
+from tracer.core.context import ContextRendering
+from tracer.core.types import Step, Trajectory
+from tracer.scorers import register_scorer
+from tracer.scorers.summaries import Episode, Summarizer, episodes, most_common
+from tracer.scoring.base import Resources, Scores, fallback_scores, no_proposal
 
 RECENT_MESSAGES = {"window": "last_n", "n": 5, "calls": "names", "results": "truncated", "system": False}
 

@@ -9,7 +9,7 @@ of S in the execution trie gets
 
 with m_{S,t} the edge memory (mean context of the training steps that took S->t).
 ``tracer_fixed`` uses s = P + L; ``tracer`` takes w and T per step from the learned blend head
-(:mod:`tracer.blend`). The step falls back to vector search over the whole registry when S has no
+(:mod:`tracer.learn.blend`). The step falls back to vector search over the whole registry when S has no
 children or the blend is flat: kappa = max_t softmax(s)(t) < tau.
 
 ``tracer_g`` (Tracer+G) adds a global set G of the |G| tools with the highest prefix entropy
@@ -23,7 +23,7 @@ finite, very low L instead of -inf. If every child's cosine is <= 0, L is unifor
 Two paths, one result: :meth:`TracerScorer.score_embedded` scores a batch with torch on the
 resources' device; :meth:`TracerScorer.select_one` / :meth:`TracerScorer.rank_one` score one
 step with numpy on the CPU (tens of microseconds beyond the context embedding, fixed blend).
-Cosines are accumulated in float64 and rounded to float32 on both (see :mod:`tracer.trie`), so
+Cosines are accumulated in float64 and rounded to float32 on both (see :mod:`tracer.memory.trie`), so
 their rankings and presented sets are the same (tested on BFCL).
 
 Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
@@ -46,12 +46,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..context import ContextRendering
-from ..store import Verify, save_snapshot
-from ..trie import ChildBatch, ExecutionTrie, OneStep, StateKey
-from ..types import Step, Trajectory
-from . import register_scorer
-from .base import (
+from tracer.core.context import ContextRendering
+from tracer.core.store import Verify, save_snapshot
+from tracer.core.types import Step, Trajectory
+from tracer.memory.trie import ChildBatch, ExecutionTrie, OneStep, StateKey
+from tracer.scorers import register_scorer
+from tracer.scoring.base import (
     Resources,
     Scores,
     as_numpy,
@@ -62,7 +62,7 @@ from .base import (
     rank_one,
     scatter_primary,
 )
-from .persist import check_trie, load_tensors, open_index, write_common
+from tracer.scoring.persist import check_trie, load_tensors, open_index, write_common
 
 FORMAT_VERSION = 2
 PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
@@ -90,7 +90,7 @@ class TracerScorer:
     Args:
         name: registry name of this configuration.
         blend: ``fixed`` (s = P + L) or ``learned`` (per-step w and T from the blend head).
-        key: state key config (:class:`tracer.trie.StateKey`): ``kind``, ``n``, ``cross_turn``.
+        key: state key config (:class:`tracer.memory.trie.StateKey`): ``kind``, ``n``, ``cross_turn``.
         context: context rendering for the edge memories and the fallback query.
         eps: smoothing inside both priors' logs.
         tau: confidence gate; fall back when kappa < tau.
@@ -129,7 +129,7 @@ class TracerScorer:
                                    self.key, self.eps, res.device)
         self.attach(trie, res)
         if self.blend == "learned":
-            from ..blend import fit_blend_head
+            from tracer.learn.blend import fit_blend_head
 
             # head_data: the out-of-fold steps the head was fitted on (train.py reports w and T over them)
             self.head, self.head_history, self.head_data = fit_blend_head(
@@ -159,7 +159,7 @@ class TracerScorer:
     # ---- scoring (batched) -------------------------------------------------------------------
     def blend_scores(self, cb: ChildBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Blended child scores ``[B, C]`` (-inf where masked) and per-step diagnostics."""
-        from ..blend import fixed_blend, state_features
+        from tracer.learn.blend import fixed_blend, state_features
 
         if self.blend == "fixed":
             return fixed_blend(cb.log_p, cb.log_l, cb.mask), {}
@@ -275,7 +275,7 @@ class TracerScorer:
                 "successful_only": self.successful_only, "head": self.head_cfg}
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index as a new snapshot of ``directory`` (:func:`tracer.store.save_snapshot`: atomic
+        """Write the index as a new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`: atomic
         for readers, verified by a manifest; a directory that is not a tracer index is refused).
 
         Files: ``meta.json`` (format version, scorer class and config, embedder name and dim,
@@ -306,7 +306,7 @@ class TracerScorer:
             obj.res, obj.trie = res, check_trie(trie, res, d / "trie.pt")
             obj.global_set = tuple(meta["global_set"])
             if (d / "blend_head.pt").exists():
-                from ..blend import BlendHead
+                from tracer.learn.blend import BlendHead
 
                 obj.head = BlendHead.from_state_dict(load_tensors(d / "blend_head.pt")).to(res.device)
         return obj

@@ -4,16 +4,16 @@ Beyond the paper. At a turn opening (63% of BFCL steps) the paper's turn-local p
 whose ~73 children make the empirical prior nearly useless; the previous call across turns and
 the latest user request say much more. So instead of one trie and a fixed blend:
 
-1. *Candidates* (:mod:`tracer.plus_features`): the union of the children of the step's state
+1. *Candidates* (:mod:`tracer.learn.candidate_features`): the union of the children of the step's state
    under each configured key (default: turn-local prefix, last 2 calls across turns, last call
    across turns; one trie per key, built once, all sharing the same embedded training contexts)
    and the top ``vector_candidates`` (m) tools of the vector ranking.
 2. *Features* per candidate and key: membership, log P, log R (contextual prior), the raw edge
    cosine, the state's visits and children and their products with the candidate's features;
    plus the vector cosine, log rank and top-m flag. Neutral values outside a key's children are
-   documented in :mod:`tracer.plus_features`. Features are standardised with the training split's
+   documented in :mod:`tracer.learn.candidate_features`. Features are standardised with the training split's
    mean and SD (buffers stored beside the weights) and clipped to +-8 SD.
-3. *Model* (:mod:`tracer.plus_model`): linear ``s(t) = w . z(t)`` (default) or a small MLP, trained by
+3. *Model* (:mod:`tracer.learn.candidate_model`): linear ``s(t) = w . z(t)`` (default) or a small MLP, trained by
    softmax NLL of the gold over the candidate set on inner folds by group (no training step is scored
    by an index that saw its own trajectory); steps whose gold is not a candidate carry no gradient.
    At test time each step's coverage is in ``Scores.extra["in_candidates"]`` (1 / 0, -1 if unknown).
@@ -48,9 +48,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..context import ContextRendering
-from ..folds import inner_seed
-from ..plus_features import (
+from tracer.core.context import ContextRendering
+from tracer.core.folds import inner_seed
+from tracer.core.steps import step_from_messages
+from tracer.core.store import Verify, save_snapshot
+from tracer.core.types import Step, Trajectory
+from tracer.learn.candidate_features import (
     DEFAULT_KEYS,
     Candidates,
     OneCandidates,
@@ -61,18 +64,16 @@ from ..plus_features import (
     keep_mask,
     parse_key,
 )
-from ..plus_model import (
+from tracer.learn.candidate_model import (
     CandidateModel,
     inner_fold_candidates,
     load_candidate_model,
     train_model,
 )
-from ..steps import step_from_messages
-from ..store import Verify, save_snapshot
-from ..trie import ExecutionTrie
-from ..types import Step, Trajectory
-from . import register_scorer
-from .base import (
+from tracer.memory.trie import ExecutionTrie
+from tracer.scorers import register_scorer
+from tracer.scorers.tracer import confidence
+from tracer.scoring.base import (
     Resources,
     Scores,
     as_numpy,
@@ -82,8 +83,7 @@ from .base import (
     scatter_primary,
     training_steps,
 )
-from .persist import check_trie, load_tensors, open_index, write_common
-from .tracer import confidence
+from tracer.scoring.persist import check_trie, load_tensors, open_index, write_common
 
 FORMAT_VERSION = 1
 CLASS_PATH = "tracer.scorers.tracer_plus.TracerPlusScorer"
@@ -302,7 +302,7 @@ class TracerPlusScorer:
         return out
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index as a new snapshot of ``directory`` (:func:`tracer.store.save_snapshot`: atomic
+        """Write the index as a new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`: atomic
         for readers, verified by a manifest; a directory that is not a tracer index is refused).
 
         Files: ``meta.json`` (format version, class, config, embedder name and dim, feature names,

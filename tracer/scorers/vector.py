@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from ..context import ContextRendering
-from ..types import Step, Trajectory
-from . import register_scorer
-from .base import Resources, Scores, fallback_scores, no_proposal
+from tracer.core.context import ContextRendering
+from tracer.core.types import Step, Trajectory
+from tracer.scorers import register_scorer
+from tracer.scoring.base import Resources, Scores, fallback_scores, no_proposal
 
 
 class VectorScorer:

@@ -35,11 +35,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .logging_sink import ConversationLog
-from .metrics import GatewayMetrics, Stopwatch
-from .reload import IndexHolder
-from .selection import StickyPresenter, UnknownToolVectors, choose, conversation_id, forced_name, tool_name
-from .validation import RequestError, parse_chat_request
+from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.metrics import GatewayMetrics, Stopwatch
+from tracer.serve.reload import IndexHolder
+from tracer.serve.selection import (
+    StickyPresenter,
+    UnknownToolVectors,
+    choose,
+    conversation_id,
+    forced_name,
+    tool_name,
+)
+from tracer.serve.validation import RequestError, parse_chat_request
 
 log = logging.getLogger("tracer.serve")
 # hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes

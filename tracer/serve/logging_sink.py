@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import write_json
-from ..steps import iter_calls
+from tracer.core.io import write_json
+from tracer.core.steps import iter_calls
 
 log = logging.getLogger("tracer.serve")
 Redactor = Callable[[dict[str, Any]], "dict[str, Any] | None"]

@@ -36,10 +36,10 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
-from ..data.native import read_json
-from ..errors import DataError
-from .reload import IndexHolder
-from .selection import StickyPresenter, UnknownToolVectors, choose
+from tracer.core.errors import DataError
+from tracer.data.native import read_json
+from tracer.serve.reload import IndexHolder
+from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose
 
 QUERY_META = "io.tracer/query"
 FIND_TOOLS = types.Tool(

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..retriever import Retriever
+from tracer.retriever import Retriever
 
 log = logging.getLogger("tracer.serve")
 

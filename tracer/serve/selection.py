@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ..retriever import Retriever
-from ..types import Message, Tool
+from tracer.core.types import Message, Tool
+from tracer.retriever import Retriever
 
 
 def tool_name(obj: Mapping[str, Any]) -> str:

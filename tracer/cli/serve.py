@@ -1,0 +1,59 @@
+"""``tracer serve``: its arguments and how they build the gateway (see docs/gateway.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import uvicorn
+
+from tracer.retriever import Retriever
+from tracer.serve.gateway import Gateway, GatewayConfig
+from tracer.serve.logging_sink import ConversationLog, load_callable
+from tracer.serve.metrics import setup_json_logging
+from tracer.serve.reload import IndexHolder
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", required=True, type=Path, help="a saved index directory (Retriever.save)")
+    p.add_argument("--upstream", required=True,
+                   help="the upstream's OpenAI base URL, e.g. http://localhost:8000/v1")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--k", type=int, default=5, help="tools presented per request")
+    p.add_argument("--no-sticky", dest="sticky", action="store_false",
+                   help="plain per-step top-k instead of prompt-cache-stable presentation")
+    p.add_argument("--max-presented", type=int, default=None, help="cap on a conversation's sticky list (4 k)")
+    p.add_argument("--log", type=Path, default=None, help="log finished conversations here (off by default)")
+    p.add_argument("--log-idle", type=float, default=600.0, help="seconds idle before a conversation is finished")
+    p.add_argument("--redact", default=None, help="module:function run on each record before it is written")
+    p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
+    p.add_argument("--upstream-timeout", type=float, default=300.0, help="per-request upstream deadline (s)")
+    p.add_argument("--reload-interval", type=float, default=2.0,
+                   help="seconds between checks of the index's version (0: only on SIGHUP)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--log-level", default="info")
+
+
+def build(args: argparse.Namespace) -> Gateway:
+    """The gateway the arguments describe (bad arguments fail here, before anything is served)."""
+    if args.k < 1:
+        raise SystemExit(f"--k {args.k}: must be at least 1")
+    if not args.upstream.startswith(("http://", "https://")):
+        raise SystemExit(f"--upstream {args.upstream!r}: expected an http(s) URL such as http://localhost:8000/v1")
+    redact = load_callable(args.redact) if args.redact else None
+    holder = IndexHolder(args.index, lambda d: Retriever.load(d, k=args.k, device=args.device))
+    sink = ConversationLog(args.log, redact, args.log_idle) if args.log is not None else None
+    config = GatewayConfig(upstream=args.upstream, k=args.k, sticky=args.sticky, max_presented=args.max_presented,
+                           max_body_bytes=args.max_body_bytes, upstream_timeout_s=args.upstream_timeout,
+                           reload_interval_s=args.reload_interval, log_idle_s=args.log_idle)
+    return Gateway(holder, config, sink)
+
+
+def run(args: argparse.Namespace) -> None:
+    setup_json_logging(args.log_level)
+    gateway = build(args)
+    # uvicorn handles SIGINT/SIGTERM: stops accepting, drains requests in flight, then runs the lifespan exit
+    # keep-alive longer than clients' own (httpx: 5 s), so a client never reuses a connection we just closed
+    uvicorn.run(gateway.app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,
+                timeout_graceful_shutdown=30, timeout_keep_alive=75)

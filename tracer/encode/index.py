@@ -1,0 +1,195 @@
+"""The vector fallback: a FAISS inner-product index over embedded tool names and descriptions.
+
+Vectors are L2-normalised, so inner product is cosine. ``IndexFlatIP`` (exact) is the default; an
+index factory string (e.g. ``"HNSW32,Flat"``) can be configured for large registries. With
+faiss-gpu and CUDA present the index is moved to the GPU. As in DPR's ``faiss_indexers.py`` the
+FAISS ids map to tool names and the map is checked on load.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import faiss
+import numpy as np
+import torch
+
+from tracer.core.store import CorruptIndex, read_json
+from tracer.core.types import Registry
+from tracer.encode.embedders import Embedder
+
+
+def _maybe_gpu(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
+    want = torch.cuda.is_available() if use_gpu is None else use_gpu
+    if want and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+    return index
+
+
+class ToolIndex:
+    """FAISS index of a registry's tools.
+
+    Args:
+        names: tool names, in FAISS id order (the registry order).
+        vectors: ``[N, d]`` normalised tool embeddings.
+        factory: FAISS index factory string; ``"Flat"`` means exact inner product.
+    """
+
+    def __init__(self, names: Sequence[str], vectors: torch.Tensor, factory: str = "Flat",
+                 use_gpu: bool | None = None):
+        vecs = np.ascontiguousarray(vectors.detach().cpu().numpy(), dtype=np.float32)  # [N, d]
+        if vecs.shape[0] != len(names):
+            raise ValueError(f"{len(names)} names but {vecs.shape[0]} vectors")
+        self.names = tuple(names)
+        self.dim = vecs.shape[1]
+        self.factory = factory
+        self.vectors = vecs
+        cpu = faiss.IndexFlatIP(self.dim) if factory == "Flat" else faiss.index_factory(
+            self.dim, factory, faiss.METRIC_INNER_PRODUCT)
+        if not cpu.is_trained:
+            cpu.train(vecs)
+        cpu.add(vecs)
+        self._cpu = cpu
+        self.index = _maybe_gpu(cpu, use_gpu)
+
+    @classmethod
+    def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat",
+              use_gpu: bool | None = None) -> ToolIndex:
+        vecs = embedder.encode([t.search_text for t in registry])  # [N, d]
+        return cls(registry.names, vecs, factory, use_gpu)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def search(self, queries: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k tools per query: (scores ``[B, k]``, ids ``[B, k]``), ids into ``names``."""
+        q = np.ascontiguousarray(queries.detach().cpu().numpy(), dtype=np.float32)  # [B, d]
+        scores, ids = self.index.search(q, min(k, len(self)))
+        return torch.from_numpy(scores), torch.from_numpy(ids)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the index is exact (``Flat``): then dense scores are one matmul, not a FAISS search."""
+        return self.factory == "Flat"
+
+    def _matrix64(self, device: torch.device) -> torch.Tensor:
+        """The tool matrix in float64 on ``device``, ``[N, d]`` (cached per device)."""
+        cache = self.__dict__.setdefault("_m64", {})
+        if device not in cache:
+            cache[device] = torch.from_numpy(self.vectors).to(device, torch.float64)
+        return cache[device]
+
+    def dense_scores(self, queries: torch.Tensor) -> torch.Tensor:
+        """Cosine of every query with every tool, ``[B, N]`` float32 in registry order (on the CPU).
+
+        For the exact (``Flat``) index this is one matmul accumulated in float64 and rounded to
+        float32: the same numbers FAISS computes (to float32 rounding; tested), but independent of
+        the batch size, so that :meth:`dense_scores_one` agrees with it bit for bit. Other indexes
+        go through a FAISS search over all N (tools it does not return score ``-inf``). Ties at equal
+        cosine are broken by registry order downstream (stable sorts).
+        """
+        if self.exact:
+            q = queries.detach()
+            return (q.to(torch.float64) @ self._matrix64(q.device).T).float().cpu()  # [B, N]
+        scores, ids = self.search(queries, len(self))  # [B, N], [B, N]; id -1 = not returned
+        n = len(self)
+        out = torch.full((queries.shape[0], n + 1), float("-inf"))
+        out.scatter_(1, torch.where(ids >= 0, ids.long(), n), scores)  # misses land in a dump column
+        return out[:, :n]
+
+    def dense_scores_one(self, query: np.ndarray) -> np.ndarray:
+        """:meth:`dense_scores` for one query ``[d]`` (numpy in, ``[N]`` float32 numpy out): the single-step path."""
+        if self.exact:
+            m64 = self.__dict__.get("_m64_np")
+            if m64 is None:
+                m64 = self._m64_np = self.vectors.astype(np.float64)
+            return (m64 @ np.asarray(query, dtype=np.float64)).astype(np.float32)  # [N]
+        return self.dense_scores(torch.as_tensor(np.asarray(query, dtype=np.float32))[None])[0].numpy()
+
+    def top_scores_one(self, query: np.ndarray, top: int, include: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`dense_scores_one` where only the leaders are needed: ``[N]`` float32 holding the exact
+        score of every tool that can be among the ``top`` best (and of ``include``), ``-inf`` for the rest.
+
+        For an exact index over a large registry a float32 matmul (half the memory traffic of the
+        float64 one) finds the candidates: a float32 dot product of two vectors of norm at most 1
+        is within ``d * 2**-23`` of the exact one (a bound for any summation order), so every tool
+        whose exact score can reach the top-th exact score is kept and rescored exactly. Ordering
+        the result as :func:`tracer.scoring.base.rank_one` does gives the same first ``top`` tools
+        as the full scores. Small registries and approximate indexes get the full scores.
+        """
+        n = len(self)
+        if not self.exact or n <= 2048 or top >= n // 4:
+            return self.dense_scores_one(query)
+        q64 = np.asarray(query, dtype=np.float64)
+        approx = self.vectors @ q64.astype(np.float32)                                       # [N] float32
+        norm = float(np.sqrt(q64 @ q64)) * self._max_norm()
+        slack = 2.0 * self.dim * 2.0 ** -23 * max(norm, 1.0)                                # twice the bound
+        kth = np.partition(approx, n - top)[n - top]                                         # top-th largest
+        cand = np.flatnonzero(approx >= kth - slack)
+        if include is not None and len(include):
+            cand = np.union1d(cand, include)
+        out = np.full(n, -np.inf, dtype=np.float32)
+        m64 = self.__dict__.get("_m64_np")
+        rows = m64[cand] if m64 is not None else self.vectors[cand].astype(np.float64)
+        out[cand] = (rows @ q64).astype(np.float32)
+        return out
+
+    def _max_norm(self) -> float:
+        if "_max_norm_v" not in self.__dict__:
+            self._max_norm_v = float(np.sqrt((self.vectors.astype(np.float64) ** 2).sum(1).max())) if len(self) else 0.0
+        return self._max_norm_v
+
+    # ---- drift: a new index over changed rows (the old one keeps serving until it is swapped) ---------
+    def with_rows(self, names: Sequence[str] = (), vectors: np.ndarray | torch.Tensor | None = None,
+                  replace: dict[int, tuple[str, np.ndarray]] | None = None) -> ToolIndex:
+        """A new index: these tools appended (``vectors [M, d]``, normalised) and rows of ``replace``
+        (id -> (name, vector ``[d]``)) overwritten. Equal to building the index on the union."""
+        vecs = self.vectors.copy()
+        out_names = list(self.names)
+        for i, (name, vec) in (replace or {}).items():
+            out_names[i], vecs[i] = name, np.asarray(vec, dtype=np.float32)
+        if vectors is None:
+            vectors = np.zeros((0, self.dim), np.float32)
+        add = np.asarray(vectors.detach().cpu().numpy() if isinstance(vectors, torch.Tensor) else vectors,
+                         dtype=np.float32).reshape(-1, self.dim)                             # [M, d]
+        if len(add) != len(names):
+            raise ValueError(f"{len(names)} new names but {len(add)} vectors")
+        return ToolIndex(out_names + list(names), torch.from_numpy(np.concatenate([vecs, add])), self.factory,
+                         use_gpu=self.index is not self._cpu)
+
+    # ---- persistence -------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> None:
+        d = Path(directory)
+        faiss.write_index(self._cpu, str(d / "tools.faiss"))
+        (d / "tools_idmap.json").write_text(json.dumps({"factory": self.factory, "names": list(self.names)}))
+        np.save(d / "tool_vectors.npy", self.vectors)
+
+    @classmethod
+    def load(cls, directory: str | Path, registry: Registry, use_gpu: bool | None = None) -> ToolIndex:
+        d = Path(directory)
+        meta = read_json(d / "tools_idmap.json")
+        if not isinstance(meta, dict) or not isinstance(meta.get("names"), list) or "factory" not in meta:
+            raise CorruptIndex(d / "tools_idmap.json", "expected {'factory': ..., 'names': [...]}")
+        if tuple(meta["names"]) != registry.names:
+            raise ValueError(f"{d / 'tools_idmap.json'}: FAISS id map does not match the registry "
+                             f"({len(meta['names'])} ids vs {len(registry)} tools)")
+        try:
+            index = faiss.read_index(str(d / "tools.faiss"))
+        except RuntimeError as e:
+            raise CorruptIndex(d / "tools.faiss", f"FAISS cannot read it ({str(e).splitlines()[0]})") from None
+        if index.ntotal != len(registry):
+            raise ValueError(f"{d / 'tools.faiss'}: index holds {index.ntotal} vectors, registry {len(registry)}")
+        obj = cls.__new__(cls)
+        obj.names, obj.factory = tuple(meta["names"]), meta["factory"]
+        try:
+            obj.vectors = np.load(d / "tool_vectors.npy")
+        except (OSError, ValueError) as e:
+            raise CorruptIndex(d / "tool_vectors.npy", f"numpy cannot read it ({e})") from None
+        if obj.vectors.ndim != 2 or len(obj.vectors) != len(registry):
+            raise CorruptIndex(d / "tool_vectors.npy", f"shape {obj.vectors.shape}, expected [{len(registry)}, d]")
+        obj.dim = obj.vectors.shape[1]
+        obj._cpu = index
+        obj.index = _maybe_gpu(index, use_gpu)
+        return obj

@@ -1,0 +1,120 @@
+"""ONNX Runtime encoders: the sentence-transformers model exported once, in fp32 or dynamic int8.
+
+The export is the transformer alone (``torch.onnx.export`` of the Hugging Face model); tokenisation
+(the folder's own tokenizer, truncated at the model's ``max_seq_length``), mean pooling over the
+attention mask and L2 normalisation are done here, as sentence-transformers does them, so fp32 gives
+the torch embeddings to float rounding. ``int8`` is ``onnxruntime.quantization.quantize_dynamic``
+with per-channel int8 weights on the MatMul nodes only (activations quantised on the fly).
+
+    python -m tracer.encode.onnx            # export MiniLM to .cache/encoders (fp32 + int8)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
+from transformers import AutoModel, AutoTokenizer
+
+from tracer.core.io import atomic_new_dir
+from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash, short_name
+
+VARIANTS = ("fp32", "int8")
+OPSET = 17
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class _Transformer(torch.nn.Module):
+    """The Hugging Face model with named inputs and one output, as the exporter wants it."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.net(input_ids=input_ids, attention_mask=attention_mask,
+                        token_type_ids=token_type_ids).last_hidden_state  # [B, T, d]
+
+
+def max_seq_length(folder: Path) -> int:
+    """The folder's sentence-transformers truncation length (256 for MiniLM)."""
+    cfg = folder / "sentence_bert_config.json"
+    return int(json.loads(cfg.read_text())["max_seq_length"]) if cfg.is_file() else 512
+
+
+def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
+    """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused when present."""
+    folder = model_folder(model)
+    key = recipe_hash(kind="onnx", weights=folder_hash(folder), opset=OPSET, quant="dynamic-matmul-perchannel-qint8")
+    out = Path(encoder_dir) / f"onnx-{key[:16]}"
+    if (out / "int8.onnx").is_file():
+        return out
+    with atomic_new_dir(out) as tmp:
+        net = AutoModel.from_pretrained(str(folder)).eval()
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        sample = tok(["an example text", "a second, longer example text"], padding=True, return_tensors="pt")
+        args = tuple(sample[k] for k in _INPUTS)
+        dyn = {k: {0: "batch", 1: "seq"} for k in _INPUTS} | {"last_hidden_state": {0: "batch", 1: "seq"}}
+        with torch.no_grad():
+            torch.onnx.export(_Transformer(net), args, str(tmp / "fp32.onnx"), input_names=list(_INPUTS),
+                              output_names=["last_hidden_state"], dynamic_axes=dyn, opset_version=OPSET,
+                              dynamo=False)
+        quantize_dynamic(str(tmp / "fp32.onnx"), str(tmp / "int8.onnx"), per_channel=True,
+                         op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+        tok.save_pretrained(str(tmp / "tokenizer"))
+        (tmp / "source.json").write_text(json.dumps({"model": str(folder), "max_seq_length": max_seq_length(folder),
+                                                      "name": short_name(model), "key": key}))
+    return out
+
+
+class OnnxEmbedder:
+    """A sentence-transformers model run by ONNX Runtime (CPU).
+
+    Args:
+        model: local model folder (``None``: the bundled MiniLM); exported on first use.
+        variant: ``fp32`` or ``int8``.
+        encoder_dir: where exports live.
+        threads: ONNX Runtime intra-op threads (1: the single-thread serving figure; 0: ORT's default).
+        batch_size: texts per session run.
+    """
+
+    def __init__(self, model: str | Path | None = None, variant: str = "int8", encoder_dir: str | Path = DEFAULT_CACHE,
+                 threads: int = 1, batch_size: int = 64):
+        if variant not in VARIANTS:
+            raise ValueError(f"OnnxEmbedder variant must be one of {VARIANTS}, got {variant!r}")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.dir = export(model, encoder_dir)
+        meta = json.loads((self.dir / "source.json").read_text())
+        self.name = f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}"
+        self.max_seq_length = int(meta["max_seq_length"])
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.dir / "tokenizer"))
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(self.dir / f"{variant}.onnx"), opts, providers=["CPUExecutionProvider"])
+        self.dim = int(self.session.get_outputs()[0].shape[-1])
+        self.batch_size = batch_size
+
+    def encode(self, texts: Sequence[str]) -> torch.Tensor:
+        if not texts:
+            return torch.zeros(0, self.dim)
+        return torch.from_numpy(np.concatenate([self._encode(list(texts[i: i + self.batch_size]))
+                                                for i in range(0, len(texts), self.batch_size)]))  # [N, d]
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length, return_tensors="np")
+        feeds = {k: enc[k].astype(np.int64) for k in _INPUTS}
+        hidden = self.session.run(None, feeds)[0]                          # [B, T, d]
+        mask = feeds["attention_mask"][..., None].astype(np.float32)       # [B, T, 1]
+        pooled = (hidden * mask).sum(1) / np.clip(mask.sum(1), 1e-9, None)  # [B, d] mean over real tokens
+        return (pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)).astype(np.float32)
+
+
+if __name__ == "__main__":
+    print(export())

@@ -1,0 +1,2 @@
+"""Teacher-forcing and free-running evaluation: the runner, metrics, outputs, reports and plots.
+"""

@@ -1,0 +1,350 @@
+"""Candidates and features of ``tracer_plus``: the union of several keys' children and the vector top m.
+
+At a step, every configured state key (:class:`tracer.memory.trie.StateKey`) maps the calls so far to a
+state ``S_j`` in its own execution trie, and the vector index ranks the registry by the cosine of
+the query context with each tool. The candidate set is
+
+    cand = (children of S_1) ∪ ... ∪ (children of S_K) ∪ (top m of the vector ranking)
+
+sorted by registry id. Every candidate ``t`` gets one feature row (``F`` numbers): per key ``j``
+(named ``<key label>.<feature>``, e.g. ``prefix.log_p``, ``last_1+cross_turn.member``):
+
+============== ============================================================= ===========================
+feature        meaning                                                       outside S_j's children
+============== ============================================================= ===========================
+member         1 if t is a child of S_j                                      0
+log_p          empirical prior log(N(S_j,t)/N(S_j) + eps)                    0
+log_r          contextual prior log(relu(cos)/sum relu(cos) + eps) over      0
+               S_j's children (the trie's ``log_l``)
+edge_cos       raw cosine of the memory context with the edge memory         0
+               m_{S_j,t}
+log_visits     log(1 + N(S_j)) (state level; 0 for an unseen state)          the state's value
+log_children   log(1 + number of children of S_j) (state level)              the state's value
+member*v       member x log_visits, member x log_children                     0
+log_p*v ...    log_p, log_r and edge_cos each x log_visits and x log_children 0
+============== ============================================================= ===========================
+
+The neutral values of a candidate outside ``S_j``'s children (``NEUTRAL``) are all 0, so every
+product is 0 too; ``member`` = 0 tells the model that the zeros mean "not proposed by this key"
+(for a linear scorer the constant chosen does not matter: the weight of ``member`` absorbs it).
+State-level features are equal for every candidate of a step, so alone they cannot reorder the
+candidates under a softmax; they act through their products (how far to trust this key's
+proposal and priors at a well-visited or a wide state) and through the MLP.
+
+Global features, defined for every candidate:
+
+- ``vector`` group: ``vec_cos`` (cosine of the query context with the tool's name and
+  description), ``vec_rank`` (log of the 1-based rank in the vector ranking of the whole
+  registry, ties by registry position) and ``vec_top`` (1 if that rank is at most m, i.e. the
+  vector search proposed it).
+- ``tool`` group: ``tool_log_freq`` = log(1 + number of training steps that called t) and
+  ``tool_cos`` = cosine of the memory context with the tool memory (the normalised mean context
+  of every training step that called t, whatever its state: the edge memory of an empty state;
+  0 for a tool never called).
+- ``history`` group: ``hist_count`` = log(1 + times t was called earlier in the conversation),
+  ``in_turn`` = 1 if t was called earlier in this turn, ``is_last`` = 1 if t is the previous call.
+
+Feature groups (for ``features.drop``): ``member``, ``log_p``, ``log_r``, ``edge_cos``,
+``state`` (log_visits, log_children and every product with them), ``vector``, ``tool`` and
+``history``; a product belongs to both factors' groups and goes when either is dropped.
+
+Arithmetic (one definition for the batched path, torch on any device, and the single-step path,
+numpy on the CPU): priors and cosines come from :meth:`ExecutionTrie.gather` /
+:meth:`ExecutionTrie.children_one` (bit-identical), the state features and log ranks from float32
+tables built once, products are float32 x float32 (one IEEE rounding in both paths), so the raw
+feature rows agree bit for bit (the two cosine tables are float64 matrix-vector products rounded
+to float32, as the trie's similarities).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tracer.core.types import Step
+from tracer.memory.trie import ExecutionTrie, StateKey
+
+KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
+                "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",
+                "log_r*log_visits", "log_r*log_children", "edge_cos*log_visits", "edge_cos*log_children")
+VECTOR_FEATURES = ("vec_cos", "vec_rank", "vec_top")
+TOOL_FEATURES = ("tool_log_freq", "tool_cos")
+HISTORY_FEATURES = ("hist_count", "in_turn", "is_last")
+GLOBAL_FEATURES = VECTOR_FEATURES + TOOL_FEATURES + HISTORY_FEATURES
+GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history")
+NEUTRAL = {"member": 0.0, "log_p": 0.0, "log_r": 0.0, "edge_cos": 0.0}
+_STATE = ("log_visits", "log_children")
+DEFAULT_KEYS = ("prefix", "last_2+cross_turn", "last_1+cross_turn")
+
+
+def parse_key(spec: str | Mapping | StateKey) -> StateKey:
+    """A state key from its label (``prefix``, ``last_2+cross_turn``, ``prefix+cross_turn``), a mapping
+    (``{kind, n, cross_turn}``) or a :class:`StateKey`."""
+    if isinstance(spec, StateKey):
+        return spec
+    if isinstance(spec, Mapping):
+        return StateKey.from_config(spec)
+    base, _, flag = str(spec).partition("+")
+    if flag not in ("", "cross_turn"):
+        raise ValueError(f"state key {spec!r}: the only suffix is '+cross_turn'")
+    cross = flag == "cross_turn"
+    if base == "prefix":
+        return StateKey("prefix", 1, cross)
+    if base.startswith("last_") and base[5:].isdigit():
+        return StateKey("last_n", int(base[5:]), cross)
+    raise ValueError(f"state key {spec!r}: expected prefix or last_<n>, optionally with +cross_turn")
+
+
+def feature_names(keys: Sequence[StateKey]) -> tuple[str, ...]:
+    return tuple(f"{k.label}.{f}" for k in keys for f in KEY_FEATURES) + GLOBAL_FEATURES
+
+
+def feature_groups(name: str) -> set[str]:
+    """The groups a feature belongs to (``features.drop`` removes a feature when any of them is dropped)."""
+    base = name.rsplit(".", 1)[-1]
+    for group, names in (("vector", VECTOR_FEATURES), ("tool", TOOL_FEATURES), ("history", HISTORY_FEATURES)):
+        if base in names:
+            return {group}
+    return {"state" if part in _STATE else part for part in base.split("*")}
+
+
+def keep_mask(names: Sequence[str], drop: Sequence[str]) -> torch.Tensor:
+    """``[F]`` 1 for a feature in use, 0 for one dropped by group or by its full name."""
+    unknown = [d for d in drop if d not in GROUPS and d not in names]
+    if unknown:
+        raise ValueError(f"unknown feature groups {unknown}; groups: {', '.join(GROUPS)} (or a full feature name)")
+    drop = set(drop)
+    return torch.tensor([0.0 if (n in drop or feature_groups(n) & drop) else 1.0 for n in names])
+
+
+@dataclass
+class StateTables:
+    """Per-node state features of one trie, float32 (``[U]`` each), on the trie's device and as numpy."""
+
+    log_visits: torch.Tensor
+    log_children: torch.Tensor
+    log_visits_np: np.ndarray
+    log_children_np: np.ndarray
+
+    @classmethod
+    def of(cls, trie: ExecutionTrie) -> StateTables:
+        lv = torch.log1p(trie.node_count.double()).float()                               # [U]
+        lc = torch.log1p(trie.indptr.diff().double()).float()                            # [U]
+        return cls(lv, lc, lv.cpu().numpy(), lc.cpu().numpy())
+
+
+@dataclass
+class PlusIndex:
+    """Everything the features are read from: one trie per key with its state tables, per-tool
+    tables and the log-rank table. Derived from the tries alone (nothing else to save).
+
+    ``tool_log_freq [N]``: log(1 + number of training steps that called t); ``tool_memory [N, d]``:
+    the normalised mean context of those steps (0 for a tool never called), i.e. the edge memory
+    of an empty state; both read off the first trie (every training step is one edge of it).
+    """
+
+    tries: list[ExecutionTrie]
+    tables: list[StateTables]
+    tool_log_freq: torch.Tensor   # [N] float32
+    tool_memory: torch.Tensor     # [N, d] float32
+    log_ranks: np.ndarray         # [N] float32
+    tool_id: dict[str, int]
+    tool_log_freq_np: np.ndarray
+    tool_memory64: np.ndarray     # [N, d] float64
+
+    @classmethod
+    def build(cls, tries: Sequence[ExecutionTrie], names: Sequence[str], dim: int) -> PlusIndex:
+        n = len(names)
+        device = tries[0].device if tries else torch.device("cpu")
+        count = torch.zeros(n, dtype=torch.float64, device=device)
+        total = torch.zeros(n, dim, dtype=torch.float64, device=device)
+        if tries and tries[0].n_edges:
+            t = tries[0]
+            count.index_add_(0, t.edge_tool, t.edge_count.double())
+            total.index_add_(0, t.edge_tool, t.edge_memory.double() * t.edge_norm.double()[:, None])
+        memory = (total / torch.linalg.vector_norm(total, dim=1, keepdim=True).clamp_min(1e-12)).float()  # [N, d]
+        freq = torch.log1p(count).float()
+        return cls(list(tries), [StateTables.of(t) for t in tries], freq, memory, log_rank_table(n),
+                   {name: i for i, name in enumerate(names)}, freq.cpu().numpy(),
+                   memory.cpu().numpy().astype(np.float64))
+
+    @property
+    def n_features(self) -> int:
+        return len(self.tries) * len(KEY_FEATURES) + len(GLOBAL_FEATURES)
+
+
+def log_rank_table(n: int) -> np.ndarray:
+    """log(rank) for ranks 1..n, float32 ``[n]``."""
+    return np.log(np.arange(1, n + 1, dtype=np.float64)).astype(np.float32)
+
+
+@dataclass
+class Candidates:
+    """Candidate sets of B steps, padded to the widest one (C)."""
+
+    tool: torch.Tensor      # [B, C] registry ids, ascending (0 where masked)
+    mask: torch.Tensor      # [B, C] True for a real candidate
+    feats: torch.Tensor     # [B, C, F] raw features (float32; 0 where masked)
+    in_state: torch.Tensor  # [B, K] key j's state has children
+    depth: torch.Tensor     # [B] length of the first key's state (-1 when unseen)
+
+    def gold_index(self, gold_ids: torch.Tensor, ignore: int = -100) -> torch.Tensor:
+        """Position of each step's gold id ``[B]`` among its candidates, ``ignore`` where it is not one."""
+        gold_ids = gold_ids.to(self.tool.device)
+        hit = self.mask & (self.tool == gold_ids[:, None])                               # [B, C]
+        return torch.where(hit.any(1), hit.float().argmax(1), torch.full_like(gold_ids, ignore))
+
+
+def _history_counts(idx: PlusIndex, steps: Sequence[Step], n: int, device) -> tuple[torch.Tensor, ...]:
+    """``[B, N]`` float32: times each tool was called so far, 1 if called this turn, 1 if the previous call."""
+    count = torch.zeros(len(steps), n + 1, dtype=torch.float32)
+    turn = torch.zeros(len(steps), n + 1, dtype=torch.float32)
+    last = torch.zeros(len(steps), n + 1, dtype=torch.float32)
+    for i, s in enumerate(steps):
+        for name in s.history:
+            count[i, idx.tool_id.get(name, n)] += 1
+        for name in s.prefix:
+            turn[i, idx.tool_id.get(name, n)] = 1
+        if s.history:
+            last[i, idx.tool_id.get(s.history[-1], n)] = 1
+    return tuple(x[:, :n].to(device) for x in (torch.log1p(count.double()).float(), turn, last))
+
+
+def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int) -> Candidates:
+    """Candidates and raw features of a batch (see the module docstring).
+
+    Args:
+        idx: the tries (one per key; the trie's ``key`` maps a step to its state) and tables.
+        steps: B steps.
+        mem_ctx: ``[B, d]`` contexts under the memory rendering (edge and tool cosines).
+        vec: ``[B, N]`` float32 vector scores of the registry under the query rendering.
+        m: how many of the vector ranking's top tools join the candidates.
+    """
+    tries, tables = idx.tries, idx.tables
+    device = tries[0].device if tries else vec.device
+    vec = vec.to(device)
+    b, n = vec.shape
+    cbs = [t.gather(t.lookup(steps), mem_ctx) for t in tries]
+    # vector ranks: stable descending sort, ties by registry position (as tracer.scoring.base.rank)
+    order = torch.sort(vec, dim=1, descending=True, stable=True).indices                 # [B, N]
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(1, n + 1, device=device).expand(b, n))  # [B, N]
+    is_cand = torch.zeros(b, n + 1, dtype=torch.bool, device=device)                     # column n: dump
+    for cb in cbs:
+        is_cand.scatter_(1, torch.where(cb.mask, cb.tool, n), True)
+    is_cand = is_cand[:, :n]
+    if m > 0:
+        is_cand |= rank <= m
+    n_cand = is_cand.sum(1)                                                               # [B]
+    width = max(int(n_cand.max()) if b else 0, 1)
+    # candidate ids ascending: a stable sort puts the True columns first, in registry order
+    tool = torch.sort((~is_cand).to(torch.uint8), dim=1, stable=True).indices[:, :width]  # [B, C]
+    mask = torch.arange(width, device=device)[None, :] < n_cand[:, None]                # [B, C]
+    tool = torch.where(mask, tool, 0)
+    pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)                 # tool -> column (width: dump)
+    pos.scatter_(1, torch.where(mask, tool, n), torch.arange(width, device=device).expand(b, width).clone())
+    feats = torch.zeros(b, width + 1, idx.n_features, dtype=torch.float32, device=device)  # [B, C+1, F], dump column
+    rows = torch.arange(b, device=device)[:, None]
+    in_state = torch.zeros(b, len(tries), dtype=torch.bool, device=device)
+    zero = torch.zeros(b, device=device)
+    for j, (cb, tab) in enumerate(zip(cbs, tables)):
+        base = j * len(KEY_FEATURES)
+        seen = cb.node >= 0
+        safe = cb.node.clamp_min(0)
+        lv = torch.where(seen, tab.log_visits[safe], 0.0) if len(tab.log_visits) else zero      # [B]
+        lc = torch.where(seen, tab.log_children[safe], 0.0) if len(tab.log_children) else zero  # [B]
+        in_state[:, j] = cb.mask.any(1)
+        col = pos.gather(1, torch.where(cb.mask, cb.tool, n))                             # [B, Ck]
+        # member, log_p, log_r, edge_cos; then visits, children and the products: one [B, Ck, 14] block,
+        # laid out as in candidates_one
+        v = torch.stack([torch.where(cb.mask, x.float(), 0.0) for x in (cb.mask.float(), cb.log_p, cb.log_l,
+                                                                       cb.sim)], -1)    # [B, Ck, 4]
+        block = torch.empty(*v.shape[:2], len(KEY_FEATURES), dtype=torch.float32, device=device)
+        block[..., :4] = v
+        block[..., 4], block[..., 5] = lv[:, None], lc[:, None]
+        block[..., 6::2] = v * lv[:, None, None]
+        block[..., 7::2] = v * lc[:, None, None]
+        feats[rows, col, base:base + len(KEY_FEATURES)] = block
+        feats[:, :, base + 4] = lv[:, None]                                               # non-members too
+        feats[:, :, base + 5] = lc[:, None]
+    feats = feats[:, :width]
+    g = len(tries) * len(KEY_FEATURES)
+    cand_rank = rank.gather(1, tool)                                                      # [B, C]
+    feats[:, :, g] = vec.gather(1, tool)
+    feats[:, :, g + 1] = torch.from_numpy(idx.log_ranks).to(device)[cand_rank - 1]
+    feats[:, :, g + 2] = (cand_rank <= m).float()
+    feats[:, :, g + 3] = idx.tool_log_freq.to(device)[tool]
+    tool_cos = mem_ctx.to(device, torch.float64) @ idx.tool_memory.to(device, torch.float64).T  # [B, N]
+    feats[:, :, g + 4] = tool_cos.float().gather(1, tool)
+    for f, h in enumerate(_history_counts(idx, steps, n, device)):
+        feats[:, :, g + 5 + f] = h.gather(1, tool)
+    feats = torch.where(mask[:, :, None], feats, 0.0)
+    depth = cbs[0].depth if cbs else torch.full((b,), -1, dtype=torch.long, device=device)
+    return Candidates(tool=tool, mask=mask, feats=feats, in_state=in_state, depth=depth)
+
+
+@dataclass
+class OneCandidates:
+    """:class:`Candidates` of one step (numpy), plus the vector order for padding."""
+
+    tool: np.ndarray        # [C] int64 registry ids, ascending
+    feats: np.ndarray       # [C, F] float32 raw features
+    in_state: np.ndarray    # [K] bool
+    depth: int              # length of the first key's state (-1 when unseen)
+    order: np.ndarray       # [N] registry ids by vector score, best first (ties by registry position)
+
+
+def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int) -> OneCandidates:
+    """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit."""
+    tries, tables = idx.tries, idx.tables
+    n = len(vec)
+    states = [t.key.state(step) for t in tries]
+    kids = [t.children_one(s, mem_ctx) for t, s in zip(tries, states)]
+    order = np.argsort(-vec, kind="stable")                                              # [N]
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(1, n + 1)
+    is_cand = np.zeros(n, dtype=bool)
+    for ch in kids:
+        is_cand[ch.tool] = True
+    is_cand[order[:max(m, 0)]] = True
+    tool = np.flatnonzero(is_cand)                                                       # [C] ascending
+    col_of = np.empty(n, dtype=np.int64)
+    col_of[tool] = np.arange(len(tool))
+    n_key = len(KEY_FEATURES)
+    feats = np.zeros((len(tool), idx.n_features), dtype=np.float32)
+    for j, (ch, tab) in enumerate(zip(kids, tables)):
+        base = j * n_key
+        lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
+        lc = tab.log_children_np[ch.node] if ch.node >= 0 else np.float32(0)
+        feats[:, base + 4] = lv
+        feats[:, base + 5] = lc
+        if len(ch.tool):
+            block = np.empty((len(ch.tool), n_key), dtype=np.float32)                   # [Ck, 14]
+            block[:, 0] = 1.0
+            block[:, 1], block[:, 2], block[:, 3] = ch.log_p, ch.log_l, ch.sim
+            block[:, 4], block[:, 5] = lv, lc
+            block[:, 6::2] = block[:, :4] * lv
+            block[:, 7::2] = block[:, :4] * lc
+            feats[col_of[ch.tool], base:base + n_key] = block
+    g = len(tries) * n_key
+    r = rank[tool]
+    feats[:, g] = vec[tool]
+    feats[:, g + 1] = idx.log_ranks[r - 1]
+    feats[:, g + 2] = r <= m
+    feats[:, g + 3] = idx.tool_log_freq_np[tool]
+    feats[:, g + 4] = (idx.tool_memory64 @ np.asarray(mem_ctx, dtype=np.float64)).astype(np.float32)[tool]
+    if step.history:
+        get = idx.tool_id.get
+        hist = [i for i in map(get, step.history) if i is not None]
+        if hist:
+            feats[:, g + 5] = np.log1p(np.bincount(hist, minlength=n)[tool].astype(np.float64))
+            turn = np.zeros(n, dtype=np.float32)
+            turn[[i for i in map(get, step.prefix) if i is not None]] = 1
+            feats[:, g + 6] = turn[tool]
+            last = get(step.history[-1])
+            if last is not None and is_cand[last]:
+                feats[col_of[last], g + 7] = 1
+    depth = len(states[0]) if kids and kids[0].node >= 0 else -1
+    return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)

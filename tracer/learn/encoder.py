@@ -1,0 +1,182 @@
+"""Contrastive fine-tuning of the sentence-transformers encoder on logged trajectories.
+
+Each decision step of a successful training trajectory gives one pair: the context rendered as
+tracer_plus renders its vector query (anchor) and the gold tool's text as the scorers embed it,
+``Tool.search_text`` (positive). The loss is sentence-transformers' MultipleNegativesRankingLoss:
+for a batch of B pairs, cross-entropy of anchor i over the B positives (scale 20, cosine), so the
+other tools in the batch are the negatives. A batch never holds the same anchor text or the same
+tool twice (a repeated tool would be a false negative). AdamW, linear warm-up then decay, one
+epoch, seeded; CUDA when present (not run here), else the CPU, where a run is deterministic.
+
+The checkpoint lands atomically in ``<encoder_dir>/finetuned-<hash>/``, the hash covering the pairs,
+the recipe and the base weights: a rerun on the same training data loads it instead of training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+from transformers import get_linear_schedule_with_warmup
+
+from tracer.core.context import ContextRendering
+from tracer.core.io import atomic_new_dir, write_json
+from tracer.core.steps import extract_all
+from tracer.core.types import Registry, Trajectory
+from tracer.encode.embedders import default_device
+from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The recipe (every field enters the checkpoint's cache key).
+
+    Args:
+        batch_size: pairs per batch (in-batch negatives: B - 1 per anchor).
+        lr: AdamW peak learning rate; ``warmup`` is the fraction of steps it ramps up over.
+        weight_decay: AdamW weight decay (0, as sentence-transformers' trainer).
+        epochs: passes over the pairs.
+        scale: the loss's inverse temperature on cosine similarities.
+        max_seq_length: truncation while training (the checkpoint keeps the model's own for encoding).
+        seed: batches, dropout and initial state.
+    """
+
+    batch_size: int = 32
+    lr: float = 2e-5
+    warmup: float = 0.1
+    weight_decay: float = 0.0
+    epochs: int = 1
+    scale: float = 20.0
+    max_seq_length: int = 128
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Training pairs, with the trajectory each came from (so a leak can be checked)."""
+
+    anchors: tuple[str, ...]
+    positives: tuple[str, ...]
+    trajectory_ids: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.anchors)
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for a, p in zip(self.anchors, self.positives):
+            h.update(a.encode() + b"\0" + p.encode() + b"\1")
+        return h.hexdigest()
+
+
+def training_pairs(trajectories: Iterable[Trajectory], registry: Registry, rendering: ContextRendering,
+                   successful_only: bool = True) -> Pairs:
+    """(rendered context, gold tool text) for every step of the (successful) trajectories whose gold is in the registry."""
+    steps = [s for s in extract_all(t for t in trajectories if t.success or not successful_only) if s.gold in registry]
+    return Pairs(tuple(rendering.render(s.context) for s in steps),
+                 tuple(registry.get(s.gold).search_text for s in steps),
+                 tuple(s.trajectory_id for s in steps))
+
+
+def no_duplicate_batches(pairs: Pairs, batch_size: int, seed: int) -> list[list[int]]:
+    """Pair indices in batches with no anchor or positive text twice, in a seeded random order.
+
+    Greedy, as sentence-transformers' NoDuplicatesBatchSampler: each batch takes the next pairs in
+    the shuffled order that clash with nothing already in it; the rest wait for a later batch.
+    Batches of one pair (no negative, so no gradient) are dropped.
+    """
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    batches = []
+    while order:
+        batch, seen, rest = [], set(), []
+        for i in order:
+            a, p = ("a", pairs.anchors[i]), ("p", pairs.positives[i])
+            if len(batch) < batch_size and a not in seen and p not in seen:
+                batch.append(i)
+                seen.update((a, p))
+            else:
+                rest.append(i)
+        batches.append(batch)
+        order = rest
+    return [b for b in batches if len(b) > 1]
+
+
+def _features(model: SentenceTransformer, texts: Sequence[str], device: str) -> dict[str, torch.Tensor]:
+    # preprocess also returns non-tensor entries (the input modality): those pass through as they are
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model.preprocess(list(texts)).items()}
+
+
+def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path | None = None,
+          device: str | None = None, log: Callable[[dict], None] | None = None) -> tuple[SentenceTransformer, dict]:
+    """Fine-tune ``base_model`` on ``pairs``; returns the model (eval mode) and a summary with the loss per step."""
+    if len(pairs) < 2:
+        raise ValueError(f"encoder training needs at least 2 pairs, got {len(pairs)}")
+    device = device or default_device()
+    torch.manual_seed(cfg.seed)
+    model = SentenceTransformer(str(model_folder(base_model)), device=device)
+    own_length = model.max_seq_length
+    model.max_seq_length = min(cfg.max_seq_length, own_length)
+    loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
+    batches = [b for e in range(cfg.epochs) for b in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e)]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * len(batches)), len(batches))
+    model.train()
+    losses, t0 = [], time.perf_counter()
+    for step, batch in enumerate(batches):
+        feats = [_features(model, [pairs.anchors[i] for i in batch], device),
+                 _features(model, [pairs.positives[i] for i in batch], device)]
+        loss = loss_fn(feats, torch.empty(0, device=device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        if log is not None:
+            log({"encoder/loss": losses[-1], "encoder/lr": sched.get_last_lr()[0], "encoder/step": step})
+    model.eval()
+    model.max_seq_length = own_length
+    info = {"pairs": len(pairs), "batches": len(batches), "pairs_used": sum(map(len, batches)),
+            "train_seconds": round(time.perf_counter() - t0, 2), "device": device, "loss": losses,
+            "config": asdict(cfg)}
+    return model, info
+
+
+def checkpoint_dir(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None,
+                   encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
+    """Where the checkpoint for these pairs, recipe and base weights lives (content-addressed)."""
+    key = recipe_hash(kind="finetune-mnrl", pairs=pairs.digest(), config=asdict(cfg),
+                      weights=folder_hash(model_folder(base_model)))
+    return Path(encoder_dir) / f"finetuned-{key[:16]}"
+
+
+def finetuned(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path | None = None,
+              encoder_dir: str | Path = DEFAULT_CACHE, device: str | None = None,
+              log: Callable[[dict], None] | None = None) -> Path:
+    """The fine-tuned checkpoint folder for ``pairs``: trained and saved atomically on a miss, reused on a hit.
+
+    The folder is a sentence-transformers model (``embedder=finetuned embedder.model=<folder>``)
+    plus ``train_info.json`` (loss curve, wall time).
+    """
+    out = checkpoint_dir(pairs, cfg, base_model, encoder_dir)
+    if (out / "train_info.json").is_file():
+        return out
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model, info = train(pairs, cfg, base_model, device, log)
+    with atomic_new_dir(out) as tmp:
+        model.save(str(tmp))
+        write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))})
+    return out
+
+
+def train_info(checkpoint: str | Path) -> dict:
+    return json.loads((Path(checkpoint) / "train_info.json").read_text())

@@ -1,0 +1,175 @@
+"""A fitted scorer that keeps learning while it serves: trajectories in, tries updated at once, learned
+weights refitted on a schedule in the background, tools added, removed and renamed without a rebuild.
+
+Example::
+
+    up = Updater(scorer, refit_every=500, history=train_trajectories)
+    up.update(new_trajectories, tools=new_tool_definitions)   # tries updated now
+    up.remove_tool("old_api")                                  # gone from every ranking at once
+    up.wait()                                                   # the background refit, if one runs
+
+- *Tries* (:func:`tracer.online.updates.update_scorer`): synchronous, the same result as a rebuild on the
+  union (see :mod:`tracer.online.updates` for the float tolerance of the edge memories).
+- *Learned parts* (tracer's blend head, tracer_plus's candidate model): refitted on every trajectory
+  the updater holds (``history`` plus every update) every ``refit_every`` trajectories or on
+  :meth:`Updater.refit`, in a daemon thread, by a fresh scorer of the same config fitted with the
+  same seed; the new weights replace the old in one attribute assignment, so a step is scored by
+  the old weights or the new, never a mix. Until then the current weights serve the updated tries.
+  A refit equals a batch fit on the same trajectories (same inner folds, same seed). A tracer_plus
+  with transferred weights (``transfer``) keeps them; set ``scorer.transfer = None`` to refit it on
+  its own logs once there are enough.
+- *Drift*: :meth:`Updater.remove_tool` masks a tool out of every ranking (the retriever filters it;
+  its trie edges stay, so :meth:`Updater.add_tool` of the same name brings it back as it was);
+  :meth:`Updater.add_tool` registers a tool with its fallback vector; :meth:`Updater.rename_tool`
+  renames it in the registry, the fallback index and every trie state. The mask is not part of the
+  saved index: save after removing and the tool is back on load.
+
+Updates are serialised by a lock; a scorer must not be scored from another thread while
+:meth:`Updater.update` mutates its tries (the refit thread never touches them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from tracer.core.types import Tool, Trajectory
+from tracer.online.updates import grow_resources, rename_scorer, update_scorer
+from tracer.scorers.tracer import TracerScorer
+from tracer.scorers.tracer_plus import TracerPlusScorer
+
+
+def learned_part(scorer) -> str | None:
+    """The attribute holding a scorer's learned weights (None when it has none to refit)."""
+    if isinstance(scorer, TracerPlusScorer):
+        return None if scorer.transfer else "model"
+    if isinstance(scorer, TracerScorer) and scorer.blend == "learned":
+        return "head"
+    return None
+
+
+class Updater:
+    """Incremental updates, a refit schedule and registry drift for one fitted scorer.
+
+    Args:
+        scorer: a fitted scorer (any; only those with tries learn from trajectories).
+        refit_every: refit the learned part after this many new trajectories (None: on demand only).
+        history: the trajectories the scorer was fitted on; refits learn from them plus every update.
+        background: refit in a daemon thread (False: in the caller's thread, e.g. for a CLI).
+    """
+
+    def __init__(self, scorer, refit_every: int | None = None, history: Iterable[Trajectory] = (),
+                 background: bool = True):
+        if getattr(scorer, "res", None) is None:
+            raise ValueError(f"scorer {getattr(scorer, 'name', scorer)!r} is not fitted")
+        if refit_every is not None and refit_every < 1:
+            raise ValueError(f"refit_every must be >= 1 or None, got {refit_every}")
+        self.scorer, self.refit_every, self.background = scorer, refit_every, background
+        self.trajectories: list[Trajectory] = list(history)
+        self.since_refit = 0
+        self.refits: list[dict] = []     # one entry per completed refit: trajectories, seconds
+        self.removed: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pending = False
+
+    # ---- trajectories ------------------------------------------------------------------------
+    def update(self, trajectories: Sequence[Trajectory], tools: Sequence[Tool] = ()) -> dict:
+        """Register ``tools`` not yet known (a removed one comes back), add the trajectories' successful
+        steps to every trie, and start a refit when the schedule says so. Returns what was done."""
+        t0 = time.perf_counter()
+        with self._lock:
+            self.removed -= {t.name for t in tools}
+            res = grow_resources(self.scorer.res, tools)
+            n_new_tools = len(res.registry) - len(self.scorer.res.registry)
+            n_steps = update_scorer(self.scorer, trajectories, res)
+            self.trajectories.extend(trajectories)
+            self.since_refit += len(trajectories)
+            due = self.refit_every is not None and self.since_refit >= self.refit_every
+        out = {"trajectories": len(trajectories), "steps": n_steps, "new_tools": n_new_tools,
+               "seconds": time.perf_counter() - t0, "refit_started": False}
+        if due and learned_part(self.scorer) is not None:
+            out["refit_started"] = self.refit(wait=not self.background)
+        return out
+
+    # ---- learned parts -----------------------------------------------------------------------
+    def refit(self, wait: bool = True) -> bool:
+        """Refit the learned part on every trajectory held now and swap it in (``wait``: block until done).
+        Returns False when the scorer has nothing to refit. A refit asked for while one runs starts
+        when it ends, on the trajectories held then."""
+        if learned_part(self.scorer) is None:
+            return False
+        with self._lock:
+            self.since_refit = 0
+            if self._thread is not None and self._thread.is_alive():
+                self._pending = True
+                thread = self._thread
+            else:
+                thread = self._thread = threading.Thread(target=self._refit_loop, name="tracer-refit", daemon=True)
+                thread.start()
+        if wait:
+            self.wait()
+        return True
+
+    def _refit_loop(self) -> None:
+        while True:
+            with self._lock:
+                trajectories, res, self._pending = list(self.trajectories), self.scorer.res, False
+            t0 = time.perf_counter()
+            attr = learned_part(self.scorer)
+            entry = {"trajectories": len(trajectories)}
+            try:
+                fresh = type(self.scorer)(**self.scorer.config()).fit(trajectories, res)
+                setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
+                if attr == "model":
+                    self.scorer.history = fresh.history
+            except Exception as e:  # noqa: BLE001  (kept for wait() to raise; the old weights keep serving)
+                entry["error"] = e
+            with self._lock:
+                self.refits.append({**entry, "seconds": time.perf_counter() - t0})
+                if not self._pending:
+                    return
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the running refit (and any refit queued behind it) has been swapped in; a refit
+        that failed (e.g. too few trajectories for the inner folds) raises its error here."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        if self.refits and "error" in self.refits[-1]:
+            raise RuntimeError(f"refit on {self.refits[-1]['trajectories']} trajectories failed; the previous "
+                               "weights still serve") from self.refits[-1]["error"]
+
+    # ---- registry drift ----------------------------------------------------------------------
+    def add_tool(self, tool: Tool) -> None:
+        """Register a tool (embedding its fallback vector); a removed tool of that name comes back."""
+        self.update([], [tool])
+
+    def remove_tool(self, name: str) -> None:
+        """Mask a tool out of every ranking at once (no rebuild)."""
+        if name not in self.scorer.res.registry:
+            raise KeyError(f"cannot remove {name!r}: no such tool in the registry")
+        self.removed.add(name)
+
+    def rename_tool(self, old: str, new: str) -> None:
+        """Rename a tool: registry, fallback vector and trie states; its counts and memories stay."""
+        with self._lock:
+            rename_scorer(self.scorer, old, new)
+            if old in self.removed:
+                self.removed.discard(old)
+                self.removed.add(new)
+
+    @property
+    def removed_ids(self) -> frozenset[int]:
+        reg = self.scorer.res.registry
+        return frozenset(reg.id(n) for n in self.removed)
+
+    def live(self, ranking: Iterable[int], k: int | None = None) -> tuple[int, ...]:
+        """A ranking (registry ids, best first) without the removed tools, cut to ``k`` when given."""
+        gone = self.removed_ids
+        ids = np.fromiter(ranking, dtype=np.int64)
+        kept = ids[~np.isin(ids, list(gone))] if gone else ids
+        return tuple((kept if k is None else kept[:k]).tolist())

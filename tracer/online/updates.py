@@ -1,0 +1,182 @@
+"""Learning while serving: add logged trajectories to a fitted scorer, and let the registry drift.
+
+:func:`update_scorer` adds the successful steps of new trajectories to every trie a scorer holds
+(the paper's trie, tracer_plus's one trie per key, ToolNet's and AutoTool's transition tries):
+counts, both priors and edge memories are updated through :meth:`ExecutionTrie.update`, so the
+result is a rebuild from scratch on the union of the old and new trajectories, in arrival order:
+
+- node tables, CSR layout, edge tools, counts and empirical priors are equal **bit for bit**;
+- edge memories are equal to float32 rounding (``atol 1e-6`` in the tests): the trie keeps the
+  normalised mean and the norm of the sum, not the ``[E, d]`` sums themselves (half the memory of a
+  large index), so an update recovers each old sum as ``memory * norm``, which rounds.
+
+The learned parts (the blend head, the candidate model) are not touched here; :mod:`tracer.online.updater`
+refits them on a schedule. New tools are registered with :func:`grow_resources` (registry and FAISS
+fallback vectors; equal to building both on the union); a renamed tool keeps its trie edges
+(:func:`rename_resources`, :func:`rename_in_trie`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from tracer.core.types import Registry, Step, Tool, Trajectory
+from tracer.memory.trie import ExecutionTrie, empirical_prior
+from tracer.scorers.autotool import AutoToolScorer
+from tracer.scorers.toolnet import ToolNetScorer
+from tracer.scorers.tracer import TracerScorer
+from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scoring.base import Resources, training_steps
+
+
+def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:
+    """Resources whose registry and tool index end with the tools not yet registered (in the given order).
+
+    Existing ids do not move, so tries and learned weights stay valid. Returns ``res`` itself when
+    nothing is new; otherwise new objects (the old ones keep serving until the caller swaps them in).
+    """
+    fresh: dict[str, Tool] = {}
+    for t in tools:
+        if t.name not in res.registry and t.name not in fresh:
+            fresh[t.name] = t
+    if not fresh:
+        return res
+    vecs = res.embedder.encode([t.search_text for t in fresh.values()])                 # [M, d]
+    return dataclasses.replace(res, registry=res.registry.extend(fresh.values()),
+                               tool_index=res.tool_index.with_rows(list(fresh), vecs))
+
+
+def rename_resources(res: Resources, old: str, new: str) -> Resources:
+    """Resources where tool ``old`` is called ``new`` (same id, same description; its vector re-embedded,
+    since the name is part of the text the fallback embeds)."""
+    if old not in res.registry:
+        raise KeyError(f"cannot rename {old!r}: no such tool in the registry")
+    if new in res.registry:
+        raise ValueError(f"cannot rename {old!r} to {new!r}: a tool of that name exists")
+    i = res.registry.id(old)
+    tool = dataclasses.replace(res.registry[i], name=new)
+    vec = res.embedder.encode([tool.search_text])[0]                                    # [d]
+    tools = list(res.registry)
+    tools[i] = tool
+    return dataclasses.replace(res, registry=Registry(tools),
+                               tool_index=res.tool_index.with_rows(replace={i: (new, vec.cpu().numpy())}))
+
+
+def rename_in_trie(trie: ExecutionTrie, old: str, new: str) -> None:
+    """Rename a tool inside the states of a trie (the node table maps call-name tuples to nodes).
+    The caller checks first that no state holds ``new`` (:func:`rename_scorer`)."""
+    for u, s in enumerate(trie.node_states):
+        if old in s:
+            del trie.nodes[s]
+            s = tuple(new if name == old else name for name in s)
+            trie.node_states[u] = s
+            trie.nodes[s] = u
+
+
+def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.Tensor,
+              contexts: torch.Tensor) -> ExecutionTrie:
+    """Add steps to a trie: in place when every (state, tool) edge exists already (the steady state of a
+    served index: the touched edges' counts and sums, their nodes' counts and empirical priors, in
+    O(steps x d + touched children)), else :meth:`ExecutionTrie.update` (a sorted merge, O(E x d)).
+
+    Both give the touched edges the same numbers (old sum recovered as ``memory * norm``, the new
+    contexts summed in arrival order, added, renormalised); the merge also renormalises untouched
+    edges, which moves them by float32 rounding only.
+    """
+    u = trie._node_ids(states, create=False)
+    if not states or min(u) < 0:
+        return trie.update(states, tools, contexts)
+    if contexts.ndim != 2 or contexts.shape[1] != trie.dim:
+        raise ValueError(f"contexts must be [S, {trie.dim}], got {tuple(contexts.shape)}")
+    tools = tools.to(trie.device, torch.long)
+    indptr, edge_tool = trie.indptr.cpu().numpy(), trie.edge_tool.cpu().numpy()        # views on the CPU
+    edge = [indptr[v] + int(np.searchsorted(edge_tool[indptr[v]:indptr[v + 1]], t)) for v, t in zip(u, tools.tolist())]
+    if any(e >= indptr[v + 1] or edge_tool[e] != t for e, v, t in zip(edge, u, tools.tolist())):
+        return trie.update(states, tools, contexts)                                     # a new edge: merge
+    node = torch.tensor(u, dtype=torch.long, device=trie.device)                        # [S]
+    edge = torch.tensor(edge, dtype=torch.long, device=trie.device)                     # [S]
+    touched, inv = torch.unique(edge, sorted=True, return_inverse=True)                 # [K], [S]
+    new_sum = torch.zeros(len(touched), trie.dim, dtype=torch.float32, device=trie.device)  # [K, d]
+    new_sum.scatter_add_(0, inv[:, None].expand(-1, trie.dim), contexts.to(trie.device, torch.float32))
+    total = trie.edge_memory[touched].float().mul_(trie.edge_norm[touched, None]).add_(new_sum)  # [K, d]
+    norm = torch.linalg.vector_norm(total, dim=1)                                       # [K]
+    trie.edge_memory[touched] = total.div_(norm.clamp_min(1e-12)[:, None]).to(trie.edge_memory.dtype)
+    trie.edge_norm[touched] = norm
+    trie.edge_count.index_add_(0, edge, torch.ones_like(edge))
+    trie.node_count.index_add_(0, node, torch.ones_like(node))
+    nodes = torch.unique(node)                                                          # the priors of touched nodes
+    width = trie.indptr[nodes + 1] - trie.indptr[nodes]
+    rows = torch.repeat_interleave(trie.indptr[nodes] - torch.cumsum(width, 0) + width, width) + \
+        torch.arange(int(width.sum()), device=trie.device)                              # their edges
+    trie.edge_log_p[rows] = empirical_prior(trie.edge_count[rows], torch.repeat_interleave(trie.node_count[nodes],
+                                                                                           width), trie.eps)
+    trie._host = None
+    return trie
+
+
+def scorer_tries(scorer) -> list[ExecutionTrie]:
+    """Every trie a fitted scorer holds (empty for scorers without one, e.g. vector search)."""
+    if isinstance(scorer, TracerPlusScorer):
+        return list(scorer.tries)
+    if isinstance(scorer, TracerScorer):
+        return [scorer.trie] if scorer.trie is not None else []
+    if isinstance(scorer, ToolNetScorer):
+        return [scorer.trie] if scorer.trie is not None else []
+    if isinstance(scorer, AutoToolScorer):
+        return list(scorer.tries)
+    return []
+
+
+def _memory_contexts(scorer, steps: Sequence[Step], res: Resources) -> torch.Tensor:
+    """The contexts a scorer's tries store, ``[S, d]`` (1-d zeros for the transition-only tries)."""
+    if isinstance(scorer, TracerPlusScorer):
+        return scorer.embed(steps, res)[0]
+    if isinstance(scorer, TracerScorer):
+        return res.embed(steps, scorer.rendering)
+    return torch.zeros(len(steps), 1)                                                   # [S, 1]
+
+
+def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | None = None) -> int:
+    """Add the trajectories' steps to every trie of a fitted scorer, over ``res`` (default: the
+    scorer's; pass :func:`grow_resources`' result to register new tools). Returns the steps added.
+
+    The tries are updated in place; then the scorer is re-attached to them and to ``res``, which
+    rebuilds what is read off the tries (tracer_plus's tables, Tracer+G's global set).
+    """
+    res = scorer.res if res is None else res
+    if scorer.res is None:
+        raise RuntimeError(f"scorer {scorer.name!r} is not fitted: fit or load it before updating it")
+    if res.registry is not scorer.res.registry and (len(res.registry) < len(scorer.res.registry) or any(
+            a.name != b.name for a, b in zip(res.registry, scorer.res.registry))):
+        raise ValueError("the new registry must extend the scorer's (same tools, same order, new ones at the end)")
+    steps = training_steps(trajectories, res.registry, getattr(scorer, "successful_only", True))
+    tries = scorer_tries(scorer)
+    if tries:
+        gold = res.tool_ids([s.gold for s in steps])                                   # [S]
+        ctx = _memory_contexts(scorer, steps, res)                                      # [S, d]
+        for trie in tries:
+            trie.n_tools = len(res.registry)  # ids are registry positions: appended tools take the new ones
+            add_steps(trie, [trie.key.state(s) for s in steps], gold, ctx)
+    if isinstance(scorer, (TracerPlusScorer, TracerScorer)):
+        scorer.attach(tries if isinstance(scorer, TracerPlusScorer) else tries[0], res)
+    else:
+        scorer.res = res
+    return len(steps)
+
+
+def rename_scorer(scorer, old: str, new: str) -> None:
+    """Rename a tool in a fitted scorer: registry, fallback vector and every trie's states."""
+    res = rename_resources(scorer.res, old, new)
+    tries = scorer_tries(scorer)
+    if any(new in s for trie in tries for s in trie.node_states):  # logs called an unregistered tool so named
+        raise ValueError(f"cannot rename {old!r} to {new!r}: trie states already hold {new!r}")
+    for trie in tries:
+        rename_in_trie(trie, old, new)
+    if isinstance(scorer, (TracerPlusScorer, TracerScorer)):
+        scorer.attach(tries if isinstance(scorer, TracerPlusScorer) else tries[0], res)
+    else:
+        scorer.res = res

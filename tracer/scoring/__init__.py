@@ -1,0 +1,2 @@
+"""The one interface every tool selector shares, its output records, ranking and presentation of k tools.
+"""

@@ -1,0 +1,95 @@
+"""What every saved tracer index shares: meta.json, the registry, the FAISS tool index, and the checks on load.
+
+A saved index directory holds ``meta.json`` (format version, scorer class and config, embedder name
+and dimension), ``tools.json`` (the registry), ``tools.faiss`` + ``tools_idmap.json`` +
+``tool_vectors.npy`` (the fallback index and its id map), plus the scorer's own tensors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracer.core.store import CorruptIndex, Verify, open_snapshot, read_json
+from tracer.core.types import Registry, Tool
+from tracer.encode.embedders import Embedder, default_device
+from tracer.encode.index import ToolIndex
+from tracer.memory.trie import ExecutionTrie
+from tracer.scoring.base import Resources
+
+
+def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:
+    """Write meta.json (with the embedder's name and dimension), the registry and the tool index into ``tmp``."""
+    meta = {**meta, "embedder": {"name": res.embedder.name, "dim": res.embedder.dim}}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    (tmp / "tools.json").write_text(json.dumps([{**t.to_openai(), "source": t.source} for t in res.registry]))
+    res.tool_index.save(tmp)
+
+
+def open_common(directory: str | Path, embedder: Embedder, class_path: str, format_version: int,
+                device: str | None = None) -> tuple[dict[str, Any], Resources]:
+    """Read and check meta.json, the registry and the tool index: a missing index, another format
+    version or class, another embedder (name or dimension) or a FAISS id map that does not match the
+    registry is a clear error."""
+    d = Path(directory)
+    if not (d / "meta.json").exists():
+        raise FileNotFoundError(f"{d}: no saved index here (meta.json missing)")
+    meta = read_meta(d / "meta.json")
+    if meta.get("format_version") != format_version or meta.get("class", class_path) != class_path:
+        raise ValueError(f"{d / 'meta.json'}: format version {meta.get('format_version')} is not {format_version} "
+                         f"(class {meta.get('class')}, expected {class_path}); rebuild the index")
+    want = meta["embedder"]
+    if want["name"] != embedder.name or want["dim"] != embedder.dim:
+        raise ValueError(f"{d / 'meta.json'}: index was built with embedder {want['name']!r} (dim {want['dim']}), "
+                         f"not {embedder.name!r} (dim {embedder.dim}); load it with that embedder or rebuild")
+    tools = read_json(d / "tools.json")
+    try:
+        registry = Registry(Tool.from_openai(o, o.get("source", "")) for o in tools)
+    except (TypeError, KeyError, AttributeError, ValueError) as e:
+        raise CorruptIndex(d / "tools.json", f"not a list of OpenAI tool objects ({type(e).__name__}: {e})") from None
+    tool_index = ToolIndex.load(d, registry)
+    if tool_index.dim != embedder.dim:
+        raise ValueError(f"{d}: tool vectors have dim {tool_index.dim}, the embedder {embedder.dim}")
+    return meta, Resources(registry, embedder, tool_index, device or default_device())
+
+
+@contextmanager
+def open_index(directory: str | Path, embedder: Embedder, class_path: str, format_version: int,
+               device: str | None = None, verify: Verify = "sha256") -> Iterator[tuple[Path, dict[str, Any], Resources]]:
+    """``with open_index(...) as (snapshot, meta, res):`` the current snapshot, verified against its
+    manifest (:func:`tracer.core.store.open_snapshot`), with its meta.json and resources checked by :func:`open_common`."""
+    with open_snapshot(directory, verify) as d:
+        yield (d, *open_common(d, embedder, class_path, format_version, device))
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """meta.json: an object with a format version, a class and an embedder ``{name, dim}``, else a CorruptIndex."""
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise CorruptIndex(path, "expected a JSON object")
+    emb = meta.get("embedder")
+    if not isinstance(emb, dict) or not isinstance(emb.get("name"), str) or not isinstance(emb.get("dim"), int):
+        raise CorruptIndex(path, "missing or malformed 'embedder' ({'name': str, 'dim': int})", field="embedder")
+    return meta
+
+
+def load_tensors(path: Path, mmap: bool = False) -> Any:
+    """``torch.load`` of an index file (tensors only); an unreadable file is a CorruptIndex naming it."""
+    try:
+        return torch.load(path, weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise CorruptIndex(path, "file missing") from None
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        raise CorruptIndex(path, f"torch cannot read it ({str(e).splitlines()[0][:200]})") from None
+
+
+def check_trie(trie: ExecutionTrie, res: Resources, where: Path) -> ExecutionTrie:
+    if trie.dim != res.embedder.dim or trie.n_tools != len(res.registry):
+        raise ValueError(f"{where}: trie is over {trie.n_tools} tools of dim {trie.dim}, expected "
+                         f"{len(res.registry)} tools of dim {res.embedder.dim}")
+    return trie
