@@ -1,6 +1,6 @@
 """Free-running on BFCL under BFCL's own rules: real tasks, real backends, bfcl_eval's own checker.
 
-Scripted call lists are played through :class:`tracer.eval.episodes.Episode` (the free-running
+Scripted call lists are played through :class:`tracer.envs.bfcl.BFCLEpisode` (the free-running
 loop's per-task state) and each finished task gets both verdicts: BFCL's ``multi_turn_checker``
 (``success``) and our state comparison (``state_success``).
 """
@@ -12,8 +12,8 @@ import pytest
 from tracer.core.steps import gold_turns
 from tracer.core.types import ToolCall
 from tracer.data import Dataset, load_dataset
-from tracer.data.bfcl_checker import FORCE_TERMINATED, UNKNOWN_CALL, bfcl_verdict, call_string
-from tracer.eval.episodes import Episode
+from tracer.envs.bfcl import BFCLEpisode
+from tracer.envs.bfcl_checker import FORCE_TERMINATED, UNKNOWN_CALL, bfcl_verdict, call_string
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import Decision, OracleExecutor
 from tracer.scoring.base import Resources
@@ -27,7 +27,7 @@ def bfcl():
 
 def play(traj, script, max_steps=20):
     """Run one task with ``script[turn]`` as the executor's calls in that turn, then a text answer."""
-    ep = Episode(traj)
+    ep = BFCLEpisode(traj)
     queue = [list(calls) for calls in script]
     while ep.ready(oracle=False):
         pending = queue[ep.turn] if ep.turn < len(queue) else []
@@ -109,7 +109,7 @@ def test_withheld_function_presented_only_from_the_turn_bfcl_adds_it(bfcl):
 
     ds, by_id = bfcl
     trajs = (by_id["multi_turn_miss_func_0"], by_id["multi_turn_miss_func_1"])
-    small = Dataset("bfcl-miss-func", ds.registry, trajs, executable=True)
+    small = Dataset("bfcl-miss-func", ds.registry, trajs, environment=ds.environment)
     res = Resources.build(small.registry, KeywordEmbedder(), device="cpu")
     cfg = EvalConfig(k=2, folds=2, seed=0, regime="free_running", latency_sample=0, progress=False)
     out = Evaluator(small, lambda: FixedRankScorer(gold=2.0, prefer="sort"), res, OracleExecutor(), cfg).run()

@@ -132,7 +132,7 @@ def bfcl_small():
     ds = load_dataset("bfcl", categories=["base"])
     trajs = [t for t in ds.trajectories if t.id in ("multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2",
                                                     "multi_turn_base_3")]
-    return Dataset("bfcl-small", ds.registry, tuple(trajs), executable=True)
+    return Dataset("bfcl-small", ds.registry, tuple(trajs), environment=ds.environment)
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +200,7 @@ def test_free_running_oracle_solves_turns_without_calls_and_turns_beyond_the_cap
     assert any(not calls for t in trajs for _, calls in gold_turns(t))
     # long_context_46's one turn needs 34 calls: more than the 20-step cap, so the cap stretches to cover them
     assert max(len(calls) for t in trajs for _, calls in gold_turns(t)) == 34
-    small = Dataset("bfcl-empty-turns", ds.registry, trajs, executable=True)
+    small = Dataset("bfcl-empty-turns", ds.registry, trajs, environment=ds.environment)
     res = _run(small, bfcl_res, ScriptedScorer("perfect"), "free_running")
     assert len(res.tasks) == 4 and all(t["success"] for t in res.tasks), res.tasks
     assert all(len(t["turns_ok"]) == len(gold_turns(next(x for x in trajs if x.id == t["trajectory_id"])))

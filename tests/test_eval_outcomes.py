@@ -42,7 +42,7 @@ def bfcl_small():
 
     ds = load_dataset("bfcl", categories=["base"])
     trajs = tuple(t for t in ds.trajectories if t.id in ("multi_turn_base_0", "multi_turn_base_1"))
-    small = Dataset("bfcl-small", ds.registry, trajs, executable=True)
+    small = Dataset("bfcl-small", ds.registry, trajs, environment=ds.environment)
     return small, Resources.build(small.registry, KeywordEmbedder(), device="cpu")
 
 

@@ -115,8 +115,6 @@ def corpus(tiny_trajs):
 
 
 def fitted(name: str, train, registry, embedder):
-    if name == "tracer" and not (ROOT / "tracer" / "blend.py").exists():
-        pytest.skip("tracer needs the blend head (tracer/learn/blend.py), not written yet")
     res = Resources.build(registry, embedder, device="cpu", seed=0)
     return build(name).fit(train, res)
 

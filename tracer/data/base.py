@@ -17,7 +17,13 @@ class Dataset:
     registry: Registry
     trajectories: tuple[Trajectory, ...]
     skipped: Mapping[str, int] = field(default_factory=dict)
-    executable: bool = False  # whether free-running can execute calls on a real environment
+    # the class that runs this dataset's tasks in free-running (``tracer.envs.base.Environment``), as a dotted
+    # path: data sits below environments, so it names one without importing it; None: teacher forcing only
+    environment: str | None = None
+
+    @property
+    def executable(self) -> bool:
+        return self.environment is not None
 
     def steps(self) -> list[Step]:
         return extract_all(self.trajectories)

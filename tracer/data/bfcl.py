@@ -48,6 +48,8 @@ from tracer.data.bfcl_env import CLASSIC_CLASSES, FAMILY_OF, BFCLEnv, backend_co
 from tracer.data.native import iter_jsonl
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
+# free-running runs BFCL tasks on its backends with its turn rules and checker (tracer.envs.bfcl)
+ENVIRONMENT = "tracer.envs.bfcl.BFCLEnvironment"
 # BFCL's DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC (checked in the tests)
 MISSING_FUNCTION_PROMPT = "I have updated some more functions you can choose from. What about now?"
 
@@ -215,7 +217,8 @@ def load_bfcl(categories: Iterable[str] = CATEGORIES, execute: bool = True, name
             trajectories.append(task_to_trajectory(task, answers[tid].get("ground_truth"), category, registry,
                                                    execute=execute, binder=bind, task_path=task_path,
                                                    answer_path=answer_path))
-    return Dataset(name=name, registry=registry, trajectories=tuple(trajectories), executable=True)
+    return Dataset(name=name, registry=registry, trajectories=tuple(trajectories),
+                   environment=ENVIRONMENT)
 
 
 def task_to_trajectory(task: Mapping[str, Any], truth: Any, category: str, registry: Registry, *,

@@ -6,9 +6,10 @@ training groups' trajectories and scores the held-out groups' steps.
 
 - teacher-forcing: every step's context is the benchmark's gold history; a wrong selection never
   corrupts the next step. Steps are scored in batches.
-- free-running: the executor's own calls are executed (BFCL: on BFCL's backends from the task's
-  ``initial_config``) and carried forward; the trie state follows the executed calls. BFCL's rules
-  (turn ends, step cap, withheld functions) and its own checker's verdict: :mod:`.episodes`.
+- free-running: the executor's own calls are executed by the dataset's environment
+  (:mod:`tracer.envs`; BFCL: on BFCL's backends from the task's ``initial_config``) and carried
+  forward; the trie state follows the executed calls. The benchmark's rules (turn ends, step cap,
+  withheld functions) and its own checker's verdict live in the environment (:mod:`tracer.envs.bfcl`).
 
 A step counts as a correct selection only when the executor's call names a presented tool and
 equals the gold; a call to an unpresented tool, a malformed call, an executor error and an answer
@@ -27,11 +28,12 @@ import torch
 from tqdm.auto import tqdm
 
 from tracer.core.folds import assign_folds
+from tracer.core.locate import locate
 from tracer.core.steps import extract_all, extract_steps, step_from_messages
 from tracer.core.threads import one_thread
 from tracer.core.types import Step, ToolCall, Trajectory
 from tracer.data import Dataset
-from tracer.eval.episodes import Episode
+from tracer.envs.base import Environment
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, recall_curve, step_outcome
 from tracer.eval.tokens import TokenCounter
 from tracer.executors import Request
@@ -80,8 +82,12 @@ class Evaluator:
 
     def __init__(self, dataset: Dataset, scorer_factory: Callable[[], Scorer], res: Resources, executor,
                  cfg: EvalConfig, insight_factory: Callable[[], Any] | None = None,
-                 fold_resources: Callable[[Sequence[Trajectory]], Resources] | None = None):
+                 fold_resources: Callable[[Sequence[Trajectory]], Resources] | None = None,
+                 environment: Environment | None = None):
         self.ds, self.factory, self.res, self.executor, self.cfg = dataset, scorer_factory, res, executor, cfg
+        # free-running's environment: given, or the one the dataset names (None: teacher forcing only)
+        self.environment = environment if environment is not None else (
+            locate(dataset.environment)() if dataset.environment else None)
         self.insight_factory = insight_factory
         # per-fold resources from the fold's training trajectories only (a fine-tuned encoder); None: ``res``
         self.fold_resources = fold_resources
@@ -102,7 +108,7 @@ class Evaluator:
     def run(self) -> EvalResult:
         if self.cfg.regime not in ("teacher_forcing", "free_running"):
             raise ValueError(f"regime must be teacher_forcing or free_running, got {self.cfg.regime!r}")
-        if self.cfg.regime == "free_running" and not self.ds.executable:
+        if self.cfg.regime == "free_running" and self.environment is None:
             raise ValueError(f"dataset {self.ds.name!r} has no executable environment: it runs teacher_forcing only")
         per_fold, records, tasks, fit_s, infos = [], [], [], [], []
         trie_based = False
@@ -204,7 +210,7 @@ class Evaluator:
     def free_running(self, fold: int, scorer: Scorer, insight, test: Sequence[Trajectory]):
         """All held-out tasks advance in lockstep, one step each per round, so scoring, embedding and
         the executor run batched across tasks; each task's conversation and backends are its own."""
-        episodes = [Episode(traj) for traj in test]
+        episodes = [self.environment.episode(traj) for traj in test]
         records = []
         bar = tqdm(desc=f"fold {fold} free-running steps", disable=not self.cfg.progress, leave=False)
         while True:

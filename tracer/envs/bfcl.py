@@ -1,4 +1,5 @@
-"""One free-running BFCL task: its live conversation, its own backends, BFCL's turn rules and verdict.
+"""BFCL as a free-running environment: each task an episode with its live conversation, its own backends,
+BFCL's turn rules and BFCL's verdict.
 
 The loop makes one call per step (the executor's first tool call). A turn opens with its user
 message and ends when the executor answers without a call (a text answer, a malformed call or an
@@ -15,7 +16,7 @@ Withheld functions (``miss_func``): a function BFCL adds at turn ``t`` is not pr
 ``t`` (:meth:`Episode.withheld`).
 
 Verdicts. ``success`` is BFCL's own ``multi_turn_checker`` on the executed calls
-(:func:`tracer.data.bfcl_checker.bfcl_verdict`); ``state_success`` is our cross-check: after every
+(:func:`tracer.envs.bfcl_checker.bfcl_verdict`); ``state_success`` is our cross-check: after every
 turn the backends' state equals the gold state and the turn ended within the cap.
 """
 
@@ -25,13 +26,21 @@ from typing import Any
 
 from tracer.core.steps import gold_turns
 from tracer.core.types import ToolCall, Trajectory
-from tracer.data.bfcl_checker import bfcl_verdict
 from tracer.data.bfcl_env import BFCLEnv, gold_states, withheld_tools
+from tracer.envs.bfcl_checker import bfcl_verdict
 from tracer.executors import Decision
 
 
-class Episode:
-    """One task in free-running (see the module docstring for the rules)."""
+class BFCLEnvironment:
+    """BFCL's multi-turn backends (:class:`tracer.data.bfcl_env.BFCLEnv`) behind the :class:`~tracer.envs.base.Environment`
+    interface."""
+
+    def episode(self, traj: Trajectory) -> BFCLEpisode:
+        return BFCLEpisode(traj)
+
+
+class BFCLEpisode:
+    """One BFCL task in free-running (see the module docstring for the rules)."""
 
     def __init__(self, traj: Trajectory):
         self.traj = traj
