@@ -22,6 +22,7 @@ from typing import Any
 from tracer.core.errors import DataError
 from tracer.core.steps import turns_of
 from tracer.data import Dataset, load_dataset
+from tracer.data.pool import apply_preset
 
 COLUMNS = (
     ("name", "dataset"),
@@ -115,7 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             for family, ds in _datasets(spec, domains):
                 if args.registry != "small" and family != "jsonl":
-                    from tracer.data.pool import apply_preset
                     ds = apply_preset(family, ds, args.registry, seed=args.seed)
                 rows.append(describe(ds))
         except KeyError as e:

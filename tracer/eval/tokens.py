@@ -16,6 +16,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from tracer.encode.embedders import minilm_path
+
 LOCAL_TOKENIZER = "minilm-wordpiece"
 
 
@@ -33,9 +35,7 @@ class TokenCounter:
     name = LOCAL_TOKENIZER
 
     def __init__(self):
-        from transformers import AutoTokenizer
-
-        from tracer.encode.embedders import minilm_path
+        from transformers import AutoTokenizer  # heavy: only when counting
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
