@@ -20,11 +20,12 @@ from tracer.core.context import ContextRendering
 from tracer.core.folds import assign_folds, inner_seed
 from tracer.core.store import current_snapshot
 from tracer.core.types import Registry, Tool, Trajectory
-from tracer.learn.blend_fit import HeadConfig, fit_blend_head, inner_fold_data, train_head
+from tracer.learn.blend_fit import HeadConfig, StepData, fit_blend_head, inner_fold_data, train_head
 from tracer.learn.blend_head import FEATURES, IGNORE, BlendHead, state_features
 from tracer.memory.trie import ExecutionTrie, StateKey
 from tracer.scorers.tracer import PAPER_CONTEXT, TracerScorer
 from tracer.scoring.base import Resources, training_steps
+from tracer.scoring.fit import FitReport
 from tracer.train.blend_report import evaluate
 
 RENDER = ContextRendering.from_config(PAPER_CONTEXT)
@@ -251,6 +252,19 @@ def test_saved_index_with_head_scores_the_same(tmp_path):
     a, b = scorer.score(steps), again.score(steps)
     torch.testing.assert_close(a.primary, b.primary)
     torch.testing.assert_close(a.extra["w"], b.extra["w"])
+
+
+def test_fit_reports_the_curves_and_data_and_the_scorer_keeps_neither():
+    res = _res(["alpha", "beta", "filler"])
+    trajs = context_decides(60, seed=5)
+    scorer = TracerScorer(name="tracer", blend="learned", head=HEAD)
+    report = scorer.fit(trajs, res)
+    assert report.scorer == "tracer" and report.n_trajectories == len(trajs)
+    assert isinstance(report.data, StepData) and len(report.data) == report.n_steps == len(training_steps(trajs, TOOLS))
+    assert len(report.history["runs"]) == HEAD["inner_folds"] and report.history["runs"][0]["val_loss"]
+    # a deployed scorer holds the trie and the head, never the out-of-fold steps or the loss curves
+    assert not any(isinstance(v, (StepData, FitReport)) for v in vars(scorer).values())
+    assert scorer.describe()["head_fit"]["best_val_loss"] == report.history["best_val_loss"]
 
 
 # ---- no leakage ----------------------------------------------------------------------------------

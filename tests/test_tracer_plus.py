@@ -227,6 +227,14 @@ def test_loss_is_cross_entropy_over_the_candidates():
     assert hist["n_uncovered"] == 1
 
 
+def test_fit_report_holds_the_curves_and_the_scorer_only_their_scalars(tiny_trajs, tiny_resources):
+    scorer = plus(tiny_resources)
+    report = scorer.fit(tiny_trajs, tiny_resources)
+    assert report.scorer == "tracer_plus" and report.n_trajectories == len(tiny_trajs) and report.data is None
+    assert len(report.history["val_loss"]) == report.history["epochs"] > 0
+    assert scorer.history == {k: v for k, v in report.history.items() if not isinstance(v, list)}
+
+
 @pytest.mark.parametrize("model", ["linear", "mlp"])
 def test_fit_is_deterministic_and_single_step_matches_batch(model, tiny_trajs, tiny_resources):
     steps = extract_all(tiny_trajs)
