@@ -65,8 +65,8 @@ import numpy as np
 import torch
 
 from tracer.core.types import Step
-from tracer.memory.trie import ExecutionTrie, StateKey
 from tracer.learn import standardise
+from tracer.memory.trie import ExecutionTrie, StateKey
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",

@@ -37,8 +37,8 @@ Choices where the paper is silent (also in ``configs/scorer/insight.yaml``):
 
 from __future__ import annotations
 
-import time
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 

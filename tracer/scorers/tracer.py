@@ -29,8 +29,7 @@ their rankings and presented sets are the same (tested on BFCL).
 Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
 
     res = Resources.build(dataset.registry, build_embedder())
-    scorer = build_scorer("tracer_fixed")
-    report = scorer.fit(dataset.trajectories, res)                 # FitReport: sizes, seconds, history
+    scorer = build_scorer("tracer_fixed"); report = scorer.fit(dataset.trajectories, res)   # a FitReport
     presented = finalize(scorer.score(steps), k=5).presented      # batched
     one = scorer.select_one(step, context_embedding, k=5)          # one step
     scorer.save("index"); scorer = TracerScorer.load("index", res.embedder)
@@ -72,8 +71,6 @@ from tracer.scoring.persist import check_trie, load_tensors, open_index, write_c
 FORMAT_VERSION = 2
 PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
 CLASS_PATH = "tracer.scorers.tracer.TracerScorer"
-# configs/scorer/tracer.yaml's head:, for a scorer built in Python with a partial head (build_scorer("tracer",
-# head={"max_epochs": 40})); moved here from the old blend trainer's keyword defaults, to go once configs build objects
 DEFAULT_HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50,
                 "rotate": True, "batch_size": 0}
 
@@ -106,12 +103,11 @@ class TracerScorer:
         pad: fill up to k from the fallback ranking when a node has fewer than k children.
         global_set: |G| for Tracer+G (0 = off).
         successful_only: build from successful trajectories only.
-        head: blend-head training config (for ``blend: learned``): :class:`tracer.learn.blend_fit.HeadConfig`'s fields.
+        head: :class:`tracer.learn.blend_fit.HeadConfig`'s fields; a key left out: ``DEFAULT_HEAD`` (the YAML's).
 
-    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch,
-    on the resources' device) and :meth:`select_one` / :meth:`rank_one` (one step, numpy on the CPU,
-    tens of microseconds beyond the context embedding; the fixed blend only, the learned blend
-    goes through the batched path).
+    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch, on the
+    resources' device) and :meth:`select_one` / :meth:`rank_one` (one step, numpy on the CPU, tens of
+    microseconds beyond the context embedding; fixed blend only, the learned one goes the batched path).
     """
 
     def __init__(self, name: str = "tracer_fixed", blend: str = "fixed", key: Mapping | None = None,
@@ -125,26 +121,20 @@ class TracerScorer:
         self.global_set_size = global_set
         self.successful_only = successful_only
         self.head_cfg = dict(head or {})
-        self.head = None
-        self.head_fit: dict[str, Any] = {}  # scalars of the head's last fit (describe()); the curves are in fit's report
+        self.head, self.head_fit = None, {}  # head_fit: the scalars of the head's last fit (describe())
         self.res: Resources | None = None
         self.trie: ExecutionTrie | None = None
         self.global_set: tuple[int, ...] = ()
 
     # ---- fitting -----------------------------------------------------------------------------
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
-        """Build the trie (and, for the learned blend, fit the head by inner folds). The report's
-        ``history`` is the head's training history and its ``data`` the out-of-fold
-        :class:`tracer.learn.blend_fit.StepData` the head was fitted on (the train job reports over it);
-        the scorer keeps only the trie and the head."""
+        """Build the trie and fit the head; its curves and out-of-fold data go into the report, not the scorer."""
         t0 = time.perf_counter()
-        learned = self.blend == "learned"
-        head_cfg = HeadConfig.from_config({**DEFAULT_HEAD, **self.head_cfg}) if learned else None  # before any work
+        head_cfg = HeadConfig.from_config({**DEFAULT_HEAD, **self.head_cfg}) if self.blend == "learned" else None
         steps = fit_steps(trajectories, res.registry, self.successful_only)
         ctx = res.embed(steps, self.rendering)                                  # [S, d]
-        trie = ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
-                                   self.key, self.eps, res.device)
-        self.attach(trie, res)
+        self.attach(ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
+                                        self.key, self.eps, res.device), res)
         history, data = {}, None
         if head_cfg is not None:
             self.head, history, data = fit_blend_head(trajectories, res, self.key, self.rendering, self.eps,

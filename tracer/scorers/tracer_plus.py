@@ -31,8 +31,7 @@ the trie, its two priors and the edge memories; ToolNet (Liu et al., 2024) for t
 
 Example::
 
-    scorer = build_scorer("tracer_plus")
-    scorer.fit(train_trajectories, res)                 # returns a FitReport (curves, timings)
+    scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)   # fit returns a FitReport
     sel = finalize(scorer.score(steps), k=5)            # batched
     names = scorer.select(messages, k=5)                # one live conversation
     scorer.save("index/"); TracerPlusScorer.load("index/", embedder)
@@ -153,9 +152,7 @@ class TracerPlusScorer:
         return mem, q
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
-        """Build one trie per key and train the candidate model on inner folds (or keep the
-        transferred weights). The report's ``history`` has the loss curves and timings; the scorer
-        keeps their scalars in ``history`` (``describe()``, the saved index's ``meta.json``)."""
+        """Tries and candidate model; the report holds the curves, the scorer their scalars (``history``)."""
         t0 = time.perf_counter()
         # with transferred weights an empty log is a cold start (the tries start empty); else it is an error
         pick = training_steps if self.transfer else fit_steps
@@ -181,8 +178,7 @@ class TracerPlusScorer:
         self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
 
-    def train_config(self, seed: int) -> TrainConfig:
-        """The candidate model's optimiser settings from ``head:`` (full batch, ``seed`` for the MLP's init)."""
+    def train_config(self, seed: int) -> TrainConfig:  # full batch; seed: the MLP's initial weights
         return TrainConfig.from_config(self.head_cfg, batch_size=0, seed=seed)
 
     def attach(self, tries: Sequence[ExecutionTrie], res: Resources) -> TracerPlusScorer:
