@@ -38,7 +38,8 @@ def main() -> None:
     fold_of = assign_folds([t.group for t in ds.trajectories], a.folds, 0)
     train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == a.fold]) if s.gold in ds.registry]
-    sc = build_scorer("tracer_plus").fit(train, res)
+    sc = build_scorer("tracer_plus")
+    sc.fit(train, res)
     mem = res.embed(test, sc.memory_rendering).numpy()
     query = res.embed(test, sc.query_rendering).numpy()
     for i, s in enumerate(test[:50]):  # warm-up

@@ -76,7 +76,8 @@ def bfcl_rows(args) -> list[dict]:
                           if hasattr(probe, a)}:
             res.embed(steps, rendering)                                                  # warm the cache
         for batch in (1, 10, 100):
-            scorer = build_scorer(name, head={"max_epochs": 1}).fit(base, res)
+            scorer = build_scorer(name, head={"max_epochs": 1})
+            scorer.fit(base, res)
             us = sum(timed(update_scorer, scorer, new[lo:lo + batch]) for lo in range(0, len(new), batch))
             n_steps = len(training_steps(new, ds.registry))
             rows.append({"corpus": "BFCL", "scorer": name, "base": len(base), "batch": batch,
@@ -84,7 +85,9 @@ def bfcl_rows(args) -> list[dict]:
                          "edges": sum(t.n_edges for t in (scorer.tries if name == "tracer_plus" else [scorer.trie]))})
             print(rows[-1], file=sys.stderr, flush=True)
     for name in ("tracer", "tracer_plus"):
-        up = Updater(build_scorer(name, head={"max_epochs": 1}).fit(base[:20], res), history=train)
+        scorer = build_scorer(name, head={"max_epochs": 1})
+        scorer.fit(base[:20], res)
+        up = Updater(scorer, history=train)
         t0 = time.perf_counter()
         up.refit(wait=True)
         rows.append({"corpus": "BFCL", "scorer": name, "refit_s": time.perf_counter() - t0, "base": len(train)})

@@ -54,8 +54,10 @@ def step_hits(ds, res, folds: int, seed: int) -> list[dict]:
     rows = []
     for fold in range(folds):
         train, test = split.split(fold)
-        hepm = build_scorer_cfg(scorer_cfg["hepm"]).fit(train, res)
-        toolnet = build_scorer_cfg(scorer_cfg["toolnet"]).fit(train, res)
+        hepm = build_scorer_cfg(scorer_cfg["hepm"])
+        hepm.fit(train, res)
+        toolnet = build_scorer_cfg(scorer_cfg["toolnet"])
+        toolnet.fit(train, res)
         steps = [s for s in extract_all(test) if s.gold in ds.registry]
         for lo in range(0, len(steps), BATCH):
             batch = steps[lo:lo + BATCH]

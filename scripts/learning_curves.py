@@ -113,7 +113,8 @@ def run_folds(name, ds, res, args, w, f, done, loaded, out) -> None:
                        "n_test": len(steps), "error": ""}
                 t0 = time.perf_counter()
                 try:
-                    scorer = make_scorer(sc, transfer).fit(order[:n_train], res)
+                    scorer = make_scorer(sc, transfer)
+                    scorer.fit(order[:n_train], res)
                     row["fit_s"] = round(time.perf_counter() - t0, 3)
                     row["recall_at_1"], row["recall_at_k"] = recalls(scorer, steps, res, args.k)
                 except Exception as e:  # noqa: BLE001  (recorded: e.g. a blend head with no data to fit)

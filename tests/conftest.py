@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tracer.core.types import Registry, Tool, Trajectory
+from tracer.scoring.fit import FitReport
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +41,12 @@ TINY_TOOLS = (
     Tool("send_email", "Send an email message to a recipient"),
     Tool("list_files", "List the files in the current directory"),
 )
+
+
+def fitted_scorer(scorer, trajectories, res):
+    """``scorer`` after ``scorer.fit(trajectories, res)`` (``fit`` returns a FitReport, not the scorer)."""
+    scorer.fit(trajectories, res)
+    return scorer
 
 
 def tiny_trajectories() -> list[Trajectory]:
@@ -119,7 +126,7 @@ class FixedRankScorer:
 
     def fit(self, trajectories, res):
         self.res = res
-        return self
+        return FitReport(self.name, len(trajectories), 0, 0.0)
 
     def score(self, steps):
         from tracer.scoring.base import Scores

@@ -31,7 +31,9 @@ def build(i: int) -> TracerScorer:
     """Variant ``i``: one extra tool, the first ``3 + i`` trajectories, eps ``0.1 * (i + 1)``."""
     registry = Registry([*TINY_TOOLS, Tool(f"extra_{i}", f"an extra tool number {i} about email")])
     res = Resources.build(registry, KeywordEmbedder(), device="cpu", seed=0)
-    return TracerScorer(name="tracer_fixed", blend="fixed", eps=0.1 * (i + 1)).fit(tiny_trajectories()[:3 + i], res)
+    scorer = TracerScorer(name="tracer_fixed", blend="fixed", eps=0.1 * (i + 1))
+    scorer.fit(tiny_trajectories()[:3 + i], res)
+    return scorer
 
 
 def fingerprint(s: TracerScorer) -> str:

@@ -23,6 +23,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import fitted_scorer
 
 from tracer.core.steps import extract_steps
 from tracer.core.types import Step, Trajectory
@@ -78,7 +79,8 @@ class FakeModel:
 
 # ---- ToolNet -----------------------------------------------------------------------------------------------
 def test_toolnet_successors_and_weights(tiny_trajs, tiny_resources):
-    sc = build_scorer("toolnet").fit(tiny_trajs, tiny_resources)
+    sc = build_scorer("toolnet")
+    sc.fit(tiny_trajs, tiny_resources)
     assert sc.successors(None) == pytest.approx({"search_flights": 3 / 5, "get_weather": 1 / 5, "list_files": 1 / 5})
     assert sc.successors("search_flights") == pytest.approx({"book_flight": 2 / 3, "get_weather": 1 / 3})
     assert sc.successors("book_flight") == {"cancel_booking": 1.0}
@@ -86,7 +88,8 @@ def test_toolnet_successors_and_weights(tiny_trajs, tiny_resources):
 
 
 def test_toolnet_presents_successors_then_pads_or_falls_back(tiny_trajs, tiny_resources, tiny_registry):
-    sc = build_scorer("toolnet").fit(tiny_trajs, tiny_resources)
+    sc = build_scorer("toolnet")
+    sc.fit(tiny_trajs, tiny_resources)
     steps = [step((), "hello"), step(("search_flights",), "hello", 1), step(("send_email",), "weather", 1)]
     s = sc.score(steps)
     assert s.in_trie.tolist() == [True, True, False] and s.fell_back.tolist() == [False, False, True]
@@ -105,7 +108,8 @@ def test_toolnet_presents_successors_then_pads_or_falls_back(tiny_trajs, tiny_re
 
 # ---- AutoTool ----------------------------------------------------------------------------------------------
 def test_autotool_blend_at_alpha_half(tiny_trajs, tiny_resources, tiny_registry):
-    sc = build_scorer("autotool").fit(tiny_trajs, tiny_resources)
+    sc = build_scorer("autotool")
+    sc.fit(tiny_trajs, tiny_resources)
     assert sc.alpha == 0.5
     steps = [
         # state (search_flights, book_flight) seen once, -> cancel_booking; context e(weather, email)
@@ -134,13 +138,15 @@ def test_autotool_blend_at_alpha_half(tiny_trajs, tiny_resources, tiny_registry)
 
 # ---- H-EPM -------------------------------------------------------------------------------------------------
 def test_hepm_weights_reduce_to_normalised_counts_at_c0(tiny_trajs, tiny_resources):
-    sc = HEPMScorer(c=0.0).fit(tiny_trajs, tiny_resources)
+    sc = HEPMScorer(c=0.0)
+    sc.fit(tiny_trajs, tiny_resources)
     assert sc.weights(None) == pytest.approx({"search_flights": 3 / 5, "get_weather": 1 / 5, "list_files": 1 / 5})
     assert sc.weights("search_flights") == pytest.approx({"book_flight": 2 / 3, "get_weather": 1 / 3})
 
 
 def test_hepm_efficiency_weights(tiny_trajs, tiny_resources):
-    sc = HEPMScorer(c=1.0).fit(tiny_trajs, tiny_resources)
+    sc = HEPMScorer(c=1.0)
+    sc.fit(tiny_trajs, tiny_resources)
     # START: search_flights 3 + (1/2 + 1/3 + 1/2) = 13/3; get_weather 1 + 1/2 = 3/2; list_files 1 + 1/1 = 2;
     # total 47/6.
     assert sc.weights(None) == pytest.approx({"search_flights": 26 / 47, "get_weather": 9 / 47,
@@ -153,15 +159,16 @@ def test_hepm_counts_each_trajectory_once_and_ignores_failures(tiny_resources):
     trajs = [traj("a", "weather", ["get_weather", "get_weather", "get_weather"]),    # gw->gw twice, n = 3
              traj("b", "weather", ["get_weather", "send_email"]),                    # gw->se once, n = 2
              traj("c", "weather", ["get_weather", "list_files"], success=False)]     # not counted
-    sc = HEPMScorer(c=2.0).fit(trajs, tiny_resources)
+    sc = HEPMScorer(c=2.0)
+    sc.fit(trajs, tiny_resources)
     # gw->gw: 2 + 2 * 1/3 = 8/3; gw->se: 1 + 2 * 1/2 = 2; total 14/3.
     assert sc.weights("get_weather") == pytest.approx({"get_weather": 8 / 14, "send_email": 6 / 14})
 
 
 def test_hepm_annotation_branch_and_suggestion(tiny_trajs, tiny_resources, tiny_registry):
     q = [step((), "What's the weather in Rome")]
-    by_weight = HEPMScorer(policy="never").fit(tiny_trajs, tiny_resources).score(q)
-    recalled = HEPMScorer(policy="always").fit(tiny_trajs, tiny_resources).score(q)
+    by_weight = fitted_scorer(HEPMScorer(policy="never"), tiny_trajs, tiny_resources).score(q)
+    recalled = fitted_scorer(HEPMScorer(policy="always"), tiny_trajs, tiny_resources).score(q)
     # never: START successors by weight: search_flights 26/47, list_files 12/47, get_weather 9/47.
     assert names(tiny_registry, finalize(by_weight, 2).ranking[0, :3]) == ["search_flights", "list_files",
                                                                            "get_weather"]
@@ -178,7 +185,8 @@ def test_hepm_annotation_branch_and_suggestion(tiny_trajs, tiny_resources, tiny_
 
 
 def test_hepm_turn_start_rule_and_no_successors(tiny_trajs, tiny_resources):
-    sc = HEPMScorer(policy={"rule": "turn_start"}).fit(tiny_trajs, tiny_resources)
+    sc = HEPMScorer(policy={"rule": "turn_start"})
+    sc.fit(tiny_trajs, tiny_resources)
     s = sc.score([step((), "weather"), step(("search_flights",), "weather", 1), step(("send_email",), "x", 1)])
     assert s.extra["summarised"].tolist() == [True, False, False]
     assert s.fell_back.tolist() == [False, False, True] and s.in_trie.tolist() == [True, True, False]
@@ -190,7 +198,8 @@ def test_hepm_turn_start_rule_and_no_successors(tiny_trajs, tiny_resources):
 def test_hepm_with_a_model_counts_its_calls(tiny_trajs, tiny_registry, keyword_embedder):
     model = FakeModel()
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0, executor=model)
-    sc = HEPMScorer().fit(tiny_trajs, res)
+    sc = HEPMScorer()
+    sc.fit(tiny_trajs, res)
     assert sc.fit_model_calls == model.calls > 0
     s = sc.score([step((), "weather"), step(("search_flights",), "flight", 1)])
     assert sc.model_calls == model.calls == sc.fit_model_calls + 2   # one decide-and-summarise call per step
@@ -271,7 +280,8 @@ def test_insight_retrieves_the_clusters_of_the_two_nearest_summaries(tiny_resour
     assert block[0].count("\n- ") == 1 and block[1].count("\n- ") == 2
     assert "offline extract" in block[0] and mem.insights[label["w1"]] in block[0]
 
-    scorer = build_scorer("insight").fit(insight_corpus(), tiny_resources)
+    scorer = build_scorer("insight")
+    scorer.fit(insight_corpus(), tiny_resources)
     s = scorer.score(steps)
     assert s.present_all and s.fell_back.all() and s.guidance == block
     assert s.extra["guidance_chars"].tolist() == [len(g) for g in block]

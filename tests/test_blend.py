@@ -1,4 +1,4 @@
-"""The blend head (tracer/learn/blend.py): its loss against F.cross_entropy, gradients, bounds, what it
+"""The blend head (tracer/learn/blend_head.py, blend_fit.py): its loss against F.cross_entropy, gradients, bounds, what it
 learns on synthetic data where the context or the counts decide, inner-fold leakage and determinism.
 
 Synthetic data uses :class:`KeywordEmbedder`, which one-hot encodes known keywords (counts, then
@@ -14,24 +14,19 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import fitted_scorer
 
 from tracer.core.context import ContextRendering
 from tracer.core.folds import assign_folds, inner_seed
 from tracer.core.store import current_snapshot
 from tracer.core.types import Registry, Tool, Trajectory
-from tracer.learn.blend import (
-    FEATURES,
-    IGNORE,
-    BlendHead,
-    evaluate,
-    fit_blend_head,
-    inner_fold_data,
-    state_features,
-    train_head,
-)
+from tracer.learn.blend_fit import HeadConfig, StepData, fit_blend_head, inner_fold_data, train_head
+from tracer.learn.blend_head import FEATURES, IGNORE, BlendHead, state_features
 from tracer.memory.trie import ExecutionTrie, StateKey
 from tracer.scorers.tracer import PAPER_CONTEXT, TracerScorer
 from tracer.scoring.base import Resources, training_steps
+from tracer.scoring.fit import FitReport
+from tracer.train.blend_report import evaluate
 
 RENDER = ContextRendering.from_config(PAPER_CONTEXT)
 
@@ -97,7 +92,9 @@ def _res(vocab, seed=0):
     return Resources.build(TOOLS, KeywordEmbedder(vocab), device="cpu", seed=seed)
 
 
-HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50}
+HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50,
+        "rotate": True, "batch_size": 0}
+EPS = 1e-6
 
 
 def _random_head(dtype=torch.float32, seed=0, t_floor=0.05):
@@ -186,7 +183,7 @@ def test_w_in_open_unit_interval_and_t_above_floor_for_extreme_inputs(scale):
 
 
 def test_initial_head_is_the_fixed_blend():
-    head = BlendHead()
+    head = BlendHead(len(FEATURES), HEAD["t_floor"])
     log_p, log_l, mask, feats, _ = _batch()
     w, t = head.wt(feats)
     torch.testing.assert_close(w, torch.full_like(w, 0.5))
@@ -222,8 +219,8 @@ def _heldout_nll(scorer, steps, res):
 def _learned_vs_fixed(train, test, res):
     """Held-out NLL of the learned and the fixed blend fitted on ``train``; the learned one's scores."""
     steps = training_steps(test, TOOLS)
-    nll_l, sc = _heldout_nll(TracerScorer(name="tracer", blend="learned", head=HEAD).fit(train, res), steps, res)
-    nll_f, _ = _heldout_nll(TracerScorer(name="tracer_fixed", blend="fixed").fit(train, res), steps, res)
+    nll_l, sc = _heldout_nll(fitted_scorer(TracerScorer(name="tracer", blend="learned", head=HEAD), train, res), steps, res)
+    nll_f, _ = _heldout_nll(fitted_scorer(TracerScorer(name="tracer_fixed", blend="fixed"), train, res), steps, res)
     return nll_l, nll_f, sc
 
 
@@ -246,7 +243,8 @@ def test_counts_decide_drives_w_up():
 
 def test_saved_index_with_head_scores_the_same(tmp_path):
     res = _res(["alpha", "beta", "filler"])
-    scorer = TracerScorer(name="tracer", blend="learned", head=HEAD).fit(context_decides(60, seed=5), res)
+    scorer = TracerScorer(name="tracer", blend="learned", head=HEAD)
+    scorer.fit(context_decides(60, seed=5), res)
     scorer.save(tmp_path / "index")
     assert (tmp_path / "index" / "snapshots" / current_snapshot(tmp_path / "index") / "blend_head.pt").exists()
     again = TracerScorer.load(tmp_path / "index", res.embedder, device="cpu")
@@ -254,6 +252,19 @@ def test_saved_index_with_head_scores_the_same(tmp_path):
     a, b = scorer.score(steps), again.score(steps)
     torch.testing.assert_close(a.primary, b.primary)
     torch.testing.assert_close(a.extra["w"], b.extra["w"])
+
+
+def test_fit_reports_the_curves_and_data_and_the_scorer_keeps_neither():
+    res = _res(["alpha", "beta", "filler"])
+    trajs = context_decides(60, seed=5)
+    scorer = TracerScorer(name="tracer", blend="learned", head=HEAD)
+    report = scorer.fit(trajs, res)
+    assert report.scorer == "tracer" and report.n_trajectories == len(trajs)
+    assert isinstance(report.data, StepData) and len(report.data) == report.n_steps == len(training_steps(trajs, TOOLS))
+    assert len(report.history["runs"]) == HEAD["inner_folds"] and report.history["runs"][0]["val_loss"]
+    # a deployed scorer holds the trie and the head, never the out-of-fold steps or the loss curves
+    assert not any(isinstance(v, (StepData, FitReport)) for v in vars(scorer).values())
+    assert scorer.describe()["head_fit"]["best_val_loss"] == report.history["best_val_loss"]
 
 
 # ---- no leakage ----------------------------------------------------------------------------------
@@ -271,7 +282,7 @@ def _unique_context_trajectories():
 def test_inner_folds_never_see_their_own_trajectory():
     trajs = _unique_context_trajectories()
     res = _res([f"u{g}" for g in range(24)])
-    data = inner_fold_data(trajs, res, StateKey(), RENDER, inner_folds=4, seed=7)
+    data = inner_fold_data(trajs, res, StateKey(), RENDER, EPS, True, inner_folds=4, seed=7)
     steps = training_steps(trajs, TOOLS)
     assert len(data) == len(steps)
     rows = data.in_trie
@@ -299,8 +310,8 @@ def test_same_seed_same_weights(batch_size):
     trajs = context_decides(120, seed=8)
     res = _res(["alpha", "beta", "filler"])
     cfg = {**HEAD, "batch_size": batch_size, "max_epochs": 60}
-    a, ha, da = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
-    b, hb, db = fit_blend_head(trajs, res, StateKey(), RENDER, seed=11, **cfg)
+    a, ha, da = fit_blend_head(trajs, res, StateKey(), RENDER, EPS, True, HeadConfig.from_config(cfg, seed=11))
+    b, hb, db = fit_blend_head(trajs, res, StateKey(), RENDER, EPS, True, HeadConfig.from_config(cfg, seed=11))
     assert torch.equal(da.gold, db.gold) and torch.equal(da.fold, db.fold)  # the same inner folds
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]), k
@@ -312,9 +323,9 @@ def test_same_seed_same_weights(batch_size):
 def test_train_head_without_covered_steps_keeps_the_fixed_blend():
     trajs = _unique_context_trajectories()
     res = _res([f"u{g}" for g in range(24)])
-    data = inner_fold_data(trajs, res, StateKey(), RENDER, inner_folds=4, seed=0)
+    data = inner_fold_data(trajs, res, StateKey(), RENDER, EPS, True, inner_folds=4, seed=0)
     data.gold[:] = IGNORE
-    head, hist = train_head(data)
+    head, hist = train_head(data, HeadConfig.from_config(HEAD, seed=0))
     assert hist["runs"] == [] and hist["n_uncovered"] == len(data)
     w, t = head.wt(data.feats)
     assert torch.allclose(w, torch.full_like(w, 0.5)) and torch.allclose(t, torch.full_like(t, 0.5))
@@ -323,8 +334,8 @@ def test_train_head_without_covered_steps_keeps_the_fixed_blend():
 def test_train_head_drop_feature_zeroes_it():
     trajs = _unique_context_trajectories()
     res = _res([f"u{g}" for g in range(24)])
-    data = inner_fold_data(trajs, res, StateKey(), RENDER, inner_folds=4, seed=inner_seed(0, 0))
-    head, hist = train_head(data, max_epochs=30, drop=("depth",))
+    data = inner_fold_data(trajs, res, StateKey(), RENDER, EPS, True, inner_folds=4, seed=inner_seed(0, 0))
+    head, hist = train_head(data, HeadConfig.from_config(HEAD, seed=0, max_epochs=30, drop=("depth",)))
     assert hist["dropped"] == ["depth"]
     assert float(head.w_head.weight.detach()[0, FEATURES.index("depth")]) == 0.0
     m = evaluate(head, data)

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_TOOLS, KeywordEmbedder, call, result, tiny_trajectories
+from conftest import TINY_TOOLS, KeywordEmbedder, call, fitted_scorer, result, tiny_trajectories
 
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
@@ -72,10 +72,12 @@ def test_bfcl_train_fold_in_ten_chunks_equals_the_batch_build(bfcl, name, tmp_pa
         with torch.no_grad():
             model.net.weight.copy_(torch.randn(1, len(names), generator=torch.Generator().manual_seed(0)))
         cfg = {"transfer": str(save_candidate_model(model, names, tmp_path / "model.pt"))}
-    online = build_scorer(name, **cfg).fit([train[i] for i in chunks[0]], res)
+    online = build_scorer(name, **cfg)
+    online.fit([train[i] for i in chunks[0]], res)
     for idx in chunks[1:]:
         update_scorer(online, [train[i] for i in idx])
-    batch = build_scorer(name, **cfg).fit(train, res)
+    batch = build_scorer(name, **cfg)
+    batch.fit(train, res)
     assert_same_tries(online, batch)
     if name == "tracer_plus":  # the tables read off the tries too
         torch.testing.assert_close(online.index.tool_memory, batch.index.tool_memory, atol=1e-6, rtol=0)
@@ -103,13 +105,14 @@ NEW_TOOL = Tool("email_booking", "Email the booking confirmation to the user")
 def test_new_tools_and_a_refit_equal_a_fit_on_the_union(tiny_res, name):
     trajs = tiny_trajectories()
     cfg = {"head": FAST_HEAD}
-    r = Retriever(build_scorer(name, **cfg).fit(trajs[:3], tiny_res))
+    r = Retriever(fitted_scorer(build_scorer(name, **cfg), trajs[:3], tiny_res))
     r.updater.trajectories = trajs[:3]
     out = r.update(trajs[3:] + [new_tool_trajectory()], tools=[NEW_TOOL, TINY_TOOLS[0]])
     assert out["new_tools"] == 1 and r.registry.names[-1] == "email_booking"
     assert r.updater.refit(wait=True) and len(r.updater.refits) == 1
     union = Resources.build(Registry(TINY_TOOLS + (NEW_TOOL,)), KeywordEmbedder(), device="cpu")
-    batch = build_scorer(name, **cfg).fit(trajs + [new_tool_trajectory()], union)
+    batch = build_scorer(name, **cfg)
+    batch.fit(trajs + [new_tool_trajectory()], union)
     assert_same_tries(r.scorer, batch)
     np.testing.assert_array_equal(r.res.tool_index.vectors, union.tool_index.vectors)
     learned = "model" if name == "tracer_plus" else "head"
@@ -120,7 +123,7 @@ def test_new_tools_and_a_refit_equal_a_fit_on_the_union(tiny_res, name):
 
 def test_scheduled_refit_runs_in_the_background_and_swaps_the_weights(tiny_res):
     trajs = tiny_trajectories()
-    r = Retriever(build_scorer("tracer_plus", head=FAST_HEAD).fit(trajs[:2], tiny_res))
+    r = Retriever(fitted_scorer(build_scorer("tracer_plus", head=FAST_HEAD), trajs[:2], tiny_res))
     up = r.updater
     up.refit_every, up.trajectories = 3, list(trajs[:2])
     old = r.scorer.model
@@ -139,7 +142,7 @@ def conversation(*calls, request="Find a flight from SFO to JFK and book it"):
 
 @pytest.mark.parametrize("name", ["tracer_fixed", "tracer_plus", "vector"])
 def test_drift_add_remove_rename_without_a_rebuild(tiny_res, name):
-    r = Retriever(build_scorer(name, head=FAST_HEAD).fit(tiny_trajectories(), tiny_res), k=3)
+    r = Retriever(fitted_scorer(build_scorer(name, head=FAST_HEAD), tiny_trajectories(), tiny_res), k=3)
     msgs = conversation("search_flights")
     before = r.rank(msgs)
     tries_before = [t.n_edges for t in scorer_tries(r.scorer)]
@@ -164,9 +167,11 @@ def test_drift_add_remove_rename_without_a_rebuild(tiny_res, name):
 
 
 def test_transfer_fits_on_zero_trajectories_and_refuses_other_features(tiny_res, tmp_path):
-    trained = build_scorer("tracer_plus", head=FAST_HEAD).fit(tiny_trajectories(), tiny_res)
+    trained = build_scorer("tracer_plus", head=FAST_HEAD)
+    trained.fit(tiny_trajectories(), tiny_res)
     path = save_candidate_model(trained.model, trained.feature_names, tmp_path / "model.pt")
-    cold = build_scorer("tracer_plus", transfer=str(path)).fit([], tiny_res)
+    cold = build_scorer("tracer_plus", transfer=str(path))
+    cold.fit([], tiny_res)
     assert all(t.n_edges == 0 for t in cold.tries)
     for (_, a), (_, b) in zip(cold.model.state_dict().items(), trained.model.state_dict().items()):
         assert torch.equal(a, b)
@@ -179,7 +184,7 @@ def test_transfer_fits_on_zero_trajectories_and_refuses_other_features(tiny_res,
 def test_cli_update_adds_a_log_to_a_saved_index_and_refits(tmp_path, minilm):
     trajs = tiny_trajectories()
     res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")
-    Retriever(build_scorer("tracer").fit(trajs[:3], res)).save(tmp_path / "index")
+    Retriever(fitted_scorer(build_scorer("tracer"), trajs[:3], res)).save(tmp_path / "index")
     write_native(tmp_path / "history", Registry(TINY_TOOLS), trajs[:3])
     write_native(tmp_path / "log", Registry(TINY_TOOLS + (NEW_TOOL,)), trajs[3:] + [new_tool_trajectory()])
     cmd = [sys.executable, "-m", "tracer.cli", "update", "--index", str(tmp_path / "index"), "--log",
@@ -189,8 +194,8 @@ def test_cli_update_adds_a_log_to_a_saved_index_and_refits(tmp_path, minilm):
     report = json.loads(out.stdout.splitlines()[-1])
     assert report["new_tools"] == 1 and report["refit"] is True
     loaded = Retriever.load(tmp_path / "index", minilm)
-    batch = build_scorer("tracer").fit(trajs + [new_tool_trajectory()],
-                                      Resources.build(Registry(TINY_TOOLS + (NEW_TOOL,)), minilm, device="cpu"))
+    batch = build_scorer("tracer")
+    batch.fit(trajs + [new_tool_trajectory()], Resources.build(Registry(TINY_TOOLS + (NEW_TOOL,)), minilm, device="cpu"))
     assert_same_tries(loaded.scorer, batch)
     # the CLI refits in its own process (same data and seed; its float sums may run in another order, so
     # the weights agree to float error, not bit for bit)
@@ -204,18 +209,20 @@ def test_cli_update_adds_a_log_to_a_saved_index_and_refits(tmp_path, minilm):
 
 def test_known_edges_are_updated_in_place_as_the_merge_would(bfcl):
     res, train, _ = bfcl
-    online = build_scorer("tracer_fixed").fit(train, res)
+    online = build_scorer("tracer_fixed")
+    online.fit(train, res)
     trie = online.trie
     memory = trie.edge_memory.data_ptr()
     update_scorer(online, train[:3])  # logged again: every edge exists, so no merge
     assert trie.edge_memory.data_ptr() == memory
-    batch = build_scorer("tracer_fixed").fit(train + train[:3], res)
+    batch = build_scorer("tracer_fixed")
+    batch.fit(train + train[:3], res)
     assert_same_tries(online, batch)
 
 
 def test_a_failed_refit_keeps_the_old_weights_and_says_why(tiny_res):
     trajs = tiny_trajectories()
-    r = Retriever(build_scorer("tracer", head=FAST_HEAD).fit(trajs, tiny_res))
+    r = Retriever(fitted_scorer(build_scorer("tracer", head=FAST_HEAD), trajs, tiny_res))
     head = r.scorer.head
     r.updater.trajectories = trajs[:1]  # one group: the blend head's inner folds cannot run
     with pytest.raises(RuntimeError, match="refit on 1 trajectories failed"):

@@ -24,6 +24,7 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
 from tracer.scorers import SCORERS, Scores, finalize
 from tracer.scoring.base import Resources
+from tracer.scoring.fit import FitReport
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_ATTRS = {"res", "executor"}   # shared resources (the embedder's cache grows as it encodes)
@@ -116,7 +117,11 @@ def corpus(tiny_trajs):
 
 def fitted(name: str, train, registry, embedder):
     res = Resources.build(registry, embedder, device="cpu", seed=0)
-    return build(name).fit(train, res)
+    scorer = build(name)
+    report = scorer.fit(train, res)  # a record of the fit, not the scorer
+    assert isinstance(report, FitReport) and report.scorer == scorer.name and report.n_trajectories == len(train)
+    assert report.seconds >= 0 and report.n_steps >= 0
+    return scorer
 
 
 @pytest.mark.parametrize("name", sorted(SCORERS))

@@ -41,11 +41,12 @@ from tracer.learn.candidate_model import (
     IGNORE,
     CandidateData,
     CandidateModel,
-    _nll,
     build_index,
     inner_fold_candidates,
+    nll_on,
     train_model,
 )
+from tracer.learn.trainer import TrainConfig
 from tracer.memory.trie import StateKey
 from tracer.scorers import build_scorer, finalize
 from tracer.scorers.tracer_plus import TracerPlusScorer
@@ -82,7 +83,8 @@ def plus(res, **cfg) -> TracerPlusScorer:
 def hand(tiny_registry, keyword_embedder):
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
     scorer = plus(res, keys=["prefix", "last_1+cross_turn"], vector_candidates=3, query_context=USER_ONLY,
-                  memory_context=USER_ONLY).fit(HAND_TRAIN, res)
+                  memory_context=USER_ONLY)
+    scorer.fit(HAND_TRAIN, res)
     step = extract_steps(HAND_TEST)[1]
     assert step.prefix == () and step.history == ("get_weather",) and step.gold == "send_email"
     return scorer, step
@@ -154,7 +156,8 @@ def test_feature_groups_and_keys():
 
 
 def test_candidates_equal_a_naive_union(tiny_trajs, tiny_resources):
-    scorer = plus(tiny_resources, vector_candidates=2).fit(tiny_trajs, tiny_resources)
+    scorer = plus(tiny_resources, vector_candidates=2)
+    scorer.fit(tiny_trajs, tiny_resources)
     steps = extract_all(tiny_trajs)
     mem, q = scorer.embed(steps)
     vec = fallback_scores(tiny_resources, q)
@@ -166,7 +169,8 @@ def test_candidates_equal_a_naive_union(tiny_trajs, tiny_resources):
         naive |= set(sorted(range(vec.shape[1]), key=lambda t: (-float(vec[i, t]), t))[:2])
         assert cand.tool[i][cand.mask[i]].tolist() == sorted(naive)
     # without vector candidates an unseen state has none and the step falls back to the vector ranking
-    bare = plus(tiny_resources, keys=["last_2+cross_turn"], vector_candidates=0).fit(tiny_trajs, tiny_resources)
+    bare = plus(tiny_resources, keys=["last_2+cross_turn"], vector_candidates=0)
+    bare.fit(tiny_trajs, tiny_resources)
     new = extract_steps(traj("h", ("list my files and email them", ["list_files", "send_email"])))
     sc = bare.score(steps + new)
     assert sc.fell_back.tolist() == [False] * len(steps) + [False, True]  # (list_files,) never had a successor
@@ -212,22 +216,32 @@ def test_loss_is_cross_entropy_over_the_candidates():
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
     gold = torch.tensor([2, 4, IGNORE])
     data = CandidateData(feats, mask, gold, torch.zeros(3, dtype=torch.long))
-    z = model.standardise(feats[mask])
-    loss, correct = _nll(model, z, mask.nonzero(), gold, mask.shape)
+    loss, correct = nll_on(model, data)()
     logits = (feats @ model.net.weight[0].detach()).masked_fill(~mask, float("-inf"))
     ref = (F.cross_entropy(logits[0:1], gold[0:1]) + F.cross_entropy(logits[1:2], gold[1:2])) / 2
     assert float(loss.detach()) == pytest.approx(float(ref), rel=1e-6)
     assert int(correct) == int((logits[:2].argmax(1) == gold[:2]).sum())
     # a step whose gold is not a candidate carries no gradient and is counted
-    _, hist = train_model(data, max_epochs=3, patience=2)
+    _, hist = train_model(data, "linear", 32, TrainConfig(lr=0.05, weight_decay=1e-3, max_epochs=3, patience=2,
+                                                          batch_size=0, seed=0))
     assert hist["n_uncovered"] == 1
+
+
+def test_fit_report_holds_the_curves_and_the_scorer_only_their_scalars(tiny_trajs, tiny_resources):
+    scorer = plus(tiny_resources)
+    report = scorer.fit(tiny_trajs, tiny_resources)
+    assert report.scorer == "tracer_plus" and report.n_trajectories == len(tiny_trajs) and report.data is None
+    assert len(report.history["val_loss"]) == report.history["epochs"] > 0
+    assert scorer.history == {k: v for k, v in report.history.items() if not isinstance(v, list)}
 
 
 @pytest.mark.parametrize("model", ["linear", "mlp"])
 def test_fit_is_deterministic_and_single_step_matches_batch(model, tiny_trajs, tiny_resources):
     steps = extract_all(tiny_trajs)
-    a = plus(tiny_resources, model=model).fit(tiny_trajs, tiny_resources)
-    b = plus(tiny_resources, model=model).fit(tiny_trajs, tiny_resources)
+    a = plus(tiny_resources, model=model)
+    a.fit(tiny_trajs, tiny_resources)
+    b = plus(tiny_resources, model=model)
+    b.fit(tiny_trajs, tiny_resources)
     for (ka, va), (kb, vb) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
         assert ka == kb and torch.equal(va, vb)
     sa, sb = a.score(steps), b.score(steps)

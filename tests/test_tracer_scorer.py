@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import fitted_scorer
 
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
@@ -84,7 +85,7 @@ def gate_scorer():
     trajs += [traj(f"peak{i}", "peak case", [["p", "q" if i < 9 else "r"]]) for i in range(10)]
     emb = KeywordUnit(["flat", "peak", "tool"])
     res = Resources.build(GATE_TOOLS, emb, device="cpu")
-    return build_scorer("tracer_fixed").fit(trajs, res)
+    return fitted_scorer(build_scorer("tracer_fixed"), trajs, res)
 
 
 def test_gate_fires_on_an_unseen_prefix_and_a_flat_node_but_not_a_peaked_one(gate_scorer):
@@ -110,7 +111,8 @@ def test_fallback_ranks_by_vector_search_alone():
             "f": "first", "zz": "last"}
     res = Resources.build(Registry(Tool(n, desc[n]) for n in names), KeywordUnit(["apple", "banana", "cherry"]),
                           device="cpu")
-    scorer = build_scorer("tracer_fixed").fit([traj("t1", "plain request", [["f", "zz"]])], res)
+    scorer = build_scorer("tracer_fixed")
+    scorer.fit([traj("t1", "plain request", [["f", "zz"]])], res)
     s = scorer.score([live_step(("zz",), "apple and banana please")])
     assert s.fell_back.tolist() == [True] and s.in_trie.tolist() == [False]
     # cosines: t_ab 1, t_a = t_b = 1/sqrt(2), the rest 0
@@ -160,7 +162,8 @@ def test_global_set_is_the_three_tools_of_highest_prefix_entropy():
              traj("t4", "r", [["a", "x"]]), traj("t5", "r", [["b", "y", "c"]]), traj("t6", "r", [["y", "c"]]),
              traj("t7", "r", [["y"]]), traj("t8", "r", [["y"]])]
     res = Resources.build(G_TOOLS, KeywordUnit(["a", "b"]), device="cpu")
-    sc = build_scorer("tracer_g").fit(trajs, res)
+    sc = build_scorer("tracer_g")
+    sc.fit(trajs, res)
     h_y = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
     want = {"a": 0.0, "b": 0.0, "c": math.log(3), "x": math.log(2), "y": h_y}
     h = prefix_entropy(sc.trie)

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from tracer.core.store import current_snapshot
 from tracer.core.types import Registry
 from tracer.data import write_native
-from tracer.learn.blend import FEATURES, BlendHead
+from tracer.learn.blend_head import FEATURES, BlendHead
 from tracer.scorers.tracer import TracerScorer
 from tracer.scoring.base import training_steps
 

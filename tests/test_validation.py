@@ -20,6 +20,7 @@ from tracer.core.types import Registry
 from tracer.data import load_native, write_native
 from tracer.eval.job import run_job
 from tracer.retriever import Retriever
+from tracer.train import job as train_job
 
 ROOT = Path(__file__).parents[1]
 USER = {"role": "user", "content": "Find a flight and book it"}
@@ -171,9 +172,6 @@ def test_evaluate_cli_k_minus_one_fails_with_the_override_named(tmp_path):
 def test_train_folds_are_checked(tmp_path):
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=["dataset=jsonl", f"dataset.path={tmp_path / 'nowhere'}", "folds=1"])
-    sys.path.insert(0, str(ROOT))
-    import train
-
     with pytest.raises(ValueError, match=r"folds \(override folds=...\) must be 0 .* or >= 2, got 1"):
-        train.run(cfg, tmp_path / "run")
+        train_job.run_job(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()

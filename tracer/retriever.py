@@ -100,7 +100,8 @@ class Retriever:
         emb = embedder if embedder is not None else build_embedder(cache_dir=cache_dir, device=device)
         res = Resources.build(ds.registry, emb, factory=factory, device=device)
         sc = build_scorer(scorer, **scorer_cfg) if isinstance(scorer, str) else scorer
-        return cls(sc.fit(ds.trajectories, res), k)
+        sc.fit(ds.trajectories, res)
+        return cls(sc, k)
 
     # ---- selecting -----------------------------------------------------------------------------
     def context_embedding(self, messages: Sequence[Message]) -> np.ndarray:

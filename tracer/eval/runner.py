@@ -118,7 +118,8 @@ class Evaluator:
             if self.fold_resources is not None:
                 self.res = self.fold_resources(train)
             t0 = time.perf_counter()
-            scorer = self.factory().fit(train, self.res)
+            scorer = self.factory()
+            scorer.fit(train, self.res)
             insight = self.insight_factory().fit(train, self.res) if self.insight_factory else None
             fit_s.append(time.perf_counter() - t0)
             infos.append(getattr(scorer, "describe", dict)())

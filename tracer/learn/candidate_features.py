@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from tracer.core.types import Step
+from tracer.learn import standardise
 from tracer.memory.trie import ExecutionTrie, StateKey
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
@@ -112,12 +113,8 @@ def feature_groups(name: str) -> set[str]:
 
 
 def keep_mask(names: Sequence[str], drop: Sequence[str]) -> torch.Tensor:
-    """``[F]`` 1 for a feature in use, 0 for one dropped by group or by its full name."""
-    unknown = [d for d in drop if d not in GROUPS and d not in names]
-    if unknown:
-        raise ValueError(f"unknown feature groups {unknown}; groups: {', '.join(GROUPS)} (or a full feature name)")
-    drop = set(drop)
-    return torch.tensor([0.0 if (n in drop or feature_groups(n) & drop) else 1.0 for n in names])
+    """``[F]`` 1 for a feature in use, 0 for one dropped by group (``GROUPS``) or by its full name."""
+    return standardise.keep_mask(names, drop, GROUPS, feature_groups)
 
 
 @dataclass

@@ -1,34 +1,37 @@
 """tracer_plus's candidate model and its training: a linear (or one-hidden-layer) scorer over the
-candidate features of :mod:`tracer.learn.candidate_features`, trained by softmax NLL over each step's candidate set on
-inner folds by group (no step scored by an index that saw its own trajectory), Adam with l2 and early
-stopping. Moved out of :mod:`tracer.scorers.tracer_plus` unchanged; the scorer composes it.
+candidate features of :mod:`tracer.learn.candidate_features`, trained on the shared stack:
+standardised by :mod:`tracer.learn.standardise`, out-of-fold candidates by :mod:`tracer.learn.oof`
+(no step scored by an index that saw its own trajectory), the masked NLL over each step's candidate
+set of :mod:`tracer.learn.nll`, and the Adam + l2 + early-stopping loop of :mod:`tracer.learn.trainer`.
+
+Example::
+
+    data = inner_fold_candidates(steps, gold_ids, mem, vec, keys, m, eps, names, device, 5, seed)
+    model, history = train_model(data, "linear", 32, TrainConfig(...), keep=keep, refit=False)
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from tracer.core.folds import row_folds
 from tracer.core.io import atomic_save
 from tracer.core.threads import one_thread
 from tracer.core.types import Step
 from tracer.learn.candidate_features import PlusIndex, candidates, feature_names
-from tracer.learn.early_stopping import EarlyStopping
+from tracer.learn.nll import IGNORE, MASKED, masked_nll
+from tracer.learn.oof import out_of_fold, pad_cat
+from tracer.learn.standardise import Z_CLIP, fit_stats, register_stats, standardise
+from tracer.learn.trainer import TrainConfig, train
 from tracer.memory.trie import ExecutionTrie
-
-IGNORE = -100            # gold index of a step whose gold is not a candidate
-_MASKED = -1e9           # logit of a padded candidate inside the loss
-_Z_CLIP = 8.0            # standardised features clipped to +- this many SD
 
 
 # ---- the model -----------------------------------------------------------------------------------
@@ -61,9 +64,7 @@ class CandidateModel(nn.Module):
             for lin in (self.net[0], self.net[2]):
                 nn.init.kaiming_uniform_(lin.weight, a=5 ** 0.5, generator=gen)
             nn.init.zeros_(self.net[0].bias)
-        self.register_buffer("mean", torch.zeros(n_features))
-        self.register_buffer("std", torch.ones(n_features))
-        self.register_buffer("keep", torch.ones(n_features) if keep is None else keep.detach().clone().float())
+        register_stats(self, n_features, keep)
 
     @classmethod
     def from_state_dict(cls, sd: Mapping[str, torch.Tensor], kind: str, hidden: int) -> CandidateModel:
@@ -72,25 +73,17 @@ class CandidateModel(nn.Module):
         return model
 
     def set_feature_stats(self, rows: torch.Tensor) -> CandidateModel:
-        """Standardise with the mean and SD of the candidate rows ``[P, F]`` of the training split."""
-        with torch.no_grad():
-            rows = rows.double()
-            self.mean.copy_(rows.mean(0).float() if len(rows) else torch.zeros_like(self.mean))
-            sd = rows.std(0, unbiased=False).float() if len(rows) > 1 else torch.ones_like(self.std)
-            self.std.copy_(torch.where(sd > 1e-6, sd, torch.ones_like(sd)))  # a constant feature stays 0
+        """Standardise with the mean and SD (accumulated in float64) of the candidate rows ``[P, F]`` of
+        the training split."""
+        fit_stats(self, rows, accumulate=torch.float64)
         return self
 
     def standardise(self, feats: torch.Tensor) -> torch.Tensor:
         """Raw features ``[..., F]`` -> standardised, dropped features zeroed, clipped (dtype of ``feats``)."""
-        mean, std, keep = (b.to(feats.dtype) for b in (self.mean, self.std, self.keep))
-        return ((feats - mean) / std * keep).clamp(-_Z_CLIP, _Z_CLIP)
+        return standardise(feats, self.mean, self.std, self.keep)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.net(z).squeeze(-1)
-
-    def penalty(self) -> torch.Tensor:
-        """Sum of squared weights (biases excluded), for the l2 term."""
-        return sum(p.pow(2).sum() for n, p in self.named_parameters() if n.endswith("weight"))
 
     # inference in float64 (both paths), rounded to float32 -----------------------------------
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
@@ -113,14 +106,14 @@ class CandidateModel(nn.Module):
         """Scores ``[B, C]`` float32 (-inf where masked) from raw features ``[B, C, F]``, computed in float64."""
         inf = self._inference()
         mean, std, keep = (inf[b].to(feats.device) for b in ("mean", "std", "keep"))
-        z = ((feats.double() - mean) / std * keep).clamp(-_Z_CLIP, _Z_CLIP)             # [B, C, F]
+        z = standardise(feats.double(), mean, std, keep)                                # [B, C, F]
         s = inf["net"].to(feats.device)(z).squeeze(-1).float()                          # [B, C]
         return s.masked_fill(~mask, float("-inf"))
 
     def scores_one(self, feats: np.ndarray) -> np.ndarray:
         """:meth:`scores` for one step's candidates ``[C, F]`` (numpy, float64 inside) -> ``[C]`` float32."""
         inf = self._inference()
-        z = np.clip((feats.astype(np.float64) - inf["mean_np"]) / inf["std_np"] * inf["keep_np"], -_Z_CLIP, _Z_CLIP)
+        z = np.clip((feats.astype(np.float64) - inf["mean_np"]) / inf["std_np"] * inf["keep_np"], -Z_CLIP, Z_CLIP)
         p = inf["np"]
         if self.kind == "linear":                                                        # p: [weight [1, F]]
             return (z @ p[0][0]).astype(np.float32)
@@ -169,8 +162,7 @@ class CandidateData:
     def cat(parts: Sequence[CandidateData]) -> CandidateData:
         width = max([p.mask.shape[1] for p in parts] + [1])
         return CandidateData(
-            torch.cat([F.pad(p.feats, (0, 0, 0, width - p.feats.shape[1])) for p in parts]),
-            torch.cat([F.pad(p.mask, (0, width - p.mask.shape[1]), value=False) for p in parts]),
+            pad_cat([p.feats for p in parts], width, 0.0), pad_cat([p.mask for p in parts], width, False),
             torch.cat([p.gold for p in parts]), torch.cat([p.fold for p in parts]))
 
 
@@ -194,100 +186,87 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
         n_feat = len(feature_names(keys))
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
                              torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
-    parts = []
-    for f, seen, held in row_folds([s.group for s in steps], inner_folds, seed):
-        idx = build_index(keys, [steps[i] for i in seen.tolist()], gold_ids[seen], mem_ctx[seen.to(mem_ctx.device)],
-                          names, eps, device)
+
+    def build(seen: torch.Tensor) -> PlusIndex:
+        return build_index(keys, [steps[i] for i in seen.tolist()], gold_ids[seen], mem_ctx[seen.to(mem_ctx.device)],
+                           names, eps, device)
+
+    def score(idx: PlusIndex, held: torch.Tensor, f: int) -> CandidateData:
         cand = candidates(idx, [steps[i] for i in held.tolist()], mem_ctx[held.to(mem_ctx.device)], vec[held], m)
-        parts.append(CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
-                                   torch.full((len(held),), f)))
-    return CandidateData.cat(parts)
+        return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
+                             torch.full((len(held),), f))
+
+    return CandidateData.cat(out_of_fold([s.group for s in steps], inner_folds, seed, build, score))
 
 
-def train_model(data: CandidateData, kind: str = "linear", hidden: int = 32, lr: float = 0.05,
-                weight_decay: float = 1e-3, max_epochs: int = 500, patience: int = 50, seed: int = 0,
-                val_fold: int | None = None, keep: torch.Tensor | None = None,
-                refit: bool = False) -> tuple[CandidateModel, dict]:
+def train_model(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None = None,
+                keep: torch.Tensor | None = None, refit: bool = False) -> tuple[CandidateModel, dict]:
     """Fit a :class:`CandidateModel` on out-of-fold candidates, early-stopped on one held-out inner fold.
 
-    Full-batch Adam on ``NLL + weight_decay * sum(weights^2)``; the validation NLL is checked every
-    epoch and the best epoch's weights are kept (stop after ``patience`` epochs without progress).
-    Standardisation statistics come from the training rows' real candidates. With ``refit`` the
-    model is then trained afresh on every covered step (validation fold included) for the best
-    epoch count. Returns ``(model, history)``.
+    Full-batch training (:func:`tracer.learn.trainer.train`, ``cfg.batch_size`` 0) on the masked NLL
+    of the gold over each step's candidates; the best epoch's weights are kept. ``cfg.seed`` seeds the
+    MLP's initial weights. Standardisation statistics come from the training rows' real candidates.
+    With ``refit`` the model is then trained afresh on every covered step (validation fold included)
+    for the best epoch count. Returns ``(model, history)``.
     """
     with one_thread():
-        return _train(data, kind, hidden, lr, weight_decay, max_epochs, patience, seed, val_fold, keep, refit)
+        return _train(data, kind, hidden, cfg, val_fold, keep, refit)
 
 
-def _flat(data: CandidateData, model: CandidateModel) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Standardised rows of the real candidates ``[P, F]``, their (step, column) index and the gold of each step."""
+def nll_on(model: CandidateModel, data: CandidateData) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """A closure ``loss()`` -> (masked NLL, n_correct) of ``data``'s steps under ``model``'s current weights.
+
+    Only the real candidates are scored: their rows ``[P, F]`` are standardised once (with the
+    model's statistics at closure time) and the scores scattered back to ``[S, C]`` logits."""
+    z = model.standardise(data.feats[data.mask])                                         # [P, F]
     idx = data.mask.nonzero()                                                            # [P, 2]
-    return model.standardise(data.feats[data.mask]), idx, data.gold
+
+    def loss(_batch: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        s = model(z)                                                                     # [P]
+        logits = torch.full(data.mask.shape, MASKED, dtype=s.dtype).index_put((idx[:, 0], idx[:, 1]), s)  # [S, C]
+        return masked_nll(logits, data.mask, data.gold)
+
+    return loss
 
 
-def _nll(model: CandidateModel, z: torch.Tensor, idx: torch.Tensor, gold: torch.Tensor, shape) -> tuple:
-    s = model(z)                                                                         # [P]
-    logits = torch.full(shape, _MASKED, dtype=s.dtype).index_put((idx[:, 0], idx[:, 1]), s)  # [S, C]
-    loss = F.nll_loss(F.log_softmax(logits, dim=1), gold, ignore_index=IGNORE)
-    correct = ((logits.argmax(1) == gold) & (gold != IGNORE)).sum()
-    return loss, correct
+def _rows(data: CandidateData, rows: torch.Tensor) -> CandidateData:
+    return CandidateData(data.feats[rows], data.mask[rows], data.gold[rows], data.fold[rows])
 
 
-def _train(data, kind, hidden, lr, weight_decay, max_epochs, patience, seed, val_fold, keep, refit):
+def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None,
+           keep: torch.Tensor | None, refit: bool) -> tuple[CandidateModel, dict]:
     n_feat = data.feats.shape[2]
-    model = CandidateModel(n_feat, kind, hidden, keep, seed)
+    model = CandidateModel(n_feat, kind, hidden, keep, cfg.seed)
     hist: dict[str, Any] = {"train_loss": [], "val_loss": [], "val_acc": []}
     covered = data.covered
     if val_fold is None:
         folds = sorted(set(data.fold[covered].tolist()))
         val_fold = folds[-1] if folds else IGNORE
     val = covered & (data.fold == val_fold)
-    train = covered & ~val
-    if not bool(train.any()) or not bool(val.any()):
-        train, val = covered, covered.clone()  # too little data to hold a fold out: stop on the training loss
-    hist.update(n_steps=len(data), n_uncovered=data.n_uncovered, n_train=int(train.sum()), n_val=int(val.sum()),
-                val_fold=val_fold)
-    if not bool(train.any()):
+    train_rows = covered & ~val
+    if not bool(train_rows.any()) or not bool(val.any()):
+        train_rows, val = covered, covered.clone()  # too little data to hold a fold out: stop on the training loss
+    hist.update(n_steps=len(data), n_uncovered=data.n_uncovered, n_train=int(train_rows.sum()),
+                n_val=int(val.sum()), val_fold=val_fold)
+    if not bool(train_rows.any()):
         hist.update(epochs=0, best_epoch=-1, best_val_loss=float("nan"), seconds_train=0.0)
         return model.eval(), hist
-    tr = CandidateData(data.feats[train], data.mask[train], data.gold[train], data.fold[train])
-    va = CandidateData(data.feats[val], data.mask[val], data.gold[val], data.fold[val])
-    model.set_feature_stats(tr.feats[tr.mask])
-    (ztr, itr, gtr), (zva, iva, gva) = _flat(tr, model), _flat(va, model)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    stopper = EarlyStopping(model, patience)
     t0 = time.perf_counter()
-    for epoch in range(max_epochs):
-        model.train()
-        loss, _ = _nll(model, ztr, itr, gtr, tr.mask.shape)
-        opt.zero_grad()
-        (loss + weight_decay * model.penalty()).backward()
-        opt.step()
-        model.eval()
-        with torch.no_grad():
-            vloss, vcorrect = _nll(model, zva, iva, gva, va.mask.shape)
-        if stopper.step(epoch, float(loss.detach()), float(vloss), int(vcorrect) / max(len(va), 1)):
-            break
-    stopper.restore()
-    best_epoch = stopper.best_epoch
-    hist.update(stopper.curves, epochs=stopper.epochs, best_epoch=best_epoch, best_val_loss=stopper.best)
-    if refit and not bool((train == covered).all()):
+    tr, va = _rows(data, train_rows), _rows(data, val)
+    model.set_feature_stats(tr.feats[tr.mask])
+    train_loss, val_loss = nll_on(model, tr), nll_on(model, va)
+    run = train(model, lambda idx: train_loss(idx)[0], val_loss, len(tr), len(va), replace(cfg, batch_size=0))
+    best_epoch = run["best_epoch"]
+    hist.update({k: run[k] for k in ("train_loss", "val_loss", "val_acc")}, epochs=run["epochs"],
+                best_epoch=best_epoch, best_val_loss=run["best_val_loss"])
+    if refit and not bool((train_rows == covered).all()):
         # the early-stopped epoch count, now on every covered step (the validation fold included)
-        model = CandidateModel(n_feat, kind, hidden, keep, seed)
-        al = CandidateData(data.feats[covered], data.mask[covered], data.gold[covered], data.fold[covered])
-        model.set_feature_stats(al.feats[al.mask])
-        za, ia, ga = _flat(al, model)
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
-        model.train()
-        for _ in range(best_epoch + 1):
-            loss, _ = _nll(model, za, ia, ga, al.mask.shape)
-            opt.zero_grad()
-            (loss + weight_decay * model.penalty()).backward()
-            opt.step()
+        model = CandidateModel(n_feat, kind, hidden, keep, cfg.seed)
+        every = _rows(data, covered)
+        model.set_feature_stats(every.feats[every.mask])
+        every_loss = nll_on(model, every)
+        train(model, lambda idx: every_loss(idx)[0], None, len(every), 0,
+              replace(cfg, batch_size=0, max_epochs=best_epoch + 1))
         hist["refit_epochs"] = best_epoch + 1
     hist["seconds_train"] = time.perf_counter() - t0
     return model.eval(), hist
-
-
-# ---- the scorer ----------------------------------------------------------------------------------

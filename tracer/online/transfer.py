@@ -9,7 +9,8 @@ keeps these weights.
 
     model = fit_transfer_model(build_scorer("tracer_plus"), [(bfcl_trajs, bfcl_res), (tau2_trajs, tau2_res)])
     save_candidate_model(model, scorer.feature_names, "transfer.pt")
-    build_scorer("tracer_plus", transfer="transfer.pt").fit([], apibank_res)
+    cold = build_scorer("tracer_plus", transfer="transfer.pt")
+    cold.fit([], apibank_res)
 """
 
 from __future__ import annotations
@@ -48,6 +49,5 @@ def fit_transfer_model(scorer: TracerPlusScorer, sources: Sequence[tuple[Sequenc
         parts.append(source_candidates(scorer, trajectories, res, offset))
         offset = int(parts[-1].fold.max()) + 1 if len(parts[-1]) else offset
     cfg = scorer.head_cfg
-    return train_model(CandidateData.cat(parts), scorer.model_kind, int(cfg["hidden"]), float(cfg["lr"]),
-                       float(cfg["weight_decay"]), int(cfg["max_epochs"]), int(cfg["patience"]), seed,
+    return train_model(CandidateData.cat(parts), scorer.model_kind, int(cfg["hidden"]), scorer.train_config(seed),
                        keep=scorer.keep, refit=bool(cfg["refit"]))

@@ -122,7 +122,8 @@ class Updater:
             attr = learned_part(self.scorer)
             entry = {"trajectories": len(trajectories)}
             try:
-                fresh = type(self.scorer)(**self.scorer.config()).fit(trajectories, res)
+                fresh = type(self.scorer)(**self.scorer.config())
+                fresh.fit(trajectories, res)
                 setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
                 if attr == "model":
                     self.scorer.history = fresh.history

@@ -25,6 +25,7 @@ Choices where the paper is silent (also in ``configs/scorer/autotool.yaml``):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from tracer.memory.trie import ExecutionTrie, StateKey
 from tracer.scorers import register_scorer
 from tracer.scorers.toolnet import transition_trie
 from tracer.scoring.base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
+from tracer.scoring.fit import FitReport
 
 
 class AutoToolScorer:
@@ -58,11 +60,12 @@ class AutoToolScorer:
         self.res: Resources | None = None
         self.tries: list[ExecutionTrie] = []   # [last two calls, last call]
 
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> AutoToolScorer:
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+        t0 = time.perf_counter()
         self.res = res
         steps = fit_steps(trajectories, res.registry, self.successful_only)
         self.tries = [transition_trie(steps, res, StateKey(kind="last_n", n=n, cross_turn=True)) for n in (2, 1)]
-        return self
+        return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0)
 
     def transition(self, steps: Sequence[Step]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """N(S,t)/N(S) over the registry ``[B, N]`` at the first seen back-off level, that level's

@@ -39,6 +39,7 @@ Choices where the paper is silent (also in ``configs/scorer/hepm.yaml``):
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -53,6 +54,7 @@ from tracer.scorers import register_scorer
 from tracer.scorers.summaries import Summarizer
 from tracer.scorers.toolnet import transition_trie
 from tracer.scoring.base import Resources, Scores, fallback_scores, rank, scatter_primary
+from tracer.scoring.fit import FitReport
 
 POLICIES = ("auto", "always", "never", "turn_start")
 
@@ -105,7 +107,8 @@ class HEPMScorer:
         return self.policy
 
     # ---- fitting -----------------------------------------------------------------------------
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> HEPMScorer:
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+        t0 = time.perf_counter()
         self.res = res
         self.summarizer.bind(res)
         steps: list[Step] = []
@@ -132,7 +135,8 @@ class HEPMScorer:
         self.ann_text = [self.summarizer.summarise(s.context) for s in steps]
         self.ann_emb = res.embedder.encode(self.ann_text).float().cpu()                   # [A, d]
         self.fit_model_calls = self.summarizer.model_calls
-        return self
+        return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0,
+                         {"model_calls": self.fit_model_calls})
 
     def edge_ids(self, steps: Sequence[Step]) -> torch.Tensor:
         """Edge id of each (seen) step's transition, ``[S]``: edges are sorted by (node, tool), so one

@@ -38,6 +38,7 @@ Choices where the paper is silent (also in ``configs/scorer/insight.yaml``):
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ from tracer.core.types import Step, Trajectory
 from tracer.scorers import register_scorer
 from tracer.scorers.summaries import Episode, Summarizer, episodes, most_common
 from tracer.scoring.base import Resources, Scores, fallback_scores, no_proposal
+from tracer.scoring.fit import FitReport
 
 RECENT_MESSAGES = {"window": "last_n", "n": 5, "calls": "names", "results": "truncated", "system": False}
 
@@ -245,10 +247,12 @@ class InsightScorer:
     def model_calls(self) -> int:
         return self.memory.model_calls
 
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> InsightScorer:
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+        t0 = time.perf_counter()
         self.res = res
         self.memory.fit(trajectories, res)
-        return self
+        return FitReport(self.name, len(trajectories), len(self.memory.episodes), time.perf_counter() - t0,
+                         {"clusters": self.memory.k})
 
     def score(self, steps: Sequence[Step]) -> Scores:
         if self.res is None:

@@ -27,6 +27,7 @@ Choices where the paper is silent (also in ``configs/scorer/toolnet.yaml``):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from tracer.core.types import Step, Trajectory
 from tracer.memory.trie import ExecutionTrie, StateKey
 from tracer.scorers import register_scorer
 from tracer.scoring.base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
+from tracer.scoring.fit import FitReport
 
 LAST_CALL = StateKey(kind="last_n", n=1, cross_turn=True)
 
@@ -68,10 +70,12 @@ class ToolNetScorer:
         self.res: Resources | None = None
         self.trie: ExecutionTrie | None = None
 
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> ToolNetScorer:
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+        t0 = time.perf_counter()
         self.res = res
-        self.trie = transition_trie(fit_steps(trajectories, res.registry, self.successful_only), res)
-        return self
+        steps = fit_steps(trajectories, res.registry, self.successful_only)
+        self.trie = transition_trie(steps, res)
+        return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0)
 
     def successors(self, previous: str | None) -> dict[str, float]:
         """{tool: w(previous, tool)} for a previous tool name (None = START)."""

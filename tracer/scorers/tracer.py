@@ -9,7 +9,7 @@ of S in the execution trie gets
 
 with m_{S,t} the edge memory (mean context of the training steps that took S->t).
 ``tracer_fixed`` uses s = P + L; ``tracer`` takes w and T per step from the learned blend head
-(:mod:`tracer.learn.blend`). The step falls back to vector search over the whole registry when S has no
+(:mod:`tracer.learn.blend_head`). The step falls back to vector search over the whole registry when S has no
 children or the blend is flat: kappa = max_t softmax(s)(t) < tau.
 
 ``tracer_g`` (Tracer+G) adds a global set G of the |G| tools with the highest prefix entropy
@@ -29,7 +29,7 @@ their rankings and presented sets are the same (tested on BFCL).
 Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
 
     res = Resources.build(dataset.registry, build_embedder())
-    scorer = build_scorer("tracer_fixed").fit(dataset.trajectories, res)
+    scorer = build_scorer("tracer_fixed"); report = scorer.fit(dataset.trajectories, res)   # a FitReport
     presented = finalize(scorer.score(steps), k=5).presented      # batched
     one = scorer.select_one(step, context_embedding, k=5)          # one step
     scorer.save("index"); scorer = TracerScorer.load("index", res.embedder)
@@ -38,6 +38,7 @@ Example (plain Python; see :mod:`tracer.retriever` for the facade over live mess
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -49,6 +50,8 @@ import torch
 from tracer.core.context import ContextRendering
 from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
+from tracer.learn.blend_fit import HeadConfig, fit_blend_head
+from tracer.learn.blend_head import BlendHead, fixed_blend, state_features
 from tracer.memory.trie import ChildBatch, ExecutionTrie, OneStep, StateKey
 from tracer.scorers import register_scorer
 from tracer.scoring.base import (
@@ -62,11 +65,14 @@ from tracer.scoring.base import (
     rank_one,
     scatter_primary,
 )
+from tracer.scoring.fit import FitReport
 from tracer.scoring.persist import check_trie, load_tensors, open_index, write_common
 
 FORMAT_VERSION = 2
 PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
 CLASS_PATH = "tracer.scorers.tracer.TracerScorer"
+DEFAULT_HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50,
+                "rotate": True, "batch_size": 0}
 
 
 def prefix_entropy(trie: ExecutionTrie) -> torch.Tensor:
@@ -97,12 +103,11 @@ class TracerScorer:
         pad: fill up to k from the fallback ranking when a node has fewer than k children.
         global_set: |G| for Tracer+G (0 = off).
         successful_only: build from successful trajectories only.
-        head: blend-head training config (for ``blend: learned``), passed to ``fit_blend_head``.
+        head: :class:`tracer.learn.blend_fit.HeadConfig`'s fields; a key left out: ``DEFAULT_HEAD`` (the YAML's).
 
-    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch,
-    on the resources' device) and :meth:`select_one` / :meth:`rank_one` (one step, numpy on the CPU,
-    tens of microseconds beyond the context embedding; the fixed blend only, the learned blend
-    goes through the batched path).
+    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch, on the
+    resources' device) and :meth:`select_one` / :meth:`rank_one` (one step, numpy on the CPU, tens of
+    microseconds beyond the context embedding; fixed blend only, the learned one goes the batched path).
     """
 
     def __init__(self, name: str = "tracer_fixed", blend: str = "fixed", key: Mapping | None = None,
@@ -116,26 +121,26 @@ class TracerScorer:
         self.global_set_size = global_set
         self.successful_only = successful_only
         self.head_cfg = dict(head or {})
-        self.head = None
+        self.head, self.head_fit = None, {}  # head_fit: the scalars of the head's last fit (describe())
         self.res: Resources | None = None
         self.trie: ExecutionTrie | None = None
         self.global_set: tuple[int, ...] = ()
 
     # ---- fitting -----------------------------------------------------------------------------
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> TracerScorer:
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+        """Build the trie and fit the head; its curves and out-of-fold data go into the report, not the scorer."""
+        t0 = time.perf_counter()
+        head_cfg = HeadConfig.from_config({**DEFAULT_HEAD, **self.head_cfg}) if self.blend == "learned" else None
         steps = fit_steps(trajectories, res.registry, self.successful_only)
         ctx = res.embed(steps, self.rendering)                                  # [S, d]
-        trie = ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
-                                   self.key, self.eps, res.device)
-        self.attach(trie, res)
-        if self.blend == "learned":
-            from tracer.learn.blend import fit_blend_head
-
-            # head_data: the out-of-fold steps the head was fitted on (train.py reports w and T over them)
-            self.head, self.head_history, self.head_data = fit_blend_head(
-                trajectories, res, key=self.key, rendering=self.rendering, eps=self.eps,
-                successful_only=self.successful_only, **self.head_cfg)
-        return self
+        self.attach(ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
+                                        self.key, self.eps, res.device), res)
+        history, data = {}, None
+        if head_cfg is not None:
+            self.head, history, data = fit_blend_head(trajectories, res, self.key, self.rendering, self.eps,
+                                                      self.successful_only, head_cfg)
+            self.head_fit = {k: v for k, v in history.items() if isinstance(v, (int, float, str, bool))}
+        return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history, data)
 
     def attach(self, trie: ExecutionTrie, res: Resources) -> TracerScorer:
         """Use an already built trie (e.g. from :meth:`ExecutionTrie.update` on precomputed contexts)."""
@@ -159,8 +164,6 @@ class TracerScorer:
     # ---- scoring (batched) -------------------------------------------------------------------
     def blend_scores(self, cb: ChildBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Blended child scores ``[B, C]`` (-inf where masked) and per-step diagnostics."""
-        from tracer.learn.blend import fixed_blend, state_features
-
         if self.blend == "fixed":
             return fixed_blend(cb.log_p, cb.log_l, cb.mask), {}
         if self.head is None:
@@ -264,8 +267,7 @@ class TracerScorer:
         if self.global_set:
             out["global_set_tools"] = [self.res.registry.names[i] for i in self.global_set]
         if self.head is not None:
-            out["head_fit"] = {k: v for k, v in getattr(self, "head_history", {}).items()
-                               if isinstance(v, (int, float, str, bool))}
+            out["head_fit"] = dict(self.head_fit)
         return out
 
     # ---- persistence -------------------------------------------------------------------------
@@ -306,8 +308,6 @@ class TracerScorer:
             obj.res, obj.trie = res, check_trie(trie, res, d / "trie.pt")
             obj.global_set = tuple(meta["global_set"])
             if (d / "blend_head.pt").exists():
-                from tracer.learn.blend import BlendHead
-
                 obj.head = BlendHead.from_state_dict(load_tensors(d / "blend_head.pt")).to(res.device)
         return obj
 

@@ -31,7 +31,7 @@ the trie, its two priors and the edge memories; ToolNet (Liu et al., 2024) for t
 
 Example::
 
-    scorer = build_scorer("tracer_plus").fit(train_trajectories, res)
+    scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)   # fit returns a FitReport
     sel = finalize(scorer.score(steps), k=5)            # batched
     names = scorer.select(messages, k=5)                # one live conversation
     scorer.save("index/"); TracerPlusScorer.load("index/", embedder)
@@ -70,6 +70,7 @@ from tracer.learn.candidate_model import (
     load_candidate_model,
     train_model,
 )
+from tracer.learn.trainer import TrainConfig
 from tracer.memory.trie import ExecutionTrie
 from tracer.scorers import register_scorer
 from tracer.scorers.tracer import confidence
@@ -83,6 +84,7 @@ from tracer.scoring.base import (
     scatter_primary,
     training_steps,
 )
+from tracer.scoring.fit import FitReport
 from tracer.scoring.persist import check_trie, load_tensors, open_index, write_common
 
 FORMAT_VERSION = 1
@@ -149,7 +151,8 @@ class TracerPlusScorer:
         q = mem if self.query_rendering == self.memory_rendering else res.embed(steps, self.query_rendering)
         return mem, q
 
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> TracerPlusScorer:
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+        """Tries and candidate model; the report holds the curves, the scorer their scalars (``history``)."""
         t0 = time.perf_counter()
         # with transferred weights an empty log is a cold start (the tries start empty); else it is an error
         pick = training_steps if self.transfer else fit_steps
@@ -167,15 +170,16 @@ class TracerPlusScorer:
             data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
                                          res.device, int(cfg["inner_folds"]), inner_seed(seed, 0))
             t2 = time.perf_counter()
-            self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), float(cfg["lr"]),
-                                           float(cfg["weight_decay"]), int(cfg["max_epochs"]),
-                                           int(cfg["patience"]), seed, keep=self.keep, refit=bool(cfg["refit"]))
+            self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
+                                           keep=self.keep, refit=bool(cfg["refit"]))
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
-        self.history = {**{k: v for k, v in hist.items() if not isinstance(v, list)}, "seconds_embed": t1 - t0,
-                        "seconds_inner": t2 - t1, "seconds_fit": time.perf_counter() - t1,
-                        "val_loss": hist.get("val_loss", [])}
-        return self
+        history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1, "seconds_fit": time.perf_counter() - t1}
+        self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
+        return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
+
+    def train_config(self, seed: int) -> TrainConfig:  # full batch; seed: the MLP's initial weights
+        return TrainConfig.from_config(self.head_cfg, batch_size=0, seed=seed)
 
     def attach(self, tries: Sequence[ExecutionTrie], res: Resources) -> TracerPlusScorer:
         if [t.key for t in tries] != list(self.keys):

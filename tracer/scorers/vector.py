@@ -18,6 +18,7 @@ from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
 from tracer.scorers import register_scorer
 from tracer.scoring.base import Resources, Scores, fallback_scores, no_proposal
+from tracer.scoring.fit import FitReport
 
 
 class VectorScorer:
@@ -27,9 +28,9 @@ class VectorScorer:
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None
 
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> VectorScorer:
-        self.res = res
-        return self
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+        self.res = res  # nothing learned from the trajectories: the ranking is the vector index's
+        return FitReport(self.name, len(trajectories), 0, 0.0)
 
     def score(self, steps: Sequence[Step]) -> Scores:
         ctx = self.res.embed(steps, self.rendering)  # [B, d]

@@ -21,6 +21,7 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Step, Trajectory
 from tracer.encode.embedders import Embedder, default_device
 from tracer.encode.index import ToolIndex
+from tracer.scoring.fit import FitReport
 
 
 @dataclass
@@ -213,7 +214,7 @@ class Scorer(Protocol):
     name: str
     pad: bool
 
-    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> Scorer: ...
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport: ...
 
     def score(self, steps: Sequence[Step]) -> Scores: ...
 
