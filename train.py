@@ -24,9 +24,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def run(cfg: DictConfig, out: Path) -> dict:
     import torch
 
-    from tracer.build import build_dataset, build_embedder, build_scorer_cfg, plain
+    from tracer.build import build_dataset, build_embedder, build_logger, build_scorer, plain
     from tracer.core.io import atomic_save, atomic_write_text, write_json
-    from tracer.core.loggers import build_logger
     from tracer.core.validate import TRAIN_INTS, check_config
     from tracer.learn import blend
     from tracer.scoring.base import Resources
@@ -40,7 +39,7 @@ def run(cfg: DictConfig, out: Path) -> dict:
 
     ds = build_dataset(cfg.dataset, None, cfg.seed)
     res = Resources.build(ds.registry, build_embedder(cfg.embedder), device=cfg.device, seed=cfg.seed)
-    scorer = build_scorer_cfg(cfg.model)
+    scorer = build_scorer(cfg.model)
     t0 = time.perf_counter()
     scorer.fit(ds.trajectories, res)  # builds the full trie and fits the head by inner folds
     hist = {**scorer.head_history, "seconds_total_fit": time.perf_counter() - t0}
@@ -75,7 +74,7 @@ def run(cfg: DictConfig, out: Path) -> dict:
     return report
 
 
-@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+@hydra.main(version_base="1.3", config_path="tracer/configs", config_name="train")
 def main(cfg: DictConfig) -> float:
     out = Path(HydraConfig.get().runtime.output_dir)
     report = run(cfg, out)
