@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-bfcl.txt | c
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test install describe bench lint clean
+.PHONY: demo test install describe bench reproduce lint clean
 
 $(STAMP): pyproject.toml requirements-bfcl.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -31,6 +31,10 @@ describe: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench_retriever.py
+
+# rerun the BFCL table and the tracer_plus ablation (~40 min) and diff against the committed metrics
+reproduce: $(STAMP)
+	$(PY) scripts/reproduce_results.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tracer tests train.py evaluate.py scripts

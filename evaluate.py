@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-@hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path="tracer/configs", config_name="evaluate")
 def main(cfg: DictConfig) -> float | None:
     from tracer.eval.job import run_job, summary_table
 

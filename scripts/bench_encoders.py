@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--out", default="results/encoders/bench_encoders.json")
     a = ap.parse_args()
-    ds = build_dataset({"loader": "bfcl", "name": "bfcl"}, {"preset": "large"})
+    ds = build_dataset("bfcl", "large")
     rendering = ContextRendering(join_users=True)
     texts = [rendering.render(s.context) for s in extract_all(ds.trajectories)]
     random.Random(0).shuffle(texts)

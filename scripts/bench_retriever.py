@@ -85,13 +85,14 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
+    from tracer.build import build_scorer
     from tracer.core.folds import kfold
     from tracer.data import load_dataset
     from tracer.encode.embedders import CachedEmbedder, build_embedder
     from tracer.encode.index import ToolIndex
     from tracer.memory.trie import ExecutionTrie
     from tracer.retriever import step_from_messages
-    from tracer.scorers import build_scorer, finalize
+    from tracer.scorers import finalize
     from tracer.scoring.base import Resources, training_steps
 
     ds = load_dataset("bfcl", execute=False)

@@ -27,14 +27,14 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    from tracer.build import build_dataset, build_embedder
+    from tracer.build import build_dataset, build_embedder, build_scorer
     from tracer.core.folds import assign_folds
     from tracer.core.steps import extract_all
-    from tracer.scorers import build_scorer, finalize
+    from tracer.scorers import finalize
     from tracer.scoring.base import Resources
 
-    ds = build_dataset({"loader": "bfcl", "name": "bfcl"}, {"preset": a.registry})
-    res = Resources.build(ds.registry, build_embedder({}), device="cpu")
+    ds = build_dataset("bfcl", a.registry)
+    res = Resources.build(ds.registry, build_embedder("minilm"), device="cpu")
     fold_of = assign_folds([t.group for t in ds.trajectories], a.folds, 0)
     train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == a.fold]) if s.gold in ds.registry]

@@ -35,11 +35,11 @@ import numpy as np
 import torch
 from bench_scale import Chain, step_states, unit_rows
 
+from tracer.build import build_scorer
 from tracer.core.folds import kfold
 from tracer.encode.embedders import CachedEmbedder
 from tracer.online.updater import Updater
 from tracer.online.updates import add_steps, update_scorer
-from tracer.scorers import build_scorer
 from tracer.scoring.base import Resources, training_steps
 
 

@@ -20,7 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import OmegaConf
 
-from tracer.build import build_dataset
+from tracer.build import build_dataset, load_config
 from tracer.core.folds import assign_folds
 from tracer.eval.fold_encoders import FoldEncoders
 from tracer.learn.encoder import finetuned, train_info
@@ -33,12 +33,12 @@ def main() -> None:
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--config", default="configs/encoder_training/mnrl.yaml")
+    ap.add_argument("--config", default="mnrl", help="a recipe in tracer/configs/encoder_training/")
     a = ap.parse_args()
-    ds = build_dataset(OmegaConf.load(f"configs/dataset/{a.dataset}.yaml"), {"preset": a.registry}, a.seed)
+    ds = build_dataset(a.dataset, a.registry, a.seed)
     fold_of = assign_folds([t.group for t in ds.trajectories], a.folds, a.seed)
     train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]
-    enc = FoldEncoders(ds.registry, OmegaConf.to_container(OmegaConf.load(a.config)) | {"seed": a.seed})
+    enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed)))
     t0 = time.perf_counter()
 
     def progress(m: dict) -> None:  # one line every 10 steps: training on a busy CPU is long

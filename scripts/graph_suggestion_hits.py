@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from tracer.build import build_dataset, build_embedder, build_scorer_cfg
+from tracer.build import build_dataset, build_embedder, build_scorer, load_config
 from tracer.core.steps import extract_all
 from tracer.eval.outputs import atomic_write_text, write_json
 from tracer.eval.runner import EvalConfig, Evaluator
@@ -40,23 +38,21 @@ BATCH = 512
 
 
 def load(name: str, data_root: Path, seed: int):
-    cfg = dict(OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "dataset" / f"{name}.yaml")))
+    cfg = load_config("dataset", name)
     if "path" in cfg:
         cfg["path"] = str(data_root / name)
-    return build_dataset(cfg, {"preset": "large"}, seed)
+    return build_dataset(cfg, "large", seed)
 
 
 def step_hits(ds, res, folds: int, seed: int) -> list[dict]:
     """One row per test step: which subsets it falls in and whether each suggestion holds the gold tool."""
-    scorer_cfg = {n: OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "scorer" / f"{n}.yaml"))
-                  for n in ("hepm", "toolnet")}
     split = Evaluator(ds, lambda: None, res, OracleExecutor(), EvalConfig(folds=folds, seed=seed, progress=False))
     rows = []
     for fold in range(folds):
         train, test = split.split(fold)
-        hepm = build_scorer_cfg(scorer_cfg["hepm"])
+        hepm = build_scorer("hepm")
         hepm.fit(train, res)
-        toolnet = build_scorer_cfg(scorer_cfg["toolnet"])
+        toolnet = build_scorer("toolnet")
         toolnet.fit(train, res)
         steps = [s for s in extract_all(test) if s.gold in ds.registry]
         for lo in range(0, len(steps), BATCH):
@@ -105,7 +101,7 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    embedder = build_embedder(OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "embedder" / "minilm.yaml")))
+    embedder = build_embedder("minilm")
     results = {}
     for name in a.datasets.split(","):
         ds = load(name, a.data_root, a.seed)

@@ -31,13 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from tracer.build import build_dataset, build_embedder
+from tracer.build import build_dataset, build_embedder, build_scorer, load_config
 from tracer.core.folds import kfold
 from tracer.learn.candidate_model import save_candidate_model
 from tracer.online.transfer import fit_transfer_model
-from tracer.scorers import build_scorer
 from tracer.scoring.base import Resources, finalize, training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,18 +46,15 @@ FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at
 def make_scorer(name: str, transfer: Path | None = None):
     """A scorer from its YAML; ``tracer_plus_transfer`` is tracer_plus's with ``transfer`` set."""
     base = "tracer_plus" if name == "tracer_plus_transfer" else name
-    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "scorer" / f"{base}.yaml"))
     if name == "tracer_plus_transfer":
-        cfg.update(name=name, transfer=str(transfer))
-    return build_scorer(base, **cfg)
+        return build_scorer(base, name=name, transfer=str(transfer))
+    return build_scorer(base)
 
 
 def load(name: str, seed: int) -> tuple:
-    ds_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "dataset" / f"{name}.yaml"))
-    if name == "bfcl":
-        ds_cfg["execute"] = False  # teacher forcing needs no backend
-    ds = build_dataset(ds_cfg, {"preset": "large"}, seed)
-    emb = build_embedder({"cache_dir": str(ROOT / ".cache" / "embeddings")})
+    # teacher forcing needs no BFCL backend
+    ds = build_dataset(load_config("dataset", name, **({"execute": False} if name == "bfcl" else {})), "large", seed)
+    emb = build_embedder("minilm", cache_dir=str(ROOT / ".cache" / "embeddings"))
     return ds, Resources.build(ds.registry, emb, device="cpu", seed=seed)
 
 

@@ -25,9 +25,10 @@ import pytest
 import torch
 from conftest import fitted_scorer
 
+from tracer.build import build_scorer
 from tracer.core.steps import extract_steps
 from tracer.core.types import Step, Trajectory
-from tracer.scorers import build_scorer, finalize
+from tracer.scorers import finalize
 from tracer.scorers.hepm import HEPMScorer
 from tracer.scorers.insight import InsightMemory, candidate_ks, select_k
 from tracer.scorers.summaries import call_outcomes, digest

@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
+from tracer.build import build_scorer
 from tracer.core.types import Registry
 from tracer.data import Dataset
 from tracer.encode.embedders import CHARS_PER_PIECE, clip_texts
@@ -14,7 +15,6 @@ from tracer.eval.job import summary_table
 from tracer.eval.outputs import metrics_document
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
-from tracer.scorers import build_scorer
 from tracer.scoring.base import Resources
 
 SENTENCES = ["Find me a flight from SFO to JFK tomorrow morning.", "Then book the cheapest one with a window seat.",

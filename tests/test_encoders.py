@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_TOOLS
-from omegaconf import OmegaConf
 
 from tracer.build import build_embedder
 from tracer.encode.embedders import CachedEmbedder
@@ -76,9 +75,7 @@ def test_cache_keys_differ_by_variant_and_weights(onnx_fp32, onnx_int8, minilm, 
 def test_embedder_configs_build_the_fast_encoders(tmp_path):
     from tracer.encode.onnx import OnnxEmbedder
 
-    cfg = OmegaConf.load("configs/embedder/onnx_int8.yaml")
-    cfg.cache_dir = str(tmp_path)
-    emb = build_embedder(cfg)
+    emb = build_embedder("onnx_int8", cache_dir=str(tmp_path))
     assert isinstance(emb, CachedEmbedder) and isinstance(emb.inner, OnnxEmbedder)
     assert "onnx-int8" in emb.name and emb.dim == 384
     emb.encode(TEXTS[:2])

@@ -110,7 +110,7 @@ def test_toy_run_metrics_by_hand(tiny_trajs, tiny_resources):
 
 
 def test_folds_are_identical_across_scorers(tiny_trajs, tiny_resources):
-    from tracer.scorers import build_scorer
+    from tracer.build import build_scorer
 
     a = _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer(), folds=3)
     b = _tiny_eval(tiny_trajs, tiny_resources, build_scorer("vector"), folds=3)

@@ -12,8 +12,9 @@ import types
 import pytest
 from stub_openai_server import StubOpenAIServer, count_prompt_tokens
 
+from tracer.build import build_executor
 from tracer.core.types import Tool, ToolCall
-from tracer.executors import Executor, OracleExecutor, Request, build_executor
+from tracer.executors import Executor, OracleExecutor, Request
 from tracer.executors.openai import ExecutorError, OpenAIExecutor
 from tracer.executors.vllm import parse_tool_calls
 
@@ -406,7 +407,7 @@ def test_vllm_missing_gives_install_hint(monkeypatch):
         build_executor("vllm", model="tiny")
 
 
-# -- the registry ------------------------------------------------------------------------------
+# -- built from tracer/configs/executor/ ------------------------------------------------------------------------------
 
 
 def test_build_executor_by_name(stub):
@@ -416,5 +417,5 @@ def test_build_executor_by_name(stub):
 
 
 def test_build_executor_unknown_name_lists_valid_ones():
-    with pytest.raises(KeyError, match="oracle, openai, vllm"):
+    with pytest.raises(KeyError, match="valid names: openai, oracle, vllm"):
         build_executor("gpt5")

@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import TINY_TOOLS, tiny_trajectories
 
+from tracer.build import build_scorer
 from tracer.core.context import ContextRendering
 from tracer.core.types import Registry
 from tracer.data import Dataset
@@ -24,7 +25,6 @@ from tracer.learn.encoder import (
     train_info,
     training_pairs,
 )
-from tracer.scorers import build_scorer
 
 RENDERING = ContextRendering(join_users=True)
 # a few dozen pairs, short texts: seconds on the CPU. A high learning rate so that 4 epochs show a trend.

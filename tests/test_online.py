@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import TINY_TOOLS, KeywordEmbedder, call, fitted_scorer, result, tiny_trajectories
 
+from tracer.build import build_scorer
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Tool, Trajectory
@@ -22,7 +23,7 @@ from tracer.data import write_native
 from tracer.learn.candidate_model import CandidateModel, save_candidate_model
 from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
-from tracer.scorers import build_scorer, finalize
+from tracer.scorers import finalize
 from tracer.scoring.base import Resources
 
 FAST_HEAD = {"max_epochs": 40, "patience": 10}

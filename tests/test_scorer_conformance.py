@@ -1,6 +1,6 @@
 """Every registered scorer honours the interface; new scorers are covered by registering them.
 
-For each name in :data:`tracer.scorers.SCORERS`, built from its YAML and fitted on the tiny corpus
+For each scorer YAML in ``tracer/configs/scorer/``, built from it and fitted on the tiny corpus
 (plus one failed trajectory) with the keyword embedder: the ranking is a permutation of the
 registry, the presented set is a subset of it, two fits with the same seed give the same result,
 and scoring leaves the fitted state untouched.
@@ -17,12 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from tracer.build import build_scorer_cfg
+from tracer.build import build_scorer, load_config, names
 from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
-from tracer.scorers import SCORERS, Scores, finalize
+from tracer.scorers import Scores, finalize
 from tracer.scoring.base import Resources
 from tracer.scoring.fit import FitReport
 
@@ -52,11 +51,10 @@ def extra_trajectories() -> tuple[list[Trajectory], list[Trajectory]]:
 
 
 def build(name: str):
-    path = ROOT / "configs" / "scorer" / f"{name}.yaml"
-    cfg = {**(yaml.safe_load(path.read_text()) if path.exists() else {}), "name": name}
+    cfg = load_config("scorer", name)
     if isinstance(cfg.get("head"), Mapping):   # a trained head: fit it quickly on the tiny corpus
-        cfg["head"] = {**cfg["head"], "max_epochs": 20, "inner_folds": 3}
-    return build_scorer_cfg(cfg)
+        cfg.head.max_epochs, cfg.head.inner_folds = 20, 3
+    return build_scorer(cfg)
 
 
 def snapshot(obj: Any, seen: set[int] | None = None, depth: int = 0) -> Any:
@@ -124,7 +122,7 @@ def fitted(name: str, train, registry, embedder):
     return scorer
 
 
-@pytest.mark.parametrize("name", sorted(SCORERS))
+@pytest.mark.parametrize("name", names("scorer"))
 def test_scorer_conformance(name, corpus, tiny_registry, keyword_embedder):
     train, steps = corpus
     n, b = len(tiny_registry), len(steps)

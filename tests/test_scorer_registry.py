@@ -1,4 +1,5 @@
-"""The scorer registry and ``configs/scorer/*.yaml`` stay in step: one YAML per registered name."""
+"""The scorer YAMLs (``tracer/configs/scorer/*.yaml``) are the scorer catalogue: one per scorer, named after
+its file, opening with the command that runs it, built by ``build_scorer(name)`` with overrides merged in."""
 
 from __future__ import annotations
 
@@ -7,46 +8,42 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracer.build import build_scorer_cfg
-from tracer.scorers import SCORERS, Scorer, build_scorer
+from tracer.build import CONFIG_DIR, build_scorer, names
+from tracer.scorers import Scorer
+from tracer.scorers.tracer_plus import TracerPlusScorer
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "scorer"
-YAMLS = sorted(CONFIGS.glob("*.yaml"))
+YAMLS = sorted((CONFIG_DIR / "scorer").glob("*.yaml"))
 BASELINES = ("toolnet", "autotool", "hepm", "insight")
 
 
-def load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text()) or {}
-
-
-def test_every_registered_scorer_has_a_yaml_and_every_yaml_is_registered():
-    stems = {p.stem for p in YAMLS}
-    assert set(SCORERS) - stems == set(), "registered scorers without configs/scorer/<name>.yaml"
-    assert stems - set(SCORERS) == set(), "YAMLs whose scorer is not registered (missing from _MODULES?)"
+def test_every_scorer_of_the_readme_has_a_yaml():
+    assert names("scorer") == sorted(["tracer_plus", "tracer", "tracer_fixed", "tracer_g", "llm_only", "vector",
+                                      "toolnet", "autotool", "hepm", "insight"])
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.stem)
-def test_yaml_names_its_own_scorer_and_builds(path):
-    cfg = load(path)
-    assert cfg.get("name") == path.stem
-    scorer = build_scorer_cfg(cfg)
-    assert isinstance(scorer, Scorer)
-    assert scorer.name == path.stem
+def test_yaml_names_its_own_scorer_and_builds(path: Path):
+    cfg = yaml.safe_load(path.read_text())
+    assert cfg["name"] == path.stem and cfg["_target_"].startswith("tracer.scorers.")
+    scorer = build_scorer(path.stem)
+    assert isinstance(scorer, Scorer) and scorer.name == path.stem
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.stem)
-def test_yaml_opens_with_a_comment(path):
-    assert path.read_text().startswith("#")
+def test_yaml_opens_with_its_command(path: Path):
+    assert f"python evaluate.py scorer={path.stem}" in path.read_text().splitlines()[0]
 
 
-@pytest.mark.parametrize("name", BASELINES)
-def test_baseline_yaml_opens_with_its_command(name):
-    first = (CONFIGS / f"{name}.yaml").read_text().splitlines()[0]
-    assert first.startswith("#") and f"python evaluate.py scorer={name}" in first
+def test_overrides_merge_into_the_yaml_key_by_key():
+    yaml_head = yaml.safe_load((CONFIG_DIR / "scorer" / "tracer_plus.yaml").read_text())["head"]
+    scorer = build_scorer("tracer_plus", head={"max_epochs": 3}, keys=["prefix"])
+    assert isinstance(scorer, TracerPlusScorer)
+    assert scorer.head_cfg == {**yaml_head, "max_epochs": 3}         # the rest of head: the YAML's
+    assert [k.label for k in scorer.keys] == ["prefix"]                # a list is replaced
 
 
 def test_unknown_scorer_error_lists_every_valid_name():
     with pytest.raises(KeyError) as err:
         build_scorer("no_such_scorer")
-    for name in SCORERS:
+    for name in names("scorer"):
         assert name in str(err.value)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from conftest import KeywordEmbedder, call, result
 
+from tracer.build import build_scorer
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all, extract_steps
 from tracer.core.store import current_snapshot
@@ -48,7 +49,7 @@ from tracer.learn.candidate_model import (
 )
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.trie import StateKey
-from tracer.scorers import build_scorer, finalize
+from tracer.scorers import finalize
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scoring.base import Resources, fallback_scores, training_steps
 

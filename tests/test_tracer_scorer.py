@@ -13,13 +13,14 @@ import pytest
 import torch
 from conftest import fitted_scorer
 
+from tracer.build import build_scorer
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
 from tracer.core.store import current_snapshot
 from tracer.core.types import Registry, Step, Tool, Trajectory
 from tracer.encode.index import ToolIndex
 from tracer.memory.trie import ExecutionTrie, StateKey
-from tracer.scorers import Scorer, build_scorer
+from tracer.scorers import Scorer
 from tracer.scorers.tracer import TracerScorer, prefix_entropy
 from tracer.scoring.base import Resources, Scores, finalize, finalize_one, rank, rank_one, training_steps
 

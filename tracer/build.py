@@ -1,66 +1,110 @@
-"""Config glue: turn Hydra/OmegaConf (or plain dict) configs into library objects.
+"""Config glue: every component is a ``_target_`` node in ``tracer/configs/`` built by ``hydra.utils.instantiate``.
 
-Hydra stays at the edges: ``train.py`` and ``evaluate.py`` compose a config and call these
-builders; the library itself never imports Hydra.
+Hydra stays at the edges: ``evaluate.py`` and ``train.py`` compose a config and call these helpers;
+the layers below never import Hydra. The YAML is the one place for tuned values, so plain-Python
+use builds from the same files::
+
+    scorer = build_scorer("tracer_plus", head={"max_epochs": 50})   # tracer/configs/scorer/tracer_plus.yaml
+
+Three steps are ours beyond ``instantiate``: an embedder's ``cache_dir`` is the disk cache it is
+wrapped in (not the model's argument), a registry preset is called on the loaded dataset, and a
+logger gets the run's directory and name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from tracer.data import Dataset, load_dataset
+from tracer.core.loggers import MetricLogger, NullLogger
+from tracer.data import Dataset
 from tracer.encode.embedders import CachedEmbedder
-from tracer.encode.embedders import build_embedder as _build_embedder
+from tracer.executors import Executor
+from tracer.scoring.base import Scorer
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
 def plain(cfg: Any) -> Any:
-    """OmegaConf node -> plain Python containers (no-op for plain data)."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(cfg, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
+    """OmegaConf node -> plain Python containers, interpolations resolved (no-op for plain data)."""
+    if isinstance(cfg, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(cfg, resolve=True)
     return cfg
 
 
-def build_dataset(dataset_cfg: Mapping, registry_cfg: Mapping | None = None, seed: int = 0) -> Dataset:
-    """Load a dataset config (``loader`` plus its options) and apply the registry-size preset."""
-    cfg = dict(plain(dataset_cfg))
-    loader = cfg.pop("loader", cfg.get("name"))
-    ds = load_dataset(loader, **cfg)
-    preset = (plain(registry_cfg) or {}).get("preset")
-    if preset:
-        from tracer.data.pool import apply_preset
-
-        ds = apply_preset(loader, ds, preset, seed)
-    return ds
-
-
-def build_embedder(embedder_cfg: Mapping | None) -> CachedEmbedder:
-    """An embedder config behind the disk cache: a ``_target_`` class (``configs/embedder/onnx_int8.yaml``)
-    or the sentence-transformers default (``model``, ``batch_size``, ``device``)."""
-    cfg = dict(plain(embedder_cfg) or {})
-    if "_target_" in cfg:
-        cache_dir = cfg.pop("cache_dir", ".cache/embeddings")
-        return CachedEmbedder(instantiate(cfg), cache_dir)
-    return _build_embedder(cfg.get("model"), cfg.get("cache_dir", ".cache/embeddings"), cfg.get("batch_size", 64),
-                           cfg.get("device"))
+def build(cfg: Mapping, /, **kwargs: Any) -> Any:
+    """``instantiate`` with nested mappings and lists passed as plain ``dict``/``list`` (what constructors
+    validate and what a saved index's ``meta.json`` holds). A constructor's own error (``ValueError`` naming
+    the argument, ``ImportError`` with the install hint) is raised as itself, Hydra's wrapping kept as a note."""
+    try:
+        return instantiate(plain(cfg), _convert_="all", **kwargs)
+    except InstantiationException as e:
+        if e.__cause__ is None:
+            raise
+        e.__cause__.add_note(str(e).splitlines()[0])  # "Error in call to target '...'"
+        raise e.__cause__ from None
 
 
-def build_scorer_cfg(scorer_cfg: Mapping):
-    from tracer.scorers import build_scorer
-
-    cfg = dict(plain(scorer_cfg))
-    return build_scorer(cfg["name"], **cfg)
+def names(group: str) -> list[str]:
+    """The configs of a group that stand alone (``tracer/configs/<group>/*.yaml``)."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
 
 
-def build_executor_cfg(executor_cfg: Mapping | None):
-    from tracer.executors import build_executor
+def load_config(group: str, name: str, /, **overrides: Any) -> DictConfig:
+    """``tracer/configs/<group>/<name>.yaml`` without Hydra, ``${paths.*}`` resolved from ``paths/default.yaml``,
+    ``overrides`` merged in (nested mappings merge key by key, as ``scorer.head.max_epochs=1`` does on the
+    command line; lists are replaced)."""
+    path = CONFIG_DIR / group / f"{name}.yaml"
+    if not path.is_file():
+        raise KeyError(f"unknown {group} {name!r}; valid names: {', '.join(names(group))}")
+    root = OmegaConf.create({"paths": OmegaConf.load(CONFIG_DIR / "paths" / "default.yaml"),
+                             group: OmegaConf.merge(OmegaConf.load(path), overrides)})
+    return OmegaConf.create(OmegaConf.to_container(root, resolve=True)[group])
 
-    cfg = dict(plain(executor_cfg) or {"name": "oracle"})
-    return build_executor(cfg.pop("name"), **cfg)
+
+def node(group: str, cfg: str | Mapping, /, **overrides: Any) -> DictConfig:
+    """A config node: ``tracer/configs/<group>/<cfg>.yaml`` when ``cfg`` is a name, else ``cfg`` (a composed
+    node), with ``overrides`` merged in."""
+    if isinstance(cfg, str):
+        return load_config(group, cfg, **overrides)
+    return OmegaConf.merge(plain(cfg), overrides)
+
+
+def build_scorer(scorer: str | Mapping, /, **overrides: Any) -> Scorer:
+    """A scorer by name (``build_scorer("tracer_fixed", tau=0.3)``) or from a composed ``scorer`` node."""
+    return build(node("scorer", scorer, **overrides))
+
+
+def build_dataset(dataset: str | Mapping, registry: str | Mapping | None = None, seed: int = 0) -> Dataset:
+    """The dataset of a ``dataset`` node (or of ``tracer/configs/dataset/<name>.yaml``), with the registry-size
+    preset of a ``registry`` node (or name) applied: a partial of :func:`tracer.data.pool.apply_preset` called
+    with the dataset's name; ``None``: the dataset's own registry."""
+    dataset_cfg = plain(node("dataset", dataset))
+    ds = build(dataset_cfg)
+    if registry is None:
+        return ds
+    return build(node("registry", registry))(dataset_cfg["name"], ds, seed=seed)
+
+
+def build_embedder(embedder: str | Mapping = "minilm", /, **overrides: Any) -> CachedEmbedder:
+    """The embedder of an ``embedder`` node (or name) behind the content-addressed disk cache at its ``cache_dir``."""
+    cfg = dict(plain(node("embedder", embedder, **overrides)))
+    cache_dir = cfg.pop("cache_dir")
+    return CachedEmbedder(build(cfg), cache_dir)
+
+
+def build_executor(executor: str | Mapping = "oracle", /, **overrides: Any) -> Executor:
+    """An executor by name (``build_executor("openai", model=...)``) or from a composed ``executor`` node."""
+    return build(node("executor", executor, **overrides))
+
+
+def build_logger(logger_cfg: Mapping | None, run_dir: str | Path = ".", run_name: str | None = None) -> MetricLogger:
+    """``None`` (``logger=null``) gives a no-op logger; a ``logger`` node is built with the run's directory and name."""
+    if not logger_cfg:
+        return NullLogger()
+    return build(logger_cfg, dir=str(run_dir), name=run_name)

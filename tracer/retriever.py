@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tracer.build import build_scorer
 from tracer.core.errors import DataError
 from tracer.core.steps import step_from_messages
 from tracer.core.store import Verify, open_snapshot
@@ -36,7 +37,7 @@ from tracer.core.validate import InvalidField, check_k, check_messages
 from tracer.data import LOADERS, Dataset, load_dataset, load_native
 from tracer.encode.embedders import Embedder, build_embedder
 from tracer.online.updater import Updater
-from tracer.scorers import Scorer, build_scorer, finalize
+from tracer.scorers import Scorer, finalize
 from tracer.scoring.base import Resources
 from tracer.scoring.persist import read_meta
 
@@ -94,7 +95,7 @@ class Retriever:
             device: where tensors live (default CUDA when present).
             factory: FAISS index factory for the fallback (``Flat`` = exact).
             dataset_options: passed to the loader (e.g. ``{"execute": False}`` for BFCL).
-            **scorer_cfg: the scorer's config (the keys of ``configs/scorer/<name>.yaml``).
+            **scorer_cfg: overrides of the scorer's config (``tracer/configs/scorer/<name>.yaml``).
         """
         ds = _dataset(data, dict(dataset_options or {}))
         emb = embedder if embedder is not None else build_embedder(cache_dir=cache_dir, device=device)

@@ -89,13 +89,3 @@ class WandbLogger:
     def finish(self):
         self.run.finish()
 
-
-def build_logger(cfg: Mapping[str, Any] | None, run_dir: str | Path = ".", run_name: str | None = None) -> MetricLogger:
-    """``None`` (logger=null) gives a no-op logger; ``{name: wandb, ...}`` a W&B run under ``run_dir``."""
-    if not cfg:
-        return NullLogger()
-    cfg = dict(cfg)
-    name = cfg.pop("name", "wandb")
-    if name != "wandb":
-        raise KeyError(f"unknown logger {name!r}; valid names: wandb (or logger=null)")
-    return WandbLogger(dir=run_dir, name=run_name, **cfg)

@@ -3,7 +3,9 @@
 A relative path is looked up against the current working directory first, then against the
 repository root (the folder holding ``pyproject.toml``, found upward from this file). That way the
 default ``../shared/datasets/...`` works both from the repository root and from anywhere else in
-a checkout, for example from a test's or Hydra's working directory.
+a checkout, for example from a test's or Hydra's working directory. Hydra runs take the data root
+from ``paths.datasets`` (``tracer/configs/paths/default.yaml``; ``python evaluate.py paths.datasets=DIR``);
+the loaders' own defaults serve plain-Python calls such as ``load_dataset("tau2")``.
 """
 
 from __future__ import annotations

@@ -101,19 +101,21 @@ def _load_source(name: str) -> Dataset | None:
         raise
 
 
-def apply_preset(dataset_name: str, dataset: Dataset, preset: str, seed: int = 0,
+def apply_preset(dataset_name: str, dataset: Dataset, preset: str | None, seed: int = 0,
                  sources: Sequence[Dataset] | None = None) -> Dataset:
     """The dataset with the registry of preset ``small``/``medium``/``large`` (see :data:`REGISTRY_PRESETS`).
 
     Args:
         dataset_name: ``bfcl``, ``tau2`` or ``apibank``: picks the sizes and the distractor sources.
         dataset: the loaded dataset (any domains or levels of it).
-        preset: a key of ``REGISTRY_PRESETS[dataset_name]``.
+        preset: a key of ``REGISTRY_PRESETS[dataset_name]``; ``None``: the dataset unchanged.
         seed: seeds the distractor draw.
         sources: distractor datasets to use instead of loading :data:`DISTRACTOR_SOURCES` (loaded
             once per process, on first use; a source whose loader is missing, BFCL until its
             module exists, is left out).
     """
+    if preset is None:  # registry=native
+        return dataset
     if dataset_name not in REGISTRY_PRESETS:
         raise KeyError(f"no registry presets for {dataset_name!r}; valid: {', '.join(REGISTRY_PRESETS)}")
     presets = REGISTRY_PRESETS[dataset_name]

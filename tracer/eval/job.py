@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tracer.build import build_dataset, build_embedder, build_executor_cfg, build_scorer_cfg, plain
+from tracer.build import build_dataset, build_embedder, build_executor, build_logger, build_scorer, plain
 from tracer.core.validate import EVAL_INTS, check_config, check_int
 from tracer.eval import plots
 from tracer.eval.fold_encoders import FoldEncoders
@@ -58,16 +58,14 @@ def check_executor_errors(records: Sequence[StepRecord], max_rate: float, run_di
 
 def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     """Run the evaluation described by ``cfg`` (the composed ``configs/evaluate.yaml``) into ``run_dir``."""
-    from tracer.core.loggers import build_logger
-
     cfg = plain(cfg)
     check_config(cfg, EVAL_INTS)
     if (cfg.get("regime") or {}).get("max_steps_per_turn") is not None:
         check_int(cfg["regime"]["max_steps_per_turn"], "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
     run_dir = Path(run_dir)
     ds = build_dataset(cfg["dataset"], cfg.get("registry"), cfg.get("seed", 0))
-    embedder = build_embedder(cfg.get("embedder"))
-    executor = build_executor_cfg(cfg.get("executor"))
+    embedder = build_embedder(cfg["embedder"])
+    executor = build_executor(cfg["executor"])
     res = Resources.build(ds.registry, embedder, device=cfg.get("device"), seed=cfg.get("seed", 0),
                           executor=None if getattr(executor, "is_oracle", False) else executor)
     scorer_cfg = cfg["scorer"]
@@ -89,7 +87,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         fold_encoders = FoldEncoders(ds.registry, cfg["encoder_training"],
                                      (cfg.get("embedder") or {}).get("cache_dir", ".cache/embeddings"),
                                      device=res.device, seed=res.seed, executor=res.executor)
-    result = Evaluator(ds, lambda: build_scorer_cfg(scorer_cfg), res, executor, ecfg, insight_factory,
+    result = Evaluator(ds, lambda: build_scorer(scorer_cfg), res, executor, ecfg, insight_factory,
                        fold_resources=fold_encoders).run()
 
     scorer_label = scorer_cfg["name"] + ("+insight" if cfg.get("insight") else "")

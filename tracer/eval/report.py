@@ -2,6 +2,7 @@
 
     python -m tracer.eval.report DIR [DIR ...] [--out OUT]       # every metrics.json under the DIRs
     python -m tracer.eval.report --paired RUN_A RUN_B [--metric hit_at_k]
+    python -m tracer.eval.report --ablation DIR [--reference full]  # one row per run directory under DIR
 
 The table is Markdown and CSV (mean ± SD over folds); the plots are the cost–accuracy figure,
 recall against k and the out-of-trie rates. The paired test compares two runs' per-step outcomes on
@@ -17,6 +18,8 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from tracer.data.native import iter_jsonl
 from tracer.eval import plots
@@ -179,11 +182,40 @@ def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed:
     return res
 
 
+def ablation_table(root: str | Path, reference: str = "full") -> str:
+    """Markdown: one row per run directory under ``root`` (``reference`` first): recall@1/3/5/10 from the gold
+    ranks and MRR (mean ± SD over folds), candidate coverage, and a paired sign-flip test of hit@k against
+    ``reference`` (``python evaluate.py -m '+experiment/tracer_plus_ablation=glob(*)'`` writes such a DIR)."""
+    root = Path(root)
+    runs = sorted((p.parent for p in root.glob("*/metrics.json")), key=lambda p: (p.name != reference, p.name))
+    if not runs:
+        raise FileNotFoundError(f"no <row>/metrics.json under {root}")
+    lines = [f"{root} (recall@j from the gold ranks; mean ± SD over folds)\n",
+             f"| row | scorer | recall@1 | recall@3 | recall@5 | recall@10 | MRR | coverage | Δhit@k vs {reference} (p) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        m = json.loads((run / "metrics.json").read_text())
+        recs = read_steps(run / "steps.jsonl")
+        per_fold = np.array([recall_curve([r for r in recs if r.fold == f]) for f in sorted({r.fold for r in recs})])
+        sd = per_fold.std(0, ddof=1) if len(per_fold) > 1 else np.zeros(per_fold.shape[1])  # [10]
+        cells = [fmt(float(per_fold[:, j - 1].mean()), float(sd[j - 1])) for j in (1, 3, 5, 10)]
+        cov = [r.extra["in_candidates"] for r in recs if "in_candidates" in r.extra]
+        cells += [fmt(m["mean"]["mrr"], m["sd"]["mrr"]), f"{np.mean(cov):.3f}" if cov else "–"]
+        test = ""
+        if run.name != reference and (root / reference / "steps.jsonl").exists():
+            t = paired(run, root / reference)
+            test = f"{t['mean_diff']:+.3f} (p={t['p_value']:.4f})"
+        lines.append(f"| {run.name} | {m['scorer']} | " + " | ".join(cells) + f" | {test} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tracer.eval.report", description=__doc__.split("\n\n")[0])
     p.add_argument("dirs", nargs="*", help="run or sweep directories")
     p.add_argument("--out", default=None, help="where to write report.md/csv and plots (default: the first DIR)")
     p.add_argument("--paired", nargs=2, metavar=("RUN_A", "RUN_B"))
+    p.add_argument("--ablation", metavar="DIR", help="one table row per run directory under DIR")
+    p.add_argument("--reference", default="full", help="with --ablation: the row the others are tested against")
     p.add_argument("--metric", default="hit_at_k", choices=["hit_at_k", "correct", "rr"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--folds", type=lambda v: [int(f) for f in v.split(",")], default=None,
@@ -193,6 +225,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.paired:
         print(json.dumps(paired(*a.paired, metric=a.metric, seed=a.seed, folds=a.folds), indent=2))
+        return
+    if a.ablation:
+        print(ablation_table(a.ablation, a.reference))
         return
     if not a.dirs:
         p.error("give run directories, or --paired RUN_A RUN_B")

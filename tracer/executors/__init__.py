@@ -1,25 +1,7 @@
-"""Executors by name: ``oracle`` (offline default), ``openai`` (any OpenAI-compatible endpoint), ``vllm``."""
-
-from __future__ import annotations
-
-from typing import Any
+"""Executors: ``oracle`` (offline default), ``openai`` (any OpenAI-compatible endpoint), ``vllm``; each built from
+its YAML in ``tracer/configs/executor/`` (``_target_``)."""
 
 from tracer.executors.base import Decision, Executor, Request
 from tracer.executors.oracle import OracleExecutor
 
-
-def build_executor(name: str = "oracle", **cfg: Any) -> Executor:
-    if name == "oracle":
-        return OracleExecutor()
-    if name == "openai":
-        from tracer.executors.openai import OpenAIExecutor
-
-        return OpenAIExecutor(**cfg)
-    if name == "vllm":
-        from tracer.executors.vllm import VLLMExecutor
-
-        return VLLMExecutor(**cfg)
-    raise KeyError(f"unknown executor {name!r}; valid names: oracle, openai, vllm")
-
-
-__all__ = ["Decision", "Executor", "OracleExecutor", "Request", "build_executor"]
+__all__ = ["Decision", "Executor", "OracleExecutor", "Request"]

@@ -34,7 +34,6 @@ import torch
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
 from tracer.memory.trie import ExecutionTrie, StateKey
-from tracer.scorers import register_scorer
 from tracer.scorers.toolnet import transition_trie
 from tracer.scoring.base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
 from tracer.scoring.fit import FitReport
@@ -100,8 +99,3 @@ class AutoToolScorer:
         return {"scorer": self.name, "paper": "AutoTool (Jia and Li 2026, arXiv:2511.14650)", "alpha": self.alpha,
                 "state": "last two calls across turns", "backoff": "last two -> last one -> similarity only",
                 "scored": "whole registry", "successful_only": self.successful_only}
-
-
-@register_scorer("autotool")
-def autotool(**cfg) -> AutoToolScorer:
-    return AutoToolScorer(**{"name": "autotool", **cfg})

@@ -50,7 +50,6 @@ from tracer.core.context import ContextRendering
 from tracer.core.steps import extract_steps
 from tracer.core.types import Step, Trajectory
 from tracer.memory.trie import ExecutionTrie
-from tracer.scorers import register_scorer
 from tracer.scorers.summaries import Summarizer
 from tracer.scorers.toolnet import transition_trie
 from tracer.scoring.base import Resources, Scores, fallback_scores, rank, scatter_primary
@@ -236,8 +235,3 @@ class HEPMScorer:
                 "model_calls": self.model_calls, "fit_model_calls": self.fit_model_calls,
                 "n_edges": self.trie.n_edges if self.trie else 0, "n_annotations": len(self.ann_text),
                 "presented": "whole registry plus one suggestion line"}
-
-
-@register_scorer("hepm")
-def hepm(**cfg) -> HEPMScorer:
-    return HEPMScorer(**{"name": "hepm", **cfg})

@@ -47,7 +47,6 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
-from tracer.scorers import register_scorer
 from tracer.scorers.summaries import Episode, Summarizer, episodes, most_common
 from tracer.scoring.base import Resources, Scores, fallback_scores, no_proposal
 from tracer.scoring.fit import FitReport
@@ -268,8 +267,3 @@ class InsightScorer:
         return {"scorer": self.name, "paper": "Insight memory (Rethinking the Role of Tool Graph Memory in "
                 "Multi-Turn Tool Use; ExpeL, arXiv:2308.10144)", "presented": "whole registry plus the insight block",
                 "ranking": "vector", **self.memory.describe()}
-
-
-@register_scorer("insight")
-def insight(**cfg) -> InsightScorer:
-    return InsightScorer(**{"name": "insight", **cfg})

@@ -36,7 +36,6 @@ import torch
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
 from tracer.memory.trie import ExecutionTrie, StateKey
-from tracer.scorers import register_scorer
 from tracer.scoring.base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
 from tracer.scoring.fit import FitReport
 
@@ -106,8 +105,3 @@ class ToolNetScorer:
                 "no_successors": "vector ranking (fell_back)", "pad": self.pad,
                 "successful_only": self.successful_only,
                 "n_nodes": self.trie.n_nodes if self.trie else 0, "n_edges": self.trie.n_edges if self.trie else 0}
-
-
-@register_scorer("toolnet")
-def toolnet(**cfg) -> ToolNetScorer:
-    return ToolNetScorer(**{"name": "toolnet", **cfg})

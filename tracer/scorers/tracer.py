@@ -53,7 +53,6 @@ from tracer.core.types import Step, Trajectory
 from tracer.learn.blend_fit import HeadConfig, fit_blend_head
 from tracer.learn.blend_head import BlendHead, fixed_blend, state_features
 from tracer.memory.trie import ChildBatch, ExecutionTrie, OneStep, StateKey
-from tracer.scorers import register_scorer
 from tracer.scoring.base import (
     Resources,
     Scores,
@@ -332,19 +331,3 @@ def confidence_one(s: np.ndarray) -> float:
         return 0.0
     np.subtract(s64, top, out=s64)
     return float(1.0 / np.exp(s64, out=s64).sum())
-
-
-@register_scorer("tracer_fixed")
-def tracer_fixed(**cfg) -> TracerScorer:
-    return TracerScorer(**{"name": "tracer_fixed", **cfg, "blend": "fixed"})
-
-
-@register_scorer("tracer")
-def tracer(**cfg) -> TracerScorer:
-    return TracerScorer(**{"name": "tracer", **cfg, "blend": "learned"})
-
-
-@register_scorer("tracer_g")
-def tracer_g(**cfg) -> TracerScorer:
-    return TracerScorer(**{"name": "tracer_g", "global_set": 3, **cfg})
-

@@ -54,7 +54,6 @@ from tracer.core.steps import step_from_messages
 from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
 from tracer.learn.candidate_features import (
-    DEFAULT_KEYS,
     Candidates,
     OneCandidates,
     PlusIndex,
@@ -72,7 +71,6 @@ from tracer.learn.candidate_model import (
 )
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.trie import ExecutionTrie
-from tracer.scorers import register_scorer
 from tracer.scorers.tracer import confidence
 from tracer.scoring.base import (
     Resources,
@@ -89,11 +87,6 @@ from tracer.scoring.persist import check_trie, load_tensors, open_index, write_c
 
 FORMAT_VERSION = 1
 CLASS_PATH = "tracer.scorers.tracer_plus.TracerPlusScorer"
-# join_users: a request left without a call is read with the message after it (BFCL's withheld-function
-# and clarification turns); +0.035 recall@5 on BFCL, no change on tau2 and API-Bank (docs/results.md, ablation)
-DEFAULT_CONTEXT = {"window": "since_user", "calls": "names", "results": "none", "join_users": True}
-DEFAULT_HEAD = {"inner_folds": 5, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50,
-                "hidden": 32, "refit": False}
 
 
 class TracerPlusScorer:
@@ -118,22 +111,20 @@ class TracerPlusScorer:
             are allowed (cold start). ``None``: train on the fitted trajectories.
     """
 
-    def __init__(self, name: str = "tracer_plus", keys: Sequence = DEFAULT_KEYS, vector_candidates: int = 10,
-                 query_context: Mapping | None = None, memory_context: Mapping | None = None,
-                 features: Mapping | None = None, model: str = "linear", eps: float = 1e-6, pad: bool = True,
-                 successful_only: bool = True, head: Mapping | None = None, transfer: str | None = None, **_: Any):
+    def __init__(self, *, name: str, keys: Sequence, vector_candidates: int, query_context: Mapping,
+                 memory_context: Mapping, features: Mapping, model: str, eps: float, pad: bool,
+                 successful_only: bool, head: Mapping, transfer: str | None = None):
         self.name, self.pad, self.eps, self.successful_only = name, pad, eps, successful_only
         self.transfer = str(transfer) if transfer else None
         self.keys = tuple(parse_key(k) for k in keys)
         if not self.keys and vector_candidates <= 0:
             raise ValueError("tracer_plus needs at least one key or vector_candidates > 0")
         self.m = int(vector_candidates)
-        self.query_rendering = ContextRendering.from_config(DEFAULT_CONTEXT if query_context is None else query_context)
-        self.memory_rendering = ContextRendering.from_config(DEFAULT_CONTEXT if memory_context is None
-                                                             else memory_context)
+        self.query_rendering = ContextRendering.from_config(query_context)
+        self.memory_rendering = ContextRendering.from_config(memory_context)
         self.drop = tuple((features or {}).get("drop") or ())
         self.model_kind = model
-        self.head_cfg = {**DEFAULT_HEAD, **dict(head or {})}
+        self.head_cfg = dict(head)
         self.feature_names = feature_names(self.keys)
         self.keep = keep_mask(self.feature_names, self.drop)
         if model not in ("linear", "mlp"):
@@ -343,8 +334,3 @@ class TracerPlusScorer:
                                                        int(obj.head_cfg["hidden"]))
             obj.history = dict(meta.get("fit") or {})
         return obj
-
-
-@register_scorer("tracer_plus")
-def tracer_plus(**cfg) -> TracerPlusScorer:
-    return TracerPlusScorer(**{"name": "tracer_plus", **cfg})

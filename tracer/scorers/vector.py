@@ -16,7 +16,6 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
-from tracer.scorers import register_scorer
 from tracer.scoring.base import Resources, Scores, fallback_scores, no_proposal
 from tracer.scoring.fit import FitReport
 
@@ -42,13 +41,3 @@ class VectorScorer:
         return {"scorer": self.name, "presented": "whole registry" if self.present_all else "top k by cosine",
                 "ranking": "cosine of the context with tool name + description (FAISS)",
                 "context": asdict(self.rendering)}
-
-
-@register_scorer("vector")
-def vector(**cfg) -> VectorScorer:
-    return VectorScorer(**{"name": "vector", **cfg})
-
-
-@register_scorer("llm_only")
-def llm_only(**cfg) -> VectorScorer:
-    return VectorScorer(**{"name": "llm_only", **cfg, "present_all": True})

@@ -17,9 +17,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from tracer.build import build_dataset, build_embedder, build_scorer_cfg, plain
+from tracer.build import build_dataset, build_embedder, build_logger, build_scorer, plain
 from tracer.core.io import atomic_save, atomic_write_text, write_json
-from tracer.core.loggers import build_logger
 from tracer.core.validate import TRAIN_INTS, check_config
 from tracer.scoring.base import Resources
 from tracer.train.blend_report import build_report, heldout_ablation, plot_wt, report_markdown, wt_summary
@@ -40,7 +39,7 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
 
     ds = build_dataset(cfg.dataset, None, cfg.seed)
     res = Resources.build(ds.registry, build_embedder(cfg.embedder), device=cfg.device, seed=cfg.seed)
-    scorer = build_scorer_cfg(cfg.model)
+    scorer = build_scorer(cfg.model)
     t0 = time.perf_counter()
     fit = scorer.fit(ds.trajectories, res)  # builds the full trie and fits the head by inner folds
     hist = {**fit.history, "seconds_total_fit": time.perf_counter() - t0}
