@@ -9,6 +9,7 @@ from functools import cache, partial
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from tracer.build import CONFIG_DIR, build, build_dataset, build_executor, build_scorer, load_config, names
@@ -142,10 +143,15 @@ def test_table_experiment(row):
 @pytest.mark.parametrize("row", ABLATION)
 def test_ablation_experiment_is_the_script_row(row):
     cfg = evaluate(f"+experiment/tracer_plus_ablation={row}")
-    overrides = SCRIPT_ROWS[row]
-    script = evaluate(*(overrides if overrides[:1] and overrides[0].startswith("scorer=") else
-                        ["scorer=tracer_plus", *overrides]))
-    assert cfg.scorer == script.scorer
+    group = [o for o in SCRIPT_ROWS[row] if o.startswith("scorer=")]
+    script = OmegaConf.to_container(evaluate(*(group or ["scorer=tracer_plus"])).scorer)
+    # the script's other overrides, parsed as Hydra parses a command line, applied to the composed scorer
+    for o in OverridesParser.create().parse_overrides([o for o in SCRIPT_ROWS[row] if o not in group]):
+        node, key = script, o.key_or_group.split(".")[1:]
+        for part in key[:-1]:
+            node = node[part]
+        node[key[-1]] = o.value()
+    assert OmegaConf.to_container(cfg.scorer) == script
     assert (cfg.dataset.name, cfg.registry.preset, cfg.k, cfg.folds, cfg.seed) == ("bfcl", "large", 5, 5, 0)
     assert cfg.latency_sample == (50 if row in REFERENCE_ROWS else 0)
     assert cfg.hydra.sweep.subdir == f"tracer_plus_ablation/{row}"
