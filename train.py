@@ -29,7 +29,7 @@ def run(cfg: DictConfig, out: Path) -> dict:
     from tracer.core.loggers import build_logger
     from tracer.core.validate import TRAIN_INTS, check_config
     from tracer.learn import blend
-    from tracer.scoring.base import Resources
+    from tracer.scoring.resources import Resources
 
     check_config(plain(cfg), TRAIN_INTS)  # before any work: a bad override is named, nothing is written
     torch.manual_seed(cfg.seed)

@@ -92,7 +92,7 @@ def main(argv=None) -> dict:
     from tracer.memory.trie import ExecutionTrie
     from tracer.retriever import step_from_messages
     from tracer.scorers import build_scorer, finalize
-    from tracer.scoring.base import Resources, training_steps
+    from tracer.scoring.resources import Resources, training_steps
 
     ds = load_dataset("bfcl", execute=False)
     emb = build_embedder(cache_dir=args.cache_dir, device="cpu")

@@ -109,7 +109,7 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
     from tracer.encode.index import ToolIndex
     from tracer.memory.trie import ExecutionTrie
     from tracer.scorers.tracer import TracerScorer
-    from tracer.scoring.base import Resources
+    from tracer.scoring.resources import Resources
 
     class RandomEmbedder:  # stands in for the embedder in the saved index's metadata; never encodes
         name, dim = f"random-unit-{args.dim}", args.dim

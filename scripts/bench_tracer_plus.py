@@ -31,7 +31,7 @@ def main() -> None:
     from tracer.core.folds import assign_folds
     from tracer.core.steps import extract_all
     from tracer.scorers import build_scorer, finalize
-    from tracer.scoring.base import Resources
+    from tracer.scoring.resources import Resources
 
     ds = build_dataset({"loader": "bfcl", "name": "bfcl"}, {"preset": a.registry})
     res = Resources.build(ds.registry, build_embedder({}), device="cpu")

@@ -16,7 +16,7 @@ from tracer.data.bfcl_checker import FORCE_TERMINATED, UNKNOWN_CALL, bfcl_verdic
 from tracer.eval.episodes import Episode
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import Decision, OracleExecutor
-from tracer.scoring.base import Resources
+from tracer.scoring.resources import Resources
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from tracer.eval.metrics import METRICS, StepRecord, outcome_rates
 from tracer.eval.outputs import metrics_document, write_json, write_jsonl
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.eval.tokens import LOCAL_TOKENIZER
-from tracer.scoring.base import Resources
+from tracer.scoring.resources import Resources
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:

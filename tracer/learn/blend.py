@@ -71,8 +71,9 @@ from tracer.core.folds import inner_seed, kfold, row_folds
 from tracer.core.threads import one_thread
 from tracer.core.types import Step, Trajectory
 from tracer.learn.early_stopping import EarlyStopping
-from tracer.memory.trie import ChildBatch, ExecutionTrie, StateKey
-from tracer.scoring.base import Resources, training_steps
+from tracer.memory.keys import StateKey
+from tracer.memory.trie import ChildBatch, ExecutionTrie
+from tracer.scoring.resources import Resources, training_steps
 
 FEATURES = ("log_visits", "depth", "log_children", "entropy_p", "entropy_l")
 IGNORE = -100          # gold index of a step whose gold is not a child (F.cross_entropy's ignore_index)

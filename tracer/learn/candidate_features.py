@@ -50,7 +50,7 @@ Feature groups (for ``features.drop``): ``member``, ``log_p``, ``log_r``, ``edge
 
 Arithmetic (one definition for the batched path, torch on any device, and the single-step path,
 numpy on the CPU): priors and cosines come from :meth:`ExecutionTrie.gather` /
-:meth:`ExecutionTrie.children_one` (bit-identical), the state features and log ranks from float32
+:func:`tracer.scoring.single_step.children_one` (bit-identical), the state features and log ranks from float32
 tables built once, products are float32 x float32 (one IEEE rounding in both paths), so the raw
 feature rows agree bit for bit (the two cosine tables are float64 matrix-vector products rounded
 to float32, as the trie's similarities).
@@ -58,14 +58,16 @@ to float32, as the trie's similarities).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from tracer.core.types import Step
-from tracer.memory.trie import ExecutionTrie, StateKey
+from tracer.memory.keys import StateKey
+from tracer.memory.trie import ExecutionTrie
+from tracer.scoring.single_step import children_one
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",
@@ -78,24 +80,6 @@ GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "hi
 NEUTRAL = {"member": 0.0, "log_p": 0.0, "log_r": 0.0, "edge_cos": 0.0}
 _STATE = ("log_visits", "log_children")
 DEFAULT_KEYS = ("prefix", "last_2+cross_turn", "last_1+cross_turn")
-
-
-def parse_key(spec: str | Mapping | StateKey) -> StateKey:
-    """A state key from its label (``prefix``, ``last_2+cross_turn``, ``prefix+cross_turn``), a mapping
-    (``{kind, n, cross_turn}``) or a :class:`StateKey`."""
-    if isinstance(spec, StateKey):
-        return spec
-    if isinstance(spec, Mapping):
-        return StateKey.from_config(spec)
-    base, _, flag = str(spec).partition("+")
-    if flag not in ("", "cross_turn"):
-        raise ValueError(f"state key {spec!r}: the only suffix is '+cross_turn'")
-    cross = flag == "cross_turn"
-    if base == "prefix":
-        return StateKey("prefix", 1, cross)
-    if base.startswith("last_") and base[5:].isdigit():
-        return StateKey("last_n", int(base[5:]), cross)
-    raise ValueError(f"state key {spec!r}: expected prefix or last_<n>, optionally with +cross_turn")
 
 
 def feature_names(keys: Sequence[StateKey]) -> tuple[str, ...]:
@@ -228,7 +212,7 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     vec = vec.to(device)
     b, n = vec.shape
     cbs = [t.gather(t.lookup(steps), mem_ctx) for t in tries]
-    # vector ranks: stable descending sort, ties by registry position (as tracer.scoring.base.rank)
+    # vector ranks: stable descending sort, ties by registry position (as tracer.scoring.ranking.rank)
     order = torch.sort(vec, dim=1, descending=True, stable=True).indices                 # [B, N]
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(1, n + 1, device=device).expand(b, n))  # [B, N]
     is_cand = torch.zeros(b, n + 1, dtype=torch.bool, device=device)                     # column n: dump
@@ -301,7 +285,7 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     tries, tables = idx.tries, idx.tables
     n = len(vec)
     states = [t.key.state(step) for t in tries]
-    kids = [t.children_one(s, mem_ctx) for t, s in zip(tries, states)]
+    kids = [children_one(t, s, mem_ctx) for t, s in zip(tries, states)]
     order = np.argsort(-vec, kind="stable")                                              # [N]
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(1, n + 1)

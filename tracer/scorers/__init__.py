@@ -11,7 +11,10 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from tracer.scoring.base import Resources, Scorer, Scores, Selection, finalize, rank
+from tracer.scoring.protocol import Scorer
+from tracer.scoring.ranking import finalize, rank
+from tracer.scoring.records import Scores, Selection
+from tracer.scoring.resources import Resources
 
 SCORERS: dict[str, Callable[..., Scorer]] = {}
 
