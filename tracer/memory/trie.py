@@ -182,7 +182,7 @@ class ExecutionTrie(TransitionTable):
         order = torch.argsort(node[rows], stable=True)
         rows = rows[order]
         uniq, counts = torch.unique_consecutive(node[rows], return_counts=True)
-        big = counts >= heavy                                                            # [n_unique]
+        big = counts >= min(heavy, len(rows))  # [n_unique]; a batch of one is one matmul (no pair indexing)
         ends = counts.cumsum(0)
         ub = uniq[big]
         for lo, hi, end, cnt in zip(self.indptr[ub].tolist(), self.indptr[ub + 1].tolist(), ends[big].tolist(),

@@ -123,6 +123,7 @@ class TracerScorer(ScorerBase):
         self.successful_only = successful_only
         self.head_cfg = dict(head or {})
         self.head = None
+        self.head_history: dict = {}
         self.res: Resources | None = None
         self.trie: ExecutionTrie | None = None
         self.global_set: tuple[int, ...] = ()
@@ -258,7 +259,7 @@ class TracerScorer(ScorerBase):
         if self.global_set:
             out["global_set_tools"] = [self.res.registry.names[i] for i in self.global_set]
         if self.head is not None:
-            out["head_fit"] = {k: v for k, v in getattr(self, "head_history", {}).items()
+            out["head_fit"] = {k: v for k, v in self.head_history.items()
                                if isinstance(v, (int, float, str, bool))}
         return out
 
