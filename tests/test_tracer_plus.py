@@ -236,7 +236,7 @@ def test_fit_is_deterministic_and_single_step_matches_batch(model, tiny_trajs, t
     ranking = finalize(sa, 3).ranking
     mem, q = a.embed(steps)
     for i, s in enumerate(steps):
-        one = a.score_embedded([s], mem[i:i + 1], q[i:i + 1])          # the numpy path
+        one = a.score_embedded([s], mem[i:i + 1], q[i:i + 1])          # a batch of one
         assert torch.allclose(one.primary, sa.primary[i:i + 1], rtol=1e-6, atol=1e-6)
         assert np.array_equal(a.rank_one(s, (mem[i], q[i])), ranking[i].numpy())
         assert a.select_one(s, (mem[i], q[i]), 3) == finalize(sa, 3).presented[i]
