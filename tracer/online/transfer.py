@@ -9,7 +9,7 @@ keeps these weights.
 
     model = fit_transfer_model(build_scorer("tracer_plus"), [(bfcl_trajs, bfcl_res), (tau2_trajs, tau2_res)])
     save_candidate_model(model, scorer.feature_names, "transfer.pt")
-    build_scorer("tracer_plus", transfer="transfer.pt").fit([], apibank_res)
+    build_scorer("tracer_plus", transfer="transfer.pt").fit([], apibank_res)  # a cold start
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ float32 on both (see :mod:`tracer.memory.trie`), so their rankings and presented
 Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
 
     res = Resources.build(dataset.registry, build_embedder())
-    scorer = build_scorer("tracer_fixed").fit(dataset.trajectories, res)
+    scorer = build_scorer("tracer_fixed"); scorer.fit(dataset.trajectories, res)
     presented = finalize(scorer.score(steps), k=5).presented      # batched
     one = scorer.select_one(step, scorer.embed([step]), k=5)       # one live step
     scorer.save("index"); scorer = TracerScorer.load("index", res.embedder)

@@ -31,7 +31,7 @@ the trie, its two priors and the edge memories; ToolNet (Liu et al., 2024) for t
 
 Example::
 
-    scorer = build_scorer("tracer_plus").fit(train_trajectories, res)
+    scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)
     sel = finalize(scorer.score(steps), k=5)            # batched
     names = scorer.select(messages, k=5)                # one live conversation
     scorer.save("index/"); TracerPlusScorer.load("index/", embedder)
