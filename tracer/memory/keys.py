@@ -48,6 +48,7 @@ class StateKey:
         return base + ("+cross_turn" if self.cross_turn else "")
 
 
+PREFIX = StateKey()  # the paper's state: the turn-local prefix
 LAST_CALL = StateKey(kind="last_n", n=1, cross_turn=True)  # ToolNet's and H-EPM's state: the previous call
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tracer.core.types import Step
-from tracer.memory.keys import StateKey
+from tracer.memory.keys import PREFIX, StateKey
 
 
 @dataclass
@@ -43,7 +43,7 @@ class TransitionTable:
         device: where the tensors live.
     """
 
-    def __init__(self, n_tools: int, key: StateKey = StateKey(), device: str | torch.device = "cpu"):
+    def __init__(self, n_tools: int, key: StateKey = PREFIX, device: str | torch.device = "cpu"):
         self.n_tools, self.key = n_tools, key
         self.device = torch.device(device)
         self.nodes: dict[tuple[str, ...], int] = {}
@@ -56,7 +56,7 @@ class TransitionTable:
         self.node_depth = torch.zeros(0, **long)                                       # [U]
 
     @classmethod
-    def build(cls, steps: Sequence[Step], tool_ids: torch.Tensor, n_tools: int, key: StateKey = StateKey(),
+    def build(cls, steps: Sequence[Step], tool_ids: torch.Tensor, n_tools: int, key: StateKey = PREFIX,
               device: str | torch.device = "cpu") -> TransitionTable:
         """The counts of ``steps`` (their gold registry ids ``tool_ids [S]``) under ``key``."""
         table = cls(n_tools, key, device)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from tracer.core.types import Step
-from tracer.memory.keys import StateKey
+from tracer.memory.keys import PREFIX, StateKey
 from tracer.memory.priors import contextual_prior, empirical_prior
 from tracer.memory.transitions import Transitions, TransitionTable
 
@@ -66,7 +66,7 @@ class ExecutionTrie(TransitionTable):
             arithmetic stays float64).
     """
 
-    def __init__(self, n_tools: int, dim: int, key: StateKey = StateKey(), eps: float = 1e-6,
+    def __init__(self, n_tools: int, dim: int, key: StateKey = PREFIX, eps: float = 1e-6,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
         super().__init__(n_tools, key, device)
         self.dim, self.eps = dim, eps
@@ -138,7 +138,7 @@ class ExecutionTrie(TransitionTable):
 
     @classmethod
     def build(cls, steps: Sequence[Step], tool_ids: torch.Tensor, contexts: torch.Tensor, n_tools: int,
-              key: StateKey = StateKey(), eps: float = 1e-6, device: str | torch.device = "cpu",
+              key: StateKey = PREFIX, eps: float = 1e-6, device: str | torch.device = "cpu",
               dtype: torch.dtype = torch.float32) -> ExecutionTrie:
         trie = cls(n_tools, contexts.shape[1], key, eps, device, dtype)
         return trie.update([key.state(s) for s in steps], tool_ids, contexts)
