@@ -8,7 +8,7 @@ What is measured (contexts are embedded once with MiniLM before any timing, thro
 
 - build: steps extraction + trie, counts, priors and edge memories + Tracer+G's set + the FAISS
   tool index, for all BFCL trajectories, from precomputed embeddings;
-- one step: ``select_one(step, context, k)`` from a Step and its context embedding to the presented
+- one step: ``select_one(step, (context,), k)`` from a Step and its context embedding to the presented
   registry ids, one call at a time, out of fold (the index holds the other 4 folds, so unseen
   prefixes take the fallback path). Also ``rank_one`` (the whole ranking) and the facade's path
   from a raw message list (``step_from_messages`` + ``select_one``). Wall clock and thread CPU
@@ -92,8 +92,8 @@ def main(argv=None) -> dict:
     from tracer.encode.index import ToolIndex
     from tracer.memory.trie import ExecutionTrie
     from tracer.retriever import step_from_messages
-    from tracer.scorers import finalize
-    from tracer.scoring.base import Resources, training_steps
+    from tracer.scoring.ranking import finalize
+    from tracer.scoring.resources import Resources, training_steps
 
     ds = load_dataset("bfcl", execute=False)
     emb = build_embedder(cache_dir=args.cache_dir, device="cpu")
@@ -144,15 +144,15 @@ def main(argv=None) -> dict:
         te_np = te_ctx.numpy()
         items = list(zip(test, te_np))
         for it in items[:50]:  # warm-up
-            sc.select_one(it[0], it[1], args.k)
-        w, c = time_calls(lambda it, sc=sc: sc.select_one(it[0], it[1], args.k), items, args.repeats)
+            sc.select_one(it[0], (it[1],), args.k)
+        w, c = time_calls(lambda it, sc=sc: sc.select_one(it[0], (it[1],), args.k), items, args.repeats)
         single_wall += w
         single_cpu += c
-        w, c = time_calls(lambda it, sc=sc: sc.rank_one(it[0], it[1]), items, 1)
+        w, c = time_calls(lambda it, sc=sc: sc.rank_one(it[0], (it[1],)), items, 1)
         rank_wall += w
         rank_cpu += c
         msg_items = [(s.context, v) for s, v in items]
-        w, c = time_calls(lambda it, sc=sc: sc.select_one(step_from_messages(it[0]), it[1], args.k), msg_items, 1)
+        w, c = time_calls(lambda it, sc=sc: sc.select_one(step_from_messages(it[0]), (it[1],), args.k), msg_items, 1)
         facade_wall += w
         facade_cpu += c
         scores = sc.score_embedded(test, te_ctx)
@@ -160,7 +160,7 @@ def main(argv=None) -> dict:
         n_steps += len(test)
         # same answers on both paths (the tests check this too)
         sel = finalize(scores, args.k, sc.pad)
-        assert all(sel.presented[i] == sc.select_one(s, te_np[i], args.k) for i, s in enumerate(test))
+        assert all(sel.presented[i] == sc.select_one(s, (te_np[i],), args.k) for i, s in enumerate(test))
         for _ in range(args.batch_repeats):
             c0, t0 = time.process_time(), time.perf_counter()
             finalize(sc.score_embedded(test, te_ctx), args.k, sc.pad)

@@ -109,7 +109,8 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
     from tracer.encode.index import ToolIndex
     from tracer.memory.trie import ExecutionTrie
     from tracer.scorers.tracer import TracerScorer
-    from tracer.scoring.base import Resources
+    from tracer.scoring.resources import Resources
+    from tracer.scoring.single_step import children_one
 
     class RandomEmbedder:  # stands in for the embedder in the saved index's metadata; never encodes
         name, dim = f"random-unit-{args.dim}", args.dim
@@ -156,24 +157,24 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
     q_states = [q_states[i] for i in qrng.permutation(len(q_states))[: args.queries]]
     q_ctx = unit_rows(len(q_states), args.dim, torch.Generator().manual_seed(7)).numpy()
     for i in range(min(50, len(q_states))):  # warm-up (also fills the float64 copies of wide nodes)
-        scorer.select_one(q_states[i], q_ctx[i], args.k)
+        scorer.select_one(q_states[i], (q_ctx[i],), args.k)
     cpu_us, root = [], []
     for s, c in zip(q_states, q_ctx):
         c0 = time.thread_time_ns()
-        scorer.select_one(s, c, args.k)
+        scorer.select_one(s, (c,), args.k)
         cpu_us.append((time.thread_time_ns() - c0) / 1e3)
         root.append(len(s) == 0)
     cpu_us, root = np.asarray(cpu_us), np.asarray(root)
     trie_us = []
     for s, c in zip(q_states, q_ctx):  # the trie part alone: children, priors, gate
         c0 = time.thread_time_ns()
-        ch = trie.children_one(s, c)
+        ch = children_one(trie, s, c)
         kappa_s = ch.log_p + ch.log_l
         del kappa_s
         trie_us.append((time.thread_time_ns() - c0) / 1e3)
     trie_us = np.asarray(trie_us)
     fell = np.asarray([scorer.score_one(s, c, with_fallback=False)[3] for s, c in zip(q_states, q_ctx)])
-    expected = [scorer.select_one(s, c, args.k) for s, c in zip(q_states[:200], q_ctx[:200])]
+    expected = [scorer.select_one(s, (c,), args.k) for s, c in zip(q_states[:200], q_ctx[:200])]
 
     # save and load
     path = out_dir / f"index_{n_traj}"
@@ -200,7 +201,7 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
                 del loaded
                 gc.collect()
         t_load[mode] = min(times)
-    same = all(loaded.select_one(s, c, args.k) == e for s, c, e in zip(q_states[:200], q_ctx[:200], expected))
+    same = all(loaded.select_one(s, (c,), args.k) == e for s, c, e in zip(q_states[:200], q_ctx[:200], expected))
     del loaded
     gc.collect()
     shutil.rmtree(path, ignore_errors=True)

@@ -3,7 +3,7 @@
     python scripts/bench_tracer_plus.py [--registry large] [--k 5] [--fold 0]
 
 Fits tracer_plus on the other folds (contexts through the embedding cache), embeds the held-out
-steps' contexts once, then times ``select_one(step, memory, k, query)`` one step at a time (thread
+steps' contexts once, then times ``select_one(step, (memory, query), k)`` one step at a time (thread
 CPU time, one torch and one BLAS thread) and checks it against the batched path.
 """
 
@@ -30,8 +30,8 @@ def main() -> None:
     from tracer.build import build_dataset, build_embedder, build_scorer
     from tracer.core.folds import assign_folds
     from tracer.core.steps import extract_all
-    from tracer.scorers import finalize
-    from tracer.scoring.base import Resources
+    from tracer.scoring.ranking import finalize
+    from tracer.scoring.resources import Resources
 
     ds = build_dataset("bfcl", a.registry)
     res = Resources.build(ds.registry, build_embedder("minilm"), device="cpu")
@@ -43,16 +43,16 @@ def main() -> None:
     mem = res.embed(test, sc.memory_rendering).numpy()
     query = res.embed(test, sc.query_rendering).numpy()
     for i, s in enumerate(test[:50]):  # warm-up
-        sc.select_one(s, mem[i], a.k, query[i])
+        sc.select_one(s, (mem[i], query[i]), a.k)
     cpu = []
     for _ in range(3):
         for i, s in enumerate(test):
             t0 = time.thread_time_ns()
-            sc.select_one(s, mem[i], a.k, query[i])
+            sc.select_one(s, (mem[i], query[i]), a.k)
             cpu.append((time.thread_time_ns() - t0) / 1000)
     per_step = np.asarray(cpu).reshape(3, len(test)).min(0)  # best of 3 per step
     batched = finalize(sc.score(test), a.k, sc.pad).presented
-    same = all(tuple(batched[i]) == tuple(sc.select_one(s, mem[i], a.k, query[i])) for i, s in enumerate(test))
+    same = all(tuple(batched[i]) == tuple(sc.select_one(s, (mem[i], query[i]), a.k)) for i, s in enumerate(test))
     print(f"| tracer_plus select_one (BFCL fold {a.fold}, {len(test)} steps, {len(ds.registry)} tools, k={a.k}) | "
           f"p50 {np.percentile(per_step, 50):.0f} µs / p95 {np.percentile(per_step, 95):.0f} µs (thread CPU, best of 3) "
           f"| single-step == batched: {same} |")

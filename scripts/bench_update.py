@@ -40,7 +40,7 @@ from tracer.core.folds import kfold
 from tracer.encode.embedders import CachedEmbedder
 from tracer.online.updater import Updater
 from tracer.online.updates import add_steps, update_scorer
-from tracer.scoring.base import Resources, training_steps
+from tracer.scoring.resources import Resources, training_steps
 
 
 class HashEncoder:

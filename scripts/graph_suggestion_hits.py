@@ -30,7 +30,8 @@ from tracer.core.steps import extract_all
 from tracer.eval.outputs import atomic_write_text, write_json
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
-from tracer.scoring.base import Resources, finalize
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSETS = ("all steps", "turn openings", "strongest edge wrong")

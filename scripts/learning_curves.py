@@ -36,7 +36,8 @@ from tracer.build import build_dataset, build_embedder, build_scorer, load_confi
 from tracer.core.folds import kfold
 from tracer.learn.candidate_model import save_candidate_model
 from tracer.online.transfer import fit_transfer_model
-from tracer.scoring.base import Resources, finalize, training_steps
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources, training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SCORERS = ("vector", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")

@@ -12,6 +12,8 @@ import torch
 
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.scoring.fit import FitReport
+from tracer.scoring.protocol import ScorerBase
+from tracer.scoring.records import Scores
 
 
 @pytest.fixture(scope="session")
@@ -109,17 +111,15 @@ def keyword_embedder() -> KeywordEmbedder:
 @pytest.fixture
 def tiny_resources(tiny_registry, keyword_embedder):
     """Resources over :data:`TINY_TOOLS` with the keyword embedder (exact FAISS, CPU, seed 0, no executor)."""
-    from tracer.scoring.base import Resources
+    from tracer.scoring.resources import Resources
 
     return Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
 
 
 # ---- evaluation: a scorer with a fixed ranking, the tiny dataset as a native directory -------------------------
-class FixedRankScorer:
+class FixedRankScorer(ScorerBase):
     """Ranks the registry in order, then moves the gold tool to score ``gold`` (2.0: first; -1e9: last) and,
     if given, the tool ``prefer`` to score 1.0 (second after a first-placed gold)."""
-
-    pad = True
 
     def __init__(self, gold: float, prefer: str | None = None):
         self.name, self.gold, self.prefer = f"fixed_rank_{gold:g}", gold, prefer
@@ -129,8 +129,6 @@ class FixedRankScorer:
         return FitReport(self.name, len(trajectories), 0, 0.0)
 
     def score(self, steps):
-        from tracer.scoring.base import Scores
-
         reg = self.res.registry
         primary = -torch.arange(len(reg), dtype=torch.float32).repeat(len(steps), 1)  # [B, N] registry order
         if self.prefer is not None:

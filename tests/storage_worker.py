@@ -22,7 +22,7 @@ from conftest import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
 from tracer.core.types import Registry, Tool
 from tracer.scorers.tracer import TracerScorer
-from tracer.scoring.base import Resources
+from tracer.scoring.resources import Resources
 
 N_VARIANTS = 3
 

@@ -28,11 +28,11 @@ from conftest import fitted_scorer
 from tracer.build import build_scorer
 from tracer.core.steps import extract_steps
 from tracer.core.types import Step, Trajectory
-from tracer.scorers import finalize
 from tracer.scorers.hepm import HEPMScorer
 from tracer.scorers.insight import InsightMemory, candidate_ks, select_k
 from tracer.scorers.summaries import call_outcomes, digest
-from tracer.scoring.base import Resources
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources
 
 R2 = 1 / math.sqrt(2)
 
@@ -93,7 +93,7 @@ def test_toolnet_presents_successors_then_pads_or_falls_back(tiny_trajs, tiny_re
     sc.fit(tiny_trajs, tiny_resources)
     steps = [step((), "hello"), step(("search_flights",), "hello", 1), step(("send_email",), "weather", 1)]
     s = sc.score(steps)
-    assert s.in_trie.tolist() == [True, True, False] and s.fell_back.tolist() == [False, False, True]
+    assert s.diagnostics["in_trie"].tolist() == [True, True, False] and s.fell_back.tolist() == [False, False, True]
     assert torch.allclose(s.primary[1, [1, 3]], torch.tensor([2 / 3, 1 / 3]))
     padded, bare = finalize(s, 3, pad=True), finalize(s, 3, pad=False)
     # START: search_flights, then the tie get_weather = list_files (1/5) broken by the fallback ("hello"
@@ -128,8 +128,8 @@ def test_autotool_blend_at_alpha_half(tiny_trajs, tiny_resources, tiny_registry)
         [0.0, 0.0, 0.0, 0.5 * 1.0, 0.0, 0.0],
     ])
     assert torch.allclose(s.primary, expected, atol=1e-6)
-    assert s.extra["backoff"].tolist() == [2, 1, -1]
-    assert s.in_trie.tolist() == [True, False, False] and s.fell_back.tolist() == [False, False, True]
+    assert s.diagnostics["backoff"].tolist() == [2, 1, -1]
+    assert s.diagnostics["in_trie"].tolist() == [True, False, False] and s.fell_back.tolist() == [False, False, True]
     ranking = finalize(s, 3).ranking
     assert names(tiny_registry, ranking[0, :3]) == ["cancel_booking", "get_weather", "send_email"]
     # the similarity of "cancel" to cancel_booking (0.354) beats book_flight's inertia (0.333)
@@ -181,16 +181,16 @@ def test_hepm_annotation_branch_and_suggestion(tiny_trajs, tiny_resources, tiny_
     assert recalled.present_all and finalize(recalled, 1).presented[0] == tuple(range(len(tiny_registry)))
     line = recalled.guidance[0]
     assert line.endswith("get_weather, search_flights") and "offline digest" in line and "always" in line
-    assert recalled.extra["summarised"].tolist() == [True] and by_weight.extra["summarised"].tolist() == [False]
-    assert recalled.extra["guidance_chars"].tolist() == [len(line)]
+    assert recalled.diagnostics["summarised"].tolist() == [True] and by_weight.diagnostics["summarised"].tolist() == [False]
+    assert recalled.diagnostics["guidance_chars"].tolist() == [len(line)]
 
 
 def test_hepm_turn_start_rule_and_no_successors(tiny_trajs, tiny_resources):
     sc = HEPMScorer(policy={"rule": "turn_start"})
     sc.fit(tiny_trajs, tiny_resources)
     s = sc.score([step((), "weather"), step(("search_flights",), "weather", 1), step(("send_email",), "x", 1)])
-    assert s.extra["summarised"].tolist() == [True, False, False]
-    assert s.fell_back.tolist() == [False, False, True] and s.in_trie.tolist() == [True, True, False]
+    assert s.diagnostics["summarised"].tolist() == [True, False, False]
+    assert s.fell_back.tolist() == [False, False, True] and s.diagnostics["in_trie"].tolist() == [True, True, False]
     assert s.guidance[2] == ""
     assert sc.describe()["policy"] == "turn_start" and sc.describe()["summaries"].startswith("offline digest")
     assert sc.model_calls == 0
@@ -204,7 +204,7 @@ def test_hepm_with_a_model_counts_its_calls(tiny_trajs, tiny_registry, keyword_e
     assert sc.fit_model_calls == model.calls > 0
     s = sc.score([step((), "weather"), step(("search_flights",), "flight", 1)])
     assert sc.model_calls == model.calls == sc.fit_model_calls + 2   # one decide-and-summarise call per step
-    assert s.extra["summarised"].tolist() == [True, False]          # the model answered SKIP to the second
+    assert s.diagnostics["summarised"].tolist() == [True, False]          # the model answered SKIP to the second
     assert "model summaries (fake)" in s.guidance[0] and sc.describe()["policy"] == "model decides"
 
 
@@ -285,7 +285,7 @@ def test_insight_retrieves_the_clusters_of_the_two_nearest_summaries(tiny_resour
     scorer.fit(insight_corpus(), tiny_resources)
     s = scorer.score(steps)
     assert s.present_all and s.fell_back.all() and s.guidance == block
-    assert s.extra["guidance_chars"].tolist() == [len(g) for g in block]
+    assert s.diagnostics["guidance_chars"].tolist() == [len(g) for g in block]
 
 
 def test_insight_with_a_model_distils_one_call_per_cluster(tiny_registry, keyword_embedder):

@@ -22,10 +22,11 @@ from tracer.core.store import current_snapshot
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.learn.blend_fit import HeadConfig, StepData, fit_blend_head, inner_fold_data, train_head
 from tracer.learn.blend_head import FEATURES, IGNORE, BlendHead, state_features
-from tracer.memory.trie import ExecutionTrie, StateKey
+from tracer.memory.keys import StateKey
+from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer import PAPER_CONTEXT, TracerScorer
-from tracer.scoring.base import Resources, training_steps
 from tracer.scoring.fit import FitReport
+from tracer.scoring.resources import Resources, training_steps
 from tracer.train.blend_report import evaluate
 
 RENDER = ContextRendering.from_config(PAPER_CONTEXT)
@@ -230,14 +231,14 @@ def test_context_decides_drives_w_down_and_beats_fixed():
     # fixed: p(beta step right) = 0.24 -> NLL ~ 0.8*0.18 + 0.2*1.43 = 0.43; learned: w -> 0, T -> floor
     assert nll_f > 0.35
     assert nll_l < 0.5 * nll_f, (nll_l, nll_f)
-    assert float(sc.extra["w"].mean()) < 0.2
-    assert float(sc.extra["T"].mean()) < 0.3
+    assert float(sc.diagnostics["w"].mean()) < 0.2
+    assert float(sc.diagnostics["T"].mean()) < 0.3
 
 
 def test_counts_decide_drives_w_up():
     res = _res([f"w{i}" for i in range(16)])
     nll_l, nll_f, sc = _learned_vs_fixed(counts_decide(300, seed=3), counts_decide(200, seed=4), res)
-    assert float(sc.extra["w"].mean()) > 0.8
+    assert float(sc.diagnostics["w"].mean()) > 0.8
     assert nll_l < nll_f
 
 
@@ -251,7 +252,7 @@ def test_saved_index_with_head_scores_the_same(tmp_path):
     steps = training_steps(context_decides(20, seed=6), TOOLS)
     a, b = scorer.score(steps), again.score(steps)
     torch.testing.assert_close(a.primary, b.primary)
-    torch.testing.assert_close(a.extra["w"], b.extra["w"])
+    torch.testing.assert_close(a.diagnostics["w"], b.diagnostics["w"])
 
 
 def test_fit_reports_the_curves_and_data_and_the_scorer_keeps_neither():

@@ -15,7 +15,7 @@ from tracer.eval.job import summary_table
 from tracer.eval.outputs import metrics_document
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
-from tracer.scoring.base import Resources
+from tracer.scoring.resources import Resources
 
 SENTENCES = ["Find me a flight from SFO to JFK tomorrow morning.", "Then book the cheapest one with a window seat.",
              "Email the confirmation to Bob and cancel the hotel.", "What is the weather like in Denver this week?"]

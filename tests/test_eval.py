@@ -15,13 +15,15 @@ from tracer.data import Dataset
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, paired_test
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
-from tracer.scoring.base import Resources, Scores
 from tracer.scoring.fit import FitReport
+from tracer.scoring.protocol import ScorerBase
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class ScriptedScorer:
+class ScriptedScorer(ScorerBase):
     """Test scorer: a fixed preference over the registry, or the gold first ("perfect"), or the gold never.
 
     It records every step it is asked to score, so tests can see what context each regime feeds.

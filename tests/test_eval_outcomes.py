@@ -16,7 +16,7 @@ from tracer.data import Dataset, load_dataset
 from tracer.eval.job import tokenizer_label
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.openai import OpenAIExecutor
-from tracer.scoring.base import Resources
+from tracer.scoring.resources import Resources
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,6 +9,7 @@ import torch
 
 from tracer.core.types import Registry, Tool
 from tracer.encode.index import ToolIndex
+from tracer.scoring.single_step import dense_scores_one, rank_one, top_scores_one
 
 
 def unit_rows(n: int, d: int, seed: int) -> torch.Tensor:
@@ -70,7 +71,7 @@ def test_dense_scores_one_equals_the_batched_rows_bit_for_bit(random_index):
     q = unit_rows(200, 48, seed=4)
     batched = random_index.dense_scores(q)
     for i in range(200):
-        assert np.array_equal(random_index.dense_scores_one(q[i].numpy()), batched[i].numpy())
+        assert np.array_equal(dense_scores_one(random_index, q[i].numpy()), batched[i].numpy())
     # independent of the batch size
     assert torch.equal(random_index.dense_scores(q[:3]), batched[:3])
 
@@ -85,7 +86,7 @@ def test_approximate_index_scores_through_faiss():
     assert found.sum(1).min() > 0
     torch.testing.assert_close(dense[found], exact[found], atol=1e-5, rtol=0)
     assert torch.equal(dense.argmax(1), exact.argmax(1))
-    assert np.array_equal(index.dense_scores_one(q[0].numpy()), dense[0].numpy())
+    assert np.array_equal(dense_scores_one(index, q[0].numpy()), dense[0].numpy())
 
 
 def test_save_load_round_trip_and_id_map_check(tmp_path, random_index):
@@ -109,7 +110,7 @@ def test_names_and_vectors_must_agree():
 
 
 def test_top_scores_one_keeps_the_exact_leaders_of_a_large_registry():
-    from tracer.scoring.base import rank_one
+
 
     vecs = unit_rows(5000, 64, seed=8)
     vecs[100:110] = vecs[7]       # exact ties
@@ -118,9 +119,9 @@ def test_top_scores_one_keeps_the_exact_leaders_of_a_large_registry():
     queries = torch.cat([unit_rows(30, 64, seed=9), vecs[7:8], -vecs[7:8]])
     none = np.zeros(0, dtype=np.int64)
     for q in queries.numpy():
-        full = index.dense_scores_one(q)
+        full = dense_scores_one(index, q)
         for top, include in ((5, none), (40, np.array([3, 100, 4999])), (1, np.array([7]))):
-            part = index.top_scores_one(q, top + len(include), include)
+            part = top_scores_one(index, q, top + len(include), include)
             kept = np.isfinite(part)
             assert np.array_equal(part[kept], full[kept]) and kept[include].all()
             assert kept.sum() < 5000

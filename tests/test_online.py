@@ -21,10 +21,11 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
 from tracer.learn.candidate_model import CandidateModel, save_candidate_model
+from tracer.memory.trie import ExecutionTrie
 from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
-from tracer.scorers import finalize
-from tracer.scoring.base import Resources
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources
 
 FAST_HEAD = {"max_epochs": 40, "patience": 10}
 
@@ -47,10 +48,12 @@ def assert_same_tries(a, b, atol=1e-6):
     assert len(ta) == len(tb) and ta
     for x, y in zip(ta, tb):
         assert x.node_states == y.node_states and x.nodes == y.nodes and x.n_tools == y.n_tools
-        for f in ("indptr", "edge_tool", "edge_count", "edge_log_p", "node_count", "node_depth"):
+        for f in ("indptr", "edge_tool", "edge_count", "node_count", "node_depth"):
             assert torch.equal(getattr(x, f), getattr(y, f)), f
-        torch.testing.assert_close(x.edge_memory, y.edge_memory, atol=atol, rtol=0)
-        torch.testing.assert_close(x.edge_norm, y.edge_norm, atol=atol * 10, rtol=1e-6)
+        if isinstance(x, ExecutionTrie):  # transition tables (ToolNet, AutoTool) hold counts only
+            assert torch.equal(x.edge_log_p, y.edge_log_p)
+            torch.testing.assert_close(x.edge_memory, y.edge_memory, atol=atol, rtol=0)
+            torch.testing.assert_close(x.edge_norm, y.edge_norm, atol=atol * 10, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -115,7 +115,7 @@ def test_scorers_without_save_select_but_refuse_to_save(tiny_dir, minilm, tmp_pa
     vector = Retriever.from_dataset(tiny_dir, "vector", embedder=minilm, device="cpu")
     assert vector.select(conversation(request="what's the weather in Paris"), k=1)[0]["function"]["name"] == \
         "get_weather"
-    with pytest.raises(TypeError, match="cannot be saved: only scorers with save/load"):
+    with pytest.raises(TypeError, match="cannot be saved: only scorers with can_save"):
         vector.save(tmp_path / "index")
 
 

@@ -3,7 +3,9 @@
 For each scorer YAML in ``tracer/configs/scorer/``, built from it and fitted on the tiny corpus
 (plus one failed trajectory) with the keyword embedder: the ranking is a permutation of the
 registry, the presented set is a subset of it, two fits with the same seed give the same result,
-and scoring leaves the fitted state untouched.
+scoring leaves the fitted state untouched, every capability of :class:`tracer.scoring.protocol.Scorer`
+is declared, and a live step (``select_one`` / ``rank_one`` on ``embed([step])``) equals the batched
+ranking; for the tracer family's single-step path also on BFCL with the real MiniLM.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ import torch
 from tracer.build import build_scorer, load_config, names
 from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
-from tracer.scorers import Scores, finalize
-from tracer.scoring.base import Resources
 from tracer.scoring.fit import FitReport
+from tracer.scoring.protocol import Scorer
+from tracer.scoring.ranking import finalize
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_ATTRS = {"res", "executor"}   # shared resources (the embedder's cache grows as it encodes)
+SAVEABLE = {"tracer", "tracer_fixed", "tracer_g", "tracer_plus"}  # scorers with save/load
 
 
 def _msg_call(name: str, i: int) -> dict:
@@ -135,8 +140,8 @@ def test_scorer_conformance(name, corpus, tiny_registry, keyword_embedder):
 
     assert scores.primary.shape == (b, n) and scores.fallback.shape == (b, n)
     assert scores.fell_back.shape == (b,) and scores.fell_back.dtype == torch.bool
-    for diag in (scores.in_trie, scores.kappa, scores.depth, scores.n_children, *scores.extra.values()):
-        assert diag is None or diag.shape == (b,)
+    for diag in scores.diagnostics.values():
+        assert diag.shape == (b,)
     if scores.guidance is not None:
         assert len(scores.guidance) == b and all(isinstance(g, str) for g in scores.guidance)
 
@@ -162,3 +167,71 @@ def test_snapshot_sees_a_changed_tensor(tiny_trajs, tiny_registry, keyword_embed
     before = snapshot(scorer)
     scorer.trie.edge_count[0] += 1
     assert not same(before, snapshot(scorer))
+
+
+# ---- declared capabilities and the live path (one step) ---------------------------------------------
+@pytest.mark.parametrize("name", names("scorer"))
+def test_scorer_declares_every_capability(name, corpus, tiny_registry, keyword_embedder):
+    train, steps = corpus
+    scorer = fitted(name, train, tiny_registry, keyword_embedder)
+    assert isinstance(scorer, Scorer)
+    assert isinstance(scorer.pad, bool) and isinstance(scorer.successful_only, bool)
+    assert isinstance(scorer.global_set, tuple) and all(0 <= g < len(tiny_registry) for g in scorer.global_set)
+    assert scorer.name in SAVEABLE if scorer.can_save else scorer.name not in SAVEABLE
+    assert scorer.describe()["scorer"] == name
+    contexts = scorer.embed(steps)
+    assert all(c.shape == (len(steps), keyword_embedder.dim) for c in contexts)
+    assert (len(contexts) > 0) == (scorer.rendering is not None)
+    if not scorer.can_save:
+        with pytest.raises(TypeError, match="cannot be saved"):
+            scorer.save("never_written")
+
+
+@pytest.mark.parametrize("name", names("scorer"))
+def test_a_live_batch_of_one_equals_the_batched_ranking(name, corpus, tiny_registry, keyword_embedder):
+    train, steps = corpus
+    scorer = fitted(name, train, tiny_registry, keyword_embedder)
+    scores = scorer.score(steps)
+    ranking = finalize(scores, 1).ranking
+    for k in (1, 3):
+        presented = finalize(scores, k, scorer.pad).presented
+        for i, step in enumerate(steps):
+            assert scorer.select_one(step, scorer.embed([step]), k) == presented[i], (k, i)
+    for i, step in enumerate(steps):
+        assert np.array_equal(scorer.rank_one(step, scorer.embed([step])), ranking[i].numpy()), i
+        assert np.array_equal(scorer.rank_one(step, scorer.embed([step]), top=2), ranking[i, :2].numpy()), i
+
+
+@pytest.fixture(scope="module")
+def bfcl_fold():
+    """BFCL (registry as loaded), trajectories of fold 1 to fit on and the steps of fold 0, with the real MiniLM
+    behind the shared disk cache (warm for BFCL; a cold cache embeds ~1,500 contexts once)."""
+    from tracer.build import build_embedder
+    from tracer.core.folds import assign_folds
+    from tracer.data import load_dataset
+
+    ds = load_dataset("bfcl", execute=False)
+    fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
+    train = [t for t in ds.trajectories if fold_of[t.group] == 1]
+    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
+    res = Resources.build(ds.registry, build_embedder({"cache_dir": str(ROOT / ".cache" / "embeddings")}),
+                          device="cpu", seed=0)
+    return res, train, test[:300]
+
+
+@pytest.mark.parametrize("name, cfg", [("tracer_fixed", {}), ("tracer_g", {"pad": False}),
+                                       ("tracer_plus", {"head": {"max_epochs": 30, "inner_folds": 3}})])
+def test_single_step_path_equals_the_batched_path_on_bfcl_with_minilm(bfcl_fold, name, cfg):
+    """The tracer family's live path (tracer.scoring.single_step) against the batched path: exact rankings."""
+    res, train, test = bfcl_fold
+    scorer = build_scorer(name, **cfg)
+    scorer.fit(train, res)
+    contexts = scorer.embed(test)
+    scores = scorer.score_embedded(test, *contexts)
+    assert 0 < int(scores.fell_back.sum()) < len(test) or name == "tracer_plus"
+    ranking = finalize(scores, 1).ranking
+    presented = finalize(scores, 5, scorer.pad).presented
+    for i, step in enumerate(test):
+        one = tuple(c[i:i + 1] for c in contexts)
+        assert scorer.select_one(step, one, 5) == presented[i], i
+        assert np.array_equal(scorer.rank_one(step, one), ranking[i].numpy()), i

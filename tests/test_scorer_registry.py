@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tracer.build import CONFIG_DIR, build_scorer, names
-from tracer.scorers import Scorer
 from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scoring.protocol import Scorer
 
 YAMLS = sorted((CONFIG_DIR / "scorer").glob("*.yaml"))
 BASELINES = ("toolnet", "autotool", "hepm", "insight")

@@ -32,11 +32,9 @@ from tracer.learn.candidate_features import (
     GROUPS,
     PlusIndex,
     candidates,
-    candidates_one,
     feature_groups,
     feature_names,
     keep_mask,
-    parse_key,
 )
 from tracer.learn.candidate_model import (
     IGNORE,
@@ -47,11 +45,13 @@ from tracer.learn.candidate_model import (
     nll_on,
     train_model,
 )
+from tracer.learn.candidate_step import candidates_one
 from tracer.learn.trainer import TrainConfig
-from tracer.memory.trie import StateKey
-from tracer.scorers import finalize
+from tracer.memory.keys import StateKey, parse_key
 from tracer.scorers.tracer_plus import TracerPlusScorer
-from tracer.scoring.base import Resources, fallback_scores, training_steps
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources, fallback_scores, training_steps
+from tracer.scoring.single_step import dense_scores_one
 
 EPS = 1e-6
 USER_ONLY = {"window": "since_user", "calls": "none", "results": "none"}
@@ -134,7 +134,7 @@ def test_features_by_hand(hand):
         assert row[t]["prefix.log_visits"] == pytest.approx(lv0) and row[t]["prefix.log_children"] == pytest.approx(lc0)
         assert row[t]["last_1+cross_turn.log_visits"] == pytest.approx(lv1)
     # the single-step path builds the same rows bit for bit
-    one = candidates_one(scorer.index, step, mem[0].numpy(), scorer.res.tool_index.dense_scores_one(q[0].numpy()),
+    one = candidates_one(scorer.index, step, mem[0].numpy(), dense_scores_one(scorer.res.tool_index, q[0].numpy()),
                          scorer.m)
     assert one.tool.tolist() == [0, 1, 3, 4] and one.in_state.tolist() == [True, True] and one.depth == 0
     assert np.array_equal(one.feats, cand.feats[0].numpy())
@@ -175,7 +175,7 @@ def test_candidates_equal_a_naive_union(tiny_trajs, tiny_resources):
     new = extract_steps(traj("h", ("list my files and email them", ["list_files", "send_email"])))
     sc = bare.score(steps + new)
     assert sc.fell_back.tolist() == [False] * len(steps) + [False, True]  # (list_files,) never had a successor
-    assert torch.equal(sc.fell_back, sc.n_children == 0) and torch.equal(sc.fell_back, ~sc.in_trie)
+    assert torch.equal(sc.fell_back, sc.diagnostics["n_children"] == 0) and torch.equal(sc.fell_back, ~sc.diagnostics["in_trie"])
     assert bare.score(new[1:]).fell_back.tolist() == [True]                  # the single-step path agrees
 
 
@@ -247,14 +247,14 @@ def test_fit_is_deterministic_and_single_step_matches_batch(model, tiny_trajs, t
         assert ka == kb and torch.equal(va, vb)
     sa, sb = a.score(steps), b.score(steps)
     assert torch.equal(sa.primary, sb.primary) and torch.equal(sa.fallback, sb.fallback)
-    assert sa.extra["in_candidates"].tolist() == [1.0] * len(steps)   # every gold is a candidate here
+    assert sa.diagnostics["in_candidates"].tolist() == [1.0] * len(steps)   # every gold is a candidate here
     ranking = finalize(sa, 3).ranking
     mem, q = a.embed(steps)
     for i, s in enumerate(steps):
-        one = a.score_embedded([s], mem[i:i + 1], q[i:i + 1])          # the numpy path
+        one = a.score_embedded([s], mem[i:i + 1], q[i:i + 1])          # a batch of one
         assert torch.allclose(one.primary, sa.primary[i:i + 1], rtol=1e-6, atol=1e-6)
-        assert np.array_equal(a.rank_one(s, mem[i], q[i]), ranking[i].numpy())
-        assert a.select_one(s, mem[i], 3, q[i]) == finalize(sa, 3).presented[i]
+        assert np.array_equal(a.rank_one(s, (mem[i], q[i])), ranking[i].numpy())
+        assert a.select_one(s, (mem[i], q[i]), 3) == finalize(sa, 3).presented[i]
 
 
 def test_select_from_messages(hand):
@@ -262,7 +262,7 @@ def test_select_from_messages(hand):
     names = scorer.select(list(step.context), k=2)
     assert names[0] == "send_email" and len(names) == 2
     mem, q = scorer.embed([step])
-    assert [scorer.res.registry.id(n) for n in names] == list(scorer.select_one(step, mem[0], 2, q[0]))
+    assert [scorer.res.registry.id(n) for n in names] == list(scorer.select_one(step, (mem[0], q[0]), 2))
 
 
 def test_save_load_is_bit_identical(hand, tmp_path):
@@ -276,9 +276,11 @@ def test_save_load_is_bit_identical(hand, tmp_path):
     assert meta["features"] == list(scorer.feature_names) and len(meta["tries"]) == 2
     loaded = TracerPlusScorer.load(out, scorer.res.embedder, device="cpu")
     after = loaded.score(steps)
-    for f in ("primary", "fallback", "fell_back", "in_trie", "kappa", "depth", "n_children"):
+    for f in ("primary", "fallback", "fell_back"):
         assert torch.equal(getattr(before, f), getattr(after, f)), f
-    assert torch.equal(before.extra["in_candidates"], after.extra["in_candidates"])
+    assert before.diagnostics.keys() == after.diagnostics.keys()
+    for d in before.diagnostics:
+        assert torch.equal(before.diagnostics[d], after.diagnostics[d]), d
     assert loaded.select(list(HAND_TEST.messages[:4]), 3) == scorer.select(list(HAND_TEST.messages[:4]), 3)
     with pytest.raises(ValueError, match="embedder"):
         TracerPlusScorer.load(out, KeywordEmbedder(("flight", "book")))

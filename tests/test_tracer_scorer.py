@@ -1,6 +1,6 @@
 """TracerScorer: the gate, Tracer+G's global set, padding, the learned blend's refusal, the single-step
 path against the batched one, persistence (bit-identical after load; a wrong embedder is refused),
-and the ranking rules (one definition in tracer.scoring.base) against a two-stable-sorts reference."""
+and the ranking rules (one definition in tracer.scoring.ranking) against a two-stable-sorts reference."""
 
 from __future__ import annotations
 
@@ -19,10 +19,14 @@ from tracer.core.steps import extract_all
 from tracer.core.store import current_snapshot
 from tracer.core.types import Registry, Step, Tool, Trajectory
 from tracer.encode.index import ToolIndex
-from tracer.memory.trie import ExecutionTrie, StateKey
-from tracer.scorers import Scorer
+from tracer.memory.keys import StateKey
+from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer import TracerScorer, prefix_entropy
-from tracer.scoring.base import Resources, Scores, finalize, finalize_one, rank, rank_one, training_steps
+from tracer.scoring.protocol import Scorer
+from tracer.scoring.ranking import finalize, rank
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, training_steps
+from tracer.scoring.single_step import finalize_one, rank_one
 
 EPS = 1e-6
 
@@ -92,17 +96,17 @@ def gate_scorer():
 def test_gate_fires_on_an_unseen_prefix_and_a_flat_node_but_not_a_peaked_one(gate_scorer):
     steps = [live_step(("q",)), live_step(("f",), "flat case"), live_step(("p",), "peak case")]
     s = gate_scorer.score(steps)
-    assert s.in_trie.tolist() == [False, True, True]
+    assert s.diagnostics["in_trie"].tolist() == [False, True, True]
     assert s.fell_back.tolist() == [True, True, False]
-    assert s.n_children.tolist() == [0, 6, 2]
+    assert s.diagnostics["n_children"].tolist() == [0, 6, 2]
     # flat: six equal scores; peaked: s = log(N/N(S) + eps) + log(1/2 + eps), softmax over two
     s_q, s_r = math.log(0.9 + EPS) + math.log(0.5 + EPS), math.log(0.1 + EPS) + math.log(0.5 + EPS)
     kappa_peak = 1 / (1 + math.exp(s_r - s_q))
-    torch.testing.assert_close(s.kappa, torch.tensor([0.0, 1 / 6, kappa_peak]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(s.diagnostics["kappa"], torch.tensor([0.0, 1 / 6, kappa_peak]), atol=1e-6, rtol=0)
     for i, st in enumerate(steps):
         ctx = gate_scorer.res.embedder.encode([gate_scorer.rendering.render(st.context)])[0]
         _, _, _, fell, kappa = gate_scorer.score_one(st, ctx)
-        assert fell == bool(s.fell_back[i]) and np.float32(kappa) == s.kappa[i].item()
+        assert fell == bool(s.fell_back[i]) and np.float32(kappa) == s.diagnostics["kappa"][i].item()
 
 
 def test_fallback_ranks_by_vector_search_alone():
@@ -115,7 +119,7 @@ def test_fallback_ranks_by_vector_search_alone():
     scorer = build_scorer("tracer_fixed")
     scorer.fit([traj("t1", "plain request", [["f", "zz"]])], res)
     s = scorer.score([live_step(("zz",), "apple and banana please")])
-    assert s.fell_back.tolist() == [True] and s.in_trie.tolist() == [False]
+    assert s.fell_back.tolist() == [True] and s.diagnostics["in_trie"].tolist() == [False]
     # cosines: t_ab 1, t_a = t_b = 1/sqrt(2), the rest 0
     assert [names[i] for i in finalize(s, 3).ranking[0].tolist()] == ["t_ab", "t_a", "t_b", "t_c", "t_p", "f", "zz"]
 
@@ -128,10 +132,10 @@ def test_pad_fills_k_from_the_fallback_and_no_pad_presents_only_children(gate_sc
     assert finalize(gate_scorer.score([st]), 4, pad=False).presented[0] == (q, r)
     assert finalize(gate_scorer.score([st]), 1, pad=False).presented[0] == (q,)
     ctx = gate_scorer.res.embedder.encode([gate_scorer.rendering.render(st.context)])[0]
-    assert gate_scorer.select_one(st, ctx, 4, pad=True) == padded
-    assert gate_scorer.select_one(st, ctx, 4, pad=False) == (q, r)
+    assert gate_scorer.select_one(st, (ctx,), 4, pad=True) == padded
+    assert gate_scorer.select_one(st, (ctx,), 4, pad=False) == (q, r)
     nopad = build_scorer("tracer_fixed", pad=False).attach(gate_scorer.trie, gate_scorer.res)
-    assert nopad.select_one(st, ctx, 4) == (q, r)  # the scorer's own pad setting
+    assert nopad.select_one(st, (ctx,), 4) == (q, r)  # the scorer's own pad setting
 
 
 def test_learned_blend_without_a_head_refuses_clearly(gate_scorer):
@@ -139,7 +143,7 @@ def test_learned_blend_without_a_head_refuses_clearly(gate_scorer):
     with pytest.raises(RuntimeError, match="no blend head is trained"):
         learned.score([live_step(("p",))])
     with pytest.raises(RuntimeError, match="no blend head is trained"):
-        learned.select_one(live_step(("p",)), np.zeros(gate_scorer.res.embedder.dim, np.float32), 3)
+        learned.select_one(live_step(("p",)), (torch.zeros(1, gate_scorer.res.embedder.dim),), 3)
 
 
 def test_every_tracer_variant_is_a_scorer_and_unfitted_ones_say_so():
@@ -176,7 +180,7 @@ def test_global_set_is_the_three_tools_of_highest_prefix_entropy():
     assert presented[0] == G_TOOLS.id("x") and set(sc.global_set) <= set(presented)
     assert len(presented) == 1 + len(set(sc.global_set) - {presented[0]})
     ctx = res.embedder.encode([sc.rendering.render(st.context)])[0]
-    assert sc.select_one(st, ctx, 1) == presented
+    assert sc.select_one(st, (ctx,), 1) == presented
 
 
 # ---- the single-step path against the batched one, on BFCL ------------------------------------------
@@ -218,21 +222,22 @@ def test_single_step_path_equals_the_batched_path(bfcl_split, name, cfg):
     for k in (1, 5):
         sel = finalize(scores, k, sc.pad)
         for i, st in enumerate(test):
-            assert sc.select_one(st, ctx[i], k) == sel.presented[i], (k, i)
+            assert sc.select_one(st, (ctx[i],), k) == sel.presented[i], (k, i)
     ranking = finalize(scores, 5).ranking
     for i, st in enumerate(test):
-        assert np.array_equal(sc.rank_one(st, ctx[i]), ranking[i].numpy()), i
-        assert np.array_equal(sc.rank_one(st, ctx[i], top=7), ranking[i, :7].numpy())
+        assert np.array_equal(sc.rank_one(st, (ctx[i],)), ranking[i].numpy()), i
+        assert np.array_equal(sc.rank_one(st, (ctx[i],), top=7), ranking[i, :7].numpy())
         ch, s, fb, fell, kappa = sc.score_one(st, ctx[i])
-        assert fell == bool(scores.fell_back[i]) and np.float32(kappa) == scores.kappa[i].item()
+        assert fell == bool(scores.fell_back[i]) and np.float32(kappa) == scores.diagnostics["kappa"][i].item()
         assert np.array_equal(fb, scores.fallback[i].numpy())
         assert np.array_equal(s, scores.primary[i, ch.tool].numpy())
 
 
 # ---- persistence -----------------------------------------------------------------------------------
 def scores_identical(a: Scores, b: Scores) -> bool:
-    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in
-               ("primary", "fallback", "fell_back", "in_trie", "kappa", "depth", "n_children")) \
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("primary", "fallback", "fell_back")) \
+        and a.diagnostics.keys() == b.diagnostics.keys() \
+        and all(torch.equal(a.diagnostics[d], b.diagnostics[d]) for d in a.diagnostics) \
         and a.always_present == b.always_present
 
 
@@ -246,7 +251,7 @@ def test_a_loaded_index_is_bit_identical(bfcl_split, tmp_path):
     assert scores_identical(a, b)
     assert torch.equal(finalize(a, 5).ranking, finalize(b, 5).ranking)
     ctx = test_ctx.numpy()
-    assert all(sc.select_one(st, ctx[i], 5) == again.select_one(st, ctx[i], 5) for i, st in enumerate(test))
+    assert all(sc.select_one(st, (ctx[i],), 5) == again.select_one(st, (ctx[i],), 5) for i, st in enumerate(test))
     # saving over an existing index publishes a new snapshot and leaves no temporary directories
     sc.save(tmp_path / "index")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
@@ -337,5 +342,5 @@ def test_single_step_path_equals_the_batched_path_on_a_large_registry():
     for k in (1, 5, 12):
         sel = finalize(scores, k)
         for i, st in enumerate(steps):
-            assert sc.select_one(st, ctx[i].numpy(), k) == sel.presented[i]
-            assert np.array_equal(sc.rank_one(st, ctx[i].numpy(), top=k), sel.ranking[i, :k].numpy())
+            assert sc.select_one(st, (ctx[i].numpy(),), k) == sel.presented[i]
+            assert np.array_equal(sc.rank_one(st, (ctx[i].numpy(),), top=k), sel.ranking[i, :k].numpy())

@@ -23,7 +23,7 @@ from tracer.core.types import Registry
 from tracer.data import write_native
 from tracer.learn.blend_head import FEATURES, BlendHead
 from tracer.scorers.tracer import TracerScorer
-from tracer.scoring.base import training_steps
+from tracer.scoring.resources import training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ def test_train_end_to_end(tmp_path, minilm):
     assert scorer.blend == "learned" and scorer.head is not None
     torch.testing.assert_close(scorer.head.w_head.weight, head.w_head.weight)
     sc = scorer.score(training_steps(tiny_trajectories(), scorer.res.registry))
-    assert "w" in sc.extra and ((sc.extra["w"] > 0) & (sc.extra["w"] < 1)).all()
+    assert "w" in sc.diagnostics and ((sc.diagnostics["w"] > 0) & (sc.diagnostics["w"] < 1)).all()
 
 
 @pytest.mark.slow

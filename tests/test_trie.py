@@ -13,8 +13,11 @@ import torch
 
 from tracer.core.steps import extract_all, turns_of
 from tracer.core.types import Registry, Tool, Trajectory
-from tracer.memory.trie import ExecutionTrie, StateKey, contextual_prior, contextual_prior_one
-from tracer.scoring.base import training_steps
+from tracer.memory.keys import StateKey
+from tracer.memory.priors import contextual_prior
+from tracer.memory.trie import ExecutionTrie
+from tracer.scoring.resources import training_steps
+from tracer.scoring.single_step import children_one, contextual_prior_one
 
 EPS = 1e-6
 
@@ -177,7 +180,7 @@ def test_contextual_prior_by_hand_on_three_edges(c, sims, probs):
         want = [math.log(p / total + EPS) for p in probs]
     torch.testing.assert_close(cb.log_l[0].double(), torch.tensor(want, dtype=torch.float64), atol=1e-5, rtol=0)
     assert cb.log_p[0].tolist() == [np.float32(math.log(x + EPS)) for x in (0.5, 0.25, 0.25)]
-    one = trie.children_one((), ctx[0].numpy())  # the same float32 context
+    one = children_one(trie, (), ctx[0].numpy())  # the same float32 context
     assert one.sim.tolist() == cb.sim[0].tolist() and one.log_l.tolist() == cb.log_l[0].tolist()
 
 
@@ -204,7 +207,7 @@ def test_gather_and_children_one_agree_bit_for_bit(bfcl, key):
         other = trie.gather(nodes, queries, heavy=heavy)
         assert torch.equal(other.sim, cb.sim) and torch.equal(other.log_l, cb.log_l)
     for i in range(0, len(steps), 7):
-        one = trie.children_one(key.state(steps[i]), queries[i].numpy())
+        one = children_one(trie, key.state(steps[i]), queries[i].numpy())
         m = cb.mask[i]
         assert one.node == int(cb.node[i])
         assert one.tool.tolist() == cb.tool[i][m].tolist() and one.count.tolist() == cb.count[i][m].tolist()
@@ -227,7 +230,7 @@ def test_gather_of_unseen_states_and_without_contexts():
         trie.gather(torch.tensor([0]), torch.zeros(1, 1))
     empty = ExecutionTrie(3, 3).gather(torch.tensor([-1]), torch.zeros(1, 3))
     assert not empty.mask.any()
-    assert trie.children_one(("x",), np.zeros(3)).node == -1
+    assert children_one(trie, ("x",), np.zeros(3)).node == -1
 
 
 def test_state_dict_round_trip_is_exact(bfcl):

@@ -25,7 +25,7 @@ from tracer.core.loggers import MetricLogger, NullLogger
 from tracer.data import Dataset
 from tracer.encode.embedders import CachedEmbedder
 from tracer.executors import Executor
-from tracer.scoring.base import Scorer
+from tracer.scoring.protocol import Scorer
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 

@@ -14,9 +14,10 @@ Example::
 ``messages`` is the conversation so far as OpenAI chat dicts; the model is about to make its next
 tool call. The turn-local prefix (calls since the last user message) and the history (all calls)
 are read off the messages (:func:`tracer.core.steps.step_from_messages`). Any registered scorer works for
-selection (the default is ``tracer_plus``); saving needs a scorer with ``save``/``load``
-(``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). Tracer scorers with the fixed blend take a single-step path (numpy, tens of
-microseconds beyond the context embedding); the others go through their batched ``score``.
+selection (the default is ``tracer_plus``); saving needs a scorer that declares ``can_save``
+(``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). A live step goes through the scorer's declared
+``select_one`` / ``rank_one`` (:class:`tracer.scoring.protocol.Scorer`): the single-step path for the tracer
+family, the batched path with a batch of one for the others.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from tracer.core.validate import InvalidField, check_k, check_messages
 from tracer.data import LOADERS, Dataset, load_dataset, load_native
 from tracer.encode.embedders import Embedder, build_embedder
 from tracer.online.updater import Updater
-from tracer.scorers import Scorer, finalize
-from tracer.scoring.base import Resources
 from tracer.scoring.persist import read_meta
+from tracer.scoring.protocol import Scorer
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources
 
 MINILM = "all-MiniLM-L6-v2"
 __all__ = ["Retriever", "step_from_messages"]
@@ -66,10 +68,13 @@ class Retriever:
     """
 
     def __init__(self, scorer: Scorer, k: int = 5):
-        if getattr(scorer, "res", None) is None:
-            raise ValueError(f"scorer {getattr(scorer, 'name', scorer)!r} is not fitted")
+        if not isinstance(scorer, Scorer):
+            raise TypeError(f"{type(scorer).__name__} does not implement tracer.scoring.protocol.Scorer")
+        if scorer.res is None:
+            raise ValueError(f"scorer {scorer.name!r} is not fitted")
         self.scorer = scorer
         self.k = check_k(k)
+        self._updater: Updater | None = None
 
     @property
     def res(self) -> Resources:
@@ -107,21 +112,9 @@ class Retriever:
     # ---- selecting -----------------------------------------------------------------------------
     def context_embedding(self, messages: Sequence[Message]) -> np.ndarray:
         """The embedded context of a conversation under the scorer's rendering, ``[d]`` float32."""
-        rendering = getattr(self.scorer, "rendering", None) or getattr(self.scorer, "memory_rendering", None)
-        if rendering is None:
+        if self.scorer.rendering is None:
             raise TypeError(f"scorer {self.scorer.name!r} has no context rendering")
-        return self.res.embedder.encode([rendering.render(messages)])[0].numpy()
-
-    def _contexts(self, step: Step) -> dict[str, Any]:
-        """Keyword arguments of the scorer's single-step path: its embedded context(s), ``[d]`` each.
-
-        ``tracer_plus`` embeds the edge-memory context and the vector query (its :meth:`embed`: one
-        encode when the two renderings agree); the paper's scorers use one context.
-        """
-        if callable(getattr(self.scorer, "embed", None)):
-            mem, q = self.scorer.embed([step], self.res)
-            return {"memory": mem[0], "query": q[0]}
-        return {"context": self.context_embedding(step.context)}
+        return self.res.embedder.encode([self.scorer.rendering.render(messages)])[0].numpy()
 
     def _step(self, messages: Sequence[Message], name: str = "messages") -> Step:
         """The decision step of a conversation, after the rules of :mod:`tracer.core.validate`."""
@@ -138,10 +131,8 @@ class Retriever:
         step = self._step(messages)
         if self._removed():  # drift: the top k of the ranking without the removed tools
             return self.updater.live(self._ranking(step, k + len(self.updater.removed)), k) + \
-                self.updater.live(g for g in getattr(self.scorer, "global_set", ()))
-        if callable(getattr(self.scorer, "select_one", None)):
-            return self.scorer.select_one(step, k=k, **self._contexts(step))
-        return finalize(self.scorer.score([step]), k, getattr(self.scorer, "pad", True)).presented[0]
+                self.updater.live(self.scorer.global_set)
+        return self.scorer.select_one(step, self.scorer.embed([step]), k)
 
     def select(self, messages: Sequence[Message], k: int | None = None) -> list[dict[str, Any]]:
         """OpenAI tool objects (``{"type": "function", "function": {...}}``) for the next call."""
@@ -154,10 +145,10 @@ class Retriever:
         if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
             raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
         steps = [self._step(m, f"conversations[{i}]") for i, m in enumerate(conversations)]
-        sel = finalize(self.scorer.score(steps), k, getattr(self.scorer, "pad", True))
+        sel = finalize(self.scorer.score(steps), k, self.scorer.pad)
         presented = sel.presented
         if self._removed():
-            always = self.updater.live(getattr(self.scorer, "global_set", ()))
+            always = self.updater.live(self.scorer.global_set)
             presented = [self.updater.live(r.tolist(), k) + always for r in sel.ranking]
         return [[self.registry[i].to_openai() for i in ids] for ids in presented]
 
@@ -168,21 +159,18 @@ class Retriever:
 
     def _ranking(self, step: Step, top: int | None = None) -> np.ndarray:
         """Registry ids best first: the whole ranking, or its first ``top``."""
-        if callable(getattr(self.scorer, "rank_one", None)):
-            return self.scorer.rank_one(step, **self._contexts(step), top=top)
-        ranking = finalize(self.scorer.score([step]), 1).ranking[0].numpy()
-        return ranking if top is None else ranking[:top]
+        return self.scorer.rank_one(step, self.scorer.embed([step]), top)
 
     # ---- learning while serving (tracer.online.updater) ----------------------------------------------------
     @property
     def updater(self) -> Updater:
         """The :class:`tracer.online.updater.Updater` of this retriever (made on first use; no refit schedule)."""
-        if getattr(self, "_updater", None) is None:
+        if self._updater is None:
             self._updater = Updater(self.scorer)
         return self._updater
 
     def _removed(self) -> bool:
-        return bool(getattr(self, "_updater", None) is not None and self._updater.removed)
+        return bool(self._updater is not None and self._updater.removed)
 
     def update(self, trajectories: Sequence[Trajectory], tools: Sequence[Tool] = ()) -> dict:
         """Add logged trajectories (successful ones count) and new tool definitions to the fitted index:
@@ -194,9 +182,9 @@ class Retriever:
     # ---- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         """Write the fitted index to ``directory`` atomically (tracer family only)."""
-        if not callable(getattr(self.scorer, "save", None)):
+        if not self.scorer.can_save:
             raise TypeError(f"scorer {self.scorer.name!r} ({type(self.scorer).__name__}) cannot be saved: only "
-                            "scorers with save/load can (tracer_plus, tracer, tracer_fixed, tracer_g); rebuild this one with "
+                            "scorers with can_save can (tracer_plus, tracer, tracer_fixed, tracer_g); rebuild this one with "
                             "Retriever.from_dataset")
         return self.scorer.save(directory)
 

@@ -99,48 +99,6 @@ class ToolIndex:
         out.scatter_(1, torch.where(ids >= 0, ids.long(), n), scores)  # misses land in a dump column
         return out[:, :n]
 
-    def dense_scores_one(self, query: np.ndarray) -> np.ndarray:
-        """:meth:`dense_scores` for one query ``[d]`` (numpy in, ``[N]`` float32 numpy out): the single-step path."""
-        if self.exact:
-            m64 = self.__dict__.get("_m64_np")
-            if m64 is None:
-                m64 = self._m64_np = self.vectors.astype(np.float64)
-            return (m64 @ np.asarray(query, dtype=np.float64)).astype(np.float32)  # [N]
-        return self.dense_scores(torch.as_tensor(np.asarray(query, dtype=np.float32))[None])[0].numpy()
-
-    def top_scores_one(self, query: np.ndarray, top: int, include: np.ndarray | None = None) -> np.ndarray:
-        """:meth:`dense_scores_one` where only the leaders are needed: ``[N]`` float32 holding the exact
-        score of every tool that can be among the ``top`` best (and of ``include``), ``-inf`` for the rest.
-
-        For an exact index over a large registry a float32 matmul (half the memory traffic of the
-        float64 one) finds the candidates: a float32 dot product of two vectors of norm at most 1
-        is within ``d * 2**-23`` of the exact one (a bound for any summation order), so every tool
-        whose exact score can reach the top-th exact score is kept and rescored exactly. Ordering
-        the result as :func:`tracer.scoring.base.rank_one` does gives the same first ``top`` tools
-        as the full scores. Small registries and approximate indexes get the full scores.
-        """
-        n = len(self)
-        if not self.exact or n <= 2048 or top >= n // 4:
-            return self.dense_scores_one(query)
-        q64 = np.asarray(query, dtype=np.float64)
-        approx = self.vectors @ q64.astype(np.float32)                                       # [N] float32
-        norm = float(np.sqrt(q64 @ q64)) * self._max_norm()
-        slack = 2.0 * self.dim * 2.0 ** -23 * max(norm, 1.0)                                # twice the bound
-        kth = np.partition(approx, n - top)[n - top]                                         # top-th largest
-        cand = np.flatnonzero(approx >= kth - slack)
-        if include is not None and len(include):
-            cand = np.union1d(cand, include)
-        out = np.full(n, -np.inf, dtype=np.float32)
-        m64 = self.__dict__.get("_m64_np")
-        rows = m64[cand] if m64 is not None else self.vectors[cand].astype(np.float64)
-        out[cand] = (rows @ q64).astype(np.float32)
-        return out
-
-    def _max_norm(self) -> float:
-        if "_max_norm_v" not in self.__dict__:
-            self._max_norm_v = float(np.sqrt((self.vectors.astype(np.float64) ** 2).sum(1).max())) if len(self) else 0.0
-        return self._max_norm_v
-
     # ---- drift: a new index over changed rows (the old one keeps serving until it is swapped) ---------
     def with_rows(self, names: Sequence[str] = (), vectors: np.ndarray | torch.Tensor | None = None,
                   replace: dict[int, tuple[str, np.ndarray]] | None = None) -> ToolIndex:

@@ -17,7 +17,7 @@ from tracer.core.types import Registry, Trajectory
 from tracer.encode.embedders import CachedEmbedder, SentenceTransformerEmbedder
 from tracer.encode.source import DEFAULT_CACHE
 from tracer.learn.encoder import Pairs, TrainConfig, finetuned, train_info, training_pairs
-from tracer.scoring.base import Resources
+from tracer.scoring.resources import Resources
 
 
 class FoldEncoders:

@@ -16,7 +16,8 @@ from tracer.eval.metrics import METRICS, StepRecord, outcome_rates
 from tracer.eval.outputs import metrics_document, write_json, write_jsonl
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.eval.tokens import LOCAL_TOKENIZER
-from tracer.scoring.base import Resources
+from tracer.scorers.insight import InsightMemory
+from tracer.scoring.resources import Resources
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:
@@ -71,8 +72,6 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     scorer_cfg = cfg["scorer"]
     insight_factory = None
     if cfg.get("insight"):
-        from tracer.scorers.insight import InsightMemory
-
         insight_factory = InsightMemory
     regime = cfg.get("regime") or {"name": "teacher_forcing"}
     ecfg = EvalConfig(k=cfg["k"], folds=cfg["folds"], seed=cfg["seed"], regime=regime["name"],

@@ -37,7 +37,10 @@ from tracer.envs.base import Environment
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, recall_curve, step_outcome
 from tracer.eval.tokens import TokenCounter
 from tracer.executors import Request
-from tracer.scoring.base import Resources, Scorer, finalize
+from tracer.scoring.protocol import Scorer
+from tracer.scoring.ranking import finalize
+from tracer.scoring.records import RECORDED_DIAGNOSTICS
+from tracer.scoring.resources import Resources
 
 
 @dataclass(frozen=True)
@@ -120,9 +123,11 @@ class Evaluator:
             t0 = time.perf_counter()
             scorer = self.factory()
             scorer.fit(train, self.res)
-            insight = self.insight_factory().fit(train, self.res) if self.insight_factory else None
+            insight = self.insight_factory() if self.insight_factory else None
+            if insight is not None:
+                insight.fit(train, self.res)
             fit_s.append(time.perf_counter() - t0)
-            infos.append(getattr(scorer, "describe", dict)())
+            infos.append(scorer.describe())
             if self.cfg.regime == "teacher_forcing":
                 recs, fold_tasks = self.teacher_forcing(fold, scorer, insight, test), None
             else:
@@ -140,7 +145,7 @@ class Evaluator:
 
     # ---- one batch of steps ----------------------------------------------------------------------
     def select(self, scorer: Scorer, insight, steps: Sequence[Step]):
-        sel = finalize(scorer.score(steps), self.cfg.k, getattr(scorer, "pad", True))
+        sel = finalize(scorer.score(steps), self.cfg.k, scorer.pad)
         guidance = list(sel.scores.guidance) if sel.scores.guidance else [None] * len(steps)
         if insight is not None:
             extra = insight.guidance(steps)
@@ -169,6 +174,8 @@ class Evaluator:
         decisions = self.executor.choose(requests)
         names = self.registry.names
         sc = sel.scores
+        in_trie, kappa = sc.diagnostics.get("in_trie"), sc.diagnostics.get("kappa")
+        extra = {k: v for k, v in sc.diagnostics.items() if k not in RECORDED_DIAGNOSTICS}
         out = []
         for i, (step, gold, dec) in enumerate(zip(steps, golds, decisions)):
             local = (sum(self.counter.message(m) for m in msgs_all[i])           # guidance is in the system prompt
@@ -182,15 +189,15 @@ class Evaluator:
                 position=step.position, gold=gold.name if gold else None, gold_rank=rank_i,
                 ranking=[names[j] for j in sel.ranking[i, :10].tolist()],
                 presented=presented,
-                in_trie=None if sc.in_trie is None else bool(sc.in_trie[i]),
-                fell_back=None if sc.in_trie is None else bool(sc.fell_back[i]),
-                kappa=None if sc.kappa is None else round(float(sc.kappa[i]), 6),
+                in_trie=None if in_trie is None else bool(in_trie[i]),
+                fell_back=None if in_trie is None else bool(sc.fell_back[i]),
+                kappa=None if kappa is None else round(float(kappa[i]), 6),
                 selected=dec.call.name if dec.call else None,
                 hit_at_k=rank_i is not None and rank_i <= self.cfg.k,
                 prompt_tokens=dec.prompt_tokens if dec.prompt_tokens is not None else local,
                 prompt_tokens_local=local, full_registry_tokens=full,
                 prompt_tokens_by="server" if dec.prompt_tokens is not None else "local",
-                extra={k: round(float(v[i]), 6) for k, v in sc.extra.items()}, **outcome,
+                extra={k: round(float(v[i]), 6) for k, v in extra.items()}, **outcome,
             ))
         return out, decisions
 

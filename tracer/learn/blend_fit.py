@@ -35,8 +35,9 @@ from tracer.learn.nll import IGNORE
 from tracer.learn.oof import out_of_fold, pad_cat
 from tracer.learn.standardise import keep_mask
 from tracer.learn.trainer import TrainConfig, train
-from tracer.memory.trie import ExecutionTrie, StateKey
-from tracer.scoring.base import Resources, training_steps
+from tracer.memory.keys import StateKey
+from tracer.memory.trie import ExecutionTrie
+from tracer.scoring.resources import Resources, training_steps
 
 
 @dataclass(frozen=True)

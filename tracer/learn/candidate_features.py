@@ -50,7 +50,7 @@ Feature groups (for ``features.drop``): ``member``, ``log_p``, ``log_r``, ``edge
 
 Arithmetic (one definition for the batched path, torch on any device, and the single-step path,
 numpy on the CPU): priors and cosines come from :meth:`ExecutionTrie.gather` /
-:meth:`ExecutionTrie.children_one` (bit-identical), the state features and log ranks from float32
+:func:`tracer.scoring.single_step.children_one` (bit-identical), the state features and log ranks from float32
 tables built once, products are float32 x float32 (one IEEE rounding in both paths), so the raw
 feature rows agree bit for bit (the two cosine tables are float64 matrix-vector products rounded
 to float32, as the trie's similarities).
@@ -58,7 +58,7 @@ to float32, as the trie's similarities).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,7 +66,8 @@ import torch
 
 from tracer.core.types import Step
 from tracer.learn import standardise
-from tracer.memory.trie import ExecutionTrie, StateKey
+from tracer.memory.keys import StateKey
+from tracer.memory.trie import ExecutionTrie
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",
@@ -78,25 +79,6 @@ GLOBAL_FEATURES = VECTOR_FEATURES + TOOL_FEATURES + HISTORY_FEATURES
 GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history")
 NEUTRAL = {"member": 0.0, "log_p": 0.0, "log_r": 0.0, "edge_cos": 0.0}
 _STATE = ("log_visits", "log_children")
-DEFAULT_KEYS = ("prefix", "last_2+cross_turn", "last_1+cross_turn")
-
-
-def parse_key(spec: str | Mapping | StateKey) -> StateKey:
-    """A state key from its label (``prefix``, ``last_2+cross_turn``, ``prefix+cross_turn``), a mapping
-    (``{kind, n, cross_turn}``) or a :class:`StateKey`."""
-    if isinstance(spec, StateKey):
-        return spec
-    if isinstance(spec, Mapping):
-        return StateKey.from_config(spec)
-    base, _, flag = str(spec).partition("+")
-    if flag not in ("", "cross_turn"):
-        raise ValueError(f"state key {spec!r}: the only suffix is '+cross_turn'")
-    cross = flag == "cross_turn"
-    if base == "prefix":
-        return StateKey("prefix", 1, cross)
-    if base.startswith("last_") and base[5:].isdigit():
-        return StateKey("last_n", int(base[5:]), cross)
-    raise ValueError(f"state key {spec!r}: expected prefix or last_<n>, optionally with +cross_turn")
 
 
 def feature_names(keys: Sequence[StateKey]) -> tuple[str, ...]:
@@ -225,7 +207,7 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     vec = vec.to(device)
     b, n = vec.shape
     cbs = [t.gather(t.lookup(steps), mem_ctx) for t in tries]
-    # vector ranks: stable descending sort, ties by registry position (as tracer.scoring.base.rank)
+    # vector ranks: stable descending sort, ties by registry position (as tracer.scoring.ranking.rank)
     order = torch.sort(vec, dim=1, descending=True, stable=True).indices                 # [B, N]
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(1, n + 1, device=device).expand(b, n))  # [B, N]
     is_cand = torch.zeros(b, n + 1, dtype=torch.bool, device=device)                     # column n: dump
@@ -280,68 +262,3 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     feats = torch.where(mask[:, :, None], feats, 0.0)
     depth = cbs[0].depth if cbs else torch.full((b,), -1, dtype=torch.long, device=device)
     return Candidates(tool=tool, mask=mask, feats=feats, in_state=in_state, depth=depth)
-
-
-@dataclass
-class OneCandidates:
-    """:class:`Candidates` of one step (numpy), plus the vector order for padding."""
-
-    tool: np.ndarray        # [C] int64 registry ids, ascending
-    feats: np.ndarray       # [C, F] float32 raw features
-    in_state: np.ndarray    # [K] bool
-    depth: int              # length of the first key's state (-1 when unseen)
-    order: np.ndarray       # [N] registry ids by vector score, best first (ties by registry position)
-
-
-def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int) -> OneCandidates:
-    """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit."""
-    tries, tables = idx.tries, idx.tables
-    n = len(vec)
-    states = [t.key.state(step) for t in tries]
-    kids = [t.children_one(s, mem_ctx) for t, s in zip(tries, states)]
-    order = np.argsort(-vec, kind="stable")                                              # [N]
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(1, n + 1)
-    is_cand = np.zeros(n, dtype=bool)
-    for ch in kids:
-        is_cand[ch.tool] = True
-    is_cand[order[:max(m, 0)]] = True
-    tool = np.flatnonzero(is_cand)                                                       # [C] ascending
-    col_of = np.empty(n, dtype=np.int64)
-    col_of[tool] = np.arange(len(tool))
-    n_key = len(KEY_FEATURES)
-    feats = np.zeros((len(tool), idx.n_features), dtype=np.float32)
-    for j, (ch, tab) in enumerate(zip(kids, tables)):
-        base = j * n_key
-        lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
-        lc = tab.log_children_np[ch.node] if ch.node >= 0 else np.float32(0)
-        feats[:, base + 4] = lv
-        feats[:, base + 5] = lc
-        if len(ch.tool):
-            block = np.empty((len(ch.tool), n_key), dtype=np.float32)                   # [Ck, 14]
-            block[:, 0] = 1.0
-            block[:, 1], block[:, 2], block[:, 3] = ch.log_p, ch.log_l, ch.sim
-            block[:, 4], block[:, 5] = lv, lc
-            block[:, 6::2] = block[:, :4] * lv
-            block[:, 7::2] = block[:, :4] * lc
-            feats[col_of[ch.tool], base:base + n_key] = block
-    g = len(tries) * n_key
-    r = rank[tool]
-    feats[:, g] = vec[tool]
-    feats[:, g + 1] = idx.log_ranks[r - 1]
-    feats[:, g + 2] = r <= m
-    feats[:, g + 3] = idx.tool_log_freq_np[tool]
-    feats[:, g + 4] = (idx.tool_memory64 @ np.asarray(mem_ctx, dtype=np.float64)).astype(np.float32)[tool]
-    if step.history:
-        get = idx.tool_id.get
-        hist = [i for i in map(get, step.history) if i is not None]
-        if hist:
-            feats[:, g + 5] = np.log1p(np.bincount(hist, minlength=n)[tool].astype(np.float64))
-            turn = np.zeros(n, dtype=np.float32)
-            turn[[i for i in map(get, step.prefix) if i is not None]] = 1
-            feats[:, g + 6] = turn[tool]
-            last = get(step.history[-1])
-            if last is not None and is_cand[last]:
-                feats[col_of[last], g + 7] = 1
-    depth = len(states[0]) if kids and kids[0].node >= 0 else -1
-    return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)

@@ -10,12 +10,10 @@ children are the tools called right after it. Per edge S->t we keep
   (``edge_norm``, the norm of the sum) is kept so that :meth:`ExecutionTrie.update` can add steps
   without holding a second ``[E, d]`` tensor of sums.
 
-Layout: edges are sorted by (node, tool) and stored CSR-like, so the children of node ``u`` are the
-contiguous rows ``indptr[u]:indptr[u+1]`` of ``edge_tool [E]``, ``edge_count [E]``,
-``edge_log_p [E]`` and ``edge_memory [E, d]``.
-
-The node table is a hash map from the state tuple to the node id: for ``key: prefix`` that is a
-trie over tool-call prefixes (every prefix of a training turn is a node); other keys (``last_n``,
+Layout: the node table and CSR counts of :class:`tracer.memory.transitions.TransitionTable`
+(edges sorted by (node, tool); the children of node ``u`` are rows ``indptr[u]:indptr[u+1]``),
+extended with ``edge_log_p [E]`` and ``edge_memory [E, d]``. For ``key: prefix`` the node table is
+a trie over tool-call prefixes (every prefix of a training turn is a node); other keys (``last_n``,
 cross-turn) reuse the same machinery.
 
 Arithmetic (one definition for the batched and the single-step paths): cosines are accumulated in
@@ -23,113 +21,39 @@ float64 from the float32 vectors and rounded to float32; the contextual prior is
 float64 from those float32 cosines and rounded to float32. Float64 accumulation makes the result
 independent of the summation order of the kernel that computes it (BLAS gemv, gemm, a CUDA
 reduction) up to float32 rounding, which is what lets :meth:`ExecutionTrie.gather` (torch, batched,
-on any device) and :meth:`ExecutionTrie.children_one` (numpy, one step, CPU) agree bit for bit.
+on any device) and :func:`tracer.scoring.single_step.children_one` (numpy, one step, CPU) agree bit for bit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
 
-import numpy as np
 import torch
 
 from tracer.core.types import Step
+from tracer.memory.keys import PREFIX, StateKey
+from tracer.memory.priors import contextual_prior, empirical_prior
+from tracer.memory.transitions import Transitions, TransitionTable
 
 _NEG_INF = float("-inf")
-_MEM64_MAX = 1 << 22  # keep a float64 host copy of the edge memory up to this many numbers (32 MiB)
-_WIDE, _WIDE64_BUDGET = 256, 256 << 20  # larger tries: float64 copies of nodes with >= 256 children, 256 MiB
 
 
-@dataclass(frozen=True)
-class StateKey:
-    """Which calls form the state of a step.
+@dataclass
+class ChildBatch(Transitions):
+    """:class:`Transitions` with the priors and similarities of each child (B steps, C children).
 
-    Args:
-        kind: ``prefix`` (all calls in scope, the paper's default) or ``last_n`` (the last ``n``).
-        n: how many calls ``last_n`` keeps.
-        cross_turn: False (paper): the state resets at each user message. True: calls of earlier
-            turns stay in the state.
-
-    Example: a turn ``a, b`` then a user message and ``c``; the state before the call after ``c``
-    is ``(c,)`` for ``prefix``, ``(a, b, c)`` for ``prefix`` + ``cross_turn``, ``(b, c)`` for
-    ``last_n`` with n=2 + ``cross_turn``.
+    log_p: ``[B, C]`` empirical prior log(N(S,t)/N(S) + eps); -inf where masked.
+    sim: ``[B, C]`` cosine of the context with the edge memory; -inf where masked.
+    log_l: ``[B, C]`` contextual prior log(relu(sim)/sum + eps); -inf where masked.
     """
 
-    kind: Literal["prefix", "last_n"] = "prefix"
-    n: int = 1
-    cross_turn: bool = False
-
-    def __post_init__(self):
-        if self.kind not in ("prefix", "last_n"):
-            raise ValueError(f"state key kind must be 'prefix' or 'last_n', got {self.kind!r}")
-        if self.kind == "last_n" and self.n < 1:
-            raise ValueError(f"last_n needs n >= 1, got {self.n}")
-
-    @classmethod
-    def from_config(cls, cfg: Mapping | None) -> StateKey:
-        return cls(**dict(cfg or {}))
-
-    def state(self, step: Step) -> tuple[str, ...]:
-        calls = step.history if self.cross_turn else step.prefix
-        return tuple(calls) if self.kind == "prefix" else tuple(calls[-self.n:])
-
-    @property
-    def label(self) -> str:
-        base = "prefix" if self.kind == "prefix" else f"last_{self.n}"
-        return base + ("+cross_turn" if self.cross_turn else "")
+    log_p: torch.Tensor
+    sim: torch.Tensor
+    log_l: torch.Tensor
 
 
-@dataclass
-class ChildBatch:
-    """The children of a batch of states, padded to the widest node in the batch.
-
-    Shapes: B steps, C = max children in the batch.
-    """
-
-    node: torch.Tensor        # [B] node id, -1 for an unseen state
-    tool: torch.Tensor        # [B, C] registry id of each child (0 where masked)
-    mask: torch.Tensor        # [B, C] True for a real child
-    count: torch.Tensor       # [B, C] N(S, t)
-    node_count: torch.Tensor  # [B] N(S)
-    log_p: torch.Tensor       # [B, C] empirical prior log(N(S,t)/N(S) + eps); -inf where masked
-    sim: torch.Tensor         # [B, C] cosine of the context with the edge memory; -inf where masked
-    log_l: torch.Tensor       # [B, C] contextual prior log(relu(sim)/sum + eps); -inf where masked
-    depth: torch.Tensor       # [B] length of the state
-
-    @property
-    def n_children(self) -> torch.Tensor:  # [B]
-        return self.mask.sum(1)
-
-
-@dataclass
-class OneStep:
-    """The children of one state, for the single-step path (numpy, CPU). C = children of the node."""
-
-    node: int               # node id, -1 for an unseen state
-    tool: np.ndarray        # [C] int64 registry ids
-    count: np.ndarray       # [C] int64 N(S, t)
-    log_p: np.ndarray       # [C] float32
-    sim: np.ndarray         # [C] float32
-    log_l: np.ndarray       # [C] float32
-
-
-@dataclass
-class _Host:
-    """CPU (numpy) views of the trie for the single-step path."""
-
-    indptr: list[int]
-    tool: np.ndarray        # [E] int64
-    count: np.ndarray       # [E] int64
-    log_p: np.ndarray       # [E] float32
-    mem: np.ndarray         # [E, d] float32
-    mem64: np.ndarray | None  # [E, d] float64 copy for small tries (saves a conversion per step)
-    wide64: dict[int, np.ndarray]  # float64 copies of the children of wide nodes (large tries)
-    wide_budget: int        # bytes still allowed for wide64
-
-
-class ExecutionTrie:
+class ExecutionTrie(TransitionTable):
     """Nodes, CSR edges, counts, priors and edge memories. Build with :meth:`build`, grow with :meth:`update`.
 
     Args:
@@ -142,42 +66,17 @@ class ExecutionTrie:
             arithmetic stays float64).
     """
 
-    def __init__(self, n_tools: int, dim: int, key: StateKey = StateKey(), eps: float = 1e-6,
+    def __init__(self, n_tools: int, dim: int, key: StateKey = PREFIX, eps: float = 1e-6,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
-        self.n_tools, self.dim, self.key, self.eps = n_tools, dim, key, eps
-        self.device = torch.device(device)
+        super().__init__(n_tools, key, device)
+        self.dim, self.eps = dim, eps
         self.dtype = dtype
-        self.nodes: dict[tuple[str, ...], int] = {}
-        self.node_states: list[tuple[str, ...]] = []
-        long = {"dtype": torch.long, "device": self.device}
-        self.indptr = torch.zeros(1, **long)                                           # [U+1]
-        self.edge_tool = torch.zeros(0, **long)                                        # [E]
-        self.edge_count = torch.zeros(0, **long)                                       # [E]
         self.edge_log_p = torch.zeros(0, dtype=torch.float32, device=self.device)      # [E]
         self.edge_memory = torch.zeros(0, dim, dtype=dtype, device=self.device)        # [E, d]
         self.edge_norm = torch.zeros(0, dtype=torch.float32, device=self.device)       # [E] norm of the sum
-        self.node_count = torch.zeros(0, **long)                                       # [U]
-        self.node_depth = torch.zeros(0, **long)                                       # [U]
-        self._host: _Host | None = None
+        self.single_step_cache = None  # CPU copies made by tracer.scoring.single_step; dropped on update
 
     # ---- building --------------------------------------------------------------------------------
-    def _node_ids(self, states: Iterable[tuple[str, ...]], create: bool) -> list[int]:
-        get, ids = self.nodes.get, []
-        for s in states:
-            u = get(s)
-            if u is None:
-                if not create:
-                    ids.append(-1)
-                    continue
-                u = self.nodes[s] = len(self.node_states)
-                self.node_states.append(s)
-            ids.append(u)
-        return ids
-
-    def edge_node(self) -> torch.Tensor:
-        """The source node of every edge, ``[E]``."""
-        return torch.repeat_interleave(torch.arange(len(self.indptr) - 1, device=self.device), self.indptr.diff())
-
     def update(self, states: Sequence[tuple[str, ...]], tools: torch.Tensor, contexts: torch.Tensor,
                chunk: int = 1 << 16) -> ExecutionTrie:
         """Add steps: ``states`` (len S), ``tools [S]`` gold registry ids, ``contexts [S, d]`` normalised.
@@ -197,7 +96,6 @@ class ExecutionTrie:
             raise ValueError(f"tool ids must lie in [0, {self.n_tools})")
         n_old_nodes = self.n_nodes
         node = torch.tensor(self._node_ids(states, create=True), dtype=torch.long, device=self.device)  # [S]
-        n_nodes = self.n_nodes
         # the new steps, reduced to their distinct edges
         new_key, inv = torch.unique(node * self.n_tools + tools, sorted=True, return_inverse=True)  # [K], [S]
         new_count = torch.bincount(inv, minlength=len(new_key))                                      # [K]
@@ -233,51 +131,19 @@ class ExecutionTrie:
         memory[at_new] = total.div_(norm[at_new].clamp_min(1e-12)[:, None]).to(self.dtype)  # m . c is a cosine
         self.edge_memory = memory
         self.edge_norm = norm
-        self.edge_count = count
-        self.edge_tool = key % self.n_tools
-        edge_node = key // self.n_tools
-        self.indptr = torch.zeros(n_nodes + 1, dtype=torch.long, device=self.device)
-        self.indptr[1:] = torch.bincount(edge_node, minlength=n_nodes).cumsum(0)
-        self.node_count = torch.zeros(n_nodes, dtype=torch.long, device=self.device).index_add_(0, edge_node, count)
-        new_depth = torch.tensor([len(s) for s in self.node_states[n_old_nodes:]], dtype=torch.long,
-                                 device=self.device)
-        self.node_depth = torch.cat([self.node_depth, new_depth])
+        edge_node = self._set_edges(key, count, n_old_nodes)
         self.edge_log_p = empirical_prior(count, self.node_count[edge_node], self.eps)
-        self._host = None
+        self.single_step_cache = None
         return self
 
     @classmethod
     def build(cls, steps: Sequence[Step], tool_ids: torch.Tensor, contexts: torch.Tensor, n_tools: int,
-              key: StateKey = StateKey(), eps: float = 1e-6, device: str | torch.device = "cpu",
+              key: StateKey = PREFIX, eps: float = 1e-6, device: str | torch.device = "cpu",
               dtype: torch.dtype = torch.float32) -> ExecutionTrie:
         trie = cls(n_tools, contexts.shape[1], key, eps, device, dtype)
         return trie.update([key.state(s) for s in steps], tool_ids, contexts)
 
     # ---- queries ---------------------------------------------------------------------------------
-    @property
-    def n_nodes(self) -> int:
-        return len(self.node_states)
-
-    @property
-    def n_edges(self) -> int:
-        return int(self.edge_tool.shape[0])
-
-    def node(self, state: tuple[str, ...]) -> int:
-        return self.nodes.get(tuple(state), -1)
-
-    def children(self, state: tuple[str, ...]) -> dict[int, int]:
-        """{tool id: count} of the children of a state (empty if unseen)."""
-        u = self.node(state)
-        if u < 0:
-            return {}
-        lo, hi = int(self.indptr[u]), int(self.indptr[u + 1])
-        return dict(zip(self.edge_tool[lo:hi].tolist(), self.edge_count[lo:hi].tolist()))
-
-    def lookup(self, steps: Sequence[Step]) -> torch.Tensor:
-        """Node id of each step's state, ``[B]`` (-1 where unseen)."""
-        return torch.tensor(self._node_ids((self.key.state(s) for s in steps), create=False), dtype=torch.long,
-                            device=self.device)
-
     def gather(self, node: torch.Tensor, contexts: torch.Tensor | None, heavy: int = 4,
                chunk: int = 1 << 13) -> ChildBatch:
         """Children, priors and similarities for nodes ``[B]`` and contexts ``[B, d]``.
@@ -287,35 +153,20 @@ class ExecutionTrie:
         node for nodes that several steps of the batch share (one small matmul each) and per
         (step, child) pair for the rest.
         """
-        node = node.to(self.device)
-        b = len(node)
-        seen = node >= 0
-        safe = node.clamp_min(0)
-        if self.n_nodes:
-            start = torch.where(seen, self.indptr[safe], 0)                               # [B]
-            n_child = torch.where(seen, self.indptr[safe + 1] - start, 0)                 # [B]
-        else:
-            start = n_child = torch.zeros_like(node)
-        width = max(int(n_child.max()) if b else 0, 1)
-        offs = torch.arange(width, device=self.device)                                  # [C]
-        mask = offs[None, :] < n_child[:, None]                                         # [B, C]
-        edge = torch.where(mask, start[:, None] + offs[None, :], 0)                     # [B, C]
+        t, start, n_child, edge = self.slots(node)
+        node, mask = t.node, t.mask
+        width = mask.shape[1]
         if self.n_edges:
-            tool = torch.where(mask, self.edge_tool[edge], 0)
-            count = torch.where(mask, self.edge_count[edge], 0)
             log_p = torch.where(mask, self.edge_log_p[edge], _NEG_INF)
         else:
-            tool = count = torch.zeros_like(edge)
             log_p = torch.full(edge.shape, _NEG_INF, device=self.device)
-        node_count = torch.where(seen, self.node_count[safe], 0) if self.n_nodes else torch.zeros_like(node)
-        depth = torch.where(seen, self.node_depth[safe], -1) if self.n_nodes else torch.full_like(node, -1)
         if contexts is None:
             sim = torch.where(mask, 0.0, _NEG_INF)                                       # [B, C]
         else:
             sim = self._sims(node, start, n_child, contexts, width, heavy, chunk)       # [B, C]
         log_l = contextual_prior(sim, mask, self.eps)
-        return ChildBatch(node=node, tool=tool, mask=mask, count=count, node_count=node_count, log_p=log_p,
-                          sim=sim, log_l=log_l, depth=depth)
+        return ChildBatch(node=node, tool=t.tool, mask=mask, count=t.count, node_count=t.node_count, depth=t.depth,
+                          log_p=log_p, sim=sim, log_l=log_l)
 
     def _sims(self, node, start, n_child, contexts, width, heavy, chunk) -> torch.Tensor:
         """Cosines ``[B, C]`` (float32, -inf where masked), accumulated in float64."""
@@ -331,7 +182,7 @@ class ExecutionTrie:
         order = torch.argsort(node[rows], stable=True)
         rows = rows[order]
         uniq, counts = torch.unique_consecutive(node[rows], return_counts=True)
-        big = counts >= heavy                                                            # [n_unique]
+        big = counts >= min(heavy, len(rows))  # [n_unique]; a batch of one is one matmul (no pair indexing)
         ends = counts.cumsum(0)
         ub = uniq[big]
         for lo, hi, end, cnt in zip(self.indptr[ub].tolist(), self.indptr[ub + 1].tolist(), ends[big].tolist(),
@@ -350,45 +201,6 @@ class ExecutionTrie:
                 pr, pe = pair_row[lo:lo + chunk], pair_edge[lo:lo + chunk]
                 sim[pr, pair_off[lo:lo + chunk]] = (ctx[pr] * self.edge_memory[pe].to(torch.float64)).sum(1)
         return sim.float()
-
-    # ---- the single-step path ----------------------------------------------------------------------
-    def host(self) -> _Host:
-        """CPU numpy views used by :meth:`children_one` (built once, dropped on update)."""
-        if self._host is None:
-            mem = self.edge_memory.detach().cpu()
-            mem_np = mem.numpy() if mem.dtype != torch.bfloat16 else mem.float().numpy()
-            self._host = _Host(
-                indptr=self.indptr.tolist(), tool=self.edge_tool.cpu().numpy(), count=self.edge_count.cpu().numpy(),
-                log_p=self.edge_log_p.cpu().numpy(), mem=mem_np,
-                mem64=mem_np.astype(np.float64) if mem_np.size <= _MEM64_MAX else None, wide64={},
-                wide_budget=_WIDE64_BUDGET)
-        return self._host
-
-    def children_one(self, state: tuple[str, ...], context: np.ndarray | None) -> OneStep:
-        """The children of one state scored against one context ``[d]`` (float64 or float32): numpy, CPU.
-
-        Same arithmetic as :meth:`gather`, bit for bit.
-        """
-        h = self.host()
-        u = self.nodes.get(state, -1)
-        if u < 0:
-            empty_f = np.zeros(0, np.float32)
-            return OneStep(-1, np.zeros(0, np.int64), np.zeros(0, np.int64), empty_f, empty_f, empty_f)
-        lo, hi = h.indptr[u], h.indptr[u + 1]
-        if context is None:
-            sim = np.zeros(hi - lo, np.float32)
-        else:
-            if h.mem64 is not None:
-                mem = h.mem64[lo:hi]
-            elif u in h.wide64:
-                mem = h.wide64[u]
-            else:
-                mem = h.mem[lo:hi].astype(np.float64)
-                if hi - lo >= _WIDE and mem.nbytes <= h.wide_budget:  # keep the conversion of a wide node
-                    h.wide64[u] = mem
-                    h.wide_budget -= mem.nbytes
-            sim = (mem @ np.asarray(context, dtype=np.float64)).astype(np.float32)  # [C]
-        return OneStep(u, h.tool[lo:hi], h.count[lo:hi], h.log_p[lo:hi], sim, contextual_prior_one(sim, self.eps))
 
     # ---- persistence -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -430,35 +242,3 @@ class ExecutionTrie:
         ts = (self.indptr, self.edge_tool, self.edge_count, self.edge_log_p, self.edge_memory, self.edge_norm,
               self.node_count, self.node_depth)
         return sum(t.element_size() * t.nelement() for t in ts)
-
-
-def empirical_prior(count: torch.Tensor, node_count: torch.Tensor, eps: float) -> torch.Tensor:
-    """P = log(N(S,t)/N(S) + eps) per edge, computed in float64, stored float32."""
-    return torch.log(count.double() / node_count.double().clamp_min(1) + eps).float()
-
-
-def contextual_prior(sim: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
-    """L = log(relu(sim) / sum_children relu(sim) + eps), uniform over the children if every sim <= 0.
-
-    ``sim [B, C]``, ``mask [B, C]`` -> ``[B, C]`` float32 with -inf where masked (float64 inside).
-    """
-    pos = sim.double().clamp_min(0).masked_fill_(~mask, 0.0)            # [B, C] relu, 0 where masked
-    total = pos.sum(1, keepdim=True)                                    # [B, 1]
-    uniform = mask.double() / mask.sum(1, keepdim=True).clamp_min(1)    # [B, C] 1/n over the children
-    prob = torch.where(total > 0, pos / total, uniform)                 # 0/0 rows are replaced by uniform
-    return torch.log(prob.add_(eps)).float().masked_fill_(~mask, _NEG_INF)
-
-
-def contextual_prior_one(sim: np.ndarray, eps: float) -> np.ndarray:
-    """:func:`contextual_prior` for the children of one state, ``[C]`` float32 -> ``[C]`` float32 (numpy)."""
-    n = len(sim)
-    if n == 0:
-        return np.zeros(0, np.float32)
-    pos = np.maximum(sim, 0.0, dtype=np.float64)                          # [C] float64
-    total = pos.sum()
-    if total > 0:
-        np.divide(pos, total, out=pos)
-    else:
-        pos.fill(1.0 / n)
-    np.add(pos, eps, out=pos)
-    return np.log(pos, out=pos).astype(np.float32)

@@ -21,7 +21,7 @@ from tracer.core.folds import inner_seed
 from tracer.core.types import Trajectory
 from tracer.learn.candidate_model import CandidateData, CandidateModel, inner_fold_candidates, train_model
 from tracer.scorers.tracer_plus import TracerPlusScorer
-from tracer.scoring.base import Resources, fallback_scores, training_steps
+from tracer.scoring.resources import Resources, fallback_scores, training_steps
 
 
 def source_candidates(scorer: TracerPlusScorer, trajectories: Sequence[Trajectory], res: Resources,

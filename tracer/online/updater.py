@@ -63,8 +63,8 @@ class Updater:
 
     def __init__(self, scorer, refit_every: int | None = None, history: Iterable[Trajectory] = (),
                  background: bool = True):
-        if getattr(scorer, "res", None) is None:
-            raise ValueError(f"scorer {getattr(scorer, 'name', scorer)!r} is not fitted")
+        if scorer.res is None:
+            raise ValueError(f"scorer {scorer.name!r} is not fitted")
         if refit_every is not None and refit_every < 1:
             raise ValueError(f"refit_every must be >= 1 or None, got {refit_every}")
         self.scorer, self.refit_every, self.background = scorer, refit_every, background

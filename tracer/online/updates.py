@@ -25,12 +25,14 @@ import numpy as np
 import torch
 
 from tracer.core.types import Registry, Step, Tool, Trajectory
-from tracer.memory.trie import ExecutionTrie, empirical_prior
+from tracer.memory.priors import empirical_prior
+from tracer.memory.transitions import TransitionTable
+from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.autotool import AutoToolScorer
 from tracer.scorers.toolnet import ToolNetScorer
 from tracer.scorers.tracer import TracerScorer
 from tracer.scorers.tracer_plus import TracerPlusScorer
-from tracer.scoring.base import Resources, training_steps
+from tracer.scoring.resources import Resources, training_steps
 
 
 def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:
@@ -66,7 +68,7 @@ def rename_resources(res: Resources, old: str, new: str) -> Resources:
                                tool_index=res.tool_index.with_rows(replace={i: (new, vec.cpu().numpy())}))
 
 
-def rename_in_trie(trie: ExecutionTrie, old: str, new: str) -> None:
+def rename_in_trie(trie: TransitionTable, old: str, new: str) -> None:
     """Rename a tool inside the states of a trie (the node table maps call-name tuples to nodes).
     The caller checks first that no state holds ``new`` (:func:`rename_scorer`)."""
     for u, s in enumerate(trie.node_states):
@@ -114,12 +116,12 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
         torch.arange(int(width.sum()), device=trie.device)                              # their edges
     trie.edge_log_p[rows] = empirical_prior(trie.edge_count[rows], torch.repeat_interleave(trie.node_count[nodes],
                                                                                            width), trie.eps)
-    trie._host = None
+    trie.single_step_cache = None
     return trie
 
 
-def scorer_tries(scorer) -> list[ExecutionTrie]:
-    """Every trie a fitted scorer holds (empty for scorers without one, e.g. vector search)."""
+def scorer_tries(scorer) -> list[TransitionTable]:
+    """Every trie or transition table a fitted scorer holds (empty for scorers without one, e.g. vector search)."""
     if isinstance(scorer, TracerPlusScorer):
         return list(scorer.tries)
     if isinstance(scorer, TracerScorer):
@@ -131,13 +133,13 @@ def scorer_tries(scorer) -> list[ExecutionTrie]:
     return []
 
 
-def _memory_contexts(scorer, steps: Sequence[Step], res: Resources) -> torch.Tensor:
-    """The contexts a scorer's tries store, ``[S, d]`` (1-d zeros for the transition-only tries)."""
+def _memory_contexts(scorer, steps: Sequence[Step], res: Resources) -> torch.Tensor | None:
+    """The contexts a scorer's tries store, ``[S, d]`` (None for transition tables: counts only)."""
     if isinstance(scorer, TracerPlusScorer):
         return scorer.embed(steps, res)[0]
     if isinstance(scorer, TracerScorer):
         return res.embed(steps, scorer.rendering)
-    return torch.zeros(len(steps), 1)                                                   # [S, 1]
+    return None
 
 
 def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | None = None) -> int:
@@ -153,14 +155,18 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
     if res.registry is not scorer.res.registry and (len(res.registry) < len(scorer.res.registry) or any(
             a.name != b.name for a, b in zip(res.registry, scorer.res.registry))):
         raise ValueError("the new registry must extend the scorer's (same tools, same order, new ones at the end)")
-    steps = training_steps(trajectories, res.registry, getattr(scorer, "successful_only", True))
+    steps = training_steps(trajectories, res.registry, scorer.successful_only)
     tries = scorer_tries(scorer)
     if tries:
         gold = res.tool_ids([s.gold for s in steps])                                   # [S]
         ctx = _memory_contexts(scorer, steps, res)                                      # [S, d]
         for trie in tries:
             trie.n_tools = len(res.registry)  # ids are registry positions: appended tools take the new ones
-            add_steps(trie, [trie.key.state(s) for s in steps], gold, ctx)
+            states = [trie.key.state(s) for s in steps]
+            if isinstance(trie, ExecutionTrie):
+                add_steps(trie, states, gold, ctx)
+            else:
+                trie.add(states, gold)
     if isinstance(scorer, (TracerPlusScorer, TracerScorer)):
         scorer.attach(tries if isinstance(scorer, TracerPlusScorer) else tries[0], res)
     else:

@@ -33,13 +33,16 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
-from tracer.memory.trie import ExecutionTrie, StateKey
-from tracer.scorers.toolnet import transition_trie
-from tracer.scoring.base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
+from tracer.memory.keys import StateKey
+from tracer.memory.transitions import TransitionTable
 from tracer.scoring.fit import FitReport
+from tracer.scoring.protocol import ScorerBase
+from tracer.scoring.ranking import scatter_primary
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, fallback_scores, fit_steps
 
 
-class AutoToolScorer:
+class AutoToolScorer(ScorerBase):
     """Blend of transition frequency (with back-off) and context-tool cosine over the whole registry.
 
     Args:
@@ -57,13 +60,15 @@ class AutoToolScorer:
         self.name, self.alpha, self.successful_only, self.pad = name, alpha, successful_only, pad
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None
-        self.tries: list[ExecutionTrie] = []   # [last two calls, last call]
+        self.tries: list[TransitionTable] = []   # [last two calls, last call]
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
         t0 = time.perf_counter()
         self.res = res
         steps = fit_steps(trajectories, res.registry, self.successful_only)
-        self.tries = [transition_trie(steps, res, StateKey(kind="last_n", n=n, cross_turn=True)) for n in (2, 1)]
+        gold = res.tool_ids([s.gold for s in steps])
+        self.tries = [TransitionTable.build(steps, gold, len(res.registry), StateKey(kind="last_n", n=n, cross_turn=True))
+                      for n in (2, 1)]
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0)
 
     def transition(self, steps: Sequence[Step]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -75,7 +80,7 @@ class AutoToolScorer:
         done = torch.zeros(b, dtype=torch.bool)
         full_seen = None
         for trie in self.tries:
-            cb = trie.gather(trie.lookup(steps), None)
+            cb = trie.gather(trie.lookup(steps))
             seen = cb.mask.any(1) & ~done                                       # [B]
             if full_seen is None:
                 full_seen = cb.mask.any(1)
@@ -85,15 +90,15 @@ class AutoToolScorer:
             done |= seen
         return freq, level, full_seen
 
-    def score(self, steps: Sequence[Step]) -> Scores:
+    def score_embedded(self, steps: Sequence[Step], ctx: torch.Tensor) -> Scores:
+        """``ctx [B, d]``: the steps' contexts under :attr:`rendering`."""
         if not self.tries or self.res is None:
             raise RuntimeError(f"scorer {self.name!r} is not fitted")
-        ctx = self.res.embed(steps, self.rendering)                             # [B, d]
         cos = fallback_scores(self.res, ctx)                                    # [B, N]
         freq, level, full_seen = self.transition(steps)                         # [B, N], [B], [B]
         blend = self.alpha * freq + (1.0 - self.alpha) * cos                    # [B, N]
-        return Scores(primary=blend, fallback=cos, fell_back=level < 0, in_trie=full_seen,
-                      depth=level, extra={"backoff": level})
+        return Scores(primary=blend, fallback=cos, fell_back=level < 0,
+                      diagnostics={"in_trie": full_seen, "depth": level, "backoff": level})
 
     def describe(self) -> dict:
         return {"scorer": self.name, "paper": "AutoTool (Jia and Li 2026, arXiv:2511.14650)", "alpha": self.alpha,

@@ -49,16 +49,19 @@ import torch
 from tracer.core.context import ContextRendering
 from tracer.core.steps import extract_steps
 from tracer.core.types import Step, Trajectory
-from tracer.memory.trie import ExecutionTrie
+from tracer.memory.keys import LAST_CALL
+from tracer.memory.transitions import TransitionTable
 from tracer.scorers.summaries import Summarizer
-from tracer.scorers.toolnet import transition_trie
-from tracer.scoring.base import Resources, Scores, fallback_scores, rank, scatter_primary
 from tracer.scoring.fit import FitReport
+from tracer.scoring.protocol import ScorerBase
+from tracer.scoring.ranking import rank, scatter_primary
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, fallback_scores
 
 POLICIES = ("auto", "always", "never", "turn_start")
 
 
-class HEPMScorer:
+class HEPMScorer(ScorerBase):
     """Tool graph with efficiency-weighted edges and per-occurrence state annotations.
 
     Args:
@@ -85,7 +88,7 @@ class HEPMScorer:
         self.summarizer = Summarizer(summarizer, max_calls)
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None
-        self.trie: ExecutionTrie | None = None
+        self.trie: TransitionTable | None = None
         self.edge_weight = torch.zeros(0)           # [E] w(a, b), normalised over the successors of a
         self.ann_edge = torch.zeros(0, dtype=torch.long)  # [A] edge of each annotation
         self.ann_emb = torch.zeros(0, 0)            # [A, d] embedded summaries
@@ -120,7 +123,7 @@ class HEPMScorer:
             for transition in {(s.history[-1:], s.gold) for s in kept}:   # once per trajectory
                 efficiency[transition] += 1.0 / len(all_steps)
             steps.extend(kept)
-        self.trie = transition_trie(steps, res)
+        self.trie = TransitionTable.build(steps, res.tool_ids([s.gold for s in steps]), len(res.registry), LAST_CALL)
         states = self.trie.node_states
         edge_node = self.trie.edge_node()                                                  # [E]
         names = self.res.registry.names
@@ -187,7 +190,7 @@ class HEPMScorer:
             raise RuntimeError(f"scorer {self.name!r} is not fitted")
         b, n = len(steps), len(self.res.registry)
         node = self.trie.lookup(steps)                                                    # [B]
-        cb = self.trie.gather(node, None)
+        cb = self.trie.gather(node)
         start = torch.where(node >= 0, self.trie.indptr[node.clamp_min(0)], torch.zeros_like(node))
         edge = torch.where(cb.mask, start[:, None] + torch.arange(cb.mask.shape[1])[None, :], 0)  # [B, C]
         values = torch.where(cb.mask, self.edge_weight[edge] if self.trie.n_edges else edge.float(),
@@ -204,17 +207,17 @@ class HEPMScorer:
         primary = scatter_primary(cb.tool, cb.mask, values, n)                            # [B, N]
         fallback = fallback_scores(self.res, ctx)
         has_children = cb.mask.any(1)
-        scores = Scores(primary=primary, fallback=fallback, fell_back=~has_children, in_trie=has_children,
-                        depth=cb.depth, n_children=cb.n_children, present_all=True,
-                        extra={"summarised": summarised})
+        scores = Scores(primary=primary, fallback=fallback, fell_back=~has_children,
+                        diagnostics={"in_trie": has_children, "depth": cb.depth, "n_children": cb.n_children,
+                                     "summarised": summarised}, present_all=True)
         scores.guidance = self.guidance_lines(scores, summarised)
-        scores.extra["guidance_chars"] = torch.tensor([len(g) for g in scores.guidance])
+        scores.diagnostics["guidance_chars"] = torch.tensor([len(g) for g in scores.guidance])
         return scores
 
     def suggested(self, scores: Scores) -> list[list[int]]:
         """The registry ids each step's guidance line suggests (best first; empty: no line, no successors)."""
         ranking = rank(scores.primary, scores.fallback, torch.zeros_like(scores.fell_back))  # [B, N]
-        return [ranking[i, :min(self.suggest, int(scores.n_children[i]))].tolist() for i in range(len(ranking))]
+        return [ranking[i, :min(self.suggest, int(scores.diagnostics["n_children"][i]))].tolist() for i in range(len(ranking))]
 
     def guidance_lines(self, scores: Scores, summarised: torch.Tensor) -> list[str]:
         lines = []

@@ -48,8 +48,11 @@ import torch
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
 from tracer.scorers.summaries import Episode, Summarizer, episodes, most_common
-from tracer.scoring.base import Resources, Scores, fallback_scores, no_proposal
 from tracer.scoring.fit import FitReport
+from tracer.scoring.protocol import ScorerBase
+from tracer.scoring.ranking import no_proposal
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, fallback_scores
 
 RECENT_MESSAGES = {"window": "last_n", "n": 5, "calls": "names", "results": "truncated", "system": False}
 
@@ -226,7 +229,7 @@ class InsightMemory:
                 "model_calls": self.model_calls}
 
 
-class InsightScorer:
+class InsightScorer(ScorerBase):
     """The Insight memory alone: the whole registry presented, the memory's block in the prompt.
 
     Args:
@@ -253,15 +256,14 @@ class InsightScorer:
         return FitReport(self.name, len(trajectories), len(self.memory.episodes), time.perf_counter() - t0,
                          {"clusters": self.memory.k})
 
-    def score(self, steps: Sequence[Step]) -> Scores:
-        if self.res is None:
-            raise RuntimeError(f"scorer {self.name!r} is not fitted")
+    def score_embedded(self, steps: Sequence[Step], ctx: torch.Tensor) -> Scores:
+        """``ctx [B, d]``: the steps' contexts under :attr:`rendering` (the vector-fallback query)."""
+        self._check_fitted()
         b = len(steps)
-        ctx = self.res.embed(steps, self.rendering)                             # [B, d]
         guidance = self.memory.guidance(steps)
         return Scores(primary=no_proposal(b, len(self.res.registry)), fallback=fallback_scores(self.res, ctx),
                       fell_back=torch.ones(b, dtype=torch.bool), present_all=True, guidance=guidance,
-                      extra={"guidance_chars": torch.tensor([len(g) for g in guidance])})
+                      diagnostics={"guidance_chars": torch.tensor([len(g) for g in guidance])})
 
     def describe(self) -> dict:
         return {"scorer": self.name, "paper": "Insight memory (Rethinking the Role of Tool Graph Memory in "

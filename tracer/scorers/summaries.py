@@ -1,7 +1,7 @@
 """State summaries for the memory baselines (H-EPM, Insight): from the executor model, or offline.
 
 Both papers summarise the agent's state with a language model. When a (non-oracle) executor is
-configured in :class:`~tracer.scoring.base.Resources`, the summary is the model's answer to one
+configured in :class:`~tracer.scoring.resources.Resources`, the summary is the model's answer to one
 ``complete`` call, counted by :class:`Summarizer`. Offline (no executor, or the oracle, which
 produces no text) the summary is a deterministic *digest* of the state instead:
 

@@ -35,24 +35,16 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
-from tracer.memory.trie import ExecutionTrie, StateKey
-from tracer.scoring.base import Resources, Scores, fallback_scores, fit_steps, scatter_primary
+from tracer.memory.keys import LAST_CALL
+from tracer.memory.transitions import TransitionTable
 from tracer.scoring.fit import FitReport
-
-LAST_CALL = StateKey(kind="last_n", n=1, cross_turn=True)
-
-
-def transition_trie(steps: Sequence[Step], res: Resources, key: StateKey = LAST_CALL) -> ExecutionTrie:
-    """Transition counts keyed by the last ``key.n`` calls (the empty state is START).
-
-    Only the counts are used, so the edge memories are built from 1-d zero contexts.
-    """
-    zeros = torch.zeros(len(steps), 1)                                        # [S, 1]
-    return ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), zeros, len(res.registry), key,
-                               device="cpu")
+from tracer.scoring.protocol import ScorerBase
+from tracer.scoring.ranking import scatter_primary
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, fallback_scores, fit_steps
 
 
-class ToolNetScorer:
+class ToolNetScorer(ScorerBase):
     """Successors of the previous tool ranked by transition weight; vector ranking otherwise.
 
     Args:
@@ -67,13 +59,13 @@ class ToolNetScorer:
         self.name, self.pad, self.successful_only = name, pad, successful_only
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None
-        self.trie: ExecutionTrie | None = None
+        self.trie: TransitionTable | None = None
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
         t0 = time.perf_counter()
         self.res = res
         steps = fit_steps(trajectories, res.registry, self.successful_only)
-        self.trie = transition_trie(steps, res)
+        self.trie = TransitionTable.build(steps, res.tool_ids([s.gold for s in steps]), len(res.registry), LAST_CALL)
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0)
 
     def successors(self, previous: str | None) -> dict[str, float]:
@@ -83,20 +75,18 @@ class ToolNetScorer:
         total = sum(children.values())
         return {self.res.registry[t].name: c / total for t, c in children.items()}
 
-    def score(self, steps: Sequence[Step]) -> Scores:
+    def score_embedded(self, steps: Sequence[Step], ctx: torch.Tensor) -> Scores:
+        """``ctx [B, d]``: the steps' contexts under :attr:`rendering` (the fallback query)."""
         if self.trie is None or self.res is None:
             raise RuntimeError(f"scorer {self.name!r} is not fitted")
-        ctx = self.res.embed(steps, self.rendering)                             # [B, d]
-        cb = self.trie.gather(self.trie.lookup(steps), None)
+        cb = self.trie.gather(self.trie.lookup(steps))
         weight = cb.count / cb.node_count.clamp_min(1)[:, None]                 # [B, C]
         has_children = cb.mask.any(1)                                           # [B]
         return Scores(
             primary=scatter_primary(cb.tool, cb.mask, weight.float(), len(self.res.registry)),
             fallback=fallback_scores(self.res, ctx),
             fell_back=~has_children,
-            in_trie=has_children,
-            depth=cb.depth,
-            n_children=cb.n_children,
+            diagnostics={"in_trie": has_children, "depth": cb.depth, "n_children": cb.n_children},
         )
 
     def describe(self) -> dict:

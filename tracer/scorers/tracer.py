@@ -22,22 +22,22 @@ finite, very low L instead of -inf. If every child's cosine is <= 0, L is unifor
 
 Two paths, one result: :meth:`TracerScorer.score_embedded` scores a batch with torch on the
 resources' device; :meth:`TracerScorer.select_one` / :meth:`TracerScorer.rank_one` score one
-step with numpy on the CPU (tens of microseconds beyond the context embedding, fixed blend).
-Cosines are accumulated in float64 and rounded to float32 on both (see :mod:`tracer.memory.trie`), so
-their rankings and presented sets are the same (tested on BFCL).
+live step with :mod:`tracer.scoring.single_step` (numpy on the CPU, fixed blend; the learned blend
+takes the batched path with a batch of one). Cosines are accumulated in float64 and rounded to
+float32 on both (see :mod:`tracer.memory.trie`), so their rankings and presented sets are the same
+(tested on BFCL).
 
 Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
 
     res = Resources.build(dataset.registry, build_embedder())
-    scorer = build_scorer("tracer_fixed"); report = scorer.fit(dataset.trajectories, res)   # a FitReport
+    scorer = build_scorer("tracer_fixed"); scorer.fit(dataset.trajectories, res)
     presented = finalize(scorer.score(steps), k=5).presented      # batched
-    one = scorer.select_one(step, context_embedding, k=5)          # one step
+    one = scorer.select_one(step, scorer.embed([step]), k=5)       # one live step
     scorer.save("index"); scorer = TracerScorer.load("index", res.embedder)
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -52,20 +52,24 @@ from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
 from tracer.learn.blend_fit import HeadConfig, fit_blend_head
 from tracer.learn.blend_head import BlendHead, fixed_blend, state_features
-from tracer.memory.trie import ChildBatch, ExecutionTrie, OneStep, StateKey
-from tracer.scoring.base import (
-    Resources,
-    Scores,
-    as_numpy,
-    fallback_scores,
-    finalize,
-    finalize_one,
-    fit_steps,
-    rank_one,
-    scatter_primary,
-)
+from tracer.memory.keys import StateKey
+from tracer.memory.trie import ChildBatch, ExecutionTrie
 from tracer.scoring.fit import FitReport
 from tracer.scoring.persist import check_trie, load_tensors, open_index, write_common
+from tracer.scoring.protocol import Contexts, ScorerBase
+from tracer.scoring.ranking import confidence, scatter_primary
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, fallback_scores, fit_steps
+from tracer.scoring.single_step import (
+    OneStep,
+    as_numpy,
+    children_one,
+    confidence_one,
+    dense_scores_one,
+    finalize_one,
+    rank_one,
+    top_scores_one,
+)
 
 FORMAT_VERSION = 2
 PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
@@ -89,7 +93,7 @@ def prefix_entropy(trie: ExecutionTrie) -> torch.Tensor:
     return h.float().cpu()
 
 
-class TracerScorer:
+class TracerScorer(ScorerBase):
     """The TRACER retriever over one execution trie.
 
     Args:
@@ -104,10 +108,12 @@ class TracerScorer:
         successful_only: build from successful trajectories only.
         head: :class:`tracer.learn.blend_fit.HeadConfig`'s fields; a key left out: ``DEFAULT_HEAD`` (the YAML's).
 
-    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch, on the
-    resources' device) and :meth:`select_one` / :meth:`rank_one` (one step, numpy on the CPU, tens of
-    microseconds beyond the context embedding; fixed blend only, the learned one goes the batched path).
+    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch,
+    on the resources' device) and :meth:`select_one` / :meth:`rank_one` (one live step through
+    :mod:`tracer.scoring.single_step` for the fixed blend; the learned blend takes the batched path).
     """
+
+    can_save = True
 
     def __init__(self, name: str = "tracer_fixed", blend: str = "fixed", key: Mapping | None = None,
                  context: Mapping | None = None, eps: float = 1e-6, tau: float = 0.2, pad: bool = True,
@@ -173,11 +179,6 @@ class TracerScorer:
             scores = self.head.blend(cb.log_p, cb.log_l, cb.mask, w, t).masked_fill(~cb.mask, float("-inf"))
         return scores, {"w": w.cpu(), "T": t.cpu()}
 
-    def score(self, steps: Sequence[Step]) -> Scores:
-        self._check_fitted()
-        ctx = self.res.embed(steps, self.rendering)                             # [B, d]
-        return self.score_embedded(steps, ctx)
-
     def score_embedded(self, steps: Sequence[Step], ctx: torch.Tensor) -> Scores:
         """Score steps whose contexts are already embedded (``ctx [B, d]``)."""
         self._check_fitted()
@@ -191,15 +192,12 @@ class TracerScorer:
             primary=scatter_primary(cb.tool, cb.mask, s, n).cpu(),
             fallback=fallback_scores(self.res, ctx),
             fell_back=fell_back.cpu(),
-            in_trie=has_children.cpu(),
-            kappa=kappa.float().cpu(),
-            depth=cb.depth.cpu(),
-            n_children=cb.n_children.cpu(),
+            diagnostics={"in_trie": has_children.cpu(), "kappa": kappa.float().cpu(), "depth": cb.depth.cpu(),
+                         "n_children": cb.n_children.cpu(), **extra},
             always_present=self.global_set,
-            extra=extra,
         )
 
-    # ---- scoring (one step) ------------------------------------------------------------------
+    # ---- scoring (one live step: tracer.scoring.single_step) -------------------------------------
     def score_one(self, step: Step | tuple[str, ...], context, with_fallback: bool = True
                   ) -> tuple[OneStep, np.ndarray, np.ndarray | None, bool, float]:
         """One step (or a state tuple) and its context embedding ``[d]``: (children, blended child
@@ -210,14 +208,15 @@ class TracerScorer:
             raise NotImplementedError("the single-step path covers the fixed blend; use score_embedded")
         state = step if isinstance(step, tuple) else self.key.state(step)
         c = np.asarray(as_numpy(context), dtype=np.float64)
-        ch = self.trie.children_one(state, c)
+        ch = children_one(self.trie, state, c)
         s = ch.log_p + ch.log_l                                                 # [C] float32
         kappa = confidence_one(s)
-        fallback = self.res.tool_index.dense_scores_one(c) if with_fallback else None  # [N]
+        fallback = dense_scores_one(self.res.tool_index, c) if with_fallback else None  # [N]
         return ch, s, fallback, bool(len(s) == 0 or kappa < self.tau), kappa
 
-    def select_one(self, step: Step | tuple[str, ...], context, k: int, pad: bool | None = None) -> tuple[int, ...]:
-        """The presented set of one step: registry ids, exactly as :func:`finalize` presents them.
+    def select_one(self, step: Step | tuple[str, ...], contexts: Contexts, k: int, pad: bool | None = None
+                   ) -> tuple[int, ...]:
+        """The presented set of one step (``contexts``: :meth:`embed` of it), exactly as :func:`finalize` presents it.
 
         The fallback scores are computed only when they can change the answer: when the step
         falls back, when children are too few to fill k with padding, or when child scores tie
@@ -225,8 +224,8 @@ class TracerScorer:
         """
         pad = self.pad if pad is None else pad
         if self.blend != "fixed":
-            return finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(as_numpy(context))[None]),
-                            k, pad).presented[0]
+            return super().select_one(self._as_step(step), contexts, k, pad)
+        context = contexts[0]
         ch, s, _, fell_back, _ = self.score_one(step, context, with_fallback=False)
         n_child = len(s)
         if not fell_back and k > 0 and (n_child >= k or not pad):
@@ -237,19 +236,18 @@ class TracerScorer:
                 chosen = tuple(ch.tool[order[:m]].tolist())
                 return chosen + tuple(g for g in self.global_set if g not in chosen)
         c = np.asarray(as_numpy(context), dtype=np.float64)
-        fallback = self.res.tool_index.top_scores_one(c, k + n_child, ch.tool)  # exact where it matters
+        fallback = top_scores_one(self.res.tool_index, c, k + n_child, ch.tool)  # exact where it matters
         return finalize_one(ch.tool, s, fallback, fell_back, k, pad, self.global_set)
 
-    def rank_one(self, step: Step | tuple[str, ...], context, top: int | None = None) -> np.ndarray:
+    def rank_one(self, step: Step | tuple[str, ...], contexts: Contexts, top: int | None = None) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
         if self.blend != "fixed":
-            r = finalize(self.score_embedded([self._as_step(step)], torch.as_tensor(as_numpy(context))[None]),
-                         1).ranking[0].numpy()
-            return r if top is None else r[:top]
+            return super().rank_one(self._as_step(step), contexts, top)
+        context = contexts[0]
         ch, s, fallback, fell_back, _ = self.score_one(step, context, with_fallback=top is None)
         if top is not None:
             c = np.asarray(as_numpy(context), dtype=np.float64)
-            fallback = self.res.tool_index.top_scores_one(c, top + len(s), ch.tool)
+            fallback = top_scores_one(self.res.tool_index, c, top + len(s), ch.tool)
         return rank_one(ch.tool, s, fallback, fell_back, top)
 
     def _as_step(self, step: Step | tuple[str, ...]) -> Step:
@@ -311,23 +309,3 @@ class TracerScorer:
         return obj
 
 
-def confidence(s: torch.Tensor) -> torch.Tensor:
-    """kappa = max_t softmax(s)(t) per row of ``s [B, C]`` (-inf where masked), in float64; 0 for a row
-    without a finite score."""
-    s64 = s.double()
-    top = s64.max(1).values if s64.shape[1] else torch.full((s64.shape[0],), float("-inf"), dtype=torch.float64)
-    ok = torch.isfinite(top)
-    z = torch.exp(s64 - torch.where(ok, top, 0.0)[:, None]).sum(1)                # [B]
-    return torch.where(ok, 1.0 / z, 0.0)
-
-
-def confidence_one(s: np.ndarray) -> float:
-    """:func:`confidence` for the children of one state, ``s [C]`` (numpy)."""
-    if len(s) == 0:
-        return 0.0
-    s64 = s.astype(np.float64)
-    top = float(s64.max())
-    if not math.isfinite(top):
-        return 0.0
-    np.subtract(s64, top, out=s64)
-    return float(1.0 / np.exp(s64, out=s64).sum())

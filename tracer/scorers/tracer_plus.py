@@ -31,7 +31,7 @@ the trie, its two priors and the edge memories; ToolNet (Liu et al., 2024) for t
 
 Example::
 
-    scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)   # fit returns a FitReport
+    scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)
     sel = finalize(scorer.score(steps), k=5)            # batched
     names = scorer.select(messages, k=5)                # one live conversation
     scorer.save("index/"); TracerPlusScorer.load("index/", embedder)
@@ -55,13 +55,10 @@ from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
 from tracer.learn.candidate_features import (
     Candidates,
-    OneCandidates,
     PlusIndex,
     candidates,
-    candidates_one,
     feature_names,
     keep_mask,
-    parse_key,
 )
 from tracer.learn.candidate_model import (
     CandidateModel,
@@ -69,27 +66,23 @@ from tracer.learn.candidate_model import (
     load_candidate_model,
     train_model,
 )
+from tracer.learn.candidate_step import OneCandidates, candidates_one
 from tracer.learn.trainer import TrainConfig
+from tracer.memory.keys import parse_key
 from tracer.memory.trie import ExecutionTrie
-from tracer.scorers.tracer import confidence
-from tracer.scoring.base import (
-    Resources,
-    Scores,
-    as_numpy,
-    fallback_scores,
-    fit_steps,
-    rank_one,
-    scatter_primary,
-    training_steps,
-)
 from tracer.scoring.fit import FitReport
 from tracer.scoring.persist import check_trie, load_tensors, open_index, write_common
+from tracer.scoring.protocol import Contexts, ScorerBase
+from tracer.scoring.ranking import confidence, scatter_primary
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
+from tracer.scoring.single_step import as_numpy, dense_scores_one, rank_one
 
 FORMAT_VERSION = 1
 CLASS_PATH = "tracer.scorers.tracer_plus.TracerPlusScorer"
 
 
-class TracerPlusScorer:
+class TracerPlusScorer(ScorerBase):
     """Multi-key candidate union with a learned candidate scorer (see the module docstring).
 
     Args:
@@ -111,6 +104,8 @@ class TracerPlusScorer:
             are allowed (cold start). ``None``: train on the fitted trajectories.
     """
 
+    can_save = True
+
     def __init__(self, *, name: str, keys: Sequence, vector_candidates: int, query_context: Mapping,
                  memory_context: Mapping, features: Mapping, model: str, eps: float, pad: bool,
                  successful_only: bool, head: Mapping, transfer: str | None = None):
@@ -122,6 +117,7 @@ class TracerPlusScorer:
         self.m = int(vector_candidates)
         self.query_rendering = ContextRendering.from_config(query_context)
         self.memory_rendering = ContextRendering.from_config(memory_context)
+        self.rendering = self.memory_rendering  # the step's context as compared with the edge memories
         self.drop = tuple((features or {}).get("drop") or ())
         self.model_kind = model
         self.head_cfg = dict(head)
@@ -193,18 +189,11 @@ class TracerPlusScorer:
     def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor) -> Candidates:
         return candidates(self.index, steps, mem, vec, self.m)
 
-    def score(self, steps: Sequence[Step]) -> Scores:
-        self._check_fitted()
-        mem, q = self.embed(steps)
-        return self.score_embedded(steps, mem, q)
-
     def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor, query: torch.Tensor | None = None) -> Scores:
         """Score steps whose contexts are embedded: ``mem [B, d]`` (memory rendering), ``query [B, d]``
-        (query rendering; default ``mem``). A single step takes the numpy fast path (same numbers)."""
+        (query rendering; default ``mem``)."""
         self._check_fitted()
         query = mem if query is None else query
-        if len(steps) == 1:
-            return self._score_single(steps[0], as_numpy(mem[0]), as_numpy(query[0]))
         n = len(self.res.registry)
         vec = fallback_scores(self.res, query)                                  # [B, N]
         cand = self.candidates(steps, mem, vec)
@@ -214,11 +203,9 @@ class TracerPlusScorer:
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
             fallback=vec,
             fell_back=(~has).cpu(),
-            in_trie=cand.in_state.any(1).cpu(),
-            kappa=confidence(s).float().cpu(),
-            depth=cand.depth.cpu(),
-            n_children=cand.mask.sum(1).cpu(),
-            extra={"in_candidates": self._coverage(steps, cand.tool, cand.mask)},
+            diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
+                         "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
+                         "in_candidates": self._coverage(steps, cand.tool, cand.mask)},
         )
 
     def _coverage(self, steps: Sequence[Step], tool: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -228,37 +215,27 @@ class TracerPlusScorer:
         hit = (mask.cpu() & (tool.cpu() == gold[:, None])).any(1).float()
         return torch.where(gold >= 0, hit, -1.0)
 
-    # ---- scoring (one step) ------------------------------------------------------------------
+    # ---- scoring (one live step: tracer.scoring.single_step and candidates_one) -----------------
     def _one(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
         """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
         self._check_fitted()
         mem = as_numpy(memory)
         q = mem if query is None else as_numpy(query)
-        vec = self.res.tool_index.dense_scores_one(q)                           # [N]
+        vec = dense_scores_one(self.res.tool_index, q)                          # [N]
         one = candidates_one(self.index, step, mem, vec, self.m)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         return one, s, vec
 
-    def _score_single(self, step: Step, mem: np.ndarray, q: np.ndarray) -> Scores:
-        """:meth:`score_embedded` for one step through the numpy path."""
-        one, s, vec = self._one(step, mem, q)
-        t, s_t = torch.from_numpy(one.tool)[None], torch.from_numpy(s)[None]    # [1, C]
-        every = torch.ones_like(t, dtype=torch.bool)
-        return Scores(primary=scatter_primary(t, every, s_t, len(self.res.registry)),
-                      fallback=torch.from_numpy(vec)[None], fell_back=torch.tensor([len(one.tool) == 0]),
-                      in_trie=torch.tensor([bool(one.in_state.any())]), kappa=confidence(s_t).float(),
-                      depth=torch.tensor([one.depth]), n_children=torch.tensor([len(one.tool)]),
-                      extra={"in_candidates": self._coverage([step], t, every)})
-
-    def select_one(self, step: Step, memory, k: int, query=None, pad: bool | None = None) -> tuple[int, ...]:
-        """The presented set of one step: registry ids, as :func:`finalize` would present them.
+    def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
+        """The presented set of one step (``contexts = embed([step])``: memory and query contexts), as
+        :func:`finalize` would present them.
 
         Not :func:`finalize_one`: candidate scores are always finite and the vector order is already
         at hand (``one.order``), so a lexsort of the candidates (score desc, vector score desc,
         registry id) followed by that order gives the same set with less work on the per-step hot
-        path (``scripts/bench_tracer_plus.py`` times it); tested equal to the batched path."""
+        path (``scripts/bench_step.py`` times it); tested equal to the batched path."""
         pad = self.pad if pad is None else pad
-        one, s, vec = self._one(step, memory, query)
+        one, s, vec = self._one(step, *contexts)
         if not len(one.tool):
             return tuple(one.order[:k].tolist())
         head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
@@ -267,18 +244,17 @@ class TracerPlusScorer:
         rest = one.order[:k + len(head)]
         return tuple(head.tolist()) + tuple(rest[~np.isin(rest, head)][:k - len(head)].tolist())
 
-    def rank_one(self, step: Step, memory, query=None, top: int | None = None) -> np.ndarray:
+    def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
-        one, s, vec = self._one(step, memory, query)
+        one, s, vec = self._one(step, *contexts)
         return rank_one(one.tool, s, vec, len(one.tool) == 0, top)
 
     def select(self, messages: Sequence[Mapping[str, Any]], k: int = 5) -> list[str]:
         """Tool names to present for the next call of a live conversation (OpenAI chat messages)."""
         self._check_fitted()
         step = step_from_messages(messages)
-        mem, q = self.embed([step])
         names = self.res.registry.names
-        return [names[i] for i in self.select_one(step, mem[0], k, q[0])]
+        return [names[i] for i in self.select_one(step, self.embed([step]), k)]
 
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:

@@ -16,11 +16,14 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
-from tracer.scoring.base import Resources, Scores, fallback_scores, no_proposal
 from tracer.scoring.fit import FitReport
+from tracer.scoring.protocol import ScorerBase
+from tracer.scoring.ranking import no_proposal
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, fallback_scores
 
 
-class VectorScorer:
+class VectorScorer(ScorerBase):
     def __init__(self, name: str = "vector", context: Mapping | None = None, present_all: bool = False,
                  pad: bool = True, **_: Any):
         self.name, self.present_all, self.pad = name, present_all, pad
@@ -31,8 +34,8 @@ class VectorScorer:
         self.res = res  # nothing learned from the trajectories: the ranking is the vector index's
         return FitReport(self.name, len(trajectories), 0, 0.0)
 
-    def score(self, steps: Sequence[Step]) -> Scores:
-        ctx = self.res.embed(steps, self.rendering)  # [B, d]
+    def score_embedded(self, steps: Sequence[Step], ctx: torch.Tensor) -> Scores:
+        """``ctx [B, d]``: the steps' contexts under :attr:`rendering`."""
         b = len(steps)
         return Scores(primary=no_proposal(b, len(self.res.registry)), fallback=fallback_scores(self.res, ctx),
                       fell_back=torch.ones(b, dtype=torch.bool), present_all=self.present_all)

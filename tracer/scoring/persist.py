@@ -20,7 +20,7 @@ from tracer.core.types import Registry, Tool
 from tracer.encode.embedders import Embedder, default_device
 from tracer.encode.index import ToolIndex
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.base import Resources
+from tracer.scoring.resources import Resources
 
 
 def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:

@@ -24,8 +24,9 @@ from tracer.core.types import Trajectory
 from tracer.learn.blend_fit import HeadConfig, StepData, inner_fold_data, score_steps, train_head
 from tracer.learn.blend_head import FEATURES, BlendHead, fixed_blend
 from tracer.learn.nll import masked_log_softmax
-from tracer.memory.trie import ExecutionTrie, StateKey
-from tracer.scoring.base import Resources, training_steps
+from tracer.memory.keys import StateKey
+from tracer.memory.trie import ExecutionTrie
+from tracer.scoring.resources import Resources, training_steps
 
 
 @torch.no_grad()

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from tracer.build import build_dataset, build_embedder, build_logger, build_scorer, plain
 from tracer.core.io import atomic_save, atomic_write_text, write_json
 from tracer.core.validate import TRAIN_INTS, check_config
-from tracer.scoring.base import Resources
+from tracer.scoring.resources import Resources
 from tracer.train.blend_report import build_report, heldout_ablation, plot_wt, report_markdown, wt_summary
 
 

@@ -1,0 +1,79 @@
+"""Per-step cost beyond the context embedding: the batched path with a batch of one against the single-step path.
+
+    OMP_NUM_THREADS=1 nice -n 10 python scripts/bench_step.py [--scorers tracer_fixed tracer tracer_plus] [--k 5]
+
+BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
+(through ``.cache/embeddings``). For each scorer and step, thread CPU time (one torch and one BLAS
+thread, best of 3 passes per step) of
+
+- batch of one: ``finalize(scorer.score_embedded([step], *contexts), k, scorer.pad).presented[0]``;
+- live path: ``scorer.select_one(step, contexts, k)`` (:mod:`tracer.scoring.single_step` for the
+  fixed blend and tracer_plus; the batched path with a batch of one for the learned blend).
+
+Prints p50 / p95 in microseconds and whether both paths present the same tools on every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+import torch
+
+from tracer.build import build_dataset, build_embedder, build_scorer
+from tracer.core.folds import assign_folds
+from tracer.core.steps import extract_all
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources
+
+
+def cpu_us(fn, n: int, repeats: int = 3) -> np.ndarray:
+    """Thread CPU time of ``fn(i)`` for i < n, best of ``repeats`` passes per i, in microseconds ``[n]``."""
+    for i in range(min(50, n)):  # warm-up
+        fn(i)
+    out = np.empty((repeats, n))
+    for r in range(repeats):
+        for i in range(n):
+            t0 = time.thread_time_ns()
+            fn(i)
+            out[r, i] = (time.thread_time_ns() - t0) / 1000
+    return out.min(0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scorers", nargs="+", default=["tracer_fixed", "tracer", "tracer_plus"])
+    ap.add_argument("--k", type=int, default=5)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    ds = build_dataset({"loader": "bfcl", "name": "bfcl"}, {"preset": "large"})
+    res = Resources.build(ds.registry, build_embedder({}), device="cpu")
+    fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
+    train = [t for t in ds.trajectories if fold_of[t.group] != 0]
+    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
+    print("| scorer | batch of one: p50 / p95 µs | live select_one: p50 / p95 µs | same presented sets |\n|---|---:|---:|:---:|")
+    for name in a.scorers:
+        sc = build_scorer(name)
+        sc.fit(train, res)
+        contexts = sc.embed(test)                                                 # tuple of [B, d]
+        rows = [tuple(c[i:i + 1] for c in contexts) for i in range(len(test))]   # one step's contexts, [1, d] each
+
+        def batched(i, sc=sc, rows=rows):
+            return finalize(sc.score_embedded([test[i]], *rows[i]), a.k, sc.pad).presented[0]
+
+        def live(i, sc=sc, rows=rows):
+            return sc.select_one(test[i], rows[i], a.k)
+
+        same = all(batched(i) == live(i) for i in range(len(test)))
+        b, o = cpu_us(batched, len(test)), cpu_us(live, len(test))
+        print(f"| {name} ({len(test)} steps, {len(ds.registry)} tools, k={a.k}) | {np.percentile(b, 50):.0f} / "
+              f"{np.percentile(b, 95):.0f} | {np.percentile(o, 50):.0f} / {np.percentile(o, 95):.0f} | {same} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The package's layers, checked on the source: imports point down only, and no function imports tracer code.
+
+A layer may import its own layer and any lower one. An import inside a function body that names a
+``tracer`` module is how a cycle gets dodged, so it is refused everywhere (heavy optional third-party
+packages may still be imported lazily).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "tracer"
+# lowest first; one entry per layer, a layer is a set of top-level modules/packages of tracer
+LAYERS: list[set[str]] = [
+    {"core"},
+    {"data", "encode", "memory", "executors"},
+    {"scoring"},
+    {"learn"},
+    {"scorers"},
+    {"online", "envs"},
+    {"eval", "train", "retriever", "build"},
+    {"serve"},
+    {"cli"},
+]
+LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def part_of(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0].removesuffix(".py")
+
+
+def tracer_imports(tree: ast.AST) -> list[tuple[ast.AST, str, bool]]:
+    """(node, imported tracer module, inside a function) for every import of tracer code."""
+    out = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.ImportFrom) and child.level:
+                raise AssertionError(f"relative import at line {child.lineno}: use absolute tracer imports")
+            names = ([child.module] if isinstance(child, ast.ImportFrom) and child.module else
+                     [a.name for a in child.names] if isinstance(child, ast.Import) else [])
+            for name in names:
+                if name == "tracer" or name.startswith("tracer."):
+                    if isinstance(child, ast.ImportFrom) and name == "tracer":
+                        out.extend((child, f"tracer.{a.name}", in_function) for a in child.names)
+                    else:
+                        out.append((child, name, in_function))
+            visit(child, inside)
+
+    visit(tree, False)
+    return out
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_top_level_part_has_a_layer():
+    parts = {part_of(p) for p in MODULES} - {"__init__"}
+    assert parts <= set(LEVEL), f"modules outside every layer: {sorted(parts - set(LEVEL))}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down_and_sit_at_module_level(path):
+    here = part_of(path)
+    if here == "__init__":
+        return
+    problems = []
+    for node, module, in_function in tracer_imports(ast.parse(path.read_text(), str(path))):
+        target = module.split(".")[1] if "." in module else None
+        if in_function:
+            problems.append(f"line {node.lineno}: imports {module} inside a function")
+        if target in LEVEL and LEVEL[target] > LEVEL[here]:
+            problems.append(f"line {node.lineno}: {here} (layer {LEVEL[here]}) imports {module} "
+                            f"(layer {LEVEL[target]})")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_module_stays_readable_in_one_sitting():
+    long = {str(p.relative_to(PACKAGE)): n for p in MODULES if (n := len(p.read_text().splitlines())) > 320}
+    assert not long, f"modules over 320 lines: {long}"

@@ -1,0 +1,81 @@
+"""One live step's candidates in numpy: :func:`tracer.learn.candidate_features.candidates` for a batch of one,
+row for row and bit for bit (tracer_plus's single-step path; tests/test_tracer_plus.py holds them equal).
+
+It lives beside the batched builder rather than in :mod:`tracer.scoring.single_step` because it reads
+tracer_plus's feature layout, which belongs to the learn layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracer.core.types import Step
+from tracer.learn.candidate_features import KEY_FEATURES, PlusIndex
+from tracer.scoring.single_step import children_one
+
+
+@dataclass
+class OneCandidates:
+    """:class:`Candidates` of one step (numpy), plus the vector order for padding."""
+
+    tool: np.ndarray        # [C] int64 registry ids, ascending
+    feats: np.ndarray       # [C, F] float32 raw features
+    in_state: np.ndarray    # [K] bool
+    depth: int              # length of the first key's state (-1 when unseen)
+    order: np.ndarray       # [N] registry ids by vector score, best first (ties by registry position)
+
+
+def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int) -> OneCandidates:
+    """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit."""
+    tries, tables = idx.tries, idx.tables
+    n = len(vec)
+    states = [t.key.state(step) for t in tries]
+    kids = [children_one(t, s, mem_ctx) for t, s in zip(tries, states)]
+    order = np.argsort(-vec, kind="stable")                                              # [N]
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(1, n + 1)
+    is_cand = np.zeros(n, dtype=bool)
+    for ch in kids:
+        is_cand[ch.tool] = True
+    is_cand[order[:max(m, 0)]] = True
+    tool = np.flatnonzero(is_cand)                                                       # [C] ascending
+    col_of = np.empty(n, dtype=np.int64)
+    col_of[tool] = np.arange(len(tool))
+    n_key = len(KEY_FEATURES)
+    feats = np.zeros((len(tool), idx.n_features), dtype=np.float32)
+    for j, (ch, tab) in enumerate(zip(kids, tables)):
+        base = j * n_key
+        lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
+        lc = tab.log_children_np[ch.node] if ch.node >= 0 else np.float32(0)
+        feats[:, base + 4] = lv
+        feats[:, base + 5] = lc
+        if len(ch.tool):
+            block = np.empty((len(ch.tool), n_key), dtype=np.float32)                   # [Ck, 14]
+            block[:, 0] = 1.0
+            block[:, 1], block[:, 2], block[:, 3] = ch.log_p, ch.log_l, ch.sim
+            block[:, 4], block[:, 5] = lv, lc
+            block[:, 6::2] = block[:, :4] * lv
+            block[:, 7::2] = block[:, :4] * lc
+            feats[col_of[ch.tool], base:base + n_key] = block
+    g = len(tries) * n_key
+    r = rank[tool]
+    feats[:, g] = vec[tool]
+    feats[:, g + 1] = idx.log_ranks[r - 1]
+    feats[:, g + 2] = r <= m
+    feats[:, g + 3] = idx.tool_log_freq_np[tool]
+    feats[:, g + 4] = (idx.tool_memory64 @ np.asarray(mem_ctx, dtype=np.float64)).astype(np.float32)[tool]
+    if step.history:
+        get = idx.tool_id.get
+        hist = [i for i in map(get, step.history) if i is not None]
+        if hist:
+            feats[:, g + 5] = np.log1p(np.bincount(hist, minlength=n)[tool].astype(np.float64))
+            turn = np.zeros(n, dtype=np.float32)
+            turn[[i for i in map(get, step.prefix) if i is not None]] = 1
+            feats[:, g + 6] = turn[tool]
+            last = get(step.history[-1])
+            if last is not None and is_cand[last]:
+                feats[col_of[last], g + 7] = 1
+    depth = len(states[0]) if kids and kids[0].node >= 0 else -1
+    return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)

@@ -1,0 +1,94 @@
+"""The one place where scores become rankings and presented sets, plus the small tensor helpers scorers share.
+
+:func:`finalize` turns :class:`~tracer.scoring.records.Scores` into a full ranking and the presented
+set at a budget ``k``: proposed tools first in the scorer's order, then the rest of the registry in
+fallback order (padding), ties broken by registry position; then the always-present tools, or the
+whole registry for a scorer that presents all. Scorers never sort or pad by themselves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tracer.scoring.records import Scores, Selection
+
+
+def _desc_keys(x: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """uint64 sort keys: ascending key order = ``x`` (float32) descending, then ``low`` (< 2**32) ascending.
+
+    The float is mapped to its order-preserving bit pattern; ``-0.0`` counts as ``0.0`` and NaN as
+    larger than ``+inf`` (as in a torch sort). Keys are unique when ``low`` is, so any sort
+    algorithm gives the order of a stable sort.
+    """
+    x = np.asarray(x, dtype=np.float32) + np.float32(0.0)                             # -0.0 -> +0.0
+    x = np.where(np.isnan(x), np.float32(np.nan), x)                                   # one NaN bit pattern
+    u = x.view(np.uint32)
+    order_bits = np.where(u >> 31 == 1, ~u, u | np.uint32(0x80000000))                 # ascending in x
+    return ((~order_bits).astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)
+
+
+def rank(primary: torch.Tensor, fallback: torch.Tensor, fell_back: torch.Tensor) -> torch.Tensor:
+    """Full rankings ``[B, N]``: by primary (desc), then fallback (desc), then registry position.
+
+    Rows that fell back are ranked by fallback alone. Done as two sorts on unique integer keys
+    (fallback then registry position; primary then fallback rank), which gives exactly the order
+    of two stable sorts without mixing the two score scales.
+    """
+    prim = primary.detach().float().cpu().numpy()
+    fb = fallback.detach().float().cpu().numpy()
+    fell = fell_back.detach().cpu().numpy().astype(bool)
+    b, n = fb.shape
+    ids = np.broadcast_to(np.arange(n, dtype=np.uint64), (b, n))
+    by_fallback = np.argsort(_desc_keys(fb, ids), axis=1)                              # [B, N]
+    out = by_fallback.copy()
+    rows = np.flatnonzero(~fell)
+    if len(rows) and n:
+        fb_rank = np.empty((len(rows), n), dtype=np.uint64)
+        np.put_along_axis(fb_rank, by_fallback[rows], np.broadcast_to(np.arange(n, dtype=np.uint64),
+                                                                      (len(rows), n)), axis=1)
+        p = np.nan_to_num(prim[rows], nan=-np.inf)  # as torch.nan_to_num: NaN below -inf (-> lowest float)
+        out[rows] = np.argsort(_desc_keys(p, fb_rank), axis=1)                         # [R, N]
+    return torch.from_numpy(out)
+
+
+def finalize(scores: Scores, k: int, pad: bool = True) -> Selection:
+    """Rank, take the top k, pad (or not) and add the always-present tools: the one place that does it."""
+    ranking = rank(scores.primary, scores.fallback, scores.fell_back)  # [B, N]
+    n = ranking.shape[1]
+    if scores.present_all:
+        everything = tuple(range(n))
+        return Selection(ranking, [everything] * ranking.shape[0], scores)
+    top = ranking[:, :k].tolist()
+    if not pad:
+        proposed = torch.isfinite(scores.primary.detach().cpu()) & ~scores.fell_back.detach().cpu()[:, None]
+        n_prop = proposed.sum(1).tolist()
+        fell = scores.fell_back.tolist()
+        top = [t if f else t[: min(k, c)] for t, f, c in zip(top, fell, n_prop)]
+    presented = []
+    for t in top:
+        extra = [g for g in scores.always_present if g not in t]
+        presented.append(tuple(t) + tuple(extra))
+    return Selection(ranking, presented, scores)
+
+
+def no_proposal(b: int, n: int) -> torch.Tensor:
+    return torch.full((b, n), float("-inf"))
+
+
+def scatter_primary(tool: torch.Tensor, mask: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
+    """Scatter per-child scores ``[B, C]`` (masked) into registry-wide scores ``[B, N]`` (-inf elsewhere)."""
+    out = torch.full((tool.shape[0], n + 1), float("-inf"), dtype=values.dtype, device=values.device)
+    idx = torch.where(mask, tool, torch.full_like(tool, n))  # masked entries land in a dump column
+    out.scatter_(1, idx, torch.where(mask, values, torch.full_like(values, float("-inf"))))
+    return out[:, :n]
+
+
+def confidence(s: torch.Tensor) -> torch.Tensor:
+    """kappa = max_t softmax(s)(t) per row of ``s [B, C]`` (-inf where masked), in float64; 0 for a row
+    without a finite score."""
+    s64 = s.double()
+    top = s64.max(1).values if s64.shape[1] else torch.full((s64.shape[0],), float("-inf"), dtype=torch.float64)
+    ok = torch.isfinite(top)
+    z = torch.exp(s64 - torch.where(ok, top, 0.0)[:, None]).sum(1)                # [B]
+    return torch.where(ok, 1.0 / z, 0.0)

@@ -1,0 +1,66 @@
+"""What scorers are fitted with (:class:`Resources`) and the steps they learn from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tracer.core.context import ContextRendering
+from tracer.core.steps import extract_all
+from tracer.core.types import Registry, Step, Trajectory
+from tracer.encode.embedders import Embedder, default_device
+from tracer.encode.index import ToolIndex
+
+
+@dataclass
+class Resources:
+    """What scorers are fitted with: the registry, the embedder, the shared FAISS tool index.
+
+    ``executor`` is the model interface (for scorers that need summaries from a model, e.g.
+    H-EPM and Insight); ``None`` means the offline deterministic path.
+    """
+
+    registry: Registry
+    embedder: Embedder
+    tool_index: ToolIndex
+    device: str = "cpu"
+    seed: int = 0
+    executor: Any = None
+
+    @classmethod
+    def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat", device: str | None = None,
+              seed: int = 0, executor: Any = None) -> Resources:
+        return cls(registry, embedder, ToolIndex.build(registry, embedder, factory), device or default_device(),
+                   seed, executor)
+
+    def embed(self, steps: Sequence[Step], rendering: ContextRendering) -> torch.Tensor:
+        """Context embeddings of steps under a rendering, ``[B, d]`` on ``self.device``."""
+        return self.embedder.encode([rendering.render(s.context) for s in steps]).to(self.device)
+
+    def tool_ids(self, names: Sequence[str]) -> torch.Tensor:
+        return torch.tensor([self.registry.id(n) for n in names], dtype=torch.long)
+
+
+def training_steps(trajectories: Sequence[Trajectory], registry: Registry, successful_only: bool = True) -> list[Step]:
+    """Steps of the training trajectories a scorer learns from (successful ones by default)."""
+    trajs = [t for t in trajectories if t.success or not successful_only]
+    return [s for s in extract_all(trajs) if s.gold in registry]
+
+
+def fit_steps(trajectories: Sequence[Trajectory], registry: Registry, successful_only: bool = True) -> list[Step]:
+    """:func:`training_steps` for a fit: none is an error (a scorer fitted on nothing answers nothing)."""
+    steps = training_steps(trajectories, registry, successful_only)
+    if not steps:
+        n_ok = sum(t.success for t in trajectories)
+        raise ValueError(f"no training steps: {len(trajectories)} trajectories ({n_ok} successful"
+                         f"{', only successful ones are used' if successful_only else ''}) hold no tool call of the "
+                         f"registry; nothing to fit")
+    return steps
+
+
+def fallback_scores(res: Resources, contexts: torch.Tensor) -> torch.Tensor:
+    """Cosine of each context with every tool through the FAISS index, ``[B, N]``."""
+    return res.tool_index.dense_scores(contexts)
