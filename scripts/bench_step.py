@@ -51,7 +51,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset({"loader": "bfcl", "name": "bfcl"}, {"preset": "large"})
-    res = Resources.build(ds.registry, build_embedder({}), device="cpu")
+    res = Resources.build(ds.registry, build_embedder("minilm"), device="cpu")
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
     train = [t for t in ds.trajectories if fold_of[t.group] != 0]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
