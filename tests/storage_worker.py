@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from conftest import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
+from builders import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
 from tracer.core.types import Registry, Tool
 from tracer.scorers.tracer import TracerScorer

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import FixedRankScorer
+from builders import ROOT, FixedRankScorer
 from stub_openai_server import StubOpenAIServer
 
 from tracer.core.steps import gold_turns
@@ -17,8 +16,6 @@ from tracer.eval.job import tokenizer_label
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.openai import OpenAIExecutor
 from tracer.scoring.resources import Resources
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _always_gold(trajs):
@@ -38,7 +35,7 @@ def _always_gold(trajs):
 
 @pytest.fixture(scope="module")
 def bfcl_small():
-    from conftest import KeywordEmbedder
+    from builders import KeywordEmbedder
 
     ds = load_dataset("bfcl", categories=["base"])
     trajs = tuple(t for t in ds.trajectories if t.id in ("multi_turn_base_0", "multi_turn_base_1"))

@@ -9,7 +9,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import TINY_TOOLS, call, result
+from builders import ROOT, TINY_TOOLS, call, result
 from gateway_harness import serving
 from stub_openai_server import StubOpenAIServer
 
@@ -224,14 +224,13 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
     import socket
     import subprocess
     import sys
-    from pathlib import Path
 
     served = tmp_path / "index"
     shutil.copytree(index_dir, served)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    root = Path(__file__).parents[1]
+    root = ROOT
     with StubOpenAIServer() as stub:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tracer.cli", "serve", "--index", str(served), "--upstream", stub.url,

@@ -3,13 +3,13 @@ and its own batched path (the single-step path must agree bit for bit)."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
 import torch
+from builders import call
 
 from tracer.core.steps import extract_all, turns_of
 from tracer.core.types import Registry, Tool, Trajectory
@@ -113,16 +113,11 @@ def test_bad_updates_are_refused():
 
 
 # ---- state keys on a hand-written two-turn conversation ---------------------------------------------
-def _call(name: str, i: int) -> dict:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps({})}}]}
-
-
 TWO_TURNS = Trajectory(id="two", group="two", domain="x", messages=(
-    {"role": "user", "content": "first"}, _call("a", 0), {"role": "tool", "tool_call_id": "c0", "content": ""},
-    _call("b", 1), {"role": "tool", "tool_call_id": "c1", "content": ""},
-    {"role": "user", "content": "second"}, _call("c", 2), {"role": "tool", "tool_call_id": "c2", "content": ""},
-    _call("d", 3), {"role": "tool", "tool_call_id": "c3", "content": ""},
+    {"role": "user", "content": "first"}, call("a", 0), {"role": "tool", "tool_call_id": "c0", "content": ""},
+    call("b", 1), {"role": "tool", "tool_call_id": "c1", "content": ""},
+    {"role": "user", "content": "second"}, call("c", 2), {"role": "tool", "tool_call_id": "c2", "content": ""},
+    call("d", 3), {"role": "tool", "tool_call_id": "c3", "content": ""},
 ))
 ABCD = Registry(Tool(n) for n in "abcd")
 

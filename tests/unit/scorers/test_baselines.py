@@ -1,6 +1,6 @@
 """Hand-computed checks of the literature baselines: ToolNet, AutoTool, H-EPM and Insight.
 
-The tiny corpus (``tests/conftest.py``) has these cross-turn transitions, all successful
+The tiny corpus (``tests/builders.py``) has these cross-turn transitions, all successful
 (START = the first call of a conversation; lengths in calls in brackets):
 
     t0 [2]: START -> search_flights -> book_flight
@@ -23,7 +23,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import fitted_scorer
+from builders import fitted_scorer
 
 from tracer.build import build_scorer
 from tracer.core.steps import extract_steps

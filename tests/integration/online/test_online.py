@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_TOOLS, KeywordEmbedder, call, fitted_scorer, result, tiny_trajectories
+from builders import TINY_TOOLS, KeywordEmbedder, call, fitted_scorer, result, tiny_trajectories
 
 from tracer.build import build_scorer
 from tracer.core.folds import kfold

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_TOOLS
+from builders import TINY_TOOLS
 
 from tracer.build import build_embedder
 from tracer.encode.embedders import CachedEmbedder

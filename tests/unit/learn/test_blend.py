@@ -14,7 +14,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import fitted_scorer
+from builders import call, fitted_scorer
 
 from tracer.core.context import ContextRendering
 from tracer.core.folds import assign_folds, inner_seed
@@ -55,15 +55,10 @@ class KeywordEmbedder:
 TOOLS = Registry([Tool("tool_a", "first tool"), Tool("tool_b", "second tool"), Tool("tool_c", "third tool")])
 
 
-def _call(name, i=0):
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}]}
-
-
 def _traj(i, text, tools, group=None, domain="synthetic"):
     msgs = [{"role": "user", "content": text}]
     for j, t in enumerate(tools):
-        msgs += [_call(t, j), {"role": "tool", "tool_call_id": f"c{j}", "content": "ok"}]
+        msgs += [call(t, j), {"role": "tool", "tool_call_id": f"c{j}", "content": "ok"}]
     return Trajectory(id=f"t{i}", group=group or f"g{i}", domain=domain, messages=tuple(msgs))
 
 
@@ -161,7 +156,7 @@ def test_gradcheck_both_heads_double():
 
     def loss_of(*ps):
         state = {**dict(zip(names, ps)), **dict(head.named_buffers())}
-        return torch.func.functional_call(head, state, (log_p, log_l, mask, feats, gold))[1]
+        return torch.func.functionalcall(head, state, (log_p, log_l, mask, feats, gold))[1]
 
     assert torch.autograd.gradcheck(loss_of, params, eps=1e-6, atol=1e-5)
     grads = torch.autograd.grad(loss_of(*params), params)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import fitted_scorer
+from builders import call, fitted_scorer, result
 
 from tracer.build import build_scorer
 from tracer.core.folds import kfold
@@ -55,18 +55,12 @@ class NoTextEmbedder:
         raise AssertionError("this test never embeds text")
 
 
-def call(name: str, i: int) -> list[dict]:
-    return [{"role": "assistant", "content": None,
-             "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": f"c{i}", "content": ""}]
-
-
 def traj(tid: str, request: str, turns: list[list[str]]) -> Trajectory:
     msgs, i = [], 0
     for t, calls in enumerate(turns):
         msgs.append({"role": "user", "content": request if t == 0 else f"{request} again"})
         for name in calls:
-            msgs += call(name, i)
+            msgs += [call(name, i), result(i, "")]
             i += 1
     return Trajectory(id=tid, group=tid, domain="test", messages=tuple(msgs))
 
@@ -74,8 +68,8 @@ def traj(tid: str, request: str, turns: list[list[str]]) -> Trajectory:
 def live_step(prefix: tuple[str, ...], request: str = "anything") -> Step:
     msgs = [{"role": "user", "content": request}]
     for i, name in enumerate(prefix):
-        msgs += call(name, i)
-    return extract_all([Trajectory("q", "q", "test", tuple(msgs) + tuple(call("zz", 99)))])[-1]
+        msgs += [call(name, i), result(i, "")]
+    return extract_all([Trajectory("q", "q", "test", tuple(msgs) + (call("zz", 99), result(99, "")))])[-1]
 
 
 # ---- the gate --------------------------------------------------------------------------------------

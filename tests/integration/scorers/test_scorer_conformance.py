@@ -11,14 +11,13 @@ ranking; for the tracer family's single-step path also on BFCL with the real Min
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from builders import ROOT, call, result
 
 from tracer.build import build_scorer, load_config, names
 from tracer.core.steps import extract_all
@@ -29,29 +28,19 @@ from tracer.scoring.ranking import finalize
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources
 
-ROOT = Path(__file__).resolve().parents[1]
 SKIP_ATTRS = {"res", "executor"}   # shared resources (the embedder's cache grows as it encodes)
 SAVEABLE = {"tracer", "tracer_fixed", "tracer_g", "tracer_plus"}  # scorers with save/load
-
-
-def _msg_call(name: str, i: int) -> dict:
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps({})}}]}
-
-
-def _result(i: int, content: str = "ok") -> dict:
-    return {"role": "tool", "tool_call_id": f"c{i}", "content": content}
 
 
 def extra_trajectories() -> tuple[list[Trajectory], list[Trajectory]]:
     """(a failed training trajectory, a held-out one whose previous tools never had successors)."""
     failed = Trajectory(id="f0", group="f0", domain="tiny", success=False, reward=0.0, messages=(
-        {"role": "user", "content": "Email me the weather"}, _msg_call("send_email", 0),
-        _result(0, "error: no recipient"), _msg_call("get_weather", 1), _result(1)))
+        {"role": "user", "content": "Email me the weather"}, call("send_email", 0),
+        result(0, "error: no recipient"), call("get_weather", 1), result(1)))
     held_out = Trajectory(id="h0", group="h0", domain="tiny", messages=(
-        {"role": "user", "content": "List my files then email them"}, _msg_call("list_files", 0), _result(0),
-        _msg_call("send_email", 1), _result(1), {"role": "user", "content": "and cancel my flight booking"},
-        _msg_call("cancel_booking", 2), _result(2)))
+        {"role": "user", "content": "List my files then email them"}, call("list_files", 0), result(0),
+        call("send_email", 1), result(1), {"role": "user", "content": "and cancel my flight booking"},
+        call("cancel_booking", 2), result(2)))
     return [failed], [held_out]
 
 

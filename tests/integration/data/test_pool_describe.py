@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from builders import tool_call
 
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import Dataset, load_dataset, write_native
@@ -19,10 +20,6 @@ def registry(names: str | list[str], source: str) -> Registry:
                     for n in (names.split() if isinstance(names, str) else names))
 
 
-def call(name: str, cid: str) -> dict:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
-
-
 def dataset(name: str, tools: Registry, trajectories=()) -> Dataset:
     return Dataset(name=name, registry=tools, trajectories=tuple(trajectories))
 
@@ -30,7 +27,7 @@ def dataset(name: str, tools: Registry, trajectories=()) -> Dataset:
 TARGET = dataset("target", registry("a b c", "target"),
                  [Trajectory(id="t0", group="t0", domain="d", messages=(
                      {"role": "user", "content": "hi"},
-                     {"role": "assistant", "content": None, "tool_calls": [call("a", "1")]}))])
+                     {"role": "assistant", "content": None, "tool_calls": [tool_call("a", "1")]}))])
 # "b" collides with the target, "y" appears in both sources: the first source's copy is the candidate
 SOURCE_1 = dataset("s1", registry("b x y z", "s1"))
 SOURCE_2 = dataset("s2", registry([f"w{i}" for i in range(20)] + ["y", "c"], "s2"))
@@ -114,21 +111,21 @@ def tiny() -> Dataset:
     """Two conversations of one group, with turns [a, b, c], [], [a] and [x] (before any user), [y, y]."""
     t1 = Trajectory(id="t1", group="g", domain="d", messages=(
         {"role": "user", "content": "one"},
-        {"role": "assistant", "content": None, "tool_calls": [call("a", "1")]},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("a", "1")]},
         {"role": "tool", "tool_call_id": "1", "content": ""},
-        {"role": "assistant", "content": None, "tool_calls": [call("b", "2"), call("c", "3")]},  # parallel
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("b", "2"), tool_call("c", "3")]},  # parallel
         {"role": "tool", "tool_call_id": "2", "content": ""},
         {"role": "tool", "tool_call_id": "3", "content": ""},
         {"role": "user", "content": "two"},
         {"role": "assistant", "content": "no call"},
         {"role": "user", "content": "three"},
-        {"role": "assistant", "content": None, "tool_calls": [call("a", "4")]},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("a", "4")]},
     ))
     t2 = Trajectory(id="t2", group="g", domain="d", messages=(
-        {"role": "assistant", "content": None, "tool_calls": [call("x", "1")]},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("x", "1")]},
         {"role": "user", "content": "one"},
-        {"role": "assistant", "content": None, "tool_calls": [call("y", "2")]},
-        {"role": "assistant", "content": None, "tool_calls": [call("y", "3")]},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("y", "2")]},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("y", "3")]},
     ))
     return Dataset(name="tiny", registry=registry("a b c x y z", "t"), trajectories=(t1, t2), skipped={"r": 2})
 

@@ -1,6 +1,6 @@
 """tracer_plus: features by hand, candidates against a naive union, inner folds, determinism, save/load.
 
-The hand-checked corpus (keyword embedder from ``conftest.py``; the memory and query renderings
+The hand-checked corpus (keyword embedder from ``builders.py``; the memory and query renderings
 keep the latest user message only, so a context embeds as the keywords of that message):
 
     A: "book a flight"  -> search_flights, book_flight
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import KeywordEmbedder, call, result
+from builders import KeywordEmbedder, call, result
 
 from tracer.build import build_scorer
 from tracer.core.folds import assign_folds

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import TINY_TOOLS
+from builders import ROOT, TESTS, TINY_TOOLS
 from gateway_harness import serving
 from mcp import Client, StdioServerParameters, types
 from mcp_upstream import build
@@ -20,7 +20,7 @@ from tracer.serve.mcp_server import ToolRouter, read_config
 from tracer.serve.reload import IndexHolder
 
 NAMES = [t.name for t in TINY_TOOLS]  # travel's three, then office's three: the canonical order
-UPSTREAM = str(Path(__file__).with_name("mcp_upstream.py"))
+UPSTREAM = str(TESTS / "mcp_upstream.py")
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def booked_result(i: int) -> dict:
 def test_tracer_mcp_over_stdio_with_a_listen_stream(index_dir, tmp_path):
     """The real command as a subprocess, a 2026-07-28 client: list_changed arrives on subscriptions/listen."""
     config = write_config(tmp_path / "servers.json", {"command": sys.executable, "args": [UPSTREAM, "office"]})
-    root = Path(__file__).parents[1]
+    root = ROOT
     params = StdioServerParameters(command=sys.executable, cwd=root, env={
         "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, args=[
         "-m", "tracer.cli", "mcp", "--config", str(config), "--index", str(index_dir), "--k", "2"])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import ROOT
 
 from tracer.core.steps import extract_steps, gold_turns, step_from_messages
 from tracer.data import Dataset
@@ -19,8 +20,6 @@ from tracer.scoring.fit import FitReport
 from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class ScriptedScorer(ScorerBase):
@@ -140,7 +139,7 @@ def bfcl_small():
 
 @pytest.fixture(scope="module")
 def bfcl_res(bfcl_small):
-    from conftest import KeywordEmbedder
+    from builders import KeywordEmbedder
 
     return Resources.build(bfcl_small.registry, KeywordEmbedder(), device="cpu")
 

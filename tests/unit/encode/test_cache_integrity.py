@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import KeywordEmbedder
+from builders import KeywordEmbedder
 
 from tracer.encode.embedders import CachedEmbedder
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_TOOLS, tiny_trajectories
+from builders import ROOT, TINY_TOOLS, tiny_trajectories
 from hydra import compose, initialize_config_dir
 
 from tracer.core.store import current_snapshot
@@ -24,8 +24,6 @@ from tracer.data import write_native
 from tracer.learn.blend_head import FEATURES, BlendHead
 from tracer.scorers.tracer import TracerScorer
 from tracer.scoring.resources import training_steps
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tiny_dataset(path: Path) -> Path:

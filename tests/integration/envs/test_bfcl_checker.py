@@ -105,7 +105,7 @@ def test_verdict_needs_one_call_list_per_turn(bfcl):
 
 
 def test_withheld_function_presented_only_from_the_turn_bfcl_adds_it(bfcl):
-    from conftest import FixedRankScorer, KeywordEmbedder
+    from builders import FixedRankScorer, KeywordEmbedder
 
     ds, by_id = bfcl
     trajs = (by_id["multi_turn_miss_func_0"], by_id["multi_turn_miss_func_1"])

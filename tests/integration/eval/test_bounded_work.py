@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
+from builders import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
 from tracer.build import build_scorer
 from tracer.core.types import Registry

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import TINY_TOOLS, tiny_trajectories
+from builders import TINY_TOOLS, tiny_trajectories
 
 from tracer.build import build_scorer
 from tracer.core.context import ContextRendering

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from builders import tool_call
 
 from tracer.core.context import ContextRendering
 from tracer.core.errors import DataError
@@ -16,22 +17,17 @@ from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import load_dataset, load_native, write_native
 from tracer.encode.embedders import CachedEmbedder
 
-
-def _call(cid, name, **args):
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
-
 TWO_TURNS = Trajectory(id="x", group="g", domain="d", messages=(
     {"role": "system", "content": "be helpful"},
     {"role": "user", "content": "find and book"},
-    {"role": "assistant", "content": None, "tool_calls": [_call("1", "search", q="a"), _call("2", "weather")]},
+    {"role": "assistant", "content": None, "tool_calls": [tool_call("search", "1", q="a"), tool_call("weather", "2")]},
     {"role": "tool", "tool_call_id": "1", "content": "r1"},
     {"role": "tool", "tool_call_id": "2", "content": "r2"},
-    {"role": "assistant", "content": None, "tool_calls": [_call("3", "book", id=7)]},
+    {"role": "assistant", "content": None, "tool_calls": [tool_call("book", "3", id=7)]},
     {"role": "tool", "tool_call_id": "3", "content": "r3"},
     {"role": "assistant", "content": "done"},
     {"role": "user", "content": "now cancel"},
-    {"role": "assistant", "content": None, "tool_calls": [_call("4", "cancel", id=7)]},
+    {"role": "assistant", "content": None, "tool_calls": [tool_call("cancel", "4", id=7)]},
 ))
 
 
@@ -92,7 +88,7 @@ def _write(tmp_path, tools=None, lines=None):
     ([json.dumps({**TWO_TURNS.to_json(), "id": 3})], r"line 1, record 3, field 'id': missing or not a str"),
     ([json.dumps(TWO_TURNS.to_json()), json.dumps(TWO_TURNS.to_json())], r"line 2, record 'x', field 'id'.*duplicate"),
     ([json.dumps({**TWO_TURNS.to_json(), "messages": [
-        {"role": "assistant", "tool_calls": [_call("1", "teleport")]}]})],
+        {"role": "assistant", "tool_calls": [tool_call("teleport", "1")]}]})],
      r"line 1, record 'x', field 'messages\[0\].tool_calls\[0\].function.name': .*'teleport'"),
     ([json.dumps({**TWO_TURNS.to_json(), "messages": [{"role": "robot"}]})], r"field 'messages\[0\].role'"),
     ([json.dumps({**TWO_TURNS.to_json(), "success": "yes"})], r"field 'success'"),

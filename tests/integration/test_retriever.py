@@ -42,7 +42,7 @@ def test_step_from_messages_with_parallel_calls_and_no_user_message():
 # ---- the facade with MiniLM ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from conftest import TINY_TOOLS, tiny_trajectories
+    from builders import TINY_TOOLS, tiny_trajectories
 
     from tracer.core.types import Registry
 

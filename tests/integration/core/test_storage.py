@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 import storage_worker as w
+from builders import ROOT, TESTS
 
 from tracer.core.io import write_json
 from tracer.core.store import MANIFEST, CorruptIndex, current_snapshot
 from tracer.scorers.tracer import TracerScorer
 
-WORKER = Path(__file__).with_name("storage_worker.py")
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+WORKER = TESTS / "storage_worker.py"
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
        "OMP_NUM_THREADS": "1"}
 
 

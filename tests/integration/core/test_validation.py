@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY_TOOLS, KeywordEmbedder, call, result, tiny_trajectories
+from builders import ROOT, TINY_TOOLS, KeywordEmbedder, call, result, tiny_trajectories
 from hydra import compose, initialize_config_dir
 
 from tracer.core.errors import DataError
@@ -22,7 +22,6 @@ from tracer.eval.job import run_job
 from tracer.retriever import Retriever
 from tracer.train import job as train_job
 
-ROOT = Path(__file__).parents[1]
 USER = {"role": "user", "content": "Find a flight and book it"}
 
 

@@ -1,0 +1,121 @@
+"""What tests build from: messages, the tiny hand-written dataset, a keyword embedder with cosines known by hand,
+a scorer with a fixed ranking, and the repository paths. One place; test modules import from here
+(``tests/`` is on the path: ``pythonpath`` in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from tracer.core.types import Tool, Trajectory
+from tracer.scoring.fit import FitReport
+from tracer.scoring.protocol import ScorerBase
+from tracer.scoring.records import Scores
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+def call(name: str, i: int = 0, **args) -> dict:
+    """One assistant message holding one tool call."""
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+def result(i: int = 0, content: str = "ok") -> dict:
+    return {"role": "tool", "tool_call_id": f"c{i}", "content": content}
+
+
+TINY_TOOLS = (
+    Tool("search_flights", "Search flights between two airports on a date"),
+    Tool("book_flight", "Book a flight for the user by flight number"),
+    Tool("cancel_booking", "Cancel an existing booking by its id"),
+    Tool("get_weather", "Get the weather forecast for a city"),
+    Tool("send_email", "Send an email message to a recipient"),
+    Tool("list_files", "List the files in the current directory"),
+)
+
+
+def fitted_scorer(scorer, trajectories, res):
+    """``scorer`` after ``scorer.fit(trajectories, res)`` (``fit`` returns a FitReport, not the scorer)."""
+    scorer.fit(trajectories, res)
+    return scorer
+
+
+def tiny_trajectories() -> list[Trajectory]:
+    """A handful of conversations over :data:`TINY_TOOLS` (two turns in some)."""
+    convs = [
+        ("t0", [{"role": "user", "content": "Find me a flight from SFO to JFK tomorrow and book it"},
+                call("search_flights", 0), result(0), call("book_flight", 1), result(1)]),
+        ("t1", [{"role": "user", "content": "Search flights to Boston on Friday then book the cheapest"},
+                call("search_flights", 0), result(0), call("book_flight", 1), result(1),
+                {"role": "user", "content": "Actually cancel that booking"}, call("cancel_booking", 2), result(2)]),
+        ("t2", [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"},
+                call("get_weather", 0), result(0), call("send_email", 1), result(1)]),
+        ("t3", [{"role": "user", "content": "Look up flights to Denver"}, call("search_flights", 0), result(0),
+                {"role": "user", "content": "Tell me the weather in Denver"}, call("get_weather", 1), result(1)]),
+        ("t4", [{"role": "user", "content": "Show the files here"}, call("list_files", 0), result(0)]),
+    ]
+    return [Trajectory(id=i, group=i, domain="tiny", messages=tuple(m)) for i, m in convs]
+
+
+# ---- baselines (issue 5): a keyword embedder with known cosines and resources over TINY_TOOLS ----------------
+KEYWORDS = ("flight", "book", "cancel", "weather", "email", "file")
+
+
+class KeywordEmbedder:
+    """Maps a text to the normalised indicator of the keywords it contains (substring, case-insensitive).
+
+    A text without any keyword maps to the last ("none") axis, so every row is a unit vector and
+    cosines are known by hand: e.g. ``"book_flight: Book a flight"`` -> (flight + book) / sqrt(2).
+    """
+
+    def __init__(self, keywords=KEYWORDS):
+        self.keywords = tuple(keywords)
+        self.name = "keyword:" + ",".join(self.keywords)
+        self.dim = len(self.keywords) + 1
+
+    def encode(self, texts):
+        out = torch.zeros(len(texts), self.dim)
+        for i, text in enumerate(texts):
+            low = text.lower()
+            hits = [j for j, k in enumerate(self.keywords) if k in low] or [self.dim - 1]
+            out[i, hits] = 1.0
+        return torch.nn.functional.normalize(out, dim=1)  # [N, dim]
+
+
+# ---- evaluation: a scorer with a fixed ranking, the tiny dataset as a native directory -------------------------
+class FixedRankScorer(ScorerBase):
+    """Ranks the registry in order, then moves the gold tool to score ``gold`` (2.0: first; -1e9: last) and,
+    if given, the tool ``prefer`` to score 1.0 (second after a first-placed gold)."""
+
+    def __init__(self, gold: float, prefer: str | None = None):
+        self.name, self.gold, self.prefer = f"fixed_rank_{gold:g}", gold, prefer
+
+    def fit(self, trajectories, res):
+        self.res = res
+        return FitReport(self.name, len(trajectories), 0, 0.0)
+
+    def score(self, steps):
+        reg = self.res.registry
+        primary = -torch.arange(len(reg), dtype=torch.float32).repeat(len(steps), 1)  # [B, N] registry order
+        if self.prefer is not None:
+            primary[:, reg.id(self.prefer)] = 1.0
+        for i, s in enumerate(steps):
+            if s.gold in reg:
+                primary[i, reg.id(s.gold)] = self.gold
+        return Scores(primary=primary, fallback=torch.zeros_like(primary),
+                      fell_back=torch.zeros(len(steps), dtype=torch.bool))
+
+
+
+def tool_call(name: str, cid: str, **args) -> dict:
+    """One entry of an assistant message's ``tool_calls``."""
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
