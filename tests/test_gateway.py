@@ -10,30 +10,17 @@ import httpx
 import openai
 import pytest
 from conftest import TINY_TOOLS, call, result
-from gateway_harness import serving
+from gateway_harness import index_dir, make_gateway, serving  # noqa: F401 (index_dir: a fixture)
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
 from tracer.retriever import Retriever
-from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.reload import IndexHolder, version_token
 
 TOOLS = [t.to_openai() for t in TINY_TOOLS]
 NAMES = [t.name for t in TINY_TOOLS]
 WEATHER = [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"}]
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    path = tmp_path_factory.mktemp("gateway") / "index"
-    Retriever.from_dataset("data/example", "tracer_fixed", embedder=minilm, device="cpu").save(path)
-    return path
-
-
-def make_gateway(index_dir, minilm, upstream: str, sink=None, **config) -> Gateway:
-    holder = IndexHolder(index_dir, lambda d: Retriever.load(d, embedder=minilm, device="cpu"))
-    return Gateway(holder, GatewayConfig(upstream=upstream, **{"k": 2, **config}), sink)
 
 
 def client(url: str) -> openai.OpenAI:
