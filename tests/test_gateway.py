@@ -10,13 +10,15 @@ import httpx
 import openai
 import pytest
 from conftest import TINY_TOOLS, call, result
-from gateway_harness import index_dir, make_gateway, serving  # noqa: F401 (index_dir: a fixture)
+from gateway_harness import make_gateway, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
 from tracer.retriever import Retriever
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.reload import IndexHolder, version_token
+
+pytest_plugins = ["gateway_harness"]  # the index_dir fixture
 
 TOOLS = [t.to_openai() for t in TINY_TOOLS]
 NAMES = [t.name for t in TINY_TOOLS]

@@ -11,11 +11,13 @@ import socket
 import threading
 
 import httpx
-from gateway_harness import index_dir, make_gateway, serving  # noqa: F401 (index_dir: a fixture)
+from gateway_harness import make_gateway, serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+pytest_plugins = ["gateway_harness"]  # the index_dir fixture
 
 ANSWER = b'{"id": "c", "object": "chat.completion", "choices": []}'
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
