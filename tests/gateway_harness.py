@@ -7,8 +7,8 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
-import pytest
 import uvicorn
 
 from tracer.retriever import Retriever
@@ -16,9 +16,8 @@ from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.reload import IndexHolder
 
 
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    path = tmp_path_factory.mktemp("gateway") / "index"
+def save_test_index(path: Path, minilm) -> Path:
+    """The gateway tests' index: ``tracer_fixed`` fitted on ``data/example``, saved to ``path``."""
     Retriever.from_dataset("data/example", "tracer_fixed", embedder=minilm, device="cpu").save(path)
     return path
 

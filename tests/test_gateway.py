@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 from conftest import TINY_TOOLS, call, result
-from gateway_harness import make_gateway, serving
+from gateway_harness import make_gateway, save_test_index, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
@@ -18,11 +18,14 @@ from tracer.retriever import Retriever
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.reload import IndexHolder, version_token
 
-pytest_plugins = ["gateway_harness"]  # the index_dir fixture
-
 TOOLS = [t.to_openai() for t in TINY_TOOLS]
 NAMES = [t.name for t in TINY_TOOLS]
 WEATHER = [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"}]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory, minilm):
+    return save_test_index(tmp_path_factory.mktemp("gateway") / "index", minilm)
 
 
 def client(url: str) -> openai.OpenAI:

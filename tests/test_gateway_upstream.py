@@ -11,16 +11,20 @@ import socket
 import threading
 
 import httpx
-from gateway_harness import make_gateway, serving
+import pytest
+from gateway_harness import make_gateway, save_test_index, serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-pytest_plugins = ["gateway_harness"]  # the index_dir fixture
-
 ANSWER = b'{"id": "c", "object": "chat.completion", "choices": []}'
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory, minilm):
+    return save_test_index(tmp_path_factory.mktemp("gateway") / "index", minilm)
 
 
 def upstream_app() -> Starlette:
