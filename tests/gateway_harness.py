@@ -1,4 +1,5 @@
-"""Serving an ASGI app on a loopback port from a test: uvicorn in a thread, stopped on exit."""
+"""Serving an ASGI app on a loopback port from a test (uvicorn in a thread, stopped on exit), and the
+gateway the tests serve: a small real index (MiniLM, ``tracer_fixed`` on ``data/example``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,24 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
+
+from tracer.retriever import Retriever
+from tracer.serve.gateway import Gateway, GatewayConfig
+from tracer.serve.reload import IndexHolder
+
+
+def save_test_index(path: Path, minilm) -> Path:
+    """The gateway tests' index: ``tracer_fixed`` fitted on ``data/example``, saved to ``path``."""
+    Retriever.from_dataset("data/example", "tracer_fixed", embedder=minilm, device="cpu").save(path)
+    return path
+
+
+def make_gateway(index_dir, minilm, upstream: str, sink=None, **config) -> Gateway:
+    holder = IndexHolder(index_dir, lambda d: Retriever.load(d, embedder=minilm, device="cpu"))
+    return Gateway(holder, GatewayConfig(upstream=upstream, **{"k": 2, **config}), sink)
 
 
 @contextlib.contextmanager

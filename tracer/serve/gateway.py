@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import signal
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -38,21 +38,11 @@ from starlette.routing import Route
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.reload import IndexHolder
-from tracer.serve.selection import (
-    StickyPresenter,
-    UnknownToolVectors,
-    choose,
-    conversation_id,
-    forced_name,
-    tool_name,
-)
+from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose, conversation_id, forced_name
+from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
 from tracer.serve.validation import RequestError, parse_chat_request
 
 log = logging.getLogger("tracer.serve")
-# hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes
-_DROP_REQUEST = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade", "te",
-                 "proxy-connection"}
-_DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "upgrade"}
 
 
 @dataclass
@@ -91,8 +81,8 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.presenter = StickyPresenter(config.sticky, config.max_presented or 4 * config.k)
         self.unknown = UnknownToolVectors()
-        self.upstream = config.upstream.rstrip("/")
-        self.client: httpx.AsyncClient | None = None
+        self.upstream = Upstream(config.upstream, config.upstream_timeout_s,
+                                 lambda: self.metrics.errors.labels("upstream_disconnect_retried").inc())
         self.app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.render_metrics, methods=["GET"]),
@@ -105,21 +95,19 @@ class Gateway:
     # ---- lifecycle -------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette):
-        # idle upstream connections are dropped before a server's usual 5 s keep-alive ends it under us
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=2.0)
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.config.upstream_timeout_s), limits=limits)
+        self.upstream.start()
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not in the main thread
             loop.add_signal_handler(signal.SIGHUP, self._reload_soon, True)
         tasks = [asyncio.create_task(self._housekeeping())]
-        log.info("gateway started", extra={"event": "started", "upstream": self.upstream, "k": self.config.k,
+        log.info("gateway started", extra={"event": "started", "upstream": self.upstream.base_url, "k": self.config.k,
                                            "index": str(self.holder.directory), "sticky": self.config.sticky})
         try:
             yield
         finally:  # uvicorn has stopped taking requests and drained those in flight
             for t in tasks:
                 t.cancel()
-            await self.client.aclose()
+            await self.upstream.close()
             if self.sink is not None:
                 await asyncio.to_thread(self.sink.close)
             log.info("gateway stopped", extra={"event": "stopped"})
@@ -140,6 +128,10 @@ class Gateway:
         swapped = await asyncio.get_running_loop().run_in_executor(None, self.holder.maybe_reload, force)
         if swapped:
             self.metrics.reloads.inc()
+            if gc.get_freeze_count():  # the process froze its long-lived objects (tracer serve): the new
+                gc.unfreeze()          # index's too, and the old one's cycles are collectable again
+                gc.collect()
+                gc.freeze()
         return swapped
 
     # ---- small endpoints ---------------------------------------------------------------------------
@@ -176,45 +168,46 @@ class Gateway:
     async def chat(self, request: Request) -> Response:
         try:
             raw = await self._read_body(request)
-            body = parse_chat_request(raw)
+            body, names = parse_chat_request(raw)
         except RequestError as e:
             self.metrics.requests.labels(str(e.status)).inc()
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
         messages, tools = body["messages"], body.get("tools") or []
         conv = conversation_id(messages, request.headers.get("x-tracer-conversation"))
-        presented, selection_s = [tool_name(t) for t in tools], 0.0
+        presented, selection_s = names, 0.0
         if len(tools) > self.config.k:
             try:
                 with Stopwatch() as stage:
-                    presented = self._select(conv, body)
+                    presented = self._select(conv, body, names)
                 selection_s = stage.seconds
-                by_name = {tool_name(t): t for t in tools}
+                by_name = dict(zip(names, tools))
                 raw = orjson.dumps({**body, "tools": [by_name[n] for n in presented]})
             except Exception:
                 self.metrics.errors.labels("selection").inc()
                 log.exception("selection failed; forwarding every tool", extra={"event": "selection_failed",
                                                                                   "conversation": conv})
-                presented = [tool_name(t) for t in tools]
-        extra = {"x-tracer-conversation": conv, "x-tracer-selection-ms": f"{selection_s * 1e3:.3f}"}
+                presented = names
+        extra = [(b"x-tracer-conversation", conv.encode("latin-1")),
+                 (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode())]
         response = await self._forward(request, "/chat/completions", raw, bool(body.get("stream")), extra)
         if self.sink is not None:
             self._observe(conv, body, presented, response, request.headers.get("x-tracer-outcome"))
-        log.info("chat", extra={"event": "chat", "conversation": conv, "status": response.status_code,
-                                "tools_in": len(tools), "presented": len(presented),
-                                "selection_ms": round(selection_s * 1e3, 3)})
+        if log.isEnabledFor(logging.INFO):
+            log.info("chat", extra={"event": "chat", "conversation": conv, "status": response.status_code,
+                                    "tools_in": len(tools), "presented": len(presented),
+                                    "selection_ms": round(selection_s * 1e3, 3)})
         return response
 
-    def _select(self, conv: str, body: dict[str, Any]) -> list[str]:
+    def _select(self, conv: str, body: dict[str, Any], names: list[str]) -> list[str]:
         """The presented names (their time is ``tracer_selection_seconds``).
 
         Runs on the event loop: choosing costs well under a millisecond of CPU for a 128-tool request,
         and a worker thread measured slower (every hand-off waits for the GIL while the loop does I/O).
         """
         with Stopwatch() as sw:
-            tools = body["tools"]
-            chosen = choose(self.holder.retriever, body["messages"], tools, self.config.k, self.unknown,
-                            forced_name(body.get("tool_choice")))
-            presented = self.presenter.present(conv, chosen, [tool_name(t) for t in tools])
+            chosen = choose(self.holder.retriever, body["messages"], body["tools"], self.config.k, self.unknown,
+                            forced_name(body.get("tool_choice")), names)
+            presented = self.presenter.present(conv, chosen, names)
         self.metrics.selection.observe(sw.seconds)
         return presented
 
@@ -223,7 +216,7 @@ class Gateway:
             raw = await self._read_body(request) if request.method == "POST" else b""
         except RequestError as e:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
-        return await self._forward(request, "/" + request.path_params["path"], raw, False, {})
+        return await self._forward(request, "/" + request.path_params["path"], raw, False, [])
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.config.max_body_bytes
@@ -239,42 +232,30 @@ class Gateway:
         return b"".join(chunks)
 
     async def _forward(self, request: Request, path: str, raw: bytes, stream: bool,
-                       extra: dict[str, str]) -> Response:
-        assert self.client is not None, "the gateway's lifespan has not started"
-        headers = [(k, v) for k, v in request.headers.items()
-                   if k not in _DROP_REQUEST and not k.startswith("x-tracer-")]
-        url = self.upstream + path + (f"?{request.url.query}" if request.url.query else "")
-        upstream_req = self.client.build_request(request.method, url, headers=headers, content=raw)
+                       extra: list[tuple[bytes, bytes]]) -> Response:
+        query = request.scope["query_string"]
+        if query:
+            path += "?" + query.decode("latin-1")
         try:
             with Stopwatch() as sw:
-                resp = await asyncio.wait_for(self._send(upstream_req), self.config.upstream_timeout_s)
-        except (asyncio.TimeoutError, httpx.TimeoutException):
+                resp = await self.upstream.open(request.method, path, forwarded_headers(request.headers.raw), raw)
+        except TimeoutError:
             return self._fail(504, "upstream_timeout", f"the upstream did not answer within "
                                                        f"{self.config.upstream_timeout_s} s")
-        except httpx.HTTPError as e:
+        except aiohttp.ClientError as e:
             return self._fail(502, "upstream_unreachable", f"cannot reach the upstream: {e!r}")
         self.metrics.upstream.observe(sw.seconds)
-        out_headers = {k: v for k, v in resp.headers.items() if k not in _DROP_RESPONSE} | extra
-        self.metrics.requests.labels(str(resp.status_code)).inc()
+        self.metrics.requests.labels(str(resp.status)).inc()
+        headers = answer_headers(resp) + extra
         if stream:
-            return StreamingResponse(resp.aiter_raw(), resp.status_code, out_headers,
-                                     background=BackgroundTask(resp.aclose))
-        try:
-            content = b"".join([c async for c in resp.aiter_raw()])
-        except httpx.TimeoutException:
-            return self._fail(504, "upstream_timeout", "the upstream's answer did not finish in time")
-        finally:
-            await resp.aclose()
-        return Response(content, resp.status_code, out_headers)
-
-    async def _send(self, upstream_req: httpx.Request) -> httpx.Response:
-        """Send, once more if the upstream closed a kept-alive connection without answering (the request
-        never reached it: the race between reusing an idle connection and the server closing it)."""
-        try:
-            return await self.client.send(upstream_req, stream=True)
-        except httpx.RemoteProtocolError:
-            self.metrics.errors.labels("upstream_disconnect_retried").inc()
-            return await self.client.send(upstream_req, stream=True)
+            answer = StreamingResponse(chunks(resp), resp.status)
+        else:
+            try:
+                answer = Response(await read_all(resp), resp.status)
+            except TimeoutError:
+                return self._fail(504, "upstream_timeout", "the upstream's answer did not finish in time")
+        answer.raw_headers = headers + answer.raw_headers  # Response's own: content-length of what we send
+        return answer
 
     def _fail(self, status: int, kind: str, message: str) -> Response:
         self.metrics.errors.labels(kind).inc()

@@ -74,15 +74,19 @@ def forced_name(tool_choice: Any) -> str | None:
 
 
 def choose(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]], k: int,
-           unknown_vectors: UnknownToolVectors, must: str | None = None) -> list[str]:
-    """Names of the k request tools to present, best first (see the module docstring for the rule)."""
-    names = [tool_name(t) for t in tools]
+           unknown_vectors: UnknownToolVectors, must: str | None = None,
+           names: Sequence[str] | None = None) -> list[str]:
+    """Names of the k request tools to present, best first (see the module docstring for the rule).
+
+    ``names``: the tools' names when the caller has them already (the gateway's validation does).
+    """
+    names = [tool_name(t) for t in tools] if names is None else list(names)
     if len(names) <= k:
         return names
     registry = retriever.registry
     requested = set(names)
     known_ranked = [n for n in retriever.rank(messages) if n in requested]
-    unknown = [t for t in tools if tool_name(t) not in registry]
+    unknown = [t for t, n in zip(tools, names) if n not in registry]
     chosen_unknown: list[str] = []
     if unknown:
         ctx = retriever.context_embedding(messages).astype(np.float64)               # [d]

@@ -36,7 +36,8 @@ def _check_messages(messages: Any) -> None:
                 raise RequestError("each tool call needs function.name", f"messages[{i}].tool_calls[{j}].function.name")
 
 
-def _check_tools(tools: Any) -> None:
+def _check_tools(tools: Any) -> list[str]:
+    """The tools' names, in order."""
     if not isinstance(tools, list):
         raise RequestError("must be an array of tool objects", "tools")
     seen: dict[str, int] = {}
@@ -50,10 +51,12 @@ def _check_tools(tools: Any) -> None:
         if name in seen:
             raise RequestError(f"duplicate tool name {name!r} (first at tools[{seen[name]}])", f"tools[{i}].function.name")
         seen[name] = i
+    return list(seen)
 
 
-def parse_chat_request(raw: bytes) -> dict[str, Any]:
-    """The request body as a dict, or :class:`RequestError` naming the first bad field."""
+def parse_chat_request(raw: bytes) -> tuple[dict[str, Any], list[str]]:
+    """The request body as a dict and its tools' names (in order), or :class:`RequestError` naming the
+    first bad field."""
     try:
         body = orjson.loads(raw)  # a 128-tool BFCL request is ~68 KB; orjson takes about half json's time
     except orjson.JSONDecodeError as e:
@@ -61,6 +64,5 @@ def parse_chat_request(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError("body must be a JSON object")
     _check_messages(body.get("messages"))
-    if body.get("tools") is not None:
-        _check_tools(body["tools"])
-    return body
+    tools = body.get("tools")
+    return body, [] if tools is None else _check_tools(tools)

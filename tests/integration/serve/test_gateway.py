@@ -10,12 +10,11 @@ import httpx
 import openai
 import pytest
 from builders import ROOT, TINY_TOOLS, call, result
-from gateway_harness import serving
+from gateway_harness import make_gateway, save_test_index, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
 from tracer.retriever import Retriever
-from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.reload import IndexHolder, version_token
 
@@ -26,14 +25,7 @@ WEATHER = [{"role": "user", "content": "What is the weather in Paris? Email it t
 
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory, minilm):
-    path = tmp_path_factory.mktemp("gateway") / "index"
-    Retriever.from_dataset("data/example", "tracer_fixed", embedder=minilm, device="cpu").save(path)
-    return path
-
-
-def make_gateway(index_dir, minilm, upstream: str, sink=None, **config) -> Gateway:
-    holder = IndexHolder(index_dir, lambda d: Retriever.load(d, embedder=minilm, device="cpu"))
-    return Gateway(holder, GatewayConfig(upstream=upstream, **{"k": 2, **config}), sink)
+    return save_test_index(tmp_path_factory.mktemp("gateway") / "index", minilm)
 
 
 def client(url: str) -> openai.OpenAI:
