@@ -181,6 +181,14 @@ class TracerPlusScorer(ScorerBase):
     def tries(self) -> list[ExecutionTrie]:
         return self.index.tries if self.index is not None else []
 
+    @property
+    def cold(self) -> bool:
+        """No logged call yet (a transferred model before any update): every step is ranked by the vector
+        query alone. The transferred weights were learned where the trie features carry most of the
+        signal; over vector candidates alone they reorder worse than the vector ranking itself
+        (tau2 recall@5 0.266 vs 0.333, docs/learning.md), so they wait for the first logged trajectories."""
+        return not any(t.n_edges for t in self.tries)
+
     def _check_fitted(self) -> None:
         if self.res is None or self.model is None:
             raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources) or load()")
@@ -202,7 +210,7 @@ class TracerPlusScorer(ScorerBase):
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
             fallback=vec,
-            fell_back=(~has).cpu(),
+            fell_back=(~has | self.cold).cpu(),
             diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
                          "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
                          "in_candidates": self._coverage(steps, cand.tool, cand.mask)},
@@ -236,7 +244,7 @@ class TracerPlusScorer(ScorerBase):
         path (``scripts/bench_step.py`` times it); tested equal to the batched path."""
         pad = self.pad if pad is None else pad
         one, s, vec = self._one(step, *contexts)
-        if not len(one.tool):
+        if not len(one.tool) or self.cold:
             return tuple(one.order[:k].tolist())
         head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
         if len(head) == k or not pad:
@@ -247,7 +255,7 @@ class TracerPlusScorer(ScorerBase):
     def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
         one, s, vec = self._one(step, *contexts)
-        return rank_one(one.tool, s, vec, len(one.tool) == 0, top)
+        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.cold, top)
 
     def select(self, messages: Sequence[Mapping[str, Any]], k: int = 5) -> list[str]:
         """Tool names to present for the next call of a live conversation (OpenAI chat messages)."""

@@ -25,6 +25,7 @@ from tracer.memory.trie import ExecutionTrie
 from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
 from tracer.scoring.ranking import finalize
+from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources
 
 FAST_HEAD = {"max_epochs": 40, "patience": 10}
@@ -180,7 +181,16 @@ def test_transfer_fits_on_zero_trajectories_and_refuses_other_features(tiny_res,
     for (_, a), (_, b) in zip(cold.model.state_dict().items(), trained.model.state_dict().items()):
         assert torch.equal(a, b)
     steps = extract_all(tiny_trajectories())
-    assert len(finalize(cold.score(steps), 3).presented) == len(steps)
+    # cold (no logged call): every step is ranked by the vector query alone, batched and live alike
+    scores = cold.score(steps)
+    by_vector = Scores(primary=torch.full_like(scores.fallback, float("-inf")), fallback=scores.fallback,
+                       fell_back=torch.ones(len(steps), dtype=torch.bool))
+    assert cold.cold and bool(scores.fell_back.all())
+    assert torch.equal(finalize(scores, 3).ranking, finalize(by_vector, 3).ranking)
+    for i, s in enumerate(steps):
+        assert cold.select_one(s, cold.embed([s]), 3) == finalize(by_vector, 3).presented[i]
+    update_scorer(cold, tiny_trajectories()[:2])   # the first logged calls: the transferred weights take over
+    assert not cold.cold and not bool(cold.score(steps).fell_back.all())
     with pytest.raises(ValueError, match="features"):
         build_scorer("tracer_plus", transfer=str(path), keys=["prefix"]).fit([], tiny_res)
 
