@@ -214,7 +214,7 @@ def bfcl_fold():
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
     train = [t for t in ds.trajectories if fold_of[t.group] == 1]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
-    res = Resources.build(ds.registry, build_embedder({"cache_dir": str(ROOT / ".cache" / "embeddings")}),
+    res = Resources.build(ds.registry, build_embedder("minilm", cache_dir=str(ROOT / ".cache" / "embeddings")),
                           device="cpu", seed=0)
     return res, train, test[:300]
 
