@@ -105,6 +105,7 @@ def node_table_bytes(trie, sample: int = 20000) -> int:
 
 
 def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tensor, out_dir: Path) -> dict:
+    from tracer.build import build_scorer
     from tracer.core.types import Registry, Tool
     from tracer.encode.index import ToolIndex
     from tracer.memory.trie import ExecutionTrie
@@ -146,7 +147,7 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
         del states, gold, ctx
         gc.collect()
     t0 = time.perf_counter()
-    scorer = TracerScorer().attach(trie, res)
+    scorer = build_scorer("tracer_fixed").attach(trie, res)
     t_build += time.perf_counter() - t0
     rss_after_build = rss_bytes()
 

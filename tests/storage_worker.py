@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from builders import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
+from tracer.build import build_scorer
 from tracer.core.types import Registry, Tool
 from tracer.scorers.tracer import TracerScorer
 from tracer.scoring.resources import Resources
@@ -31,7 +32,7 @@ def build(i: int) -> TracerScorer:
     """Variant ``i``: one extra tool, the first ``3 + i`` trajectories, eps ``0.1 * (i + 1)``."""
     registry = Registry([*TINY_TOOLS, Tool(f"extra_{i}", f"an extra tool number {i} about email")])
     res = Resources.build(registry, KeywordEmbedder(), device="cpu", seed=0)
-    scorer = TracerScorer(name="tracer_fixed", blend="fixed", eps=0.1 * (i + 1))
+    scorer = build_scorer("tracer_fixed", eps=0.1 * (i + 1))
     scorer.fit(tiny_trajectories()[:3 + i], res)
     return scorer
 

@@ -80,6 +80,12 @@ def build_scorer(scorer: str | Mapping, /, **overrides: Any) -> Scorer:
     return build(node("scorer", scorer, **overrides))
 
 
+def build_insight_memory(**overrides: Any) -> Any:
+    """The Insight memory of ``tracer/configs/scorer/insight.yaml``'s ``memory:`` node (what ``evaluate.py
+    insight=true`` adds to any scorer), ``overrides`` merged in (``build_insight_memory(summarizer="offline")``)."""
+    return build(load_config("scorer", "insight", memory=overrides)["memory"])
+
+
 def build_dataset(dataset: str | Mapping, registry: str | Mapping | None = None, seed: int = 0) -> Dataset:
     """The dataset of a ``dataset`` node (or of ``tracer/configs/dataset/<name>.yaml``), with the registry-size
     preset of a ``registry`` node (or name) applied: a partial of :func:`tracer.data.pool.apply_preset` called

@@ -8,7 +8,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tracer.build import build_dataset, build_embedder, build_executor, build_logger, build_scorer, plain
+from tracer.build import (
+    build_dataset,
+    build_embedder,
+    build_executor,
+    build_insight_memory,
+    build_logger,
+    build_scorer,
+    plain,
+)
 from tracer.core.validate import EVAL_INTS, check_config, check_int
 from tracer.eval import plots
 from tracer.eval.fold_encoders import FoldEncoders
@@ -16,7 +24,6 @@ from tracer.eval.metrics import METRICS, StepRecord, outcome_rates
 from tracer.eval.outputs import metrics_document, write_json, write_jsonl
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.eval.tokens import LOCAL_TOKENIZER
-from tracer.scorers.insight import InsightMemory
 from tracer.scoring.resources import Resources
 
 
@@ -70,9 +77,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     res = Resources.build(ds.registry, embedder, device=cfg.get("device"), seed=cfg.get("seed", 0),
                           executor=None if getattr(executor, "is_oracle", False) else executor)
     scorer_cfg = cfg["scorer"]
-    insight_factory = None
-    if cfg.get("insight"):
-        insight_factory = InsightMemory
+    # insight=true: the memory of configs/scorer/insight.yaml's memory: node, a fresh one per outer fold
+    insight_factory = build_insight_memory if cfg.get("insight") else None
     regime = cfg.get("regime") or {"name": "teacher_forcing"}
     ecfg = EvalConfig(k=cfg["k"], folds=cfg["folds"], seed=cfg["seed"], regime=regime["name"],
                       max_steps_per_turn=regime.get("max_steps_per_turn", 20),

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import torch
 
@@ -50,11 +49,10 @@ class AutoToolScorer(ScorerBase):
         alpha: weight of the transition term (the paper's constant 0.5).
         context: rendering of the context whose cosine with each tool is taken.
         successful_only: count transitions on successful trajectories only.
-        pad: kept for the interface; every tool is scored, so there is nothing to pad.
+        pad: structural, not in the YAML: every tool is scored, so there is nothing to pad.
     """
 
-    def __init__(self, name: str = "autotool", alpha: float = 0.5, context: Mapping | None = None,
-                 successful_only: bool = True, pad: bool = True, **_: Any):
+    def __init__(self, *, name: str, alpha: float, context: Mapping, successful_only: bool, pad: bool = True):
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
         self.name, self.alpha, self.successful_only, self.pad = name, alpha, successful_only, pad

@@ -42,7 +42,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import torch
 
@@ -73,11 +72,11 @@ class HEPMScorer(ScorerBase):
         suggest: how many tools the guidance line names (the paper's two).
         context: rendering of the fallback query.
         max_calls: calls listed in the offline digest.
+        pad: structural, not in the YAML: fill up to k from the vector ranking.
     """
 
-    def __init__(self, name: str = "hepm", c: float = 1.0, policy: str | Mapping = "auto",
-                 summarizer: str = "auto", suggest: int = 2, context: Mapping | None = None, max_calls: int = 12,
-                 pad: bool = True, **_: Any):
+    def __init__(self, *, name: str, c: float, policy: str | Mapping, summarizer: str, suggest: int,
+                 context: Mapping, max_calls: int, pad: bool = True):
         if isinstance(policy, Mapping):
             policy = policy.get("rule", "auto")
         if policy not in POLICIES:

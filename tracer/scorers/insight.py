@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -53,8 +52,6 @@ from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.ranking import no_proposal
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources, fallback_scores
-
-RECENT_MESSAGES = {"window": "last_n", "n": 5, "calls": "names", "results": "truncated", "system": False}
 
 
 def candidate_ks(lo: int = 5, hi: int = 150, num: int = 15) -> list[int]:
@@ -134,20 +131,22 @@ class InsightMemory:
         summarizer: ``auto`` (the executor model when configured, else the offline digest),
             ``model`` or ``offline``; also decides who distils the clusters.
         neighbours: nearest summaries retrieved per step (the paper's two).
-        query: rendering of the step's recent messages (default: the last five messages).
+        query: rendering of the step's recent messages.
         silhouette_sample: points the silhouette is computed on, at most.
         n_init: K-means restarts per candidate K (see :func:`select_k`).
         max_calls: calls listed in the offline digest of an episode.
         max_episodes, max_episode_chars: summaries of a cluster shown to the model when distilling, and
             characters of each.
+
+    Values: the ``memory:`` node of ``tracer/configs/scorer/insight.yaml``
+    (:func:`tracer.build.build_insight_memory`, also what ``evaluate.py insight=true`` adds to any scorer).
     """
 
-    def __init__(self, summarizer: str = "auto", neighbours: int = 2, query: Mapping | None = None,
-                 silhouette_sample: int | None = 5000, n_init: int | str = "auto", max_calls: int = 12,
-                 max_episodes: int = 20, max_episode_chars: int = 300):
+    def __init__(self, *, summarizer: str, neighbours: int, query: Mapping, silhouette_sample: int | None,
+                 n_init: int | str, max_calls: int, max_episodes: int, max_episode_chars: int):
         self.summarizer = Summarizer(summarizer, max_calls)
         self.neighbours = neighbours
-        self.rendering = ContextRendering.from_config(RECENT_MESSAGES if query is None else query)
+        self.rendering = ContextRendering.from_config(query)
         self.silhouette_sample, self.n_init = silhouette_sample, n_init
         self.max_episodes, self.max_episode_chars = max_episodes, max_episode_chars
         self.res: Resources | None = None
@@ -157,10 +156,6 @@ class InsightMemory:
         self.k = 0
         self.silhouettes: dict[int, float] = {}
         self.insights: list[str] = []              # [K] one per cluster
-
-    @classmethod
-    def from_config(cls, cfg: Mapping | None) -> InsightMemory:
-        return cls(**dict(cfg or {}))
 
     @property
     def model_calls(self) -> int:
@@ -235,14 +230,17 @@ class InsightScorer(ScorerBase):
     Args:
         name: registry name.
         context: rendering of the vector-fallback query (the ranking used for recall at k).
-        memory: :class:`InsightMemory` options.
+        memory: the :class:`InsightMemory` (the YAML's ``memory:`` node has its ``_target_``).
+        pad: structural, not in the YAML: the whole registry is presented.
     """
 
-    def __init__(self, name: str = "insight", context: Mapping | None = None, memory: Mapping | None = None,
-                 pad: bool = True, **_: Any):
+    def __init__(self, *, name: str, context: Mapping, memory: InsightMemory, pad: bool = True):
+        if not isinstance(memory, InsightMemory):
+            raise TypeError(f"memory must be an InsightMemory (a node with _target_: "
+                            f"tracer.scorers.insight.InsightMemory), got {type(memory).__name__}")
         self.name, self.pad = name, pad
         self.rendering = ContextRendering.from_config(context)
-        self.memory = InsightMemory.from_config(memory)
+        self.memory = memory
         self.res: Resources | None = None
 
     @property

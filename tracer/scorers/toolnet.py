@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import torch
 
@@ -54,8 +53,7 @@ class ToolNetScorer(ScorerBase):
         successful_only: count transitions on successful trajectories only.
     """
 
-    def __init__(self, name: str = "toolnet", context: Mapping | None = None, pad: bool = True,
-                 successful_only: bool = True, **_: Any):
+    def __init__(self, *, name: str, context: Mapping, pad: bool, successful_only: bool):
         self.name, self.pad, self.successful_only = name, pad, successful_only
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None

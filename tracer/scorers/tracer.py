@@ -42,7 +42,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -55,7 +54,7 @@ from tracer.learn.blend_head import BlendHead, fixed_blend, state_features
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ChildBatch, ExecutionTrie
 from tracer.scoring.fit import FitReport
-from tracer.scoring.persist import check_trie, load_tensors, open_index, write_common
+from tracer.scoring.persist import check_trie, load_tensors, open_index, saved_config, write_common
 from tracer.scoring.protocol import Contexts, ScorerBase
 from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
@@ -72,10 +71,7 @@ from tracer.scoring.single_step import (
 )
 
 FORMAT_VERSION = 2
-PAPER_CONTEXT = {"window": "all", "calls": "names", "results": "truncated", "system": False}
 CLASS_PATH = "tracer.scorers.tracer.TracerScorer"
-DEFAULT_HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50,
-                "rotate": True, "batch_size": 0}
 
 
 def prefix_entropy(trie: ExecutionTrie) -> torch.Tensor:
@@ -106,7 +102,11 @@ class TracerScorer(ScorerBase):
         pad: fill up to k from the fallback ranking when a node has fewer than k children.
         global_set: |G| for Tracer+G (0 = off).
         successful_only: build from successful trajectories only.
-        head: :class:`tracer.learn.blend_fit.HeadConfig`'s fields; a key left out: ``DEFAULT_HEAD`` (the YAML's).
+        head: every field of :class:`tracer.learn.blend_fit.HeadConfig` (learned blend; a missing or unknown
+            key is an error naming it); ``None`` or empty for the fixed blend, which has no head.
+
+    Every argument is required: the values live in ``tracer/configs/scorer/<name>.yaml``; build with
+    :func:`tracer.build.build_scorer` (``build_scorer("tracer", head={"max_epochs": 1})`` merges key by key).
 
     Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch,
     on the resources' device) and :meth:`select_one` / :meth:`rank_one` (one live step through
@@ -115,17 +115,18 @@ class TracerScorer(ScorerBase):
 
     can_save = True
 
-    def __init__(self, name: str = "tracer_fixed", blend: str = "fixed", key: Mapping | None = None,
-                 context: Mapping | None = None, eps: float = 1e-6, tau: float = 0.2, pad: bool = True,
-                 global_set: int = 0, successful_only: bool = True, head: Mapping | None = None, **_: Any):
+    def __init__(self, *, name: str, blend: str, key: Mapping, context: Mapping, eps: float, tau: float, pad: bool,
+                 global_set: int, successful_only: bool, head: Mapping | None):
         if blend not in ("fixed", "learned"):
             raise ValueError(f"blend must be 'fixed' or 'learned', got {blend!r}")
         self.name, self.blend, self.eps, self.tau, self.pad = name, blend, eps, tau, pad
         self.key = StateKey.from_config(key)
-        self.rendering = ContextRendering.from_config(PAPER_CONTEXT if context is None else context)
+        self.rendering = ContextRendering.from_config(context)
         self.global_set_size = global_set
         self.successful_only = successful_only
         self.head_cfg = dict(head or {})
+        # checked now (a missing or unknown key named) rather than at fit time
+        self.head_config = HeadConfig.from_config(self.head_cfg) if blend == "learned" else None
         self.head, self.head_fit = None, {}  # head_fit: the scalars of the head's last fit (describe())
         self.res: Resources | None = None
         self.trie: ExecutionTrie | None = None
@@ -135,15 +136,14 @@ class TracerScorer(ScorerBase):
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
         """Build the trie and fit the head; its curves and out-of-fold data go into the report, not the scorer."""
         t0 = time.perf_counter()
-        head_cfg = HeadConfig.from_config({**DEFAULT_HEAD, **self.head_cfg}) if self.blend == "learned" else None
         steps = fit_steps(trajectories, res.registry, self.successful_only)
         ctx = res.embed(steps, self.rendering)                                  # [S, d]
         self.attach(ExecutionTrie.build(steps, res.tool_ids([s.gold for s in steps]), ctx, len(res.registry),
                                         self.key, self.eps, res.device), res)
         history, data = {}, None
-        if head_cfg is not None:
+        if self.head_config is not None:
             self.head, history, data = fit_blend_head(trajectories, res, self.key, self.rendering, self.eps,
-                                                      self.successful_only, head_cfg)
+                                                      self.successful_only, self.head_config)
             self.head_fit = {k: v for k, v in history.items() if isinstance(v, (int, float, str, bool))}
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history, data)
 
@@ -300,7 +300,8 @@ class TracerScorer(ScorerBase):
         """Load the current snapshot, checked against its manifest (``verify``: sha256, size, none); refuse another
         format version or embedder, or a FAISS id map off the registry. A corrupt file is a CorruptIndex naming it."""
         with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
-            obj = cls(**meta["scorer"])
+            saved = meta["scorer"]
+            obj = cls(**saved_config(saved, "tracer" if saved.get("blend") == "learned" else "tracer_fixed"))
             trie = ExecutionTrie.from_state_dict(load_tensors(d / "trie.pt", mmap=True), res.device)
             obj.res, obj.trie = res, check_trie(trie, res, d / "trie.pt")
             obj.global_set = tuple(meta["global_set"])

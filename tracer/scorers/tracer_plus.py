@@ -71,7 +71,7 @@ from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import parse_key
 from tracer.memory.trie import ExecutionTrie
 from tracer.scoring.fit import FitReport
-from tracer.scoring.persist import check_trie, load_tensors, open_index, write_common
+from tracer.scoring.persist import check_trie, load_tensors, open_index, saved_config, write_common
 from tracer.scoring.protocol import Contexts, ScorerBase
 from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
@@ -307,7 +307,7 @@ class TracerPlusScorer(ScorerBase):
              ) -> TracerPlusScorer:
         """Load a saved index with the checks of :meth:`TracerScorer.load`, and the feature names'."""
         with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
-            obj = cls(**meta["scorer"])
+            obj = cls(**saved_config(meta["scorer"], "tracer_plus"))
             if list(obj.feature_names) != meta["features"]:
                 raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; rebuild the index")
             tries = [check_trie(ExecutionTrie.from_state_dict(load_tensors(d / f"trie_{j}.pt"), res.device),

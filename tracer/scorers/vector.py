@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
 
 import torch
 
@@ -24,8 +23,17 @@ from tracer.scoring.resources import Resources, fallback_scores
 
 
 class VectorScorer(ScorerBase):
-    def __init__(self, name: str = "vector", context: Mapping | None = None, present_all: bool = False,
-                 pad: bool = True, **_: Any):
+    """The registry ranked by cosine of the context with each tool (``vector``); ``present_all``: the whole
+    registry presented (``llm_only``). Values: ``tracer/configs/scorer/{vector,llm_only}.yaml``.
+
+    Args:
+        name: registry name.
+        context: rendering of the query.
+        present_all: present every tool (the ranking still orders them, for recall at k).
+        pad: structural, not in the YAMLs: the ranking covers the registry, so there is never anything to pad.
+    """
+
+    def __init__(self, *, name: str, context: Mapping, present_all: bool, pad: bool = True):
         self.name, self.present_all, self.pad = name, present_all, pad
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 from tracer.core.store import CorruptIndex, Verify, open_snapshot, read_json
 from tracer.core.types import Registry, Tool
@@ -21,6 +22,19 @@ from tracer.encode.embedders import Embedder, default_device
 from tracer.encode.index import ToolIndex
 from tracer.memory.trie import ExecutionTrie
 from tracer.scoring.resources import Resources
+
+# the scorer YAMLs (tracer/configs/scorer/), read here for saved configs older than their keys
+SCORER_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "scorer"
+
+
+def saved_config(saved: dict[str, Any], reference: str) -> dict[str, Any]:
+    """A saved index's scorer config (``meta["scorer"]``) completed from ``tracer/configs/scorer/<reference>.yaml``:
+    a key an older version did not write (a constructor argument added since, a ``head`` field) takes the
+    YAML's value, which is what that version's Python default was; saved keys win, mappings merge key by key."""
+    yaml = OmegaConf.load(SCORER_CONFIGS / f"{reference}.yaml")
+    merged = OmegaConf.to_container(OmegaConf.merge(yaml, saved), resolve=True)
+    merged.pop("_target_", None)
+    return merged
 
 
 def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:

@@ -31,6 +31,9 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
     ``report.json``/``report.md``, ``wt_hist.png`` and (``save_index``) ``index/``.
     """
     check_config(plain(cfg), TRAIN_INTS)  # before any work: a bad override is named, nothing is written
+    if cfg.scorer.get("blend") != "learned":
+        raise ValueError(f"train.py fits the blend head: scorer {cfg.scorer.get('name')!r} has no learned blend "
+                         "(blend: learned, as scorer=tracer has)")
     torch.manual_seed(cfg.seed)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
@@ -39,7 +42,7 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
 
     ds = build_dataset(cfg.dataset, None, cfg.seed)
     res = Resources.build(ds.registry, build_embedder(cfg.embedder), device=cfg.device, seed=cfg.seed)
-    scorer = build_scorer(cfg.model)
+    scorer = build_scorer(cfg.scorer)
     t0 = time.perf_counter()
     fit = scorer.fit(ds.trajectories, res)  # builds the full trie and fits the head by inner folds
     hist = {**fit.history, "seconds_total_fit": time.perf_counter() - t0}
@@ -52,7 +55,7 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
         scorer.save(out / "index")
     _log_curves(logger, hist)
 
-    m = plain(cfg.model)
+    m = plain(cfg.scorer)
     data = fit.data  # the out-of-fold steps the head was fitted on
     ablation = heldout_ablation(ds.trajectories, res, scorer.key, scorer.rendering, m["eps"], m["successful_only"],
                                 m["head"], cfg.folds, cfg.seed) if cfg.folds else None

@@ -147,7 +147,8 @@ def conversation(*calls, request="Find a flight from SFO to JFK and book it"):
 
 @pytest.mark.parametrize("name", ["tracer_fixed", "tracer_plus", "vector"])
 def test_drift_add_remove_rename_without_a_rebuild(tiny_res, name):
-    r = Retriever(fitted_scorer(build_scorer(name, head=FAST_HEAD), tiny_trajectories(), tiny_res), k=3)
+    fast = {"head": FAST_HEAD} if name == "tracer_plus" else {}  # the others have no head to train
+    r = Retriever(fitted_scorer(build_scorer(name, **fast), tiny_trajectories(), tiny_res), k=3)
     msgs = conversation("search_flights")
     before = r.rank(msgs)
     tries_before = [t.n_edges for t in scorer_tries(r.scorer)]

@@ -36,7 +36,7 @@ def _train(tmp_path: Path, *overrides: str) -> Path:
     data = _tiny_dataset(tmp_path / "tiny")
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "train.py", "dataset=jsonl", f"dataset.path={data}", f"embedder.cache_dir={tmp_path / 'cache'}",
-           "embedder.device=cpu", "device=cpu", "folds=2", "model.head.max_epochs=60", f"hydra.run.dir={run_dir}",
+           "embedder.device=cpu", "device=cpu", "folds=2", "scorer.head.max_epochs=60", f"hydra.run.dir={run_dir}",
            *overrides]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -48,9 +48,9 @@ def test_train_config_composes():
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
         cfg = compose("train", overrides=["dataset=jsonl", "dataset.path=x"])
         scorer = compose("evaluate", overrides=["scorer=tracer"]).scorer
-    assert cfg.get("logger") is None and cfg.model.name == "tracer"
-    assert cfg.model == scorer  # train.py and evaluate.py scorer=tracer fit the same head
-    assert set(cfg.model.head) >= {"inner_folds", "t_floor", "lr", "weight_decay", "max_epochs", "patience"}
+    assert cfg.get("logger") is None and cfg.scorer.name == "tracer"
+    assert cfg.scorer == scorer  # train.py and evaluate.py scorer=tracer fit the same head
+    assert set(cfg.scorer.head) >= {"inner_folds", "t_floor", "lr", "weight_decay", "max_epochs", "patience"}
 
 
 def test_train_end_to_end(tmp_path, minilm):

@@ -19,7 +19,7 @@ from tracer.data.pool import apply_preset
 from tracer.executors import OracleExecutor
 from tracer.scoring.protocol import Scorer
 
-GROUPS = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name not in ("experiment", "model"))
+GROUPS = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "experiment")
 OPTIONS = [(g, o) for g in GROUPS for o in names(g)]
 TABLE, ABLATION = names("experiment/bfcl_table"), names("experiment/tracer_plus_ablation")
 # the rows of the deleted scripts/ablate_tracer_plus.sh: each row's command-line overrides, as it ran them
@@ -73,7 +73,7 @@ def test_entry_configs_compose_and_their_cheap_parts_build(name):
     cfg = compose(name, return_hydra_config=True)
     OmegaConf.resolve(cfg)     # every interpolation resolves (paths, hydra dirs)
     assert cfg.hydra.run.dir.startswith(cfg.paths.outputs + "/")
-    scorer = build_scorer(cfg.scorer if name == "evaluate" else cfg.model)
+    scorer = build_scorer(cfg.scorer)
     assert isinstance(scorer, Scorer)
     assert importable(cfg.dataset._target_) and importable(cfg.embedder._target_)
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from builders import call, fitted_scorer
 
-from tracer.core.context import ContextRendering
+from tracer.build import build_scorer
 from tracer.core.folds import assign_folds, inner_seed
 from tracer.core.store import current_snapshot
 from tracer.core.types import Registry, Tool, Trajectory
@@ -24,12 +24,12 @@ from tracer.learn.blend_fit import HeadConfig, StepData, fit_blend_head, inner_f
 from tracer.learn.blend_head import FEATURES, IGNORE, BlendHead, state_features
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ExecutionTrie
-from tracer.scorers.tracer import PAPER_CONTEXT, TracerScorer
+from tracer.scorers.tracer import TracerScorer
 from tracer.scoring.fit import FitReport
 from tracer.scoring.resources import Resources, training_steps
 from tracer.train.blend_report import evaluate
 
-RENDER = ContextRendering.from_config(PAPER_CONTEXT)
+RENDER = build_scorer("tracer_fixed").rendering
 
 
 class KeywordEmbedder:
@@ -215,8 +215,8 @@ def _heldout_nll(scorer, steps, res):
 def _learned_vs_fixed(train, test, res):
     """Held-out NLL of the learned and the fixed blend fitted on ``train``; the learned one's scores."""
     steps = training_steps(test, TOOLS)
-    nll_l, sc = _heldout_nll(fitted_scorer(TracerScorer(name="tracer", blend="learned", head=HEAD), train, res), steps, res)
-    nll_f, _ = _heldout_nll(fitted_scorer(TracerScorer(name="tracer_fixed", blend="fixed"), train, res), steps, res)
+    nll_l, sc = _heldout_nll(fitted_scorer(build_scorer("tracer", head=HEAD), train, res), steps, res)
+    nll_f, _ = _heldout_nll(fitted_scorer(build_scorer("tracer_fixed"), train, res), steps, res)
     return nll_l, nll_f, sc
 
 
@@ -239,7 +239,7 @@ def test_counts_decide_drives_w_up():
 
 def test_saved_index_with_head_scores_the_same(tmp_path):
     res = _res(["alpha", "beta", "filler"])
-    scorer = TracerScorer(name="tracer", blend="learned", head=HEAD)
+    scorer = build_scorer("tracer", head=HEAD)
     scorer.fit(context_decides(60, seed=5), res)
     scorer.save(tmp_path / "index")
     assert (tmp_path / "index" / "snapshots" / current_snapshot(tmp_path / "index") / "blend_head.pt").exists()
@@ -253,7 +253,7 @@ def test_saved_index_with_head_scores_the_same(tmp_path):
 def test_fit_reports_the_curves_and_data_and_the_scorer_keeps_neither():
     res = _res(["alpha", "beta", "filler"])
     trajs = context_decides(60, seed=5)
-    scorer = TracerScorer(name="tracer", blend="learned", head=HEAD)
+    scorer = build_scorer("tracer", head=HEAD)
     report = scorer.fit(trajs, res)
     assert report.scorer == "tracer" and report.n_trajectories == len(trajs)
     assert isinstance(report.data, StepData) and len(report.data) == report.n_steps == len(training_steps(trajs, TOOLS))

@@ -25,11 +25,10 @@ import pytest
 import torch
 from builders import fitted_scorer
 
-from tracer.build import build_scorer
+from tracer.build import build_insight_memory, build_scorer
 from tracer.core.steps import extract_steps
 from tracer.core.types import Step, Trajectory
-from tracer.scorers.hepm import HEPMScorer
-from tracer.scorers.insight import InsightMemory, candidate_ks, select_k
+from tracer.scorers.insight import candidate_ks, select_k
 from tracer.scorers.summaries import call_outcomes, digest
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources
@@ -139,14 +138,14 @@ def test_autotool_blend_at_alpha_half(tiny_trajs, tiny_resources, tiny_registry)
 
 # ---- H-EPM -------------------------------------------------------------------------------------------------
 def test_hepm_weights_reduce_to_normalised_counts_at_c0(tiny_trajs, tiny_resources):
-    sc = HEPMScorer(c=0.0)
+    sc = build_scorer("hepm", c=0.0)
     sc.fit(tiny_trajs, tiny_resources)
     assert sc.weights(None) == pytest.approx({"search_flights": 3 / 5, "get_weather": 1 / 5, "list_files": 1 / 5})
     assert sc.weights("search_flights") == pytest.approx({"book_flight": 2 / 3, "get_weather": 1 / 3})
 
 
 def test_hepm_efficiency_weights(tiny_trajs, tiny_resources):
-    sc = HEPMScorer(c=1.0)
+    sc = build_scorer("hepm", c=1.0)
     sc.fit(tiny_trajs, tiny_resources)
     # START: search_flights 3 + (1/2 + 1/3 + 1/2) = 13/3; get_weather 1 + 1/2 = 3/2; list_files 1 + 1/1 = 2;
     # total 47/6.
@@ -160,7 +159,7 @@ def test_hepm_counts_each_trajectory_once_and_ignores_failures(tiny_resources):
     trajs = [traj("a", "weather", ["get_weather", "get_weather", "get_weather"]),    # gw->gw twice, n = 3
              traj("b", "weather", ["get_weather", "send_email"]),                    # gw->se once, n = 2
              traj("c", "weather", ["get_weather", "list_files"], success=False)]     # not counted
-    sc = HEPMScorer(c=2.0)
+    sc = build_scorer("hepm", c=2.0)
     sc.fit(trajs, tiny_resources)
     # gw->gw: 2 + 2 * 1/3 = 8/3; gw->se: 1 + 2 * 1/2 = 2; total 14/3.
     assert sc.weights("get_weather") == pytest.approx({"get_weather": 8 / 14, "send_email": 6 / 14})
@@ -168,8 +167,8 @@ def test_hepm_counts_each_trajectory_once_and_ignores_failures(tiny_resources):
 
 def test_hepm_annotation_branch_and_suggestion(tiny_trajs, tiny_resources, tiny_registry):
     q = [step((), "What's the weather in Rome")]
-    by_weight = fitted_scorer(HEPMScorer(policy="never"), tiny_trajs, tiny_resources).score(q)
-    recalled = fitted_scorer(HEPMScorer(policy="always"), tiny_trajs, tiny_resources).score(q)
+    by_weight = fitted_scorer(build_scorer("hepm", policy="never"), tiny_trajs, tiny_resources).score(q)
+    recalled = fitted_scorer(build_scorer("hepm", policy="always"), tiny_trajs, tiny_resources).score(q)
     # never: START successors by weight: search_flights 26/47, list_files 12/47, get_weather 9/47.
     assert names(tiny_registry, finalize(by_weight, 2).ranking[0, :3]) == ["search_flights", "list_files",
                                                                            "get_weather"]
@@ -186,7 +185,7 @@ def test_hepm_annotation_branch_and_suggestion(tiny_trajs, tiny_resources, tiny_
 
 
 def test_hepm_turn_start_rule_and_no_successors(tiny_trajs, tiny_resources):
-    sc = HEPMScorer(policy={"rule": "turn_start"})
+    sc = build_scorer("hepm", policy={"rule": "turn_start"})
     sc.fit(tiny_trajs, tiny_resources)
     s = sc.score([step((), "weather"), step(("search_flights",), "weather", 1), step(("send_email",), "x", 1)])
     assert s.diagnostics["summarised"].tolist() == [True, False, False]
@@ -199,7 +198,7 @@ def test_hepm_turn_start_rule_and_no_successors(tiny_trajs, tiny_resources):
 def test_hepm_with_a_model_counts_its_calls(tiny_trajs, tiny_registry, keyword_embedder):
     model = FakeModel()
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0, executor=model)
-    sc = HEPMScorer()
+    sc = build_scorer("hepm")
     sc.fit(tiny_trajs, res)
     assert sc.fit_model_calls == model.calls > 0
     s = sc.score([step((), "weather"), step(("search_flights",), "flight", 1)])
@@ -250,7 +249,7 @@ def insight_corpus() -> list[Trajectory]:
 
 
 def test_insight_clusters_and_offline_extract(tiny_resources):
-    mem = InsightMemory().fit(insight_corpus(), tiny_resources)
+    mem = build_insight_memory().fit(insight_corpus(), tiny_resources)
     # 12 summaries: no grid K is below 12/3 = 4, so K = 3 (the largest below n/3), without a silhouette.
     assert mem.k == 3 and mem.silhouettes == {}
     topics = [e.trajectory_id[0] for e in mem.episodes]
@@ -265,7 +264,7 @@ def test_insight_clusters_and_offline_extract(tiny_resources):
 
 
 def test_insight_retrieves_the_clusters_of_the_two_nearest_summaries(tiny_resources):
-    mem = InsightMemory().fit(insight_corpus(), tiny_resources)
+    mem = build_insight_memory().fit(insight_corpus(), tiny_resources)
     label = {e.trajectory_id: int(lab) for e, lab in zip(mem.episodes, mem.labels)}
     steps = [step((), "weather today?"), step((), "please cancel")]
     # "weather" is nearest to the four weather summaries: both neighbours in one cluster, added once.
@@ -291,9 +290,9 @@ def test_insight_retrieves_the_clusters_of_the_two_nearest_summaries(tiny_resour
 def test_insight_with_a_model_distils_one_call_per_cluster(tiny_registry, keyword_embedder):
     model = FakeModel()
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0, executor=model)
-    mem = InsightMemory(summarizer="offline").fit(insight_corpus(), res)
+    mem = build_insight_memory(summarizer="offline").fit(insight_corpus(), res)
     assert mem.model_calls == 0 and "offline extract" in mem.guidance([step((), "weather")])[0]
-    mem = InsightMemory().fit(insight_corpus(), res)
+    mem = build_insight_memory().fit(insight_corpus(), res)
     # 7 distinct episode digests (f0, f1 = f2, f3, w0, w1 = w2 = w3, d0 = d1 = d2, d3): 7 summary calls. The
     # model summarises all of them alike, so the 12 summaries are one point: K = 1 and one distillation call.
     assert mem.k == 1 and mem.model_calls == model.calls == 7 + 1
