@@ -156,7 +156,7 @@ def test_gradcheck_both_heads_double():
 
     def loss_of(*ps):
         state = {**dict(zip(names, ps)), **dict(head.named_buffers())}
-        return torch.func.functionalcall(head, state, (log_p, log_l, mask, feats, gold))[1]
+        return torch.func.functional_call(head, state, (log_p, log_l, mask, feats, gold))[1]
 
     assert torch.autograd.gradcheck(loss_of, params, eps=1e-6, atol=1e-5)
     grads = torch.autograd.grad(loss_of(*params), params)
