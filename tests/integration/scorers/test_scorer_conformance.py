@@ -194,18 +194,19 @@ def test_a_live_batch_of_one_equals_the_batched_ranking(name, corpus, tiny_regis
 @pytest.fixture(scope="module")
 def bfcl_fold():
     """BFCL (registry as loaded), trajectories of fold 1 to fit on and the steps of fold 0, with the real MiniLM
-    behind the shared disk cache (warm for BFCL; a cold cache embeds ~1,500 contexts once)."""
+    behind the shared disk cache."""
     from tracer.build import build_embedder
     from tracer.core.folds import assign_folds
     from tracer.data import load_dataset
 
     ds = load_dataset("bfcl", execute=False)
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
-    train = [t for t in ds.trajectories if fold_of[t.group] == 1]
+    # 80 trajectories to fit on and 200 held-out steps: ~700 contexts to embed on a clean clone's cold cache
+    train = [t for t in ds.trajectories if fold_of[t.group] == 1][:80]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
     res = Resources.build(ds.registry, build_embedder("minilm", cache_dir=str(ROOT / ".cache" / "embeddings")),
                           device="cpu", seed=0)
-    return res, train, test[:300]
+    return res, train, test[:200]
 
 
 @pytest.mark.parametrize("name, cfg", [("tracer_fixed", {}), ("tracer_g", {"pad": False}),
