@@ -22,7 +22,6 @@ family, the batched path with a batch of one for the others.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import numpy as np
 
 from tracer.build import build_scorer
 from tracer.core.errors import DataError
+from tracer.core.locate import locate
 from tracer.core.steps import step_from_messages
 from tracer.core.store import Verify, open_snapshot
 from tracer.core.types import Message, Registry, Step, Tool, Trajectory
@@ -207,8 +207,8 @@ class Retriever:
                     raise ValueError(f"{meta_path}: the index was built with embedder {meta['embedder']['name']!r}; "
                                      "pass that embedder to Retriever.load")
                 embedder = build_embedder(cache_dir=cache_dir, device=device)
-            module, _, name = str(meta.get("class", "tracer.scorers.tracer.TracerScorer")).rpartition(".")
-            if module.split(".")[0] != "tracer":
-                raise ValueError(f"{meta_path}: scorer class {meta['class']!r} is not part of tracer")
-            scorer_cls = getattr(importlib.import_module(module), name)
+            try:  # a saved file names a class; only one inside tracer is ever imported
+                scorer_cls = locate(meta.get("class", "tracer.scorers.tracer.TracerScorer"))
+            except ValueError as e:
+                raise ValueError(f"{meta_path}: scorer class {e}") from None
             return cls(scorer_cls.load(snap, embedder, device=device, verify="none"), k)
