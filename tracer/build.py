@@ -59,12 +59,26 @@ def load_config(group: str, name: str, /, **overrides: Any) -> DictConfig:
     """``tracer/configs/<group>/<name>.yaml`` without Hydra, ``${paths.*}`` resolved from ``paths/default.yaml``,
     ``overrides`` merged in (nested mappings merge key by key, as ``scorer.head.max_epochs=1`` does on the
     command line; lists are replaced)."""
+    root = OmegaConf.create({"paths": OmegaConf.load(CONFIG_DIR / "paths" / "default.yaml"),
+                             group: OmegaConf.merge(_composed(group, name), overrides)})
+    return OmegaConf.create(OmegaConf.to_container(root, resolve=True)[group])
+
+
+def _composed(group: str, name: str) -> DictConfig:
+    """A group's YAML with its defaults list applied as Hydra applies it: each named config of the same
+    group merged in order, the file's own keys at ``_self_`` (last when not listed); ``embedder/fast.yaml``
+    is ``onnx_int8`` this way, ``encoder_training/mnrl_static.yaml`` is ``mnrl`` plus ``serve_as``."""
     path = CONFIG_DIR / group / f"{name}.yaml"
     if not path.is_file():
         raise KeyError(f"unknown {group} {name!r}; valid names: {', '.join(names(group))}")
-    root = OmegaConf.create({"paths": OmegaConf.load(CONFIG_DIR / "paths" / "default.yaml"),
-                             group: OmegaConf.merge(OmegaConf.load(path), overrides)})
-    return OmegaConf.create(OmegaConf.to_container(root, resolve=True)[group])
+    own = OmegaConf.load(path)
+    defaults = list(own.pop("defaults", None) or [])
+    if "_self_" not in defaults:
+        defaults.append("_self_")
+    for d in defaults:
+        if not isinstance(d, str):
+            raise ValueError(f"{path}: defaults: only names of {group} configs are supported here, got {d!r}")
+    return OmegaConf.merge(*(own if d == "_self_" else _composed(group, d) for d in defaults))
 
 
 def node(group: str, cfg: str | Mapping, /, **overrides: Any) -> DictConfig:

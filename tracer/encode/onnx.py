@@ -43,9 +43,14 @@ class _Transformer(torch.nn.Module):
 
 
 def max_seq_length(folder: Path) -> int:
-    """The folder's sentence-transformers truncation length (256 for MiniLM)."""
-    cfg = folder / "sentence_bert_config.json"
-    return int(json.loads(cfg.read_text())["max_seq_length"]) if cfg.is_file() else 512
+    """The folder's sentence-transformers truncation length (256 for MiniLM). Older sentence-transformers
+    write it to sentence_bert_config.json; newer ones (our fine-tuned checkpoints) to the tokenizer's
+    ``model_max_length``, which is where they read it back from."""
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        cfg = folder / name
+        if cfg.is_file() and key in (doc := json.loads(cfg.read_text())):
+            return int(doc[key])
+    return 512
 
 
 def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE) -> Path:

@@ -4,6 +4,8 @@ training trajectories only, so no held-out step ever reached the encoder's train
 ``Evaluator(..., fold_resources=FoldEncoders(registry, cfg))`` calls it once per outer fold with the
 fold's training trajectories; it fine-tunes (or finds the cached checkpoint) and returns fresh
 :class:`Resources` whose embedder, tool index and hence memories, queries and tool vectors all use it.
+With ``serve_as`` the fold's checkpoint is served through another embedder built from it (a model2vec
+static model distilled from it, an ONNX export): the fast encoders, trained.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Registry, Trajectory
-from tracer.encode.embedders import CachedEmbedder, SentenceTransformerEmbedder
+from tracer.encode.embedders import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from tracer.encode.source import DEFAULT_CACHE
 from tracer.learn.encoder import Pairs, TrainConfig, finetuned, train_info, training_pairs
 from tracer.scoring.resources import Resources
@@ -29,12 +31,14 @@ class FoldEncoders:
             ``base_model``, ``encoder_dir``, ``device`` and the :class:`TrainConfig` fields.
         embed_cache: the embedding cache directory (the checkpoint's hash names its vectors there).
         device, seed, executor: as :meth:`Resources.build`.
+        serve_as: builds the embedder that serves a checkpoint, called with ``model=<checkpoint folder>``
+            (``encoder_training=mnrl_static``: ``StaticEmbedder``); None: the checkpoint in sentence-transformers.
         log: called with each training step's loss and learning rate, or None (the curve is in ``history``).
     """
 
     def __init__(self, registry: Registry, cfg: Mapping[str, Any], embed_cache: str | Path | None = ".cache/embeddings",
                  device: str | None = None, seed: int = 0, executor: Any = None,
-                 log: Callable[[dict], None] | None = None):
+                 serve_as: Callable[..., Embedder] | None = None, log: Callable[[dict], None] | None = None):
         cfg = dict(cfg)
         self.registry = registry
         self.rendering = ContextRendering.from_config(cfg.pop("context", None))
@@ -44,6 +48,7 @@ class FoldEncoders:
         self.train_device = cfg.pop("device", None)
         self.recipe = TrainConfig(**cfg)
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
+        self.serve_as = serve_as
         self.history: list[dict] = []  # per call: checkpoint, training time, the trajectories the pairs came from
 
     def pairs(self, train: Sequence[Trajectory]) -> Pairs:
@@ -55,5 +60,7 @@ class FoldEncoders:
         info = train_info(path)
         self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
                              "final_loss": info["loss"][-1], "loss": info["loss"], "trajectory_ids": sorted(set(pairs.trajectory_ids))})
-        embedder = CachedEmbedder(SentenceTransformerEmbedder(str(path), progress=0), self.embed_cache)
+        served = self.serve_as(model=str(path)) if self.serve_as else SentenceTransformerEmbedder(str(path), progress=0)
+        self.history[-1]["served_as"] = served.name
+        embedder = CachedEmbedder(served, self.embed_cache)
         return Resources.build(self.registry, embedder, device=self.device, seed=self.seed, executor=self.executor)

@@ -71,6 +71,11 @@ class Pairs:
     def __len__(self) -> int:
         return len(self.anchors)
 
+    @classmethod
+    def cat(cls, parts: Sequence[Pairs]) -> Pairs:
+        """The pairs of several sources in order (e.g. several datasets for a transferred encoder)."""
+        return cls(*(tuple(x for p in parts for x in getattr(p, f)) for f in ("anchors", "positives", "trajectory_ids")))
+
     def digest(self) -> str:
         h = hashlib.sha256()
         for a, p in zip(self.anchors, self.positives):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.oracle import OracleExecutor
 from tracer.learn.encoder import (
+    Pairs,
     TrainConfig,
     checkpoint_dir,
     finetuned,
@@ -109,3 +111,27 @@ def test_per_fold_encoders_never_train_on_held_out_trajectories(tmp_path, tiny_r
         assert h["pairs"] == len(fold_encoders.pairs(train))
     assert per_fold[0]["checkpoint"] != per_fold[1]["checkpoint"]
     assert ev.res.embedder.name == per_fold[1]["checkpoint"]  # the last fold scored with its own encoder
+
+
+def test_a_fold_checkpoint_served_through_onnx_encodes_as_the_checkpoint(tmp_path, trained):
+    """``serve_as`` (encoder_training=mnrl_static's mechanism): the fold's checkpoint is built into another
+    embedder; here its ONNX fp32 export, which must encode as the fine-tuned torch model does."""
+    pytest.importorskip("onnxruntime")
+    from tracer.encode.onnx import OnnxEmbedder
+
+    cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
+           **dataclasses.asdict(FAST)}
+    serve = partial(OnnxEmbedder, variant="fp32", threads=1, encoder_dir=tmp_path / "enc")
+    res = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None, device="cpu", serve_as=serve)(tiny_trajectories())
+    served = res.embedder.inner
+    assert isinstance(served, OnnxEmbedder) and served.name.startswith("finetuned-")
+    texts = list(_pairs().anchors) + [t.search_text for t in TINY_TOOLS]
+    want = trained[0].encode(texts, convert_to_tensor=True, normalize_embeddings=True).cpu()  # same pairs and recipe
+    torch.testing.assert_close(served.encode(texts), want, atol=2e-5, rtol=0)
+
+
+def test_pairs_of_several_datasets_concatenate_in_order():
+    a, b = _pairs(), training_pairs(tiny_trajectories()[:2], Registry(TINY_TOOLS), RENDERING)
+    both = Pairs.cat([a, b])
+    assert len(both) == len(a) + len(b) and both.anchors[len(a):] == b.anchors
+    assert both.trajectory_ids[: len(a)] == a.trajectory_ids and both.digest() != a.digest()

@@ -96,6 +96,19 @@ def test_every_option_composes(group, option):
         assert isinstance(build_executor(node), OracleExecutor)
 
 
+# options whose defaults list names other configs of their own group (dataset=jsonl's overrides another group:
+# it is a Hydra-only config)
+WITH_DEFAULTS = [(g, o) for g, o in OPTIONS
+                 if all(isinstance(d, str) for d in OmegaConf.load(CONFIG_DIR / g / f"{o}.yaml").get("defaults", [0]))]
+
+
+@pytest.mark.parametrize("group,option", WITH_DEFAULTS, ids=[f"{g}={o}" for g, o in WITH_DEFAULTS])
+def test_plain_python_loading_applies_a_defaults_list_as_hydra_does(group, option):
+    cfg = evaluate(f"{group}={option}")
+    node = OmegaConf.to_container(cfg[group], resolve=True)
+    assert load_config(group, option, **({"seed": cfg.seed} if "seed" in node else {})) == node
+
+
 def test_scorer_renderings_are_plain_mappings_the_constructor_validates():
     for option in names("scorer"):
         scorer = build_scorer(option)

@@ -1,0 +1,59 @@
+"""Fine-tune one encoder on every trajectory of some datasets, for a dataset it never saw (the cold start).
+
+    python scripts/finetune_transfer.py --train bfcl tau2            # then evaluate on apibank:
+    python evaluate.py dataset=apibank embedder=finetuned embedder.model=<printed folder> scorer=vector
+
+The pairs are each dataset's own (its registry's tool texts, the encoder_training recipe's context
+rendering), concatenated in the order given; the checkpoint is cached by their content hash like a
+per-fold one (``tracer.learn.encoder.finetuned``), so a rerun does not train. Every fold of the target
+dataset may then be read: none of its trajectories reached the encoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from omegaconf import OmegaConf
+
+from tracer.build import build_dataset, load_config
+from tracer.eval.fold_encoders import FoldEncoders
+from tracer.learn.encoder import Pairs, finetuned, train_info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--train", nargs="+", required=True, help="loader names: bfcl, tau2, apibank")
+    ap.add_argument("--registry", default="large")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config", default="mnrl", help="a recipe in tracer/configs/encoder_training/")
+    a = ap.parse_args()
+    cfg = OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed))
+    parts, enc = [], None
+    for name in a.train:
+        ds = build_dataset(name, a.registry, a.seed)
+        enc = FoldEncoders(ds.registry, cfg)
+        parts.append(enc.pairs(ds.trajectories))
+    pairs = Pairs.cat(parts)
+    t0 = time.perf_counter()
+
+    def progress(m: dict) -> None:  # one line every 10 steps: training on a busy CPU is long
+        if m["encoder/step"] % 10 == 0:
+            print(f"step {m['encoder/step']} loss {m['encoder/loss']:.4f} {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    path = finetuned(pairs, enc.recipe, enc.base_model, enc.encoder_dir, enc.train_device, log=progress)
+    info = train_info(path)
+    print(json.dumps({"checkpoint": str(path), "datasets": a.train, "pairs": [len(p) for p in parts],
+                      "batches": info["batches"], "train_seconds": info["train_seconds"],
+                      "first_loss": info["loss"][0], "last_loss": info["loss"][-1]}))
+
+
+if __name__ == "__main__":
+    main()
