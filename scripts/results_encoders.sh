@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# The encoder x scorer table of docs/encoders.md: BFCL, registry large (240 tools), k=5, 5 folds, oracle.
-#   bash scripts/results_encoders.sh [OUTDIR]          (default results/encoders/bfcl)
-# One evaluate.py run per (embedder, scorer); latency_ms_p50/p95 there are per step, one thread, embedding included.
+# The encoder x scorer runs of docs/encoders.md: registry large, k=5, 5 folds by group, seed 0, oracle, teacher forcing.
+#   bash scripts/results_encoders.sh [OUTDIR]          (default results/encoders; one folder per dataset below it)
+# One evaluate.py run per (dataset, encoder, scorer) -> OUTDIR/<dataset>/<encoder>_<scorer>/. An encoder is an
+# embedder config (zero-shot: minilm, onnx_fp32, onnx_int8, static) or an encoder_training recipe (mnrl: per-fold
+# fine-tuning, mnrl_static: the same checkpoints served as static models), the checkpoints cached by content hash.
+#   DATASETS="tau2 apibank" ENCODERS="minilm mnrl" SCORERS=vector bash scripts/results_encoders.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-results/encoders/bfcl}
+OUT=${1:-results/encoders}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-for emb in ${EMBEDDERS:-onnx_int8 static minilm onnx_fp32}; do
-  for sc in ${SCORERS:-vector tracer_plus}; do
-    SECONDS=0
-    $PY evaluate.py embedder=$emb scorer=$sc dataset=bfcl registry=large k=5 folds=5 seed=0 progress=false \
-      hydra.run.dir=$OUT/${emb}_${sc} > /dev/null
-    echo "$emb $sc: ${SECONDS} s wall"
+for ds in ${DATASETS:-bfcl tau2 apibank}; do
+  for enc in ${ENCODERS:-minilm onnx_fp32 onnx_int8 static mnrl mnrl_static}; do
+    case $enc in
+      mnrl*) what="encoder_training=$enc" ;;
+      *) what="embedder=$enc" ;;
+    esac
+    for sc in ${SCORERS:-vector tracer_plus}; do
+      SECONDS=0
+      $PY evaluate.py $what scorer=$sc dataset=$ds registry=large k=5 folds=5 seed=0 progress=false \
+        hydra.run.dir=$OUT/$ds/${enc}_${sc} > /dev/null
+      echo "$ds $enc $sc: ${SECONDS} s wall"
+    done
   done
 done
-$PY scripts/encoders_table.py $OUT/*_*/ > $OUT/table.md
+$PY scripts/frontier.py --root $OUT

@@ -158,7 +158,7 @@ def report(dirs: Sequence[str | Path], out: str | Path, columns: Sequence[str] =
 
 def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed: int = 0,
            folds: Sequence[int] | None = None) -> dict:
-    """Paired test of a per-step outcome (``hit_at_k``, ``correct``, or ``rr`` for reciprocal rank),
+    """Paired test of a per-step outcome (``hit_at_k``, ``correct``, ``top1`` for recall@1, or ``rr`` for reciprocal rank),
     over the steps of ``folds`` only when given (e.g. a checkpoint trained for one outer fold)."""
     def outcomes(run):
         recs = read_steps(Path(run) / "steps.jsonl")
@@ -172,6 +172,8 @@ def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed:
     def val(r):
         if metric == "rr":
             return 1.0 / r.gold_rank if r.gold_rank else 0.0
+        if metric == "top1":  # recall@1
+            return float(r.gold_rank == 1)
         return float(bool(getattr(r, metric)))
 
     va, vb = [val(a[k]) for k in keys], [val(b[k]) for k in keys]
@@ -216,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--paired", nargs=2, metavar=("RUN_A", "RUN_B"))
     p.add_argument("--ablation", metavar="DIR", help="one table row per run directory under DIR")
     p.add_argument("--reference", default="full", help="with --ablation: the row the others are tested against")
-    p.add_argument("--metric", default="hit_at_k", choices=["hit_at_k", "correct", "rr"])
+    p.add_argument("--metric", default="hit_at_k", choices=["hit_at_k", "correct", "top1", "rr"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--folds", type=lambda v: [int(f) for f in v.split(",")], default=None,
                    help="with --paired: only the steps of these outer folds (comma-separated)")

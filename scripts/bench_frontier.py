@@ -1,0 +1,125 @@
+"""End-to-end latency of a live step for every encoder x scorer, measured in one run (the frontier's speed axis).
+
+    OMP_NUM_THREADS=1 python scripts/bench_frontier.py [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
+        [--n 300] [--out results/encoders/frontier_latency.json]
+
+BFCL (registry large), each scorer fitted on outer fold 0's training split (5 folds by group, seed 0)
+with each encoder; then, for ``n`` held-out steps in a seeded order, ``Retriever.select_ids(messages)``:
+the message check, the context rendered and encoded (the embedding cache bypassed), the scorer's live
+path, k = 5. Round-robin per step over every (encoder, scorer) in a rotating order, so a burst of load
+from other processes hits all of them alike. One torch thread, ONNX Runtime with one intra-op thread.
+Per encoder also: single-text encode p50 and throughput (texts/s encoding batches of 64).
+
+``--finetuned`` adds the fold-0 checkpoint (``scripts/finetune_fold.py --fold 0``; trained on fold 0's
+training split only, so fold 0's held-out steps are fair), its static distillation and its ONNX int8
+export. Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
+machine inflates least.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+import torch
+
+from tracer.build import build_dataset, build_embedder, build_scorer
+from tracer.core.folds import assign_folds
+from tracer.core.steps import extract_all
+from tracer.core.threads import one_thread
+from tracer.retriever import Retriever
+from tracer.scoring.resources import Resources
+
+
+def encoders(finetuned: str | None) -> dict[str, dict]:
+    """label -> (embedder config name, overrides)."""
+    out = {"MiniLM torch": ("minilm", {}), "ONNX fp32": ("onnx_fp32", {}), "ONNX int8": ("onnx_int8", {}),
+           "static m2v": ("static", {})}
+    if finetuned:
+        out |= {"fine-tuned torch": ("finetuned", {"model": finetuned}),
+                "fine-tuned ONNX int8": ("onnx_int8", {"model": finetuned}),
+                "fine-tuned static m2v": ("static", {"model": finetuned})}
+    return out
+
+
+def pct(v: list[float], q: float) -> float:
+    return float(np.percentile(v, q))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--finetuned", default=None, help="fold 0's fine-tuned checkpoint folder")
+    ap.add_argument("--scorers", nargs="+", default=["vector", "tracer_plus"])
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--out", default="results/encoders/frontier_latency.json")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    ds = build_dataset("bfcl", "large")
+    fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
+    train = [t for t in ds.trajectories if fold_of[t.group] != 0]
+    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
+    random.Random(0).shuffle(test)
+    test = test[: a.n]
+    retrievers, embedders = {}, {}
+    for label, (name, overrides) in encoders(a.finetuned).items():
+        emb = build_embedder(name, **overrides)
+        res = Resources.build(ds.registry, emb, device="cpu")
+        for sc in a.scorers:
+            scorer = build_scorer(sc)
+            scorer.fit(train, res)
+            retrievers[label, sc] = Retriever(scorer, a.k)
+        res.embedder = emb.inner  # every live step encodes for real (the fit above used the disk cache)
+        embedders[label] = emb.inner
+        print(f"fitted {label}", flush=True)
+    keys = list(retrievers)
+    wall = {key: [] for key in keys}
+    cpu = {key: [] for key in keys}
+    with one_thread(), torch.inference_mode():
+        for key in keys:  # warm-up
+            for s in test[:10]:
+                retrievers[key].select_ids(s.context)
+        for i, s in enumerate(test):
+            for key in keys[i % len(keys):] + keys[: i % len(keys)]:
+                t0, c0 = time.perf_counter(), time.thread_time()
+                retrievers[key].select_ids(s.context)
+                wall[key].append((time.perf_counter() - t0) * 1000)
+                cpu[key].append((time.thread_time() - c0) * 1000)
+        texts = [retrievers[keys[0]].scorer.rendering.render(s.context) for s in test]
+        encode = {}
+        for label, emb in embedders.items():
+            single = []
+            for t in texts[:100]:
+                t0 = time.perf_counter()
+                emb.encode([t])
+                single.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            for j in range(0, len(texts), 64):
+                emb.encode(texts[j:j + 64])
+            encode[label] = {"single_text_p50_ms": pct(single, 50), "texts_per_s_batch64": len(texts) / (time.perf_counter() - t0)}
+    rows = [{"encoder": label, "scorer": sc, "steps": len(test), "e2e_p50_ms": pct(wall[label, sc], 50),
+             "e2e_p95_ms": pct(wall[label, sc], 95), "e2e_cpu_p50_ms": pct(cpu[label, sc], 50), **encode[label]}
+            for label, sc in keys]
+    load = os.getloadavg()[0]
+    print(f"| encoder | scorer | step p50 / p95 ms (wall) | step p50 ms (CPU) | single-text encode p50 ms | "
+          f"texts/s (batches of 64) |   ({len(test)} BFCL fold-0 steps, one thread, load avg {load:.2f})")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['encoder']} | {r['scorer']} | {r['e2e_p50_ms']:.2f} / {r['e2e_p95_ms']:.2f} | "
+              f"{r['e2e_cpu_p50_ms']:.2f} | {r['single_text_p50_ms']:.2f} | {r['texts_per_s_batch64']:.0f} |")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"steps": len(test), "load_avg_1min": load, "finetuned": a.finetuned,
+                                       "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

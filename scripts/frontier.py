@@ -1,0 +1,118 @@
+"""The quality/latency frontier over encoders x scorers: tables per dataset, paired tests, and the BFCL plot.
+
+    python scripts/frontier.py [--root results/encoders] [--latency results/encoders/frontier_latency.json]
+
+``ROOT/<dataset>/<encoder>_<scorer>/`` are evaluate.py runs (``scripts/results_encoders.sh``). Recall@1/@5
+are pooled over all held-out steps (run_info.json's recall curve), MRR the mean over folds; every row is
+paired against the zero-shot MiniLM run of the same scorer (``minilm_<scorer>``: sign-flip test and
+bootstrap 95% CI of the recall@5 difference over the same steps; needs the runs' steps.jsonl, which is
+not committed). Training: the encoder's wall time per outer fold on this machine (mean over folds).
+The latency columns come from ``scripts/bench_frontier.py`` (every encoder x scorer in one run, one
+thread, a live step end to end); the plot puts BFCL recall@5 against that step p50.
+Writes ``ROOT/frontier.md`` and ``ROOT/frontier.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from tracer.eval.report import paired
+
+# run-folder encoder name -> (label, the bench_frontier.py label of its latency row)
+ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
+            "onnx_fp32": ("MiniLM zero-shot, ONNX fp32", "ONNX fp32"),
+            "onnx_int8": ("MiniLM zero-shot, ONNX int8", "ONNX int8"),
+            "static": ("MiniLM zero-shot, static m2v", "static m2v"),
+            "mnrl": ("fine-tuned per fold (torch)", "fine-tuned torch"),
+            "mnrl_int8": ("fine-tuned per fold, ONNX int8", "fine-tuned ONNX int8"),
+            "mnrl_static": ("fine-tuned per fold, static m2v", "fine-tuned static m2v")}
+TRANSFER = "transfer"  # transfer_<scorer>: an encoder fine-tuned on the other datasets only
+
+
+def row(run: Path, latency: dict) -> dict:
+    info = json.loads((run / "run_info.json").read_text())
+    doc = json.loads((run / "metrics.json").read_text())
+    enc, scorer = run.name.rsplit("_", 1) if not run.name.endswith("tracer_plus") else (run.name[:-12], "tracer_plus")
+    label, bench = ENCODERS.get(enc, (f"fine-tuned on the other datasets ({enc})", None))
+    trained = [h["train_seconds"] for h in info.get("encoder_training") or []]
+    lat = latency.get((bench, scorer), {})
+    out = {"encoder": enc, "label": label, "scorer": scorer, "steps": doc["n_steps"],
+           "recall@1": info["recall_curve"][0], "recall@5": info["recall_curve"][4], "mrr": doc["mean"]["mrr"],
+           "train_s": sum(trained) / len(trained) if trained else None,
+           "p50": lat.get("e2e_p50_ms"), "p95": lat.get("e2e_p95_ms"), "tps": lat.get("texts_per_s_batch64")}
+    base = run.parent / f"minilm_{scorer}"
+    if enc != "minilm" and (run / "steps.jsonl").is_file() and (base / "steps.jsonl").is_file():
+        out["paired"] = {m: paired(run, base, metric=m) for m in ("hit_at_k", "top1")}
+    return out
+
+
+def fmt_delta(t: dict | None) -> str:
+    if not t:
+        return ""
+    p = "< 0.001" if t["p_value"] < 0.001 else f"{t['p_value']:.3f}"
+    return f"{t['mean_diff']:+.3f} [{t['ci95'][0]:+.3f}, {t['ci95'][1]:+.3f}] p {p}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| encoder | scorer | recall@1 | recall@5 | MRR | Δ recall@5 vs zero-shot [95% CI] | Δ recall@1 | "
+             "training s/fold | step p50 / p95 ms | texts/s |", "|---|---|---:|---:|---:|---|---|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["scorer"], list(ENCODERS).index(r["encoder"]) if r["encoder"] in ENCODERS else 99)):
+        pr = r.get("paired", {})
+        lat = f"{r['p50']:.2f} / {r['p95']:.2f}" if r["p50"] is not None else ""
+        train = "" if r["train_s"] is None else f"{r['train_s']:.0f}"
+        tps = "" if r["tps"] is None else f"{r['tps']:.0f}"
+        lines.append(f"| {r['label']} | {r['scorer']} | {r['recall@1']:.3f} | {r['recall@5']:.3f} | {r['mrr']:.3f} | "
+                     f"{fmt_delta(pr.get('hit_at_k'))} | {fmt_delta(pr.get('top1'))} | "
+                     f"{train} | {lat} | {tps} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for scorer, marker in (("tracer_plus", "o"), ("vector", "s")):
+        pts = [r for r in rows if r["scorer"] == scorer and r["p50"] is not None]
+        ax.scatter([r["p50"] for r in pts], [r["recall@5"] for r in pts], marker=marker, label=scorer)
+        for r in pts:
+            ax.annotate(r["encoder"], (r["p50"], r["recall@5"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("live step p50, ms (one thread, embedding included; log scale)")
+    ax.set_ylabel("recall@5 (BFCL, 5 folds)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, default=Path("results/encoders"))
+    ap.add_argument("--latency", type=Path, default=Path("results/encoders/frontier_latency.json"))
+    a = ap.parse_args()
+    lat = {}
+    if a.latency.is_file():
+        lat = {(r["encoder"], r["scorer"]): r for r in json.loads(a.latency.read_text())["rows"]}
+    parts = []
+    for ds in ("bfcl", "tau2", "apibank"):
+        runs = sorted(d for d in (a.root / ds).glob("*_*") if (d / "metrics.json").is_file() and not d.name.startswith("finetuned_fold"))
+        if not runs:
+            continue
+        rows = [row(d, lat if ds == "bfcl" else {}) for d in runs]
+        parts.append(f"### {ds} (registry large, k = 5, 5 folds, seed 0, oracle; {rows[0]['steps']} held-out steps)\n\n"
+                     + table(rows))
+        if ds == "bfcl":
+            plot(rows, a.root / "frontier.png")
+    text = "\n\n".join(parts) + "\n"
+    (a.root / "frontier.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
