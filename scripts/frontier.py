@@ -41,7 +41,7 @@ def row(run: Path, latency: dict) -> dict:
     doc = json.loads((run / "metrics.json").read_text())
     enc, scorer = run.name.rsplit("_", 1) if not run.name.endswith("tracer_plus") else (run.name[:-12], "tracer_plus")
     label, bench = ENCODERS.get(enc, (f"fine-tuned on the other datasets ({enc})", None))
-    trained = [h["train_seconds"] for h in info.get("encoder_training") or []]
+    trained = [h["train_seconds"] for h in info.get("encoder_training") or [] if h.get("inner_of") is None]
     lat = latency.get((bench, scorer), {})
     out = {"encoder": enc, "label": label, "scorer": scorer, "steps": doc["n_steps"],
            "recall@1": info["recall_curve"][0], "recall@5": info["recall_curve"][4], "mrr": doc["mean"]["mrr"],
@@ -61,8 +61,8 @@ def fmt_delta(t: dict | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| encoder | scorer | recall@1 | recall@5 | MRR | Δ recall@5 vs zero-shot [95% CI] | Δ recall@1 | "
-             "training s/fold | step p50 / p95 ms | texts/s |", "|---|---|---:|---:|---:|---|---|---:|---:|---:|"]
+    lines = [("| encoder | scorer | recall@1 | recall@5 | MRR | Δ recall@5 vs zero-shot [95% CI] | Δ recall@1 | "
+              "training s/fold | step p50 / p95 ms | texts/s |"), "|---|---|---:|---:|---:|---|---|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["scorer"], list(ENCODERS).index(r["encoder"]) if r["encoder"] in ENCODERS else 99)):
         pr = r.get("paired", {})
         lat = f"{r['p50']:.2f} / {r['p95']:.2f}" if r["p50"] is not None else ""

@@ -77,7 +77,7 @@ def _composed(group: str, name: str) -> DictConfig:
         defaults.append("_self_")
     for d in defaults:
         if not isinstance(d, str):
-            raise ValueError(f"{path}: defaults: only names of {group} configs are supported here, got {d!r}")
+            raise TypeError(f"{path}: defaults: only names of {group} configs are supported here, got {d!r}")
     return OmegaConf.merge(*(own if d == "_self_" else _composed(group, d) for d in defaults))
 
 

@@ -28,7 +28,9 @@ class FoldEncoders:
     Args:
         registry: the dataset's registry (tool texts are its ``search_text``).
         cfg: ``configs/encoder_training/*.yaml``: ``context`` (anchor rendering), ``successful_only``,
-            ``base_model``, ``encoder_dir``, ``device`` and the :class:`TrainConfig` fields.
+            ``base_model``, ``encoder_dir``, ``device``, ``inner_encoders`` (one more encoder per inner fold of
+            tracer_plus's candidate model, trained without that fold: no step it is fitted on reached its
+            encoder; 5x the training) and the :class:`TrainConfig` fields.
         embed_cache: the embedding cache directory (the checkpoint's hash names its vectors there).
         device, seed, executor: as :meth:`Resources.build`.
         serve_as: builds the embedder that serves a checkpoint, called with ``model=<checkpoint folder>``
@@ -46,6 +48,7 @@ class FoldEncoders:
         self.base_model = cfg.pop("base_model", None)
         self.encoder_dir = cfg.pop("encoder_dir", DEFAULT_CACHE)
         self.train_device = cfg.pop("device", None)
+        self.inner_encoders = bool(cfg.pop("inner_encoders", False))
         self.recipe = TrainConfig(**cfg)
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
         self.serve_as = serve_as
@@ -54,13 +57,27 @@ class FoldEncoders:
     def pairs(self, train: Sequence[Trajectory]) -> Pairs:
         return training_pairs(train, self.registry, self.rendering, self.successful_only)
 
-    def __call__(self, train: Sequence[Trajectory]) -> Resources:
+    def __call__(self, train: Sequence[Trajectory], inner_of: int | None = None,
+                 held: frozenset[str] = frozenset()) -> Resources:
+        """Resources around the encoder fine-tuned on ``train``. With ``inner_encoders``, their ``without(groups)``
+        fine-tunes (or finds) an encoder on ``train`` minus those groups, for a scorer's inner folds
+        (``inner_of``: the index in ``history`` of the outer call it serves; ``held``: the groups left out)."""
         pairs = self.pairs(train)
         path = finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, self.log)
         info = train_info(path)
-        self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
-                             "final_loss": info["loss"][-1], "loss": info["loss"], "trajectory_ids": sorted(set(pairs.trajectory_ids))})
         served = self.serve_as(model=str(path)) if self.serve_as else SentenceTransformerEmbedder(str(path), progress=0)
-        self.history[-1]["served_as"] = served.name
-        embedder = CachedEmbedder(served, self.embed_cache)
-        return Resources.build(self.registry, embedder, device=self.device, seed=self.seed, executor=self.executor)
+        self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
+                             "final_loss": info["loss"][-1], "loss": info["loss"], "served_as": served.name,
+                             "inner_of": inner_of, "held_groups": sorted(held),
+                             "trajectory_ids": sorted(set(pairs.trajectory_ids))})
+        res = Resources.build(self.registry, CachedEmbedder(served, self.embed_cache), device=self.device,
+                              seed=self.seed, executor=self.executor)
+        if self.inner_encoders and inner_of is None:
+            outer = len(self.history) - 1
+            res.without = lambda groups: self([t for t in train if t.group not in groups], outer, groups)
+        return res
+
+    @property
+    def outer(self) -> list[dict]:
+        """The history of the outer folds' encoders (the inner folds' left out), one per outer fold."""
+        return [h for h in self.history if h["inner_of"] is None]

@@ -123,13 +123,13 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     plots.recall_vs_k({scorer_label: result.recall_curve}, run_dir / "recall_vs_k.png")
     if result.trie_based:
         plots.out_of_trie(rows, run_dir / "out_of_trie.png")
-    encoder_history = fold_encoders.history if fold_encoders else [{}] * len(result.per_fold)
+    encoder_history = fold_encoders.outer if fold_encoders else [{}] * len(result.per_fold)
     for f, (m, enc) in enumerate(zip(result.per_fold, encoder_history)):
         logger.log({f"fold/{k}": v for k, v in m.items() if v is not None}
                    | {f"fold/encoder_{k}": enc[k] for k in ("train_seconds", "final_loss") if k in enc}, step=f)
     if fold_encoders:  # the loss curves, logged once the per-fold steps are written (W&B steps only go up)
         logger.log_table("encoder_loss", ["fold", "step", "loss"],
-                         [[f, i, v] for f, h in enumerate(fold_encoders.history) for i, v in enumerate(h["loss"])])
+                         [[f, i, v] for f, h in enumerate(fold_encoders.outer) for i, v in enumerate(h["loss"])])
     logger.log_summary({f"{k}_mean": v for k, v in result.mean.items() if v is not None}
                        | {f"{k}_sd": v for k, v in result.sd.items() if v is not None}
                        | {"n_steps": result.n_steps})

@@ -164,7 +164,7 @@ def inner_fold_data(trajectories: Sequence[Trajectory], res: Resources, key: Sta
     t1 = time.perf_counter()
     gold_ids = res.tool_ids([s.gold for s in steps])                                     # [S]
 
-    def build(seen: torch.Tensor) -> ExecutionTrie:
+    def build(seen: torch.Tensor, _fold: int) -> ExecutionTrie:
         return ExecutionTrie.build([steps[i] for i in seen.tolist()], gold_ids[seen], ctx[seen.to(ctx.device)],
                                    len(res.registry), key, eps, res.device)
 

@@ -32,6 +32,10 @@ from tracer.learn.oof import out_of_fold, pad_cat
 from tracer.learn.standardise import Z_CLIP, fit_stats, register_stats, standardise
 from tracer.learn.trainer import TrainConfig, train
 from tracer.memory.trie import ExecutionTrie
+from tracer.scoring.resources import Resources, fallback_scores
+
+# held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never saw them
+FoldView = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 # ---- the model -----------------------------------------------------------------------------------
@@ -175,28 +179,51 @@ def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: to
 
 def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor, vec: torch.Tensor,
                           keys, m: int, eps: float, names: Sequence[str], device, inner_folds: int = 5,
-                          seed: int = 0) -> CandidateData:
+                          seed: int = 0, fold_view: FoldView | None = None) -> CandidateData:
     """Candidates of every training step, each scored by tries built from the other inner folds only.
 
     ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
     seeded); ``mem_ctx [S, d]``, ``vec [S, N]`` and ``gold_ids [S]`` are row-aligned with them.
+    ``fold_view(held)``, when given, returns ``(mem_ctx, vec)`` of every step under an encoder that never
+    saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold).
     """
     groups = sorted({s.group for s in steps})
     if len(groups) < 2:  # nothing to hold out: no training data
         n_feat = len(feature_names(keys))
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
                              torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+    views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def build(seen: torch.Tensor) -> PlusIndex:
-        return build_index(keys, [steps[i] for i in seen.tolist()], gold_ids[seen], mem_ctx[seen.to(mem_ctx.device)],
+    def build(seen: torch.Tensor, f: int) -> PlusIndex:
+        if fold_view is not None:  # held = every row not seen (the folds partition the rows)
+            held = torch.ones(len(steps), dtype=torch.bool)
+            held[seen] = False
+            views[f] = fold_view(held.nonzero().squeeze(1))
+        mem = views[f][0] if f in views else mem_ctx
+        return build_index(keys, [steps[i] for i in seen.tolist()], gold_ids[seen], mem[seen.to(mem.device)],
                            names, eps, device)
 
     def score(idx: PlusIndex, held: torch.Tensor, f: int) -> CandidateData:
-        cand = candidates(idx, [steps[i] for i in held.tolist()], mem_ctx[held.to(mem_ctx.device)], vec[held], m)
+        mem, v = views.pop(f, (mem_ctx, vec))
+        cand = candidates(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
                              torch.full((len(held),), f))
 
     return CandidateData.cat(out_of_fold([s.group for s in steps], inner_folds, seed, build, score))
+
+
+def clean_fold_view(res: Resources, steps: Sequence[Step],
+                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]]) -> FoldView | None:
+    """The :data:`FoldView` of a fine-tuned encoder (``res.without`` set), else None. ``embed(r)`` is the
+    scorer's ``(memory, query)`` contexts of ``steps`` under ``r``; the vector scores come from ``r``'s tool index."""
+    if res.without is None:
+        return None
+
+    def view(held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        r = res.without(frozenset(steps[i].group for i in held.tolist()))
+        mem, q = embed(r)                                                                   # [S, d] each
+        return mem, fallback_scores(r, q)                                                   # [S, N]
+    return view
 
 
 def train_model(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None = None,

@@ -9,7 +9,7 @@ children of one trie, tracer_plus the candidates of one trie per key; both go th
 Example::
 
     parts = out_of_fold([s.group for s in steps], 5, seed,
-                        build=lambda seen: ExecutionTrie.build(...rows seen...),
+                        build=lambda seen, fold: ExecutionTrie.build(...rows seen...),
                         score=lambda trie, held, fold: score_steps(trie, ...rows held..., fold))
 """
 
@@ -27,11 +27,11 @@ Index = TypeVar("Index")
 Part = TypeVar("Part")
 
 
-def out_of_fold(groups: Sequence[str], inner_folds: int, seed: int, build: Callable[[torch.Tensor], Index],
+def out_of_fold(groups: Sequence[str], inner_folds: int, seed: int, build: Callable[[torch.Tensor, int], Index],
                 score: Callable[[Index, torch.Tensor, int], Part]) -> list[Part]:
-    """For each inner fold f (by ``groups``, row-aligned with the steps): ``score(build(seen), held, f)``,
+    """For each inner fold f (by ``groups``, row-aligned with the steps): ``score(build(seen, f), held, f)``,
     where ``seen`` and ``held`` are the row indices ``[n]`` outside and inside fold f."""
-    return [score(build(seen), held, f) for f, seen, held in row_folds(groups, inner_folds, seed)]
+    return [score(build(seen, f), held, f) for f, seen, held in row_folds(groups, inner_folds, seed)]
 
 
 def pad_cat(parts: Sequence[torch.Tensor], width: int, value, dim: int = 1) -> torch.Tensor:

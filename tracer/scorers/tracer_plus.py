@@ -53,15 +53,10 @@ from tracer.core.folds import inner_seed
 from tracer.core.steps import step_from_messages
 from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
-from tracer.learn.candidate_features import (
-    Candidates,
-    PlusIndex,
-    candidates,
-    feature_names,
-    keep_mask,
-)
+from tracer.learn.candidate_features import Candidates, PlusIndex, candidates, feature_names, keep_mask
 from tracer.learn.candidate_model import (
     CandidateModel,
+    clean_fold_view,
     inner_fold_candidates,
     load_candidate_model,
     train_model,
@@ -155,7 +150,8 @@ class TracerPlusScorer(ScorerBase):
                                                          self.model_kind), {}, time.perf_counter()
         else:
             data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
-                                         res.device, int(cfg["inner_folds"]), inner_seed(seed, 0))
+                                         res.device, int(cfg["inner_folds"]), inner_seed(seed, 0),
+                                         clean_fold_view(res, steps, lambda r: self.embed(steps, r)))
             t2 = time.perf_counter()
             self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
                                            keep=self.keep, refit=bool(cfg["refit"]))

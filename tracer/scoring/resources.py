@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,9 @@ class Resources:
     """What scorers are fitted with: the registry, the embedder, the shared FAISS tool index.
 
     ``executor`` is the model interface (for scorers that need summaries from a model, e.g.
-    H-EPM and Insight); ``None`` means the offline deterministic path.
+    H-EPM and Insight); ``None`` means the offline deterministic path. ``without(groups)``, set when the
+    encoder was fine-tuned on the training trajectories (``FoldEncoders``), gives resources whose encoder
+    never saw those groups: what a scorer's inner folds need to stay clean; ``None``: a fixed encoder.
     """
 
     registry: Registry
@@ -29,6 +31,7 @@ class Resources:
     device: str = "cpu"
     seed: int = 0
     executor: Any = None
+    without: Callable[[frozenset[str]], Resources] | None = None
 
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat", device: str | None = None,

@@ -135,3 +135,25 @@ def test_pairs_of_several_datasets_concatenate_in_order():
     both = Pairs.cat([a, b])
     assert len(both) == len(a) + len(b) and both.anchors[len(a):] == b.anchors
     assert both.trajectory_ids[: len(a)] == a.trajectory_ids and both.digest() != a.digest()
+
+
+def test_inner_fold_encoders_never_saw_their_inner_fold(tmp_path):
+    """inner_encoders: tracer_plus's candidate model is fitted on inner folds, each scored under an encoder
+    fine-tuned without that fold's trajectories (the outer encoder saw them all)."""
+    trajs = tiny_trajectories()
+    cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
+           "inner_encoders": True, **dataclasses.asdict(dataclasses.replace(FAST, epochs=1))}
+    fold_encoders = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None, device="cpu")
+    res = fold_encoders(trajs)
+    scorer = build_scorer("tracer_plus", head={"inner_folds": 3, "max_epochs": 5})
+    scorer.fit(trajs, res)
+    outer, *inner = fold_encoders.history
+    assert outer["inner_of"] is None and len(inner) == 3 and fold_encoders.outer == [outer]
+    assert {t.id for t in trajs} == set(outer["trajectory_ids"])
+    held = [set(h["held_groups"]) for h in inner]
+    assert set().union(*held) == {t.group for t in trajs} and sum(map(len, held)) == len(trajs)  # a partition
+    group_of = {t.id: t.group for t in trajs}
+    for h, groups in zip(inner, held):
+        assert h["inner_of"] == 0 and h["trajectory_ids"]
+        assert not {group_of[i] for i in h["trajectory_ids"]} & groups   # the fold it scores never reached it
+        assert h["checkpoint"] != outer["checkpoint"]

@@ -92,10 +92,11 @@ def test_keep_mask_by_name_index_and_group():
 # ---- out-of-fold builder -----------------------------------------------------------------------
 def test_out_of_fold_scores_each_fold_against_the_others_only():
     groups = [f"g{i % 5}" for i in range(20)]
-    parts = out_of_fold(groups, 3, 7, build=lambda seen: {groups[i] for i in seen.tolist()},
-                        score=lambda seen_groups, held, f: (f, seen_groups, {groups[i] for i in held.tolist()}))
+    parts = out_of_fold(groups, 3, 7, build=lambda seen, f: (f, {groups[i] for i in seen.tolist()}),
+                        score=lambda built, held, f: (f, built, {groups[i] for i in held.tolist()}))
     assert [f for f, _, _ in parts] == [f for f, _, _ in row_folds(groups, 3, 7)]
-    for _, seen, held in parts:
+    for f, (built_for, seen), held in parts:
+        assert built_for == f  # build learns which fold it serves (a per-fold encoder needs it)
         assert seen and held and not seen & held and seen | held == set(groups)
 
 
