@@ -27,7 +27,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch
 from omegaconf import OmegaConf
 
 from tracer.build import build_dataset, build_scorer, load_config
