@@ -85,10 +85,10 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from tracer.build import build_scorer
+    from tracer.build import build_embedder, build_scorer
     from tracer.core.folds import kfold
     from tracer.data import load_dataset
-    from tracer.encode.embedders import CachedEmbedder, build_embedder
+    from tracer.encode.embedders import CachedEmbedder
     from tracer.encode.index import ToolIndex
     from tracer.memory.trie import ExecutionTrie
     from tracer.retriever import step_from_messages
@@ -96,7 +96,7 @@ def main(argv=None) -> dict:
     from tracer.scoring.resources import Resources, training_steps
 
     ds = load_dataset("bfcl", execute=False)
-    emb = build_embedder(cache_dir=args.cache_dir, device="cpu")
+    emb = build_embedder("minilm", cache_dir=args.cache_dir, device="cpu")
     scorer = build_scorer(args.scorer)
     rendering = scorer.rendering
     all_steps = training_steps(ds.trajectories, ds.registry)

@@ -115,7 +115,7 @@ def build_embedder(embedder: str | Mapping = "minilm", /, **overrides: Any) -> C
     """The embedder of an ``embedder`` node (or name) behind the content-addressed disk cache at its ``cache_dir``."""
     cfg = dict(plain(node("embedder", embedder, **overrides)))
     cache_dir = cfg.pop("cache_dir")
-    return CachedEmbedder(build(cfg), cache_dir)
+    return CachedEmbedder(build(cfg), cache_dir, config=cfg)
 
 
 def build_executor(executor: str | Mapping = "oracle", /, **overrides: Any) -> Executor:

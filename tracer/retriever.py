@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.build import build_scorer
+from tracer.build import build_embedder, build_scorer, node, plain
 from tracer.core.errors import DataError
 from tracer.core.locate import locate
 from tracer.core.steps import step_from_messages
@@ -36,7 +36,8 @@ from tracer.core.store import Verify, open_snapshot
 from tracer.core.types import Message, Registry, Step, Tool, Trajectory
 from tracer.core.validate import InvalidField, check_k, check_messages
 from tracer.data import LOADERS, Dataset, load_dataset, load_native
-from tracer.encode.embedders import Embedder, build_embedder
+from tracer.encode.embedders import Embedder
+from tracer.eval.fold_encoders import FoldEncoders
 from tracer.online.updater import Updater
 from tracer.scoring.persist import read_meta
 from tracer.scoring.protocol import Scorer
@@ -57,6 +58,20 @@ def _dataset(data: Dataset | str | Path, options: Mapping[str, Any]) -> Dataset:
         return load_dataset(data, **options)
     raise DataError(path, f"neither a dataset directory (tools.json + trajectories.jsonl) nor a loader name "
                           f"({', '.join(sorted(LOADERS))})")
+
+
+def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | Path | None,
+                    device: str | None) -> Embedder:
+    """The embedder an index was built with: from the config saved with it, else the bundled MiniLM."""
+    cfg = saved.get("config")
+    if cfg is None:
+        if saved["name"] != MINILM:
+            raise ValueError(f"{meta_path}: the index was built with embedder {saved['name']!r}; "
+                             "pass that embedder to Retriever.load")
+        return build_embedder("minilm", cache_dir=cache_dir, device=device)
+    if "device" in cfg:  # where it runs is this machine's choice, not the saved one
+        cfg = {**cfg, "device": device}
+    return build_embedder(cfg, cache_dir=cache_dir)
 
 
 class Retriever:
@@ -89,7 +104,8 @@ class Retriever:
     def from_dataset(cls, data: Dataset | str | Path, scorer: str | Scorer = "tracer_plus",
                      embedder: Embedder | None = None, *, k: int = 5, device: str | None = None,
                      factory: str = "Flat", cache_dir: str | Path | None = ".cache/embeddings",
-                     dataset_options: Mapping[str, Any] | None = None, **scorer_cfg: Any) -> Retriever:
+                     dataset_options: Mapping[str, Any] | None = None,
+                     encoder_training: str | Mapping[str, Any] | None = None, **scorer_cfg: Any) -> Retriever:
         """Fit a scorer on every trajectory of a dataset.
 
         Args:
@@ -100,11 +116,21 @@ class Retriever:
             device: where tensors live (default CUDA when present).
             factory: FAISS index factory for the fallback (``Flat`` = exact).
             dataset_options: passed to the loader (e.g. ``{"execute": False}`` for BFCL).
+            encoder_training: fine-tune the encoder on the dataset's trajectories first and serve with it (a recipe
+                of ``tracer/configs/encoder_training/``: ``mnrl``, ``mnrl_static``, ``mnrl_int8``, or its mapping);
+                the checkpoint is cached by content hash, and the saved index rebuilds the encoder on load.
             **scorer_cfg: overrides of the scorer's config (``tracer/configs/scorer/<name>.yaml``).
         """
         ds = _dataset(data, dict(dataset_options or {}))
-        emb = embedder if embedder is not None else build_embedder(cache_dir=cache_dir, device=device)
-        res = Resources.build(ds.registry, emb, factory=factory, device=device)
+        if encoder_training is not None:
+            if embedder is not None:
+                raise ValueError("from_dataset: pass embedder or encoder_training, not both")
+            recipe = plain(node("encoder_training", encoder_training, **({} if isinstance(encoder_training, Mapping)
+                                                                           else {"seed": 0})))
+            res = FoldEncoders(ds.registry, recipe, cache_dir, device=device)(ds.trajectories)
+        else:
+            emb = embedder if embedder is not None else build_embedder("minilm", cache_dir=cache_dir, device=device)
+            res = Resources.build(ds.registry, emb, factory=factory, device=device)
         sc = build_scorer(scorer, **scorer_cfg) if isinstance(scorer, str) else scorer
         sc.fit(ds.trajectories, res)
         return cls(sc, k)
@@ -194,8 +220,9 @@ class Retriever:
              verify: Verify = "sha256") -> Retriever:
         """Load the current snapshot of a saved index (resolved once; see docs/storage.md), every file
         checked against the manifest's SHA-256 (``verify="size"`` checks sizes only, ``"none"`` nothing).
-        ``embedder`` defaults to the bundled MiniLM when the index was built with it; an index built
-        with another embedder needs that embedder passed in (a different model or dimension is refused)."""
+        ``embedder`` defaults to the one the index was built with, rebuilt from the config saved with it (an
+        index whose embedder was built from a config: ``build_embedder``, ``encoder_training``), else the bundled
+        MiniLM; an index built with another embedder needs it passed in (another model or dimension is refused)."""
         k = check_k(k)
         with open_snapshot(directory, verify) as snap:
             meta_path = snap / "meta.json"
@@ -203,10 +230,7 @@ class Retriever:
                 raise FileNotFoundError(f"{directory}: no saved index here (meta.json missing)")
             meta = read_meta(meta_path)
             if embedder is None:
-                if meta["embedder"]["name"] != MINILM:
-                    raise ValueError(f"{meta_path}: the index was built with embedder {meta['embedder']['name']!r}; "
-                                     "pass that embedder to Retriever.load")
-                embedder = build_embedder(cache_dir=cache_dir, device=device)
+                embedder = _saved_embedder(meta["embedder"], meta_path, cache_dir, device)
             try:  # a saved file names a class; only one inside tracer is ever imported
                 scorer_cls = locate(meta.get("class", "tracer.scorers.tracer.TracerScorer"))
             except ValueError as e:

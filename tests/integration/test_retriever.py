@@ -133,3 +133,32 @@ def test_default_scorer_is_tracer_plus_and_round_trips(tiny_dir, minilm, tmp_pat
     r.save(tmp_path / "plus")
     loaded = Retriever.load(tmp_path / "plus", embedder=minilm)
     assert loaded.scorer.name == "tracer_plus" and loaded.rank(msgs) == before
+
+
+def test_an_index_with_a_fine_tuned_encoder_loads_it_back_by_itself(tiny_dir, tmp_path):
+    """from_dataset(encoder_training=...) fine-tunes on the dataset first; the saved index keeps the encoder's
+    config, so load rebuilds it without being handed an embedder (what `tracer serve --index` needs)."""
+    recipe = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
+              "encoder_dir": str(tmp_path / "enc"), "batch_size": 6, "lr": 1e-4, "warmup": 0.1,
+              "weight_decay": 0.0, "epochs": 1, "scale": 20.0, "max_seq_length": 48, "seed": 0}
+    r = Retriever.from_dataset(tiny_dir, "tracer_fixed", device="cpu", cache_dir=None, encoder_training=recipe)
+    assert r.res.embedder.name.startswith(str(tmp_path / "enc" / "finetuned-"))
+    r.save(tmp_path / "index")
+    again = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)
+    assert again.res.embedder.name == r.res.embedder.name
+    for msgs in (conversation(), conversation("search_flights"), conversation("list_files", request="files")):
+        assert again.rank(msgs) == r.rank(msgs)
+    with pytest.raises(ValueError, match="pass embedder or encoder_training, not both"):
+        Retriever.from_dataset(tiny_dir, embedder=r.res.embedder, encoder_training=recipe)
+
+
+def test_a_saved_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_path):
+    from tracer.scoring.persist import read_meta
+
+    retriever.save(tmp_path / "index")
+    meta_path = next((tmp_path / "index").rglob("meta.json"))
+    meta = json.loads(meta_path.read_text())
+    meta["embedder"]["config"] = {"_target_": "os.system", "command": "echo pwned"}
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="embedder.config"):
+        read_meta(meta_path)

@@ -9,9 +9,9 @@ import hashlib
 import os
 import warnings
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -100,10 +100,13 @@ class CachedEmbedder:
     ``<name>.npz.corrupt`` (never deleted); its texts are simply encoded again.
 
     ``n_encoded`` counts the texts actually sent to the model (a warm second run shows 0).
+    ``config`` is the embedder config that builds ``inner`` again (``_target_`` and arguments), when it was
+    built from one: a saved index keeps it, so that loading the index rebuilds its encoder.
     """
 
-    def __init__(self, inner: Embedder, cache_dir: str | Path | None = None):
+    def __init__(self, inner: Embedder, cache_dir: str | Path | None = None, config: Mapping[str, Any] | None = None):
         self.inner = inner
+        self.config = dict(config) if config is not None else None
         self.name = inner.name
         self.dim = inner.dim
         self.n_encoded = 0
@@ -161,9 +164,3 @@ class CachedEmbedder:
         if not keys:
             return torch.zeros(0, self.dim)
         return torch.from_numpy(np.stack([self._mem[k] for k in keys]))  # [N, d]
-
-
-def build_embedder(model: str | None = None, cache_dir: str | Path | None = ".cache/embeddings",
-                   batch_size: int = 64, device: str | None = None) -> CachedEmbedder:
-    """The default embedder: bundled MiniLM behind the disk cache."""
-    return CachedEmbedder(SentenceTransformerEmbedder(model, batch_size=batch_size, device=device), cache_dir)

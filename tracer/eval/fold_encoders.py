@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tracer.build import build_embedder, load_config, plain
 from tracer.core.context import ContextRendering
 from tracer.core.types import Registry, Trajectory
-from tracer.encode.embedders import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from tracer.encode.source import DEFAULT_CACHE
 from tracer.learn.encoder import Pairs, TrainConfig, finetuned, train_info, training_pairs
 from tracer.scoring.resources import Resources
@@ -30,17 +30,19 @@ class FoldEncoders:
         cfg: ``configs/encoder_training/*.yaml``: ``context`` (anchor rendering), ``successful_only``,
             ``base_model``, ``encoder_dir``, ``device``, ``inner_encoders`` (one more encoder per inner fold of
             tracer_plus's candidate model, trained without that fold: no step it is fitted on reached its
-            encoder; 5x the training) and the :class:`TrainConfig` fields.
+            encoder; 5x the training), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
+            serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
+            serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
+            the embedder keeps its config, so an index saved with it loads it again) and the
+            :class:`TrainConfig` fields.
         embed_cache: the embedding cache directory (the checkpoint's hash names its vectors there).
         device, seed, executor: as :meth:`Resources.build`.
-        serve_as: builds the embedder that serves a checkpoint, called with ``model=<checkpoint folder>``
-            (``encoder_training=mnrl_static``: ``StaticEmbedder``); None: the checkpoint in sentence-transformers.
         log: called with each training step's loss and learning rate, or None (the curve is in ``history``).
     """
 
     def __init__(self, registry: Registry, cfg: Mapping[str, Any], embed_cache: str | Path | None = ".cache/embeddings",
                  device: str | None = None, seed: int = 0, executor: Any = None,
-                 serve_as: Callable[..., Embedder] | None = None, log: Callable[[dict], None] | None = None):
+                 log: Callable[[dict], None] | None = None):
         cfg = dict(cfg)
         self.registry = registry
         self.rendering = ContextRendering.from_config(cfg.pop("context", None))
@@ -49,9 +51,10 @@ class FoldEncoders:
         self.encoder_dir = cfg.pop("encoder_dir", DEFAULT_CACHE)
         self.train_device = cfg.pop("device", None)
         self.inner_encoders = bool(cfg.pop("inner_encoders", False))
+        serve_as = cfg.pop("serve_as", None)
         self.recipe = TrainConfig(**cfg)
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
-        self.serve_as = serve_as
+        self.serve_as = dict(serve_as) if serve_as is not None else plain(load_config("embedder", "finetuned"))
         self.history: list[dict] = []  # per call: checkpoint, training time, the trajectories the pairs came from
 
     def pairs(self, train: Sequence[Trajectory]) -> Pairs:
@@ -65,13 +68,13 @@ class FoldEncoders:
         pairs = self.pairs(train)
         path = finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, self.log)
         info = train_info(path)
-        served = self.serve_as(model=str(path)) if self.serve_as else SentenceTransformerEmbedder(str(path), progress=0)
+        embedder = build_embedder({**self.serve_as, "model": str(path)}, cache_dir=self.embed_cache)
+        served = embedder.inner
         self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
                              "final_loss": info["loss"][-1], "loss": info["loss"], "served_as": served.name,
                              "inner_of": inner_of, "held_groups": sorted(held),
                              "trajectory_ids": sorted(set(pairs.trajectory_ids))})
-        res = Resources.build(self.registry, CachedEmbedder(served, self.embed_cache), device=self.device,
-                              seed=self.seed, executor=self.executor)
+        res = Resources.build(self.registry, embedder, device=self.device, seed=self.seed, executor=self.executor)
         if self.inner_encoders and inner_of is None:
             outer = len(self.history) - 1
             res.without = lambda groups: self([t for t in train if t.group not in groups], outer, groups)

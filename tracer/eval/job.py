@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from tracer.build import (
-    build,
     build_dataset,
     build_embedder,
     build_executor,
@@ -90,12 +89,9 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     # encoder_training: each outer fold fine-tunes its own encoder on its training trajectories only
     fold_encoders = None
     if cfg.get("encoder_training"):
-        enc_cfg = dict(cfg["encoder_training"])
-        serve_as = enc_cfg.pop("serve_as", None)  # a partial embedder config: the fast encoder, trained
-        fold_encoders = FoldEncoders(ds.registry, enc_cfg,
+        fold_encoders = FoldEncoders(ds.registry, cfg["encoder_training"],
                                      (cfg.get("embedder") or {}).get("cache_dir", ".cache/embeddings"),
-                                     device=res.device, seed=res.seed, executor=res.executor,
-                                     serve_as=build(serve_as) if serve_as else None)
+                                     device=res.device, seed=res.seed, executor=res.executor)
     result = Evaluator(ds, lambda: build_scorer(scorer_cfg), res, executor, ecfg, insight_factory,
                        fold_resources=fold_encoders).run()
 

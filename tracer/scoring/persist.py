@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from tracer.core.store import CorruptIndex, Verify, open_snapshot, read_json
 from tracer.core.types import Registry, Tool
-from tracer.encode.embedders import Embedder, default_device
+from tracer.encode.embedders import CachedEmbedder, Embedder, default_device
 from tracer.encode.index import ToolIndex
 from tracer.memory.trie import ExecutionTrie
 from tracer.scoring.resources import Resources
@@ -38,8 +38,11 @@ def saved_config(saved: dict[str, Any], reference: str) -> dict[str, Any]:
 
 
 def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:
-    """Write meta.json (with the embedder's name and dimension), the registry and the tool index into ``tmp``."""
-    meta = {**meta, "embedder": {"name": res.embedder.name, "dim": res.embedder.dim}}
+    """Write meta.json (with the embedder's name, dimension and, when known, the config that builds it),
+    the registry and the tool index into ``tmp``."""
+    config = res.embedder.config if isinstance(res.embedder, CachedEmbedder) else None
+    meta = {**meta, "embedder": {"name": res.embedder.name, "dim": res.embedder.dim}
+            | ({"config": config} if config is not None else {})}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     (tmp / "tools.json").write_text(json.dumps([{**t.to_openai(), "source": t.source} for t in res.registry]))
     res.tool_index.save(tmp)
@@ -89,6 +92,12 @@ def read_meta(path: Path) -> dict[str, Any]:
     emb = meta.get("embedder")
     if not isinstance(emb, dict) or not isinstance(emb.get("name"), str) or not isinstance(emb.get("dim"), int):
         raise CorruptIndex(path, "missing or malformed 'embedder' ({'name': str, 'dim': int})", field="embedder")
+    cfg = emb.get("config")
+    if cfg is not None and not (isinstance(cfg, dict) and str(cfg.get("_target_", "")).startswith("tracer.encode.")
+                                and not any(isinstance(v, (dict, list)) for v in cfg.values())):
+        # a saved file must not name arbitrary code: only an encoder of tracer.encode, with plain arguments
+        raise CorruptIndex(path, "'embedder.config' must be a flat mapping whose _target_ is in tracer.encode",
+                           field="embedder.config")
     return meta
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 
 import pytest
 import torch
@@ -119,12 +118,14 @@ def test_a_fold_checkpoint_served_through_onnx_encodes_as_the_checkpoint(tmp_pat
     pytest.importorskip("onnxruntime")
     from tracer.encode.onnx import OnnxEmbedder
 
+    serve = {"_target_": "tracer.encode.onnx.OnnxEmbedder", "variant": "fp32", "threads": 1,
+             "encoder_dir": str(tmp_path / "enc")}
     cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
-           **dataclasses.asdict(FAST)}
-    serve = partial(OnnxEmbedder, variant="fp32", threads=1, encoder_dir=tmp_path / "enc")
-    res = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None, device="cpu", serve_as=serve)(tiny_trajectories())
+           "serve_as": serve, **dataclasses.asdict(FAST)}
+    res = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None, device="cpu")(tiny_trajectories())
     served = res.embedder.inner
     assert isinstance(served, OnnxEmbedder) and served.name.startswith("finetuned-")
+    assert res.embedder.config == {**serve, "model": res.embedder.config["model"]}  # what a saved index keeps
     texts = list(_pairs().anchors) + [t.search_text for t in TINY_TOOLS]
     want = trained[0].encode(texts, convert_to_tensor=True, normalize_embeddings=True).cpu()  # same pairs and recipe
     torch.testing.assert_close(served.encode(texts), want, atol=2e-5, rtol=0)
