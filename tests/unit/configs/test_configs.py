@@ -143,6 +143,13 @@ def test_every_experiment_is_in_a_glob_sweep():
     assert TABLE == names("scorer")
 
 
+@pytest.mark.parametrize("preset,recipe", [("best", "mnrl"), ("fast", "mnrl_static")])
+def test_presets_pick_tracer_plus_over_a_trained_encoder(preset, recipe):
+    cfg = evaluate(f"experiment=preset/{preset}")
+    assert cfg.scorer == evaluate("scorer=tracer_plus").scorer
+    assert cfg.encoder_training == evaluate(f"encoder_training={recipe}").encoder_training
+
+
 @pytest.mark.parametrize("row", TABLE)
 def test_table_experiment(row):
     cfg = evaluate(f"experiment=bfcl_table/{row}")
