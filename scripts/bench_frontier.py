@@ -8,7 +8,8 @@ with each encoder; then, for ``n`` held-out steps in a seeded order, ``Retriever
 the message check, the context rendered and encoded (the embedding cache bypassed), the scorer's live
 path, k = 5. Round-robin per step over every (encoder, scorer) in a rotating order, so a burst of load
 from other processes hits all of them alike. One torch thread, ONNX Runtime with one intra-op thread.
-Per encoder also: single-text encode p50 and throughput (texts/s encoding batches of 64).
+Per encoder also: single-text encode p50 (round-robin in the same loop; the ratio to MiniLM torch is the
+figure to compare across machines) and throughput (texts/s encoding batches of 64).
 
 ``--finetuned`` adds the fold-0 checkpoint (``scripts/finetune_fold.py --fold 0``; trained on fold 0's
 training split only, so fold 0's held-out steps are fair), its static distillation and its ONNX int8
@@ -82,40 +83,45 @@ def main() -> None:
         embedders[label] = emb.inner
         print(f"fitted {label}", flush=True)
     keys = list(retrievers)
+    labels = list(embedders)
+    texts = [retrievers[keys[0]].scorer.rendering.render(s.context) for s in test]  # tracer_plus's query text
     wall = {key: [] for key in keys}
     cpu = {key: [] for key in keys}
+    single = {label: [] for label in labels}
     with one_thread(), torch.inference_mode():
         for key in keys:  # warm-up
             for s in test[:10]:
                 retrievers[key].select_ids(s.context)
-        for i, s in enumerate(test):
+        for i, s in enumerate(test):  # round-robin, the order rotating: load bursts hit every row alike
             for key in keys[i % len(keys):] + keys[: i % len(keys)]:
                 t0, c0 = time.perf_counter(), time.thread_time()
                 retrievers[key].select_ids(s.context)
                 wall[key].append((time.perf_counter() - t0) * 1000)
                 cpu[key].append((time.thread_time() - c0) * 1000)
-        texts = [retrievers[keys[0]].scorer.rendering.render(s.context) for s in test]
+            for label in labels[i % len(labels):] + labels[: i % len(labels)]:
+                t0 = time.perf_counter()
+                embedders[label].encode([texts[i]])
+                single[label].append((time.perf_counter() - t0) * 1000)
+        base = pct(single["MiniLM torch"], 50)
         encode = {}
         for label, emb in embedders.items():
-            single = []
-            for t in texts[:100]:
-                t0 = time.perf_counter()
-                emb.encode([t])
-                single.append((time.perf_counter() - t0) * 1000)
             t0 = time.perf_counter()
             for j in range(0, len(texts), 64):
                 emb.encode(texts[j:j + 64])
-            encode[label] = {"single_text_p50_ms": pct(single, 50), "texts_per_s_batch64": len(texts) / (time.perf_counter() - t0)}
+            encode[label] = {"single_text_p50_ms": pct(single[label], 50), "single_text_p95_ms": pct(single[label], 95),
+                             "single_text_ratio_to_minilm": pct(single[label], 50) / base,
+                             "texts_per_s_batch64": len(texts) / (time.perf_counter() - t0)}
     rows = [{"encoder": label, "scorer": sc, "steps": len(test), "e2e_p50_ms": pct(wall[label, sc], 50),
              "e2e_p95_ms": pct(wall[label, sc], 95), "e2e_cpu_p50_ms": pct(cpu[label, sc], 50), **encode[label]}
             for label, sc in keys]
     load = os.getloadavg()[0]
     print(f"| encoder | scorer | step p50 / p95 ms (wall) | step p50 ms (CPU) | single-text encode p50 ms | "
-          f"texts/s (batches of 64) |   ({len(test)} BFCL fold-0 steps, one thread, load avg {load:.2f})")
-    print("|---|---|---:|---:|---:|---:|")
+          f"/ MiniLM torch | texts/s (batches of 64) |   ({len(test)} BFCL fold-0 steps, one thread, load avg {load:.2f})")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['encoder']} | {r['scorer']} | {r['e2e_p50_ms']:.2f} / {r['e2e_p95_ms']:.2f} | "
-              f"{r['e2e_cpu_p50_ms']:.2f} | {r['single_text_p50_ms']:.2f} | {r['texts_per_s_batch64']:.0f} |")
+              f"{r['e2e_cpu_p50_ms']:.2f} | {r['single_text_p50_ms']:.2f} | {r['single_text_ratio_to_minilm']:.3f} | "
+              f"{r['texts_per_s_batch64']:.0f} |")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"steps": len(test), "load_avg_1min": load, "finetuned": a.finetuned,
                                        "rows": rows}, indent=2))
