@@ -19,7 +19,9 @@ Reported per concurrency: throughput, latency p50/p99 direct and through the gat
 latency beyond the selection**: the percentile of (gateway latency - that request's selection stage)
 minus the same percentile of the direct latency. Also the CPU time the stub and the gateway processes
 used per request (``/proc``; selection included for the gateway), which the machine's load does not
-inflate as it does wall-clock latency. Errors: any non-200 answer or exception. The load
+inflate as it does wall-clock latency, and each process's run-queue wait per request (time it was
+runnable but another job held the CPU; ``/proc/PID/task/*/schedstat``): the part of the latency that
+is the machine's other load, not the gateway's work. Errors: any non-200 answer or exception. The load
 average of the machine is printed beside the numbers (the machine is shared).
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -66,6 +69,16 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used (Linux ``/proc``): a cost that the machine's load does not inflate."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_queue_ms(pid: int) -> float:
+    """Milliseconds a process's threads have spent runnable but waiting for a CPU (``/proc/PID/task/*/schedstat``,
+    second field): the scheduling delay the other jobs on the machine impose, which latency includes."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e6
 
 
 def free_port() -> int:
@@ -186,11 +199,12 @@ def main() -> None:
         asyncio.run(run_phase(gw_url, bodies[:200], 4, 60))  # warm-up: caches, connections
         for c, think in ((c, t) for t in args.think_ms for c in args.clients):
             load = os.getloadavg()
-            cpu0 = cpu_seconds(stub.pid)
+            pids = {"client": os.getpid(), "gateway": gateway.pid, "stub": stub.pid}
+            cpu0, wait0 = cpu_seconds(stub.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             direct = asyncio.run(run_phase(direct_url, bodies, c, args.max_seconds, think / 1e3))
-            cpu1, gw0 = cpu_seconds(stub.pid), cpu_seconds(gateway.pid)
+            cpu1, gw0, wait1 = cpu_seconds(stub.pid), cpu_seconds(gateway.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             through = asyncio.run(run_phase(gw_url, bodies, c, args.max_seconds, think / 1e3))
-            gw1 = cpu_seconds(gateway.pid)
+            gw1, wait2 = cpu_seconds(gateway.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             beyond = through["latency"] - through["selection"]
             rows.append({
                 "clients": c, "think_ms": think, "load_avg_1m": round(load[0], 2), "requests": through["n"],
@@ -204,7 +218,9 @@ def main() -> None:
                 "selection_p50": np.percentile(through["selection"], 50),
                 "selection_p99": np.percentile(through["selection"], 99),
                 "added_p50": np.percentile(beyond, 50) - np.percentile(direct["latency"], 50),
-                "added_p99": np.percentile(beyond, 99) - np.percentile(direct["latency"], 99)})
+                "added_p99": np.percentile(beyond, 99) - np.percentile(direct["latency"], 99),
+                **{f"wait_direct_{k}_ms": (wait1[k] - wait0[k]) / max(direct["n"], 1) for k in ("client", "stub")},
+                **{f"wait_gateway_{k}_ms": (wait2[k] - wait1[k]) / max(through["n"], 1) for k in pids}})
             print(json.dumps({k: round(float(v), 5) for k, v in rows[-1].items()}), flush=True)
     finally:
         for proc in (gateway, stub):
@@ -220,6 +236,12 @@ def main() -> None:
         f"{ms(r['gateway_p50'])} / {ms(r['gateway_p99'])} | {ms(r['selection_p50'])} / {ms(r['selection_p99'])} | "
         f"**{ms(r['added_p50'])} / {ms(r['added_p99'])}** | "
         f"{r['stub_cpu_ms_per_request']:.2f} / {r['gateway_cpu_ms_per_request']:.2f} |\n" for r in rows)
+    md += ("\nRun-queue wait per request (ms: time runnable but waiting for a CPU, from /proc/PID/task/*/schedstat)\n\n"
+           "| clients | pause (ms) | direct phase: client / stub | gateway phase: client / gateway / stub |\n"
+           "|---:|---:|---:|---:|\n") + "".join(
+        f"| {r['clients']} | {r['think_ms']:.0f} | {r['wait_direct_client_ms']:.2f} / {r['wait_direct_stub_ms']:.2f} | "
+        f"{r['wait_gateway_client_ms']:.2f} / {r['wait_gateway_gateway_ms']:.2f} / {r['wait_gateway_stub_ms']:.2f} |\n"
+        for r in rows)
     print(md)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

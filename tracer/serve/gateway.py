@@ -38,7 +38,7 @@ from starlette.routing import Route
 
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
-from tracer.serve.reload import IndexHolder
+from tracer.serve.reload import IndexHolder, freeze_long_lived
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose, conversation_id, forced_name
 from tracer.serve.stream_reply import StreamCopy
 from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
@@ -132,8 +132,7 @@ class Gateway:
             self.metrics.reloads.inc()
             if gc.get_freeze_count():  # the process froze its long-lived objects (tracer serve): the new
                 gc.unfreeze()          # index's too, and the old one's cycles are collectable again
-                gc.collect()
-                gc.freeze()
+                freeze_long_lived()
         return swapped
 
     # ---- small endpoints ---------------------------------------------------------------------------
