@@ -7,7 +7,7 @@ client assembled (:func:`assemble_reply`), so the tool calls of streamed answers
 The merge rule is the one the official ``openai`` client applies to ``chat.completion.chunk`` events
 (``ChatCompletionStreamState``): each ``choices[0].delta`` is merged into the message; strings are
 concatenated (``content``, and each tool call's ``id``, ``function.name`` and ``function.arguments``
-fragments), tool calls are matched by their ``index``, ``role``/``type``/``index`` are replaced, not
+fragments), tool calls are matched by their ``index``, ``role`` and ``type`` are replaced, not
 concatenated. Only the ``data:`` field of each event is read; ``data: [DONE]`` ends the stream, and an
 event that is not JSON (a comment, a keep-alive) is skipped.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-_REPLACED = frozenset(("index", "type", "role"))
+_REPLACED = frozenset(("type", "role"))
 
 
 def sse_data(stream: bytes) -> Iterator[bytes]:
@@ -55,12 +55,14 @@ def _merge_indexed(acc: list[dict[str, Any]], items: list[Any]) -> list[dict[str
     for position, item in enumerate(items):
         if not isinstance(item, Mapping):
             continue
-        index = item.get("index", position)
+        index = item.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):  # a malformed index: its position, so the
+            index = position                                         # rebuilt list stays sortable
         target = next((a for a in acc if a.get("index", None) == index), None)
         if target is None:
             target = {"index": index}
             acc.append(target)
-        _merge(target, item)
+        _merge(target, {k: v for k, v in item.items() if k != "index"})
     return acc
 
 

@@ -54,6 +54,11 @@ def test_multi_line_data_is_one_event_and_an_unfinished_last_event_is_dropped():
     assert assemble_reply(stream)["content"] == "a"
     assert assemble_reply(stream + b"data: " + json.dumps(content).encode())["content"] == "a"  # no blank line: not sent
     assert assemble_reply(b"data: [DONE]\n\n") is None
+    odd = {**HEAD, "choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": "x", "function": {"name": "f"}}, {"index": None, "function": {"name": "g"}}]}}]}
+    assert assemble_reply(b"data: " + json.dumps(odd).encode() + b"\n\n")["tool_calls"] == [
+        {"function": {"name": "f"}, "type": "function"}, {"function": {"name": "g"}, "type": "function"}]
+    # a malformed index is taken as the call's position: no error, nothing merged across calls
 
 
 async def _drain(source, copy: StreamCopy, on_cut) -> bytes:
