@@ -2,6 +2,7 @@
 
     python scripts/bench_gateway.py                          # 16 and 64 clients, BFCL index (tracer_plus)
     python scripts/bench_gateway.py --clients 16 --requests 1000 --out results/gateway
+    python scripts/bench_gateway.py --floor ...          # also the floor: a proxy that only forwards bytes
 
 Three processes: a stub upstream that answers every chat completion at once with a fixed body
 (uvicorn + Starlette, this file with ``--role stub``), the gateway (``python -m tracer.cli serve``,
@@ -19,7 +20,11 @@ Reported per concurrency: throughput, latency p50/p99 direct and through the gat
 latency beyond the selection**: the percentile of (gateway latency - that request's selection stage)
 minus the same percentile of the direct latency. Also the CPU time the stub and the gateway processes
 used per request (``/proc``; selection included for the gateway), which the machine's load does not
-inflate as it does wall-clock latency. Errors: any non-200 answer or exception. The load
+inflate as it does wall-clock latency, and each process's run-queue wait per request (time it was
+runnable but another job held the CPU; ``/proc/PID/task/*/schedstat``): the part of the latency that
+is the machine's other load, not the gateway's work. ``--floor`` adds a third phase per row through a
+proxy on the same stack (uvicorn + Starlette + aiohttp) that forwards the bytes without parsing or
+choosing: what any gateway built this way adds on this machine. Errors: any non-200 answer or exception. The load
 average of the machine is printed beside the numbers (the machine is shared).
 """
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -62,10 +68,49 @@ def stub_app():
     return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
 
 
+def floor_app(upstream: str):
+    """The floor under any gateway on this stack: uvicorn + Starlette + aiohttp forwarding the request's
+    bytes as they came (no parsing, no checks, no choosing), the answer's bytes back."""
+    import contextlib as cl
+
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    session: list[aiohttp.ClientSession] = []
+
+    @cl.asynccontextmanager
+    async def lifespan(app):
+        session.append(aiohttp.ClientSession(auto_decompress=False))
+        yield
+        await session[0].close()
+
+    async def completions(request):
+        async with session[0].post(upstream + "/chat/completions", data=await request.body(),
+                                   headers={"content-type": "application/json"}) as r:
+            return Response(await r.read(), r.status, media_type="application/json")
+
+    async def health(request):
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]), Route("/health", health)],
+                     lifespan=lifespan)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used (Linux ``/proc``): a cost that the machine's load does not inflate."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_queue_ms(pid: int) -> float:
+    """Milliseconds a process's threads have spent runnable but waiting for a CPU (``/proc/PID/task/*/schedstat``,
+    second field): the scheduling delay the other jobs on the machine impose, which latency includes."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e6
 
 
 def free_port() -> int:
@@ -153,7 +198,10 @@ def ms(x: float) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--role", choices=("bench", "stub"), default="bench")
+    p.add_argument("--role", choices=("bench", "stub", "floor"), default="bench")
+    p.add_argument("--upstream", default=None, help="(--role floor) the upstream's /v1 base URL")
+    p.add_argument("--floor", action="store_true",
+                   help="also send each phase through a byte-forwarding proxy on the same stack (the floor)")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--clients", type=int, nargs="+", default=[16, 64])
     p.add_argument("--requests", type=int, default=1000, help="requests per phase")
@@ -163,10 +211,11 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--index", type=Path, default=None, help="a saved BFCL index (default: fit tracer_plus)")
     args = p.parse_args()
-    if args.role == "stub":
+    if args.role in ("stub", "floor"):
         import uvicorn
 
-        uvicorn.run(stub_app(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
+        app = stub_app() if args.role == "stub" else floor_app(args.upstream)
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
                     timeout_keep_alive=75)
         return
 
@@ -177,20 +226,29 @@ def main() -> None:
     gateway = subprocess.Popen([sys.executable, "-m", "tracer.cli", "serve", "--index", str(index), "--upstream",
                                 f"http://127.0.0.1:{stub_port}/v1", "--port", str(gw_port), "--k", "5",
                                 "--log-level", "warning"], env=env, cwd=ROOT)
+    floor = None
+    if args.floor:
+        floor_port = free_port()
+        floor = subprocess.Popen([sys.executable, __file__, "--role", "floor", "--port", str(floor_port),
+                                  "--upstream", f"http://127.0.0.1:{stub_port}/v1"], env=env)
     rows = []
     try:
         wait_ready(f"http://127.0.0.1:{stub_port}/health", stub)
         wait_ready(f"http://127.0.0.1:{gw_port}/health", gateway)
+        if floor is not None:
+            wait_ready(f"http://127.0.0.1:{floor_port}/health", floor)
+            asyncio.run(run_phase(f"http://127.0.0.1:{floor_port}/v1/chat/completions", bodies[:200], 4, 60))
         direct_url = f"http://127.0.0.1:{stub_port}/v1/chat/completions"
         gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
         asyncio.run(run_phase(gw_url, bodies[:200], 4, 60))  # warm-up: caches, connections
         for c, think in ((c, t) for t in args.think_ms for c in args.clients):
             load = os.getloadavg()
-            cpu0 = cpu_seconds(stub.pid)
+            pids = {"client": os.getpid(), "gateway": gateway.pid, "stub": stub.pid}
+            cpu0, wait0 = cpu_seconds(stub.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             direct = asyncio.run(run_phase(direct_url, bodies, c, args.max_seconds, think / 1e3))
-            cpu1, gw0 = cpu_seconds(stub.pid), cpu_seconds(gateway.pid)
+            cpu1, gw0, wait1 = cpu_seconds(stub.pid), cpu_seconds(gateway.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             through = asyncio.run(run_phase(gw_url, bodies, c, args.max_seconds, think / 1e3))
-            gw1 = cpu_seconds(gateway.pid)
+            gw1, wait2 = cpu_seconds(gateway.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             beyond = through["latency"] - through["selection"]
             rows.append({
                 "clients": c, "think_ms": think, "load_avg_1m": round(load[0], 2), "requests": through["n"],
@@ -204,10 +262,18 @@ def main() -> None:
                 "selection_p50": np.percentile(through["selection"], 50),
                 "selection_p99": np.percentile(through["selection"], 99),
                 "added_p50": np.percentile(beyond, 50) - np.percentile(direct["latency"], 50),
-                "added_p99": np.percentile(beyond, 99) - np.percentile(direct["latency"], 99)})
+                "added_p99": np.percentile(beyond, 99) - np.percentile(direct["latency"], 99),
+                **{f"wait_direct_{k}_ms": (wait1[k] - wait0[k]) / max(direct["n"], 1) for k in ("client", "stub")},
+                **{f"wait_gateway_{k}_ms": (wait2[k] - wait1[k]) / max(through["n"], 1) for k in pids}})
+            if floor is not None:  # after the gateway phase, so the two phases above keep their order
+                bare = asyncio.run(run_phase(f"http://127.0.0.1:{floor_port}/v1/chat/completions", bodies, c,
+                                             args.max_seconds, think / 1e3))
+                rows[-1].update(floor_errors=bare["errors"],
+                                floor_added_p50=np.percentile(bare["latency"], 50) - rows[-1]["direct_p50"],
+                                floor_added_p99=np.percentile(bare["latency"], 99) - rows[-1]["direct_p99"])
             print(json.dumps({k: round(float(v), 5) for k, v in rows[-1].items()}), flush=True)
     finally:
-        for proc in (gateway, stub):
+        for proc in (gateway, stub) if floor is None else (floor, gateway, stub):
             proc.terminate()
             proc.wait(30)
     head = ("| clients | pause (ms) | load avg (1 min) | requests | errors | throughput direct / gateway (req/s) | "
@@ -220,6 +286,19 @@ def main() -> None:
         f"{ms(r['gateway_p50'])} / {ms(r['gateway_p99'])} | {ms(r['selection_p50'])} / {ms(r['selection_p99'])} | "
         f"**{ms(r['added_p50'])} / {ms(r['added_p99'])}** | "
         f"{r['stub_cpu_ms_per_request']:.2f} / {r['gateway_cpu_ms_per_request']:.2f} |\n" for r in rows)
+    md += ("\nRun-queue wait per request (ms: time runnable but waiting for a CPU, from /proc/PID/task/*/schedstat)\n\n"
+           "| clients | pause (ms) | direct phase: client / stub | gateway phase: client / gateway / stub |\n"
+           "|---:|---:|---:|---:|\n") + "".join(
+        f"| {r['clients']} | {r['think_ms']:.0f} | {r['wait_direct_client_ms']:.2f} / {r['wait_direct_stub_ms']:.2f} | "
+        f"{r['wait_gateway_client_ms']:.2f} / {r['wait_gateway_gateway_ms']:.2f} / {r['wait_gateway_stub_ms']:.2f} |\n"
+        for r in rows)
+    if args.floor:
+        md += ("\nThe floor: the same requests through a proxy on the same stack that forwards bytes without parsing "
+               "or choosing (`--floor`), its latency minus the direct one\n\n"
+               "| clients | pause (ms) | errors | added by the byte-forwarding proxy p50 / p99 (ms) |\n"
+               "|---:|---:|---:|---:|\n") + "".join(
+            f"| {r['clients']} | {r['think_ms']:.0f} | {r['floor_errors']} | "
+            f"{ms(r['floor_added_p50'])} / {ms(r['floor_added_p99'])} |\n" for r in rows)
     print(md)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 from pathlib import Path
 
 import uvicorn
@@ -12,7 +11,7 @@ from tracer.retriever import Retriever
 from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.logging_sink import ConversationLog, load_callable
 from tracer.serve.metrics import setup_json_logging
-from tracer.serve.reload import IndexHolder
+from tracer.serve.reload import IndexHolder, freeze_long_lived
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,9 +54,9 @@ def run(args: argparse.Namespace) -> None:
     setup_json_logging(args.log_level)
     gateway = build(args)
     # the loaded index, torch and the libraries are ~450k long-lived objects that every full collection
-    # would walk again; freezing them cuts the gateway's CPU per request (docs/gateway.md, Latency)
-    gc.collect()
-    gc.freeze()
+    # would walk again; freezing them, and collecting young objects rarely, cuts the gateway's CPU per
+    # request and its stalls (docs/gateway.md, Latency)
+    freeze_long_lived()
     # uvicorn handles SIGINT/SIGTERM: stops accepting, drains requests in flight, then runs the lifespan exit
     # keep-alive longer than clients' own (httpx: 5 s), so a client never reuses a connection we just closed
     uvicorn.run(gateway.app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,

@@ -31,14 +31,16 @@ from typing import Any
 import aiohttp
 import orjson
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
-from tracer.serve.reload import IndexHolder
+from tracer.serve.reload import IndexHolder, freeze_long_lived
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose, conversation_id, forced_name
+from tracer.serve.stream_reply import StreamCopy
 from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
 from tracer.serve.validation import RequestError, parse_chat_request
 
@@ -130,8 +132,7 @@ class Gateway:
             self.metrics.reloads.inc()
             if gc.get_freeze_count():  # the process froze its long-lived objects (tracer serve): the new
                 gc.unfreeze()          # index's too, and the old one's cycles are collectable again
-                gc.collect()
-                gc.freeze()
+                freeze_long_lived()
         return swapped
 
     # ---- small endpoints ---------------------------------------------------------------------------
@@ -265,11 +266,34 @@ class Gateway:
 
     def _observe(self, conv: str, body: dict, presented: list[str], response: Response,
                  outcome: str | None) -> None:
+        if isinstance(response, StreamingResponse) and response.status_code == 200:
+            self._observe_stream(conv, body, presented, response, outcome)
+            return
         reply = None
         if response.status_code == 200 and not isinstance(response, StreamingResponse) \
                 and "content-encoding" not in response.headers:
             with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
                 reply = json.loads(response.body)["choices"][0]["message"]
+        self._log_exchange(conv, body, presented, reply, outcome)
+
+    def _observe_stream(self, conv: str, body: dict, presented: list[str], response: StreamingResponse,
+                        outcome: str | None) -> None:
+        """A streamed answer: its bytes pass through untouched while a copy is kept; once the answer has
+        been sent (a background task), the rebuilt assistant message is logged and the outcome applied.
+        A stream cut short (client gone, upstream error) logs the request without the reply."""
+        self.sink.observe(conv, body["messages"], body.get("tools") or [], presented, None)
+        copy = StreamCopy(self.config.max_body_bytes)
+        compressed = "content-encoding" in response.headers
+        response.body_iterator = copy.tee(response.body_iterator,
+                                          lambda: self._log_exchange(conv, body, presented, None, outcome))
+
+        async def after() -> None:  # on the event loop (a sync task would take a thread for a short parse)
+            if copy.complete:
+                self._log_exchange(conv, body, presented, None if compressed else copy.reply(), outcome)
+        response.background = BackgroundTask(after)
+
+    def _log_exchange(self, conv: str, body: dict, presented: list[str], reply: dict | None,
+                      outcome: str | None) -> None:
         self.sink.observe(conv, body["messages"], body.get("tools") or [], presented, reply)
         if outcome in ("success", "failure"):
             self.sink.finish(conv, outcome == "success")

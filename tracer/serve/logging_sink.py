@@ -12,8 +12,9 @@ gateway shuts down: those are written with ``success: false, reward: 0`` and
 ``metadata.outcome: "unreported"``, so fitting on successful trajectories (the default) ignores them.
 
 **What is written.** The messages of the conversation's last request plus the assistant message of its
-answer when that answer was a plain JSON completion (a streamed answer's message arrives with the next
-request, if any), ``metadata.called`` (the tools called, in order) and ``metadata.presented``. The
+answer: a plain JSON completion's ``choices[0].message``, or, for a streamed answer (SSE), the message
+rebuilt from its chunks once the stream has ended (:mod:`tracer.serve.stream_reply`; a stream cut short
+adds no reply), ``metadata.called`` (the tools called, in order) and ``metadata.presented``. The
 redaction hook (``--redact module:function``, called with the record as a dict; return the record to
 write, or None to drop it) runs before anything is written.
 
