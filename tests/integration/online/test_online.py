@@ -22,7 +22,9 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
 from tracer.learn.candidate_model import CandidateModel, save_candidate_model
+from tracer.learn.plus_index import PlusIndex
 from tracer.memory.trie import ExecutionTrie
+from tracer.online.updater import Updater
 from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
 from tracer.scoring.ranking import finalize
@@ -67,17 +69,20 @@ def bfcl():
     return Resources.build(ds.registry, HashEmbedder(), device="cpu"), list(split.train), list(split.test)
 
 
+def seeded_weights(tmp_path) -> dict:
+    """tracer_plus config with fixed seeded weights (transfer): the tries are under test, not the training."""
+    names = build_scorer("tracer_plus").feature_names
+    model = CandidateModel(len(names))
+    with torch.no_grad():
+        model.net.weight.copy_(torch.randn(1, len(names), generator=torch.Generator().manual_seed(0)))
+    return {"transfer": str(save_candidate_model(model, names, tmp_path / "model.pt"))}
+
+
 @pytest.mark.parametrize("name", ["tracer_plus", "tracer_g", "toolnet", "autotool"])
 def test_bfcl_train_fold_in_ten_chunks_equals_the_batch_build(bfcl, name, tmp_path):
     res, train, test = bfcl
     chunks = np.array_split(np.arange(len(train)), 10)
-    cfg = {}
-    if name == "tracer_plus":  # fixed seeded weights (transfer): the tries are under test, not the training
-        names = build_scorer(name).feature_names
-        model = CandidateModel(len(names))
-        with torch.no_grad():
-            model.net.weight.copy_(torch.randn(1, len(names), generator=torch.Generator().manual_seed(0)))
-        cfg = {"transfer": str(save_candidate_model(model, names, tmp_path / "model.pt"))}
+    cfg = seeded_weights(tmp_path) if name == "tracer_plus" else {}
     online = build_scorer(name, **cfg)
     online.fit([train[i] for i in chunks[0]], res)
     for idx in chunks[1:]:
@@ -91,6 +96,45 @@ def test_bfcl_train_fold_in_ten_chunks_equals_the_batch_build(bfcl, name, tmp_pa
     steps = extract_all(test)
     ra, rb = finalize(online.score(steps), 5).ranking, finalize(batch.score(steps), 5).ranking
     assert (ra[:, :5] == rb[:, :5]).float().mean() > 0.999  # a tie at 1e-7 may swap two tools, no more
+
+
+def assert_same_plus_index(a: PlusIndex, b: PlusIndex) -> None:
+    """Every table of two tracer_plus indexes equal, bit for bit (and each torch table equal to its numpy twin)."""
+    assert a.tool_id == b.tool_id and np.array_equal(a.log_ranks, b.log_ranks) and len(a.tables) == len(b.tables)
+    for x, y in zip(a.tables, b.tables):
+        for f in ("log_visits", "log_children"):
+            assert torch.equal(getattr(x, f), getattr(y, f)), f
+            assert np.array_equal(getattr(x, f"{f}_np"), getattr(y, f"{f}_np")), f
+            assert np.array_equal(getattr(x, f).numpy(), getattr(x, f"{f}_np")), f
+    assert torch.equal(a.tool_log_freq, b.tool_log_freq) and torch.equal(a.tool_memory, b.tool_memory)
+    assert np.array_equal(a.tool_log_freq_np, b.tool_log_freq_np) and np.array_equal(a.tool_memory64, b.tool_memory64)
+    assert np.array_equal(a.tool_log_freq.numpy(), a.tool_log_freq_np)
+    assert np.array_equal(a.tool_memory.numpy().astype(np.float64), a.tool_memory64)
+
+
+def test_plus_index_updated_in_place_equals_a_build_with_new_nodes_edges_and_tools(bfcl, tmp_path):
+    """tracer_plus's tables after each update (only the touched entries recomputed) equal a build from scratch
+    on the updated tries, through in-place updates, merges that add nodes and edges, and a new tool."""
+    res, train, _ = bfcl
+    new_name = train[-1].messages[-2]["tool_calls"][0]["function"]["name"]  # a tool the last trajectory calls
+    new_tool = res.registry.get(new_name)
+    start = Resources.build(Registry([t for t in res.registry if t.name != new_name]), res.embedder, device="cpu")
+    scorer = build_scorer("tracer_plus", **seeded_weights(tmp_path))
+    scorer.fit(train[:40], start)
+    up = Updater(scorer)
+    sizes = [[t.n_nodes, t.n_edges] for t in scorer.tries]
+    merged = in_place = 0
+    for lo in range(40, len(train), 60):
+        ptrs = [t.edge_memory.data_ptr() for t in scorer.tries]
+        up.update(train[lo:lo + 60], tools=[new_tool] if lo >= 400 else [])
+        merged += any(t.edge_memory.data_ptr() != p for t, p in zip(scorer.tries, ptrs))
+        in_place += any(t.edge_memory.data_ptr() == p for t, p in zip(scorer.tries, ptrs))
+        assert_same_plus_index(scorer.index, PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
+    for lo in range(12):  # one trajectory at a time, as served: mostly known edges, updated in place
+        up.update(train[lo:lo + 1])
+        assert_same_plus_index(scorer.index, PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
+    assert scorer.res.registry.names[-1] == new_name and scorer.index.tool_log_freq[-1] > 0
+    assert all(t.n_nodes > n and t.n_edges > e for t, (n, e) in zip(scorer.tries, sizes)) and merged and in_place
 
 
 @pytest.fixture
