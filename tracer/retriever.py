@@ -170,7 +170,7 @@ class Retriever:
         return self._updater
 
     def _removed(self) -> bool:
-        return bool(self._updater is not None and self._updater.removed)
+        return bool(self.scorer.res.removed)  # drift's mask: set by updater.remove_tool, kept by save and load
 
     def update(self, trajectories: Sequence[Trajectory], tools: Sequence[Tool] = ()) -> dict:
         """Add logged trajectories (successful ones count) and new tool definitions to the fitted index:

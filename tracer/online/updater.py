@@ -21,8 +21,8 @@ Example::
 - *Drift*: :meth:`Updater.remove_tool` masks a tool out of every ranking (the retriever filters it;
   its trie edges stay, so :meth:`Updater.add_tool` of the same name brings it back as it was);
   :meth:`Updater.add_tool` registers a tool with its fallback vector; :meth:`Updater.rename_tool`
-  renames it in the registry, the fallback index and every trie state. The mask is not part of the
-  saved index: save after removing and the tool is back on load.
+  renames it in the registry, the fallback index and every trie state. The mask lives in the
+  scorer's resources (``Resources.removed``), so a saved index keeps it (``meta.json``).
 
 Updates are serialised by a lock; a scorer must not be scored from another thread while
 :meth:`Updater.update` mutates its tries (the refit thread never touches them).
@@ -30,6 +30,7 @@ Updates are serialised by a lock; a scorer must not be scored from another threa
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -71,7 +72,6 @@ class Updater:
         self.trajectories: list[Trajectory] = list(history)
         self.since_refit = 0
         self.refits: list[dict] = []     # one entry per completed refit: trajectories, seconds
-        self.removed: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pending = False
@@ -82,8 +82,8 @@ class Updater:
         steps to every trie, and start a refit when the schedule says so. Returns what was done."""
         t0 = time.perf_counter()
         with self._lock:
-            self.removed -= {t.name for t in tools}
             res = grow_resources(self.scorer.res, tools)
+            res = dataclasses.replace(res, removed=res.removed - {t.name for t in tools})
             n_new_tools = len(res.registry) - len(self.scorer.res.registry)
             n_steps = update_scorer(self.scorer, trajectories, res)
             self.trajectories.extend(trajectories)
@@ -150,18 +150,22 @@ class Updater:
         self.update([], [tool])
 
     def remove_tool(self, name: str) -> None:
-        """Mask a tool out of every ranking at once (no rebuild)."""
-        if name not in self.scorer.res.registry:
-            raise KeyError(f"cannot remove {name!r}: no such tool in the registry")
-        self.removed.add(name)
+        """Mask a tool out of every ranking at once (no rebuild; saved with the index)."""
+        with self._lock:
+            res = self.scorer.res
+            if name not in res.registry:
+                raise KeyError(f"cannot remove {name!r}: no such tool in the registry")
+            self.scorer.res = dataclasses.replace(res, removed=res.removed | {name})
 
     def rename_tool(self, old: str, new: str) -> None:
         """Rename a tool: registry, fallback vector and trie states; its counts and memories stay."""
         with self._lock:
             rename_scorer(self.scorer, old, new)
-            if old in self.removed:
-                self.removed.discard(old)
-                self.removed.add(new)
+
+    @property
+    def removed(self) -> frozenset[str]:
+        """Names of the tools masked out of every ranking (the scorer's ``res.removed``)."""
+        return self.scorer.res.removed
 
     @property
     def removed_ids(self) -> frozenset[int]:

@@ -54,8 +54,8 @@ def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:
 
 
 def rename_resources(res: Resources, old: str, new: str) -> Resources:
-    """Resources where tool ``old`` is called ``new`` (same id, same description; its vector re-embedded,
-    since the name is part of the text the fallback embeds)."""
+    """Resources where tool ``old`` is called ``new`` (same id, same description, masked if it was; its vector
+    re-embedded, since the name is part of the text the fallback embeds)."""
     if old not in res.registry:
         raise KeyError(f"cannot rename {old!r}: no such tool in the registry")
     if new in res.registry:
@@ -65,7 +65,7 @@ def rename_resources(res: Resources, old: str, new: str) -> Resources:
     vec = res.embedder.encode([tool.search_text])[0]                                    # [d]
     tools = list(res.registry)
     tools[i] = tool
-    return dataclasses.replace(res, registry=Registry(tools),
+    return dataclasses.replace(res, registry=Registry(tools), removed=frozenset(new if n == old else n for n in res.removed),
                                tool_index=res.tool_index.with_rows(replace={i: (new, vec.cpu().numpy())}))
 
 

@@ -20,7 +20,9 @@ class Resources:
     """What scorers are fitted with: the registry, the embedder, the shared FAISS tool index.
 
     ``executor`` is the model interface (for scorers that need summaries from a model, e.g.
-    H-EPM and Insight); ``None`` means the offline deterministic path.
+    H-EPM and Insight); ``None`` means the offline deterministic path. ``removed``: names of registered
+    tools masked out of every ranking and selection of a retriever (drift,
+    :meth:`tracer.online.updater.Updater.remove_tool`); scorers ignore it, a saved index keeps it.
     """
 
     registry: Registry
@@ -29,6 +31,7 @@ class Resources:
     device: str = "cpu"
     seed: int = 0
     executor: Any = None
+    removed: frozenset[str] = frozenset()
 
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat", device: str | None = None,

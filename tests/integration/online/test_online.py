@@ -19,6 +19,7 @@ from tracer.build import build_scorer
 from tracer.cli import main as tracer_cli
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
+from tracer.core.store import CorruptIndex, current_snapshot, write_manifest
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
 from tracer.learn.candidate_model import CandidateModel, save_candidate_model
@@ -215,6 +216,38 @@ def test_drift_add_remove_rename_without_a_rebuild(tiny_res, name):
         assert [t.n_edges for t in scorer_tries(r.scorer)] == tries_before
         assert [t.node_states for t in scorer_tries(r.scorer)] == states_renamed
         assert all(t.node(st) == u for t in scorer_tries(r.scorer) for u, st in enumerate(t.node_states))
+
+
+@pytest.mark.parametrize("name", ["tracer_fixed", "tracer_plus"])
+def test_removed_tools_stay_removed_through_save_and_load(tiny_res, name, tmp_path):
+    fast = {"head": FAST_HEAD} if name == "tracer_plus" else {}
+    r = Retriever(fitted_scorer(build_scorer(name, **fast), tiny_trajectories(), tiny_res), k=3)
+    msgs = conversation("search_flights")
+    before = r.rank(msgs)
+    r.updater.remove_tool("book_flight")
+    r.save(tmp_path / "index")
+    loaded = Retriever.load(tmp_path / "index", KeywordEmbedder(), k=3)
+    assert loaded.updater.removed == {"book_flight"} and loaded.rank(msgs) == [n for n in before if n != "book_flight"]
+    assert [t["function"]["name"] for t in loaded.select(msgs)] == loaded.rank(msgs)[:3]
+    assert all("book_flight" not in [t["function"]["name"] for t in sel] for sel in loaded.select_batch([msgs]))
+    loaded.updater.add_tool(TINY_TOOLS[1])  # back as it was, and saved so
+    assert loaded.rank(msgs) == before
+    loaded.save(tmp_path / "index")
+    assert Retriever.load(tmp_path / "index", KeywordEmbedder()).rank(msgs) == before
+    # an index saved before the mask was (meta.json without "removed") loads with nothing removed
+    r.save(tmp_path / "old")
+    snap = tmp_path / "old" / "snapshots" / current_snapshot(tmp_path / "old")
+    meta = json.loads((snap / "meta.json").read_text())
+    (snap / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "removed"}))
+    (snap / "MANIFEST.json").unlink()  # re-hashed: the snapshot verifies as one saved that way would
+    write_manifest(snap)
+    old = Retriever.load(tmp_path / "old", KeywordEmbedder())
+    assert old.updater.removed == frozenset() and old.rank(msgs) == before
+    (snap / "meta.json").write_text(json.dumps({**meta, "removed": ["no_such_tool"]}))
+    (snap / "MANIFEST.json").unlink()
+    write_manifest(snap)
+    with pytest.raises(CorruptIndex, match="meta.json, field 'removed'"):
+        Retriever.load(tmp_path / "old", KeywordEmbedder())
 
 
 def test_transfer_fits_on_zero_trajectories_and_refuses_other_features(tiny_res, tmp_path):
