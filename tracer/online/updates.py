@@ -81,8 +81,8 @@ def rename_in_trie(trie: TransitionTable, old: str, new: str) -> None:
 
 
 def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.Tensor,
-              contexts: torch.Tensor) -> ExecutionTrie:
-    """Add steps to a trie: in place when every (state, tool) edge exists already and the trie is on the
+              contexts: torch.Tensor) -> np.ndarray:
+    """Add steps to a trie and return the node of each step's state (``[S]`` int64): in place when every (state, tool) edge exists already and the trie is on the
     CPU (the steady state of a served index: the touched edges' counts and sums, their nodes' counts and
     empirical priors, in O(steps x d + touched children)), else :meth:`ExecutionTrie.update` (a sorted
     merge, O(E x d); on an accelerator that is a device copy).
@@ -98,7 +98,7 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
     views = [host_view(t) for t in (trie.indptr, trie.edge_tool, trie.edge_count, trie.node_count, trie.edge_log_p,
                                     trie.edge_memory, trie.edge_norm)]
     if not states or min(u) < 0 or any(v is None for v in views):
-        return trie.update(states, tools, contexts)
+        return _merge(trie, states, tools, contexts)
     if contexts.ndim != 2 or contexts.shape[1] != trie.dim:
         raise ValueError(f"contexts must be [S, {trie.dim}], got {tuple(contexts.shape)}")
     indptr, edge_tool, edge_count, node_count, edge_log_p, edge_memory, edge_norm = views
@@ -110,14 +110,17 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
     row_key = np.repeat(nodes, width) * trie.n_tools + edge_tool[rows]                   # [R] ascending
     at = np.minimum(np.searchsorted(row_key, key), len(rows) - 1)                        # [S]
     if not len(rows) or (row_key[at] != key).any():
-        return trie.update(states, tools, contexts)                                     # a new edge: merge
+        return _merge(trie, states, tools, contexts)                                    # a new edge
     edge = rows[at]                                                                      # [S]
     touched = np.unique(edge)                                                            # [K]
     inv = np.searchsorted(touched, edge)                                                 # [S]
     ctx = to_host(contexts)
     new_sum = np.zeros((len(touched), trie.dim), dtype=np.float32)                      # [K, d]
-    for i, k in enumerate(inv.tolist()):  # in arrival order; a few steps: cheaper than any vectorised gather
-        new_sum[k] += ctx[i]
+    if len(touched) == len(edge):  # each edge taken once (the usual case of one trajectory): nothing to add up
+        new_sum[inv] = ctx
+    else:
+        for i, k in enumerate(inv.tolist()):  # in arrival order; a few steps: cheaper than np.add.at on rows
+            new_sum[k] += ctx[i]
     total = edge_memory[touched].astype(np.float32, copy=False) * edge_norm[touched, None] + new_sum  # [K, d]
     norm = np.sqrt(np.einsum("kd,kd->k", total, total))                                 # [K] float32
     edge_memory[touched] = total / np.maximum(norm, np.float32(1e-12))[:, None]
@@ -126,7 +129,13 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
     node_count[nodes] += np.bincount(np.searchsorted(nodes, node))
     edge_log_p[rows] = empirical_prior_np(edge_count[rows], np.repeat(node_count[nodes], width), trie.eps)
     trie.single_step_cache = None
-    return trie
+    return node
+
+
+def _merge(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.Tensor,
+           contexts: torch.Tensor) -> np.ndarray:
+    trie.update(states, tools, contexts)
+    return np.asarray(trie._node_ids(states, create=False), dtype=np.int64)
 
 
 def scorer_tries(scorer) -> list[TransitionTable]:
@@ -175,11 +184,9 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
             trie.n_tools = len(res.registry)  # ids are registry positions: appended tools take the new ones
             states = [trie.key.state(s) for s in steps]
             if isinstance(trie, ExecutionTrie):
-                add_steps(trie, states, gold, ctx)
+                nodes.append(add_steps(trie, states, gold, ctx))
             else:
                 trie.add(states, gold)
-            if isinstance(scorer, TracerPlusScorer):
-                nodes.append(np.fromiter(map(trie.nodes.__getitem__, states), dtype=np.int64, count=len(states)))
     if isinstance(scorer, TracerPlusScorer):
         scorer.attach(tries, res, touched=(nodes, gold.numpy()))
     elif isinstance(scorer, TracerScorer):
