@@ -34,6 +34,7 @@ from tracer.scorers.toolnet import ToolNetScorer
 from tracer.scorers.tracer import TracerScorer
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scoring.resources import Resources, training_steps
+from tracer.scoring.single_step import rows_rewritten
 
 
 def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:
@@ -128,7 +129,7 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
     edge_count[touched] += np.bincount(inv)
     node_count[nodes] += np.bincount(np.searchsorted(nodes, node))
     edge_log_p[rows] = empirical_prior_np(edge_count[rows], np.repeat(node_count[nodes], width), trie.eps)
-    trie.single_step_cache = None
+    rows_rewritten(trie, nodes, rows)  # the live path's cache stays, patched (not rebuilt on the next step)
     return node
 
 

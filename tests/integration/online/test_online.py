@@ -31,6 +31,7 @@ from tracer.retriever import Retriever
 from tracer.scoring.ranking import finalize
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources
+from tracer.scoring.single_step import children_one
 
 FAST_HEAD = {"max_epochs": 40, "patience": 10}
 
@@ -131,9 +132,17 @@ def test_plus_index_updated_in_place_equals_a_build_with_new_nodes_edges_and_too
         merged += any(t.edge_memory.data_ptr() != p for t, p in zip(scorer.tries, ptrs))
         in_place += any(t.edge_memory.data_ptr() == p for t, p in zip(scorer.tries, ptrs))
         assert_same_plus_index(scorer.index, PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
+    probe = extract_all(train[:3])
+    ctx = scorer.embed(probe)[0].numpy()                                                # [P, d]
     for lo in range(12):  # one trajectory at a time, as served: mostly known edges, updated in place
+        scorer.select_one(probe[0], scorer.embed(probe[:1]), 5)  # the live path's caches exist: patched, not dropped
         up.update(train[lo:lo + 1])
         assert_same_plus_index(scorer.index, PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
+        for trie in scorer.tries:  # the patched live-path cache reads as one built afresh, bit for bit
+            patched = [children_one(trie, trie.key.state(s), c) for s, c in zip(probe, ctx)]
+            trie.single_step_cache = None
+            for a, b in zip(patched, [children_one(trie, trie.key.state(s), c) for s, c in zip(probe, ctx)]):
+                assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("tool", "count", "log_p", "sim", "log_l"))
     assert scorer.res.registry.names[-1] == new_name and scorer.index.tool_log_freq[-1] > 0
     assert all(t.n_nodes > n and t.n_edges > e for t, (n, e) in zip(scorer.tries, sizes)) and merged and in_place
 
