@@ -91,7 +91,7 @@ def tool_rows(trie: ExecutionTrie | None, tools: np.ndarray, dim: int) -> tuple[
         np.multiply(take(trie.edge_memory, sel), take(trie.edge_norm, sel)[:, None], out=per_edge[:, :dim],
                     dtype=np.float64)                                                    # memory x norm = the sum
         per_edge[:, dim] = take(trie.edge_count, sel)
-        called, sums, _ = group_sums(per_edge, edge_tool[sel])                           # by tool, in edge order
+        called, sums = group_sums(per_edge, edge_tool[sel])                           # by tool, in edge order
         total[np.searchsorted(tools, called)] = sums
     total, count = total[:, :dim], total[:, dim]
     norm = np.maximum(np.sqrt((total * total).sum(1, keepdims=True)), 1e-12)             # [K, 1]

@@ -1,11 +1,11 @@
-"""Reading and writing a few rows of a tensor from numpy, without torch's per-op dispatch on the CPU.
+"""Reading a few rows of a tensor from numpy, without torch's per-op dispatch on the CPU, and summing rows by group.
 
 Why: an online update touches a handful of rows of the trie's and tracer_plus's tables. On this
-2-core CPU each small torch op costs ~5-10 µs of dispatch, a numpy op on a view ~1 µs, and the
-update of one BFCL trajectory is some thirty such ops per trie (``scripts/bench_update.py``). On the
-CPU the rows are read and written through ``Tensor.numpy()`` views (shared memory); a tensor on
-another device, or of a dtype numpy lacks (bfloat16), goes through torch indexing instead: slower,
-same numbers.
+2-core CPU each small torch op costs ~5-10 µs of dispatch, a numpy op on a view ~1-3 µs, and the
+update of one BFCL trajectory is some sixty such ops per trie (``scripts/bench_update.py``). On the
+CPU the rows are read through ``Tensor.numpy()`` views (shared memory, so writes into a view land
+in the tensor); a tensor on another device, or of a dtype numpy lacks (bfloat16), is indexed by
+torch and copied instead: slower, same numbers.
 """
 
 from __future__ import annotations
@@ -39,27 +39,17 @@ def take(t: torch.Tensor, idx: np.ndarray) -> np.ndarray:
     return (rows.float() if rows.dtype == torch.bfloat16 else rows).numpy()
 
 
-def put(t: torch.Tensor, idx: np.ndarray, values: np.ndarray) -> None:
-    """``t[idx] = values`` in place (cast to ``t``'s dtype)."""
-    view = host_view(t)
-    if view is not None:
-        view[idx] = values
-        return
-    t[torch.from_numpy(np.asarray(idx, dtype=np.int64)).to(t.device)] = torch.from_numpy(
-        np.ascontiguousarray(values)).to(t.device, t.dtype)
-
-
-def group_sums(values: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def group_sums(values: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ``values [S, ...]`` summed by ``group [S]``: (distinct groups ascending ``[G]``, their sums
-    ``[G, ...]``, their sizes ``[G]``). The rows of a group are added in their order, one after the
-    other (as torch's ``index_add_`` on the CPU), in one ``reduceat`` (``np.add.at`` costs ~0.1 ms
-    per call on rows of 384 numbers)."""
+    ``[G, ...]``). The rows of a group are added in their order, one after the other (as torch's
+    ``index_add_`` on the CPU), in one ``reduceat`` (``np.add.at`` costs ~0.1 ms per call on rows of 384
+    numbers)."""
     order = np.argsort(group, kind="stable")
     g = group[order]
     change = np.empty(len(g) + 1, dtype=bool)                                            # a group starts or ends
     change[0] = change[-1] = True
     np.not_equal(g[1:], g[:-1], out=change[1:-1])
-    bounds = np.flatnonzero(change)                                                      # [G + 1]
-    if len(bounds) < 2:
-        return g, values[:0].copy(), np.zeros(0, dtype=np.int64)
-    return g[bounds[:-1]], np.add.reduceat(values[order], bounds[:-1], axis=0), bounds[1:] - bounds[:-1]
+    starts = np.flatnonzero(change)[:-1]                                                 # [G]
+    if not len(starts):
+        return g, values[:0].copy()
+    return g[starts], np.add.reduceat(values[order], starts, axis=0)
