@@ -18,6 +18,12 @@ Example::
   A refit equals a batch fit on the same trajectories (same inner folds, same seed). A tracer_plus
   with transferred weights (``transfer``) keeps them; set ``scorer.transfer = None`` to refit it on
   its own logs once there are enough.
+- *Encoder* (opt-in, ``encoder=``): a refit first fine-tunes the encoder on the updater's trajectories
+  (e.g. ``lambda trajs, registry: FoldEncoders(registry, recipe)(trajs)`` with a recipe of
+  ``configs/encoder_training/``; checkpoints are cached by a content hash of the pairs), builds fresh
+  resources around it, fits a fresh scorer on them (tries, tables and weights: every stored context is
+  embedded anew), adds what arrived meanwhile and swaps the whole scorer in by one assignment
+  (``on_swap`` tells the owner: :class:`tracer.retriever.Retriever` replaces its scorer).
 - *Drift*: :meth:`Updater.remove_tool` masks a tool out of every ranking (the retriever filters it;
   its trie edges stay, so :meth:`Updater.add_tool` of the same name brings it back as it was);
   :meth:`Updater.add_tool` registers a tool with its fallback vector; :meth:`Updater.rename_tool`
@@ -33,14 +39,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from tracer.core.types import Tool, Trajectory
+from tracer.core.types import Registry, Tool, Trajectory
 from tracer.online.updates import grow_resources, rename_scorer, update_scorer
 from tracer.scorers.tracer import TracerScorer
 from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scoring.resources import Resources
 
 
 def learned_part(scorer) -> str | None:
@@ -60,15 +68,20 @@ class Updater:
         refit_every: refit the learned part after this many new trajectories (None: on demand only).
         history: the trajectories the scorer was fitted on; refits learn from them plus every update.
         background: refit in a daemon thread (False: in the caller's thread, e.g. for a CLI).
+        encoder: ``(trajectories, registry) -> Resources`` around an encoder fine-tuned on them; given, a
+            refit rebuilds the whole scorer over it (see the module docstring). None: the weights only.
+        on_swap: called with the new scorer after an encoder refit swapped it in.
     """
 
     def __init__(self, scorer, refit_every: int | None = None, history: Iterable[Trajectory] = (),
-                 background: bool = True):
+                 background: bool = True, encoder: Callable[[Sequence[Trajectory], Registry], Resources] | None = None,
+                 on_swap: Callable[[Any], None] | None = None):
         if scorer.res is None:
             raise ValueError(f"scorer {scorer.name!r} is not fitted")
         if refit_every is not None and refit_every < 1:
             raise ValueError(f"refit_every must be >= 1 or None, got {refit_every}")
         self.scorer, self.refit_every, self.background = scorer, refit_every, background
+        self.encoder, self.on_swap = encoder, on_swap
         self.trajectories: list[Trajectory] = list(history)
         self.since_refit = 0
         self.refits: list[dict] = []     # one entry per completed refit: trajectories, seconds
@@ -91,7 +104,7 @@ class Updater:
             due = self.refit_every is not None and self.since_refit >= self.refit_every
         out = {"trajectories": len(trajectories), "steps": n_steps, "new_tools": n_new_tools,
                "seconds": time.perf_counter() - t0, "refit_started": False}
-        if due and learned_part(self.scorer) is not None:
+        if due and self.refits_anything:
             out["refit_started"] = self.refit(wait=not self.background)
         return out
 
@@ -100,7 +113,7 @@ class Updater:
         """Refit the learned part on every trajectory held now and swap it in (``wait``: block until done).
         Returns False when the scorer has nothing to refit. A refit asked for while one runs starts
         when it ends, on the trajectories held then."""
-        if learned_part(self.scorer) is None:
+        if not self.refits_anything:
             return False
         with self._lock:
             self.since_refit = 0
@@ -122,17 +135,37 @@ class Updater:
             attr = learned_part(self.scorer)
             entry = {"trajectories": len(trajectories)}
             try:
-                fresh = type(self.scorer)(**self.scorer.config())
-                fresh.fit(trajectories, res)
-                setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
-                if attr == "model":
-                    self.scorer.history = fresh.history
+                if self.encoder is not None:
+                    self._refit_with_encoder(trajectories, res)
+                else:
+                    fresh = type(self.scorer)(**self.scorer.config())
+                    fresh.fit(trajectories, res)
+                    setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
+                    if attr == "model":
+                        self.scorer.history = fresh.history
             except Exception as e:  # noqa: BLE001  (kept for wait() to raise; the old weights keep serving)
                 entry["error"] = e
             with self._lock:
                 self.refits.append({**entry, "seconds": time.perf_counter() - t0})
                 if not self._pending:
                     return
+
+    @property
+    def refits_anything(self) -> bool:
+        return self.encoder is not None or learned_part(self.scorer) is not None
+
+    def _refit_with_encoder(self, trajectories: list[Trajectory], res: Resources) -> None:
+        """Fine-tune, rebuild and fit a fresh scorer on ``trajectories``, catch it up under the lock with the
+        trajectories and tools that arrived meanwhile and the removed-tools mask, then swap it in whole."""
+        fresh = type(self.scorer)(**self.scorer.config())
+        fresh.fit(trajectories, self.encoder(trajectories, res.registry))
+        with self._lock:
+            now = self.scorer.res
+            grown = grow_resources(fresh.res, list(now.registry)[len(fresh.res.registry):])
+            update_scorer(fresh, self.trajectories[len(trajectories):], dataclasses.replace(grown, removed=now.removed))
+            self.scorer = fresh                                    # one assignment: the swap is atomic
+            if self.on_swap is not None:
+                self.on_swap(fresh)
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the running refit (and any refit queued behind it) has been swapped in; a refit

@@ -22,6 +22,7 @@ from tracer.core.steps import extract_all
 from tracer.core.store import CorruptIndex, current_snapshot, write_manifest
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
+from tracer.eval.fold_encoders import FoldEncoders
 from tracer.learn.candidate_model import CandidateModel, save_candidate_model
 from tracer.learn.plus_index import PlusIndex
 from tracer.memory.trie import ExecutionTrie
@@ -178,6 +179,35 @@ def test_new_tools_and_a_refit_equal_a_fit_on_the_union(tiny_res, name):
     learned = "model" if name == "tracer_plus" else "head"
     for (ka, va), (kb, vb) in zip(getattr(r.scorer, learned).state_dict().items(),
                                   getattr(batch, learned).state_dict().items()):
+        assert ka == kb and torch.equal(va, vb), ka
+
+
+def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm, tmp_path):
+    """Updater(encoder=...): MiniLM fine-tuned on the updater's trajectories (a few dozen pairs), the scorer
+    rebuilt over it and swapped into the retriever, equal to a batch fit with that encoder."""
+    recipe = {"context": {"join_users": True}, "batch_size": 6, "lr": 1e-4, "epochs": 2, "max_seq_length": 48,
+              "seed": 0, "device": "cpu", "encoder_dir": str(tmp_path / "encoders")}
+
+    def encoder(trajectories, registry):
+        return FoldEncoders(registry, recipe, embed_cache=None, device="cpu")(trajectories)
+
+    trajs, msgs = tiny_trajectories(), conversation("search_flights")
+    res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")
+    r = Retriever(fitted_scorer(build_scorer("tracer_plus", head=FAST_HEAD), trajs[:3], res), k=3)
+    old = r.scorer
+    r.updater.encoder, r.updater.trajectories = encoder, list(trajs[:3])
+    r.update(trajs[3:] + [new_tool_trajectory()], tools=[NEW_TOOL])
+    r.updater.remove_tool("cancel_booking")
+    assert r.updater.refit(wait=True)
+    assert r.scorer is not old and r.updater.scorer is r.scorer and old.res.embedder is minilm
+    assert "finetuned-" in r.res.embedder.name and r.updater.removed == {"cancel_booking"}
+    assert "cancel_booking" not in r.rank(msgs) and len(r.rank(msgs)) == len(TINY_TOOLS)
+    union = trajs + [new_tool_trajectory()]
+    batch = build_scorer("tracer_plus", head=FAST_HEAD)
+    batch.fit(union, encoder(union, Registry(TINY_TOOLS + (NEW_TOOL,))))  # the same checkpoint, by content hash
+    assert batch.res.embedder.name == r.res.embedder.name
+    assert_same_tries(r.scorer, batch)
+    for (ka, va), (kb, vb) in zip(r.scorer.model.state_dict().items(), batch.model.state_dict().items()):
         assert ka == kb and torch.equal(va, vb), ka
 
 
