@@ -188,8 +188,13 @@ def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm,
     recipe = {"context": {"join_users": True}, "batch_size": 6, "lr": 1e-4, "epochs": 2, "max_seq_length": 48,
               "seed": 0, "device": "cpu", "encoder_dir": str(tmp_path / "encoders")}
 
+    late = []  # logged from inside a refit, after it took its snapshot of the trajectories
+
     def encoder(trajectories, registry):
-        return FoldEncoders(registry, recipe, embed_cache=None, device="cpu")(trajectories)
+        out = FoldEncoders(registry, recipe, embed_cache=None, device="cpu")(trajectories)
+        while late:
+            r.update([late.pop()])
+        return out
 
     trajs, msgs = tiny_trajectories(), conversation("search_flights")
     res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")
@@ -209,6 +214,13 @@ def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm,
     assert_same_tries(r.scorer, batch)
     for (ka, va), (kb, vb) in zip(r.scorer.model.state_dict().items(), batch.model.state_dict().items()):
         assert ka == kb and torch.equal(va, vb), ka
+    # a trajectory logged while a refit runs (same pairs as before: the checkpoint is reused) goes into the old
+    # scorer at once and is caught up into the new one before the swap
+    late.append(trajs[0])
+    assert r.updater.refit(wait=True) and not late
+    update_scorer(batch, trajs[:1])
+    assert r.scorer.res.embedder.name == batch.res.embedder.name and len(r.updater.refits) == 2
+    assert_same_tries(r.scorer, batch)
 
 
 def test_scheduled_refit_runs_in_the_background_and_swaps_the_weights(tiny_res):
