@@ -146,3 +146,12 @@ class PlusIndex:
         return PlusIndex(self.tries, tables, freq_t, memory_t,
                          self.log_ranks if same else log_rank_table(n),
                          self.tool_id if same else {name: i for i, name in enumerate(names)}, freq, mem64)
+
+
+def refreshed(index: PlusIndex | None, tries: Sequence[ExecutionTrie], names: Sequence[str], dim: int,
+              touched: tuple[Sequence[np.ndarray], np.ndarray] | None = None) -> PlusIndex:
+    """``index`` updated where ``touched`` = (nodes per trie, gold ids) says, when ``tries`` are its own tries
+    after an online update (:meth:`PlusIndex.updated`); otherwise :meth:`PlusIndex.build` on ``tries``."""
+    if touched is not None and index is not None and all(a is b for a, b in zip(tries, index.tries)):
+        return index.updated(names, *touched)
+    return PlusIndex.build(tries, names, dim)

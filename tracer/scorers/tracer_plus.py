@@ -61,7 +61,7 @@ from tracer.learn.candidate_model import (
     train_model,
 )
 from tracer.learn.candidate_step import OneCandidates, candidates_one
-from tracer.learn.plus_index import PlusIndex
+from tracer.learn.plus_index import PlusIndex, refreshed
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import parse_key
 from tracer.memory.trie import ExecutionTrie
@@ -163,18 +163,14 @@ class TracerPlusScorer(ScorerBase):
     def train_config(self, seed: int) -> TrainConfig:  # full batch; seed: the MLP's initial weights
         return TrainConfig.from_config(self.head_cfg, batch_size=0, seed=seed)
 
-    def attach(self, tries: Sequence[ExecutionTrie], res: Resources,
-               touched: tuple[Sequence[np.ndarray], np.ndarray] | None = None) -> TracerPlusScorer:
-        """Serve from ``tries`` over ``res``; ``touched`` (this scorer's own tries after an online update: the nodes
-        each trie's new steps reached, their gold ids) recomputes only those entries (:meth:`PlusIndex.updated`)."""
+    def attach(self, tries: Sequence[ExecutionTrie], res: Resources, touched: tuple | None = None) -> TracerPlusScorer:
+        """``touched``: (nodes per trie, gold ids) after an online update of these very tries (:func:`refreshed`)."""
         if [t.key for t in tries] != list(self.keys):
             raise ValueError(f"tries have keys {[t.key.label for t in tries]}, this scorer {[k.label for k in self.keys]}")
         if any(t.n_tools != len(res.registry) for t in tries):
             raise ValueError(f"tries are not over the registry's {len(res.registry)} tools")
-        own = touched is not None and self.index is not None and all(a is b for a, b in zip(tries, self.index.tries))
-        self.index = (self.index.updated(res.registry.names, *touched) if own else
-                      PlusIndex.build(tries, res.registry.names, res.embedder.dim))
         self.res = res
+        self.index = refreshed(self.index, tries, res.registry.names, res.embedder.dim, touched)
         return self
 
     @property
