@@ -9,7 +9,9 @@ time and in batches of 10 and 100. Contexts come from an embedding cache that ho
 (a deterministic text-hash encoder stands in for MiniLM, whose ~5-20 ms per context on this CPU is
 the embedding's cost, not the update's): what is timed is rendering, cache lookups, every trie's
 update (in place when all edges exist, else the sorted merge) and re-attaching (tracer_plus's
-tables). Refit: the seconds one :meth:`tracer.online.updater.Updater.refit` takes on the whole split.
+tables, updated where the steps touched them). Each row also gives the share of calls done in place
+and their cost alone (a call that adds an edge merges, O(E x d)). Refit: the seconds one
+:meth:`tracer.online.updater.Updater.refit` takes on the whole split.
 
 Scale (``scripts/bench_scale.py``'s seeded chain over 10,000 tools, random unit contexts, d = 384,
 prefix key): a trie built from ``--scale`` trajectories, then fresh trajectories added in batches of
@@ -59,6 +61,13 @@ def timed(fn, *args) -> float:
     return (time.thread_time_ns() - t0) / 1e3                                            # µs
 
 
+def in_place_stats(calls: list[tuple[float, int, bool]]) -> dict:
+    """Share of update calls done in place (no edge added, so no merge) and their µs per trajectory."""
+    placed = [(us, n) for us, n, ok in calls if ok]
+    return {"in_place": len(placed) / len(calls),
+            "us_per_traj_in_place": sum(us for us, _ in placed) / sum(n for _, n in placed) if placed else None}
+
+
 def bfcl_rows(args) -> list[dict]:
     from tracer.data import load_dataset
 
@@ -78,11 +87,17 @@ def bfcl_rows(args) -> list[dict]:
         for batch in (1, 10, 100):
             scorer = build_scorer(name, head={"max_epochs": 1})
             scorer.fit(base, res)
-            us = sum(timed(update_scorer, scorer, new[lo:lo + batch]) for lo in range(0, len(new), batch))
+            tries = scorer.tries if name == "tracer_plus" else [scorer.trie]
+            calls = []  # (µs, trajectories, every trie updated in place)
+            for lo in range(0, len(new), batch):
+                ptrs = [t.edge_memory.data_ptr() for t in tries]
+                us = timed(update_scorer, scorer, new[lo:lo + batch])
+                calls.append((us, len(new[lo:lo + batch]), all(t.edge_memory.data_ptr() == p for t, p in zip(tries, ptrs))))
+            us = sum(c[0] for c in calls)
             n_steps = len(training_steps(new, ds.registry))
             rows.append({"corpus": "BFCL", "scorer": name, "base": len(base), "batch": batch,
-                         "us_per_traj": us / len(new), "us_per_step": us / n_steps,
-                         "edges": sum(t.n_edges for t in (scorer.tries if name == "tracer_plus" else [scorer.trie]))})
+                         "us_per_traj": us / len(new), "us_per_step": us / n_steps, **in_place_stats(calls),
+                         "edges": sum(t.n_edges for t in tries)})
             print(rows[-1], file=sys.stderr, flush=True)
     for name in ("tracer", "tracer_plus"):
         scorer = build_scorer(name, head={"max_epochs": 1})
@@ -112,17 +127,18 @@ def scale_rows(args) -> list[dict]:
     rows = []
     for batch in (1, 10, 100, 1000):
         n_calls = max(2, min(args.calls, 4000 // batch))
-        us, n_steps, in_place = 0.0, 0, 0
+        calls, n_steps = [], 0
         for _ in range(n_calls):
             states, gold = step_states(*chain.turns(batch, rng), names)
             ctx = unit_rows(len(states), args.dim, gen)
             ptr = trie.edge_memory.data_ptr()
-            us += timed(add_steps, trie, states, torch.from_numpy(gold), ctx)
-            in_place += trie.edge_memory.data_ptr() == ptr
+            calls.append((timed(add_steps, trie, states, torch.from_numpy(gold), ctx), batch,
+                          trie.edge_memory.data_ptr() == ptr))
             n_steps += len(states)
+        us = sum(c[0] for c in calls)
         rows.append({"corpus": f"scale {args.scale:,}", "scorer": "tracer (prefix trie)", "base": args.scale,
                      "batch": batch, "us_per_traj": us / (n_calls * batch), "us_per_step": us / n_steps,
-                     "in_place": in_place / n_calls, "edges": trie.n_edges})
+                     **in_place_stats(calls), "edges": trie.n_edges})
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
@@ -139,13 +155,14 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = ([] if args.skip_bfcl else bfcl_rows(args)) + (scale_rows(args) if args.scale else [])
-    print("| corpus | scorer | trajectories in the index | batch | µs / trajectory | µs / step | edges | in place |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| corpus | scorer | trajectories in the index | batch | µs / trajectory | µs / step | edges | calls in place "
+          "| µs / trajectory, calls in place |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "batch" in r:
-            ip = f"{r['in_place']:.0%}" if "in_place" in r else "–"
+            ip = "–" if r["us_per_traj_in_place"] is None else f"{r['us_per_traj_in_place']:,.0f}"
             print(f"| {r['corpus']} | {r['scorer']} | {r['base']:,} | {r['batch']} | {r['us_per_traj']:,.0f} "
-                  f"| {r['us_per_step']:,.0f} | {r['edges']:,} | {ip} |")
+                  f"| {r['us_per_step']:,.0f} | {r['edges']:,} | {r['in_place']:.0%} | {ip} |")
     print("\n| refit (BFCL fold 0's training split) | trajectories | seconds |\n|---|---:|---:|")
     for r in rows:
         if "refit_s" in r:

@@ -155,10 +155,11 @@ class Retriever:
         larger than the registry presents the registry."""
         k = self.k if k is None else check_k(k)
         step = self._step(messages)
-        if self._removed():  # drift: the top k of the ranking without the removed tools
-            return self.updater.live(self._ranking(step, k + len(self.updater.removed)), k) + \
-                self.updater.live(self.scorer.global_set)
-        return self.scorer.select_one(step, self.scorer.embed([step]), k)
+        scorer = self.scorer  # read once: an encoder refit may swap it meanwhile (Updater.on_swap)
+        if scorer.res.removed:  # drift: the top k of the ranking without the removed tools
+            return self.updater.live(self._ranking(step, k + len(scorer.res.removed), scorer), k) + \
+                self.updater.live(scorer.global_set)
+        return scorer.select_one(step, scorer.embed([step]), k)
 
     def select(self, messages: Sequence[Message], k: int | None = None) -> list[dict[str, Any]]:
         """OpenAI tool objects (``{"type": "function", "function": {...}}``) for the next call."""
@@ -171,32 +172,34 @@ class Retriever:
         if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
             raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
         steps = [self._step(m, f"conversations[{i}]") for i, m in enumerate(conversations)]
-        sel = finalize(self.scorer.score(steps), k, self.scorer.pad)
+        scorer = self.scorer
+        sel = finalize(scorer.score(steps), k, scorer.pad)
         presented = sel.presented
-        if self._removed():
-            always = self.updater.live(self.scorer.global_set)
+        if scorer.res.removed:
+            always = self.updater.live(scorer.global_set)
             presented = [self.updater.live(r.tolist(), k) + always for r in sel.ranking]
-        return [[self.registry[i].to_openai() for i in ids] for ids in presented]
+        return [[scorer.res.registry[i].to_openai() for i in ids] for ids in presented]
 
     def rank(self, messages: Sequence[Message]) -> list[str]:
         """Every tool name, best first (removed tools left out)."""
         names = self.registry.names
         return [names[i] for i in self.updater.live(self._ranking(self._step(messages)))]
 
-    def _ranking(self, step: Step, top: int | None = None) -> np.ndarray:
+    def _ranking(self, step: Step, top: int | None = None, scorer: Scorer | None = None) -> np.ndarray:
         """Registry ids best first: the whole ranking, or its first ``top``."""
-        return self.scorer.rank_one(step, self.scorer.embed([step]), top)
+        scorer = self.scorer if scorer is None else scorer
+        return scorer.rank_one(step, scorer.embed([step]), top)
 
     # ---- learning while serving (tracer.online.updater) ----------------------------------------------------
     @property
     def updater(self) -> Updater:
         """The :class:`tracer.online.updater.Updater` of this retriever (made on first use; no refit schedule)."""
         if self._updater is None:
-            self._updater = Updater(self.scorer)
+            self._updater = Updater(self.scorer, on_swap=self._swap)
         return self._updater
 
-    def _removed(self) -> bool:
-        return bool(self._updater is not None and self._updater.removed)
+    def _swap(self, scorer: Scorer) -> None:
+        self.scorer = scorer  # an encoder refit's new scorer (Updater(encoder=...)): one assignment
 
     def update(self, trajectories: Sequence[Trajectory], tools: Sequence[Tool] = ()) -> dict:
         """Add logged trajectories (successful ones count) and new tool definitions to the fitted index:

@@ -62,6 +62,7 @@ class Registry(Sequence[Tool]):
             if t.name in self._index:
                 raise ValueError(f"duplicate tool name {t.name!r} in registry (positions {self._index[t.name]} and {i})")
             self._index[t.name] = i
+        self._names = tuple(self._index)  # the registry never changes (extend builds a new one): made once
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -86,7 +87,7 @@ class Registry(Sequence[Tool]):
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(t.name for t in self._tools)
+        return self._names
 
     def id(self, name: str) -> int:
         try:

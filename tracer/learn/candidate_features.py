@@ -61,13 +61,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from tracer.core.types import Step
 from tracer.learn import standardise
+from tracer.learn.plus_index import PlusIndex
 from tracer.memory.keys import StateKey
-from tracer.memory.trie import ExecutionTrie
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",
@@ -99,65 +98,9 @@ def keep_mask(names: Sequence[str], drop: Sequence[str]) -> torch.Tensor:
     return standardise.keep_mask(names, drop, GROUPS, feature_groups)
 
 
-@dataclass
-class StateTables:
-    """Per-node state features of one trie, float32 (``[U]`` each), on the trie's device and as numpy."""
-
-    log_visits: torch.Tensor
-    log_children: torch.Tensor
-    log_visits_np: np.ndarray
-    log_children_np: np.ndarray
-
-    @classmethod
-    def of(cls, trie: ExecutionTrie) -> StateTables:
-        lv = torch.log1p(trie.node_count.double()).float()                               # [U]
-        lc = torch.log1p(trie.indptr.diff().double()).float()                            # [U]
-        return cls(lv, lc, lv.cpu().numpy(), lc.cpu().numpy())
-
-
-@dataclass
-class PlusIndex:
-    """Everything the features are read from: one trie per key with its state tables, per-tool
-    tables and the log-rank table. Derived from the tries alone (nothing else to save).
-
-    ``tool_log_freq [N]``: log(1 + number of training steps that called t); ``tool_memory [N, d]``:
-    the normalised mean context of those steps (0 for a tool never called), i.e. the edge memory
-    of an empty state; both read off the first trie (every training step is one edge of it).
-    """
-
-    tries: list[ExecutionTrie]
-    tables: list[StateTables]
-    tool_log_freq: torch.Tensor   # [N] float32
-    tool_memory: torch.Tensor     # [N, d] float32
-    log_ranks: np.ndarray         # [N] float32
-    tool_id: dict[str, int]
-    tool_log_freq_np: np.ndarray
-    tool_memory64: np.ndarray     # [N, d] float64
-
-    @classmethod
-    def build(cls, tries: Sequence[ExecutionTrie], names: Sequence[str], dim: int) -> PlusIndex:
-        n = len(names)
-        device = tries[0].device if tries else torch.device("cpu")
-        count = torch.zeros(n, dtype=torch.float64, device=device)
-        total = torch.zeros(n, dim, dtype=torch.float64, device=device)
-        if tries and tries[0].n_edges:
-            t = tries[0]
-            count.index_add_(0, t.edge_tool, t.edge_count.double())
-            total.index_add_(0, t.edge_tool, t.edge_memory.double() * t.edge_norm.double()[:, None])
-        memory = (total / torch.linalg.vector_norm(total, dim=1, keepdim=True).clamp_min(1e-12)).float()  # [N, d]
-        freq = torch.log1p(count).float()
-        return cls(list(tries), [StateTables.of(t) for t in tries], freq, memory, log_rank_table(n),
-                   {name: i for i, name in enumerate(names)}, freq.cpu().numpy(),
-                   memory.cpu().numpy().astype(np.float64))
-
-    @property
-    def n_features(self) -> int:
-        return len(self.tries) * len(KEY_FEATURES) + len(GLOBAL_FEATURES)
-
-
-def log_rank_table(n: int) -> np.ndarray:
-    """log(rank) for ranks 1..n, float32 ``[n]``."""
-    return np.log(np.arange(1, n + 1, dtype=np.float64)).astype(np.float32)
+def n_features(n_keys: int) -> int:
+    """F: the width of a feature row with ``n_keys`` keys."""
+    return n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES)
 
 
 @dataclass
@@ -224,7 +167,7 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     tool = torch.where(mask, tool, 0)
     pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)                 # tool -> column (width: dump)
     pos.scatter_(1, torch.where(mask, tool, n), torch.arange(width, device=device).expand(b, width).clone())
-    feats = torch.zeros(b, width + 1, idx.n_features, dtype=torch.float32, device=device)  # [B, C+1, F], dump column
+    feats = torch.zeros(b, width + 1, n_features(len(tries)), dtype=torch.float32, device=device)  # [B, C+1, F], dump column
     rows = torch.arange(b, device=device)[:, None]
     in_state = torch.zeros(b, len(tries), dtype=torch.bool, device=device)
     zero = torch.zeros(b, device=device)

@@ -26,9 +26,10 @@ from torch import nn
 from tracer.core.io import atomic_save
 from tracer.core.threads import one_thread
 from tracer.core.types import Step
-from tracer.learn.candidate_features import PlusIndex, candidates, feature_names
+from tracer.learn.candidate_features import candidates, feature_names
 from tracer.learn.nll import IGNORE, MASKED, masked_nll
 from tracer.learn.oof import out_of_fold, pad_cat
+from tracer.learn.plus_index import PlusIndex
 from tracer.learn.standardise import Z_CLIP, fit_stats, register_stats, standardise
 from tracer.learn.trainer import TrainConfig, train
 from tracer.memory.trie import ExecutionTrie

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracer.core.types import Step
-from tracer.learn.candidate_features import KEY_FEATURES, PlusIndex
+from tracer.learn.candidate_features import KEY_FEATURES, n_features
+from tracer.learn.plus_index import PlusIndex
 from tracer.scoring.single_step import children_one
 
 
@@ -44,7 +45,7 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     col_of = np.empty(n, dtype=np.int64)
     col_of[tool] = np.arange(len(tool))
     n_key = len(KEY_FEATURES)
-    feats = np.zeros((len(tool), idx.n_features), dtype=np.float32)
+    feats = np.zeros((len(tool), n_features(len(tries))), dtype=np.float32)
     for j, (ch, tab) in enumerate(zip(kids, tables)):
         base = j * n_key
         lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)

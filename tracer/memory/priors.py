@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 _NEG_INF = float("-inf")
@@ -10,6 +11,13 @@ _NEG_INF = float("-inf")
 def empirical_prior(count: torch.Tensor, node_count: torch.Tensor, eps: float) -> torch.Tensor:
     """P = log(N(S,t)/N(S) + eps) per edge, computed in float64, stored float32."""
     return torch.log(count.double() / node_count.double().clamp_min(1) + eps).float()
+
+
+def empirical_prior_np(count: np.ndarray, node_count: np.ndarray, eps: float) -> np.ndarray:
+    """:func:`empirical_prior` in numpy (an online update's few touched edges, without torch dispatch): the
+    same IEEE float64 division and sum; the log is numpy's, which matched torch's on every value rounded
+    to float32 that we compared (counts up to 500; BFCL's priors in ``tests/integration/online``)."""
+    return np.log(count / np.maximum(node_count, 1) + eps).astype(np.float32)  # int / int is float64 in numpy
 
 
 def contextual_prior(sim: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:

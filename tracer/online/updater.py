@@ -18,11 +18,17 @@ Example::
   A refit equals a batch fit on the same trajectories (same inner folds, same seed). A tracer_plus
   with transferred weights (``transfer``) keeps them; set ``scorer.transfer = None`` to refit it on
   its own logs once there are enough.
+- *Encoder* (opt-in, ``encoder=``): a refit first fine-tunes the encoder on the updater's trajectories
+  (e.g. ``lambda trajs, registry: FoldEncoders(registry, recipe)(trajs)`` with a recipe of
+  ``configs/encoder_training/``; checkpoints are cached by a content hash of the pairs), builds fresh
+  resources around it, fits a fresh scorer on them (tries, tables and weights: every stored context is
+  embedded anew), adds what arrived meanwhile and swaps the whole scorer in by one assignment
+  (``on_swap`` tells the owner: :class:`tracer.retriever.Retriever` replaces its scorer).
 - *Drift*: :meth:`Updater.remove_tool` masks a tool out of every ranking (the retriever filters it;
   its trie edges stay, so :meth:`Updater.add_tool` of the same name brings it back as it was);
   :meth:`Updater.add_tool` registers a tool with its fallback vector; :meth:`Updater.rename_tool`
-  renames it in the registry, the fallback index and every trie state. The mask is not part of the
-  saved index: save after removing and the tool is back on load.
+  renames it in the registry, the fallback index and every trie state. The mask lives in the
+  scorer's resources (``Resources.removed``), so a saved index keeps it (``meta.json``).
 
 Updates are serialised by a lock; a scorer must not be scored from another thread while
 :meth:`Updater.update` mutates its tries (the refit thread never touches them).
@@ -30,16 +36,19 @@ Updates are serialised by a lock; a scorer must not be scored from another threa
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from tracer.core.types import Tool, Trajectory
+from tracer.core.types import Registry, Tool, Trajectory
 from tracer.online.updates import grow_resources, rename_scorer, update_scorer
 from tracer.scorers.tracer import TracerScorer
 from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scoring.resources import Resources
 
 
 def learned_part(scorer) -> str | None:
@@ -59,19 +68,23 @@ class Updater:
         refit_every: refit the learned part after this many new trajectories (None: on demand only).
         history: the trajectories the scorer was fitted on; refits learn from them plus every update.
         background: refit in a daemon thread (False: in the caller's thread, e.g. for a CLI).
+        encoder: ``(trajectories, registry) -> Resources`` around an encoder fine-tuned on them; given, a
+            refit rebuilds the whole scorer over it (see the module docstring). None: the weights only.
+        on_swap: called with the new scorer after an encoder refit swapped it in.
     """
 
     def __init__(self, scorer, refit_every: int | None = None, history: Iterable[Trajectory] = (),
-                 background: bool = True):
+                 background: bool = True, encoder: Callable[[Sequence[Trajectory], Registry], Resources] | None = None,
+                 on_swap: Callable[[Any], None] | None = None):
         if scorer.res is None:
             raise ValueError(f"scorer {scorer.name!r} is not fitted")
         if refit_every is not None and refit_every < 1:
             raise ValueError(f"refit_every must be >= 1 or None, got {refit_every}")
         self.scorer, self.refit_every, self.background = scorer, refit_every, background
+        self.encoder, self.on_swap = encoder, on_swap
         self.trajectories: list[Trajectory] = list(history)
         self.since_refit = 0
         self.refits: list[dict] = []     # one entry per completed refit: trajectories, seconds
-        self.removed: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pending = False
@@ -82,8 +95,8 @@ class Updater:
         steps to every trie, and start a refit when the schedule says so. Returns what was done."""
         t0 = time.perf_counter()
         with self._lock:
-            self.removed -= {t.name for t in tools}
             res = grow_resources(self.scorer.res, tools)
+            res = dataclasses.replace(res, removed=res.removed - {t.name for t in tools})
             n_new_tools = len(res.registry) - len(self.scorer.res.registry)
             n_steps = update_scorer(self.scorer, trajectories, res)
             self.trajectories.extend(trajectories)
@@ -91,7 +104,7 @@ class Updater:
             due = self.refit_every is not None and self.since_refit >= self.refit_every
         out = {"trajectories": len(trajectories), "steps": n_steps, "new_tools": n_new_tools,
                "seconds": time.perf_counter() - t0, "refit_started": False}
-        if due and learned_part(self.scorer) is not None:
+        if due and self.refits_anything:
             out["refit_started"] = self.refit(wait=not self.background)
         return out
 
@@ -100,7 +113,7 @@ class Updater:
         """Refit the learned part on every trajectory held now and swap it in (``wait``: block until done).
         Returns False when the scorer has nothing to refit. A refit asked for while one runs starts
         when it ends, on the trajectories held then."""
-        if learned_part(self.scorer) is None:
+        if not self.refits_anything:
             return False
         with self._lock:
             self.since_refit = 0
@@ -122,17 +135,37 @@ class Updater:
             attr = learned_part(self.scorer)
             entry = {"trajectories": len(trajectories)}
             try:
-                fresh = type(self.scorer)(**self.scorer.config())
-                fresh.fit(trajectories, res)
-                setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
-                if attr == "model":
-                    self.scorer.history = fresh.history
+                if self.encoder is not None:
+                    self._refit_with_encoder(trajectories, res)
+                else:
+                    fresh = type(self.scorer)(**self.scorer.config())
+                    fresh.fit(trajectories, res)
+                    setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
+                    if attr == "model":
+                        self.scorer.history = fresh.history
             except Exception as e:  # noqa: BLE001  (kept for wait() to raise; the old weights keep serving)
                 entry["error"] = e
             with self._lock:
                 self.refits.append({**entry, "seconds": time.perf_counter() - t0})
                 if not self._pending:
                     return
+
+    @property
+    def refits_anything(self) -> bool:
+        return self.encoder is not None or learned_part(self.scorer) is not None
+
+    def _refit_with_encoder(self, trajectories: list[Trajectory], res: Resources) -> None:
+        """Fine-tune, rebuild and fit a fresh scorer on ``trajectories``, catch it up under the lock with the
+        trajectories and tools that arrived meanwhile and the removed-tools mask, then swap it in whole."""
+        fresh = type(self.scorer)(**self.scorer.config())
+        fresh.fit(trajectories, self.encoder(trajectories, res.registry))
+        with self._lock:
+            now = self.scorer.res
+            grown = grow_resources(fresh.res, list(now.registry)[len(fresh.res.registry):])
+            update_scorer(fresh, self.trajectories[len(trajectories):], dataclasses.replace(grown, removed=now.removed))
+            self.scorer = fresh                                    # one assignment: the swap is atomic
+            if self.on_swap is not None:
+                self.on_swap(fresh)
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the running refit (and any refit queued behind it) has been swapped in; a refit
@@ -150,18 +183,22 @@ class Updater:
         self.update([], [tool])
 
     def remove_tool(self, name: str) -> None:
-        """Mask a tool out of every ranking at once (no rebuild)."""
-        if name not in self.scorer.res.registry:
-            raise KeyError(f"cannot remove {name!r}: no such tool in the registry")
-        self.removed.add(name)
+        """Mask a tool out of every ranking at once (no rebuild; saved with the index)."""
+        with self._lock:
+            res = self.scorer.res
+            if name not in res.registry:
+                raise KeyError(f"cannot remove {name!r}: no such tool in the registry")
+            self.scorer.res = dataclasses.replace(res, removed=res.removed | {name})
 
     def rename_tool(self, old: str, new: str) -> None:
         """Rename a tool: registry, fallback vector and trie states; its counts and memories stay."""
         with self._lock:
             rename_scorer(self.scorer, old, new)
-            if old in self.removed:
-                self.removed.discard(old)
-                self.removed.add(new)
+
+    @property
+    def removed(self) -> frozenset[str]:
+        """Names of the tools masked out of every ranking (the scorer's ``res.removed``)."""
+        return self.scorer.res.removed
 
     @property
     def removed_ids(self) -> frozenset[int]:

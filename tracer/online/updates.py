@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from tracer.core.types import Registry, Step, Tool, Trajectory
-from tracer.memory.priors import empirical_prior
+from tracer.memory.host_rows import host_view, to_host
+from tracer.memory.priors import empirical_prior_np
 from tracer.memory.transitions import TransitionTable
 from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.autotool import AutoToolScorer
@@ -33,6 +34,7 @@ from tracer.scorers.toolnet import ToolNetScorer
 from tracer.scorers.tracer import TracerScorer
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scoring.resources import Resources, training_steps
+from tracer.scoring.single_step import rows_rewritten
 
 
 def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:
@@ -53,8 +55,8 @@ def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:
 
 
 def rename_resources(res: Resources, old: str, new: str) -> Resources:
-    """Resources where tool ``old`` is called ``new`` (same id, same description; its vector re-embedded,
-    since the name is part of the text the fallback embeds)."""
+    """Resources where tool ``old`` is called ``new`` (same id, same description, masked if it was; its vector
+    re-embedded, since the name is part of the text the fallback embeds)."""
     if old not in res.registry:
         raise KeyError(f"cannot rename {old!r}: no such tool in the registry")
     if new in res.registry:
@@ -64,7 +66,7 @@ def rename_resources(res: Resources, old: str, new: str) -> Resources:
     vec = res.embedder.encode([tool.search_text])[0]                                    # [d]
     tools = list(res.registry)
     tools[i] = tool
-    return dataclasses.replace(res, registry=Registry(tools),
+    return dataclasses.replace(res, registry=Registry(tools), removed=frozenset(new if n == old else n for n in res.removed),
                                tool_index=res.tool_index.with_rows(replace={i: (new, vec.cpu().numpy())}))
 
 
@@ -80,44 +82,61 @@ def rename_in_trie(trie: TransitionTable, old: str, new: str) -> None:
 
 
 def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.Tensor,
-              contexts: torch.Tensor) -> ExecutionTrie:
-    """Add steps to a trie: in place when every (state, tool) edge exists already (the steady state of a
-    served index: the touched edges' counts and sums, their nodes' counts and empirical priors, in
-    O(steps x d + touched children)), else :meth:`ExecutionTrie.update` (a sorted merge, O(E x d)).
+              contexts: torch.Tensor) -> np.ndarray:
+    """Add steps to a trie and return the node of each step's state (``[S]`` int64): in place when every (state, tool) edge exists already and the trie is on the
+    CPU (the steady state of a served index: the touched edges' counts and sums, their nodes' counts and
+    empirical priors, in O(steps x d + touched children)), else :meth:`ExecutionTrie.update` (a sorted
+    merge, O(E x d); on an accelerator that is a device copy).
 
-    Both give the touched edges the same numbers (old sum recovered as ``memory * norm``, the new
-    contexts summed in arrival order, added, renormalised); the merge also renormalises untouched
-    edges, which moves them by float32 rounding only.
+    Both give the touched edges the same numbers up to float32 rounding (old sum recovered as
+    ``memory * norm``, the new contexts summed in arrival order, added, renormalised; the norm is a
+    float32 einsum here, torch's ``vector_norm`` in the merge) and leave untouched edges as
+    they were; counts and priors are equal bit for bit. The in-place arithmetic is numpy on views of
+    the trie's tensors: a BFCL trajectory touches a few rows, and some thirty torch ops of ~5-10 µs
+    dispatch each would cost more than the update (:mod:`tracer.memory.host_rows`).
     """
     u = trie._node_ids(states, create=False)
-    if not states or min(u) < 0:
-        return trie.update(states, tools, contexts)
+    views = [host_view(t) for t in (trie.indptr, trie.edge_tool, trie.edge_count, trie.node_count, trie.edge_log_p,
+                                    trie.edge_memory, trie.edge_norm)]
+    if not states or min(u) < 0 or any(v is None for v in views):
+        return _merge(trie, states, tools, contexts)
     if contexts.ndim != 2 or contexts.shape[1] != trie.dim:
         raise ValueError(f"contexts must be [S, {trie.dim}], got {tuple(contexts.shape)}")
-    tools = tools.to(trie.device, torch.long)
-    indptr, edge_tool = trie.indptr.cpu().numpy(), trie.edge_tool.cpu().numpy()        # views on the CPU
-    edge = [indptr[v] + int(np.searchsorted(edge_tool[indptr[v]:indptr[v + 1]], t)) for v, t in zip(u, tools.tolist())]
-    if any(e >= indptr[v + 1] or edge_tool[e] != t for e, v, t in zip(edge, u, tools.tolist())):
-        return trie.update(states, tools, contexts)                                     # a new edge: merge
-    node = torch.tensor(u, dtype=torch.long, device=trie.device)                        # [S]
-    edge = torch.tensor(edge, dtype=torch.long, device=trie.device)                     # [S]
-    touched, inv = torch.unique(edge, sorted=True, return_inverse=True)                 # [K], [S]
-    new_sum = torch.zeros(len(touched), trie.dim, dtype=torch.float32, device=trie.device)  # [K, d]
-    new_sum.scatter_add_(0, inv[:, None].expand(-1, trie.dim), contexts.to(trie.device, torch.float32))
-    total = trie.edge_memory[touched].float().mul_(trie.edge_norm[touched, None]).add_(new_sum)  # [K, d]
-    norm = torch.linalg.vector_norm(total, dim=1)                                       # [K]
-    trie.edge_memory[touched] = total.div_(norm.clamp_min(1e-12)[:, None]).to(trie.edge_memory.dtype)
-    trie.edge_norm[touched] = norm
-    trie.edge_count.index_add_(0, edge, torch.ones_like(edge))
-    trie.node_count.index_add_(0, node, torch.ones_like(node))
-    nodes = torch.unique(node)                                                          # the priors of touched nodes
-    width = trie.indptr[nodes + 1] - trie.indptr[nodes]
-    rows = torch.repeat_interleave(trie.indptr[nodes] - torch.cumsum(width, 0) + width, width) + \
-        torch.arange(int(width.sum()), device=trie.device)                              # their edges
-    trie.edge_log_p[rows] = empirical_prior(trie.edge_count[rows], torch.repeat_interleave(trie.node_count[nodes],
-                                                                                           width), trie.eps)
-    trie.single_step_cache = None
-    return trie
+    indptr, edge_tool, edge_count, node_count, edge_log_p, edge_memory, edge_norm = views
+    node = np.asarray(u, dtype=np.int64)                                                # [S]
+    key = node * trie.n_tools + to_host(tools)                                          # [S] (node, tool)
+    nodes = np.unique(node)                                                              # [V] touched nodes
+    width = indptr[nodes + 1] - indptr[nodes]                                            # [V] children per node
+    rows = np.repeat(indptr[nodes] - np.cumsum(width) + width, width) + np.arange(int(width.sum()))  # [R] their edges
+    row_key = np.repeat(nodes, width) * trie.n_tools + edge_tool[rows]                   # [R] ascending
+    at = np.minimum(np.searchsorted(row_key, key), len(rows) - 1)                        # [S]
+    if not len(rows) or (row_key[at] != key).any():
+        return _merge(trie, states, tools, contexts)                                    # a new edge
+    edge = rows[at]                                                                      # [S]
+    touched = np.unique(edge)                                                            # [K]
+    inv = np.searchsorted(touched, edge)                                                 # [S]
+    ctx = to_host(contexts)
+    new_sum = np.zeros((len(touched), trie.dim), dtype=np.float32)                      # [K, d]
+    if len(touched) == len(edge):  # each edge taken once (the usual case of one trajectory): nothing to add up
+        new_sum[inv] = ctx
+    else:
+        for i, k in enumerate(inv.tolist()):  # in arrival order; a few steps: cheaper than np.add.at on rows
+            new_sum[k] += ctx[i]
+    total = edge_memory[touched].astype(np.float32, copy=False) * edge_norm[touched, None] + new_sum  # [K, d]
+    norm = np.sqrt(np.einsum("kd,kd->k", total, total))                                 # [K] float32
+    edge_memory[touched] = total / np.maximum(norm, np.float32(1e-12))[:, None]
+    edge_norm[touched] = norm
+    edge_count[touched] += np.bincount(inv)
+    node_count[nodes] += np.bincount(np.searchsorted(nodes, node))
+    edge_log_p[rows] = empirical_prior_np(edge_count[rows], np.repeat(node_count[nodes], width), trie.eps)
+    rows_rewritten(trie, nodes, rows)  # the live path's cache stays, patched (not rebuilt on the next step)
+    return node
+
+
+def _merge(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.Tensor,
+           contexts: torch.Tensor) -> np.ndarray:
+    trie.update(states, tools, contexts)
+    return np.asarray(trie._node_ids(states, create=False), dtype=np.int64)
 
 
 def scorer_tries(scorer) -> list[TransitionTable]:
@@ -146,8 +165,9 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
     """Add the trajectories' steps to every trie of a fitted scorer, over ``res`` (default: the
     scorer's; pass :func:`grow_resources`' result to register new tools). Returns the steps added.
 
-    The tries are updated in place; then the scorer is re-attached to them and to ``res``, which
-    rebuilds what is read off the tries (tracer_plus's tables, Tracer+G's global set).
+    The tries are updated in place; then the scorer is re-attached to them and to ``res``: tracer_plus
+    recomputes only the entries of its tables the new steps touched (:meth:`PlusIndex.updated`), the
+    tracer family rebuilds Tracer+G's global set.
     """
     res = scorer.res if res is None else res
     if scorer.res is None:
@@ -157,18 +177,21 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
         raise ValueError("the new registry must extend the scorer's (same tools, same order, new ones at the end)")
     steps = training_steps(trajectories, res.registry, scorer.successful_only)
     tries = scorer_tries(scorer)
+    nodes = []  # per trie: the nodes the new steps reached (what tracer_plus's tables recompute)
+    gold = res.tool_ids([s.gold for s in steps])                                       # [S]
     if tries:
-        gold = res.tool_ids([s.gold for s in steps])                                   # [S]
         ctx = _memory_contexts(scorer, steps, res)                                      # [S, d]
         for trie in tries:
             trie.n_tools = len(res.registry)  # ids are registry positions: appended tools take the new ones
             states = [trie.key.state(s) for s in steps]
             if isinstance(trie, ExecutionTrie):
-                add_steps(trie, states, gold, ctx)
+                nodes.append(add_steps(trie, states, gold, ctx))
             else:
                 trie.add(states, gold)
-    if isinstance(scorer, (TracerPlusScorer, TracerScorer)):
-        scorer.attach(tries if isinstance(scorer, TracerPlusScorer) else tries[0], res)
+    if isinstance(scorer, TracerPlusScorer):
+        scorer.attach(tries, res, touched=(nodes, gold.numpy()))
+    elif isinstance(scorer, TracerScorer):
+        scorer.attach(tries[0], res)
     else:
         scorer.res = res
     return len(steps)

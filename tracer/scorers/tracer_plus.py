@@ -53,7 +53,7 @@ from tracer.core.folds import inner_seed
 from tracer.core.steps import step_from_messages
 from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
-from tracer.learn.candidate_features import Candidates, PlusIndex, candidates, feature_names, keep_mask
+from tracer.learn.candidate_features import Candidates, candidates, feature_names, keep_mask
 from tracer.learn.candidate_model import (
     CandidateModel,
     clean_fold_view,
@@ -62,6 +62,7 @@ from tracer.learn.candidate_model import (
     train_model,
 )
 from tracer.learn.candidate_step import OneCandidates, candidates_one
+from tracer.learn.plus_index import PlusIndex, refreshed
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import parse_key
 from tracer.memory.trie import ExecutionTrie
@@ -164,13 +165,14 @@ class TracerPlusScorer(ScorerBase):
     def train_config(self, seed: int) -> TrainConfig:  # full batch; seed: the MLP's initial weights
         return TrainConfig.from_config(self.head_cfg, batch_size=0, seed=seed)
 
-    def attach(self, tries: Sequence[ExecutionTrie], res: Resources) -> TracerPlusScorer:
+    def attach(self, tries: Sequence[ExecutionTrie], res: Resources, touched: tuple | None = None) -> TracerPlusScorer:
+        """``touched``: (nodes per trie, gold ids) after an online update of these very tries (:func:`refreshed`)."""
         if [t.key for t in tries] != list(self.keys):
             raise ValueError(f"tries have keys {[t.key.label for t in tries]}, this scorer {[k.label for k in self.keys]}")
         if any(t.n_tools != len(res.registry) for t in tries):
             raise ValueError(f"tries are not over the registry's {len(res.registry)} tools")
         self.res = res
-        self.index = PlusIndex.build(tries, res.registry.names, res.embedder.dim)
+        self.index = refreshed(self.index, tries, res.registry.names, res.embedder.dim, touched)
         return self
 
     @property

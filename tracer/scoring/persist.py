@@ -1,7 +1,7 @@
 """What every saved tracer index shares: meta.json, the registry, the FAISS tool index, and the checks on load.
 
 A saved index directory holds ``meta.json`` (format version, scorer class and config, embedder name
-and dimension), ``tools.json`` (the registry), ``tools.faiss`` + ``tools_idmap.json`` +
+and dimension, the tools masked out by drift: ``removed``), ``tools.json`` (the registry), ``tools.faiss`` + ``tools_idmap.json`` +
 ``tool_vectors.npy`` (the fallback index and its id map), plus the scorer's own tensors.
 """
 
@@ -38,11 +38,11 @@ def saved_config(saved: dict[str, Any], reference: str) -> dict[str, Any]:
 
 
 def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:
-    """Write meta.json (with the embedder's name, dimension and, when known, the config that builds it),
-    the registry and the tool index into ``tmp``."""
+    """Write meta.json (with the embedder's name, dimension and, when known, the config that builds it, and the
+    removed tools), the registry and the tool index into ``tmp``."""
     config = res.embedder.config if isinstance(res.embedder, CachedEmbedder) else None
     meta = {**meta, "embedder": {"name": res.embedder.name, "dim": res.embedder.dim}
-            | ({"config": config} if config is not None else {})}
+            | ({"config": config} if config is not None else {}), "removed": sorted(res.removed)}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     (tmp / "tools.json").write_text(json.dumps([{**t.to_openai(), "source": t.source} for t in res.registry]))
     res.tool_index.save(tmp)
@@ -72,7 +72,10 @@ def open_common(directory: str | Path, embedder: Embedder, class_path: str, form
     tool_index = ToolIndex.load(d, registry)
     if tool_index.dim != embedder.dim:
         raise ValueError(f"{d}: tool vectors have dim {tool_index.dim}, the embedder {embedder.dim}")
-    return meta, Resources(registry, embedder, tool_index, device or default_device())
+    removed = meta.get("removed", [])  # absent from an index saved before the mask was: nothing removed
+    if not isinstance(removed, list) or not all(isinstance(n, str) and n in registry for n in removed):
+        raise CorruptIndex(d / "meta.json", f"expected a list of registered tool names, got {removed!r}", field="removed")
+    return meta, Resources(registry, embedder, tool_index, device or default_device(), removed=frozenset(removed))
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from tracer.core.context import ContextRendering
@@ -23,6 +24,8 @@ class Resources:
     H-EPM and Insight); ``None`` means the offline deterministic path. ``without(groups)``, set when the
     encoder was fine-tuned on the training trajectories (``FoldEncoders``), gives resources whose encoder
     never saw those groups: what a scorer's inner folds need to stay clean; ``None``: a fixed encoder.
+    ``removed``: names of registered tools masked out of every ranking and selection of a retriever (drift,
+    :meth:`tracer.online.updater.Updater.remove_tool`); scorers ignore it, a saved index keeps it.
     """
 
     registry: Registry
@@ -32,6 +35,7 @@ class Resources:
     seed: int = 0
     executor: Any = None
     without: Callable[[frozenset[str]], Resources] | None = None
+    removed: frozenset[str] = frozenset()
 
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat", device: str | None = None,
@@ -44,7 +48,8 @@ class Resources:
         return self.embedder.encode([rendering.render(s.context) for s in steps]).to(self.device)
 
     def tool_ids(self, names: Sequence[str]) -> torch.Tensor:
-        return torch.tensor([self.registry.id(n) for n in names], dtype=torch.long)
+        ids = np.fromiter(map(self.registry.id, names), dtype=np.int64, count=len(names))  # [S]
+        return torch.from_numpy(ids)  # torch.tensor of a list costs ~3x more on a small one
 
 
 def training_steps(trajectories: Sequence[Trajectory], registry: Registry, successful_only: bool = True) -> list[Step]:

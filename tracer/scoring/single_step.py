@@ -85,6 +85,19 @@ def host(trie: ExecutionTrie) -> _Host:
             wide_budget=_WIDE64_BUDGET)
     return trie.single_step_cache
 
+def rows_rewritten(trie: ExecutionTrie, nodes: np.ndarray, edges: np.ndarray) -> None:
+    """Keep a trie's single-step cache valid after ``edges`` (rows of ``nodes``) were rewritten in place, the
+    layout unchanged (:func:`tracer.online.updates.add_steps`): its numpy views see the new values already;
+    the float64 copies of those rows are redone, so the next live step does not rebuild the whole cache."""
+    h = trie.single_step_cache
+    if h is None:
+        return
+    if h.mem64 is not None:
+        h.mem64[edges] = h.mem[edges]
+    for u in nodes.tolist():  # a wide node's copy is made again when next read
+        h.wide_budget += h.wide64.pop(u, np.zeros(0)).nbytes
+
+
 def children_one(trie: ExecutionTrie, state: tuple[str, ...], context: np.ndarray | None) -> OneStep:
     """The children of one state scored against one context ``[d]`` (float64 or float32): numpy, CPU.
 

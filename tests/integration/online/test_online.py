@@ -19,15 +19,20 @@ from tracer.build import build_scorer
 from tracer.cli import main as tracer_cli
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
+from tracer.core.store import CorruptIndex, current_snapshot, write_manifest
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
+from tracer.eval.fold_encoders import FoldEncoders
 from tracer.learn.candidate_model import CandidateModel, save_candidate_model
+from tracer.learn.plus_index import PlusIndex
 from tracer.memory.trie import ExecutionTrie
+from tracer.online.updater import Updater
 from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
 from tracer.scoring.ranking import finalize
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources
+from tracer.scoring.single_step import children_one
 
 FAST_HEAD = {"max_epochs": 40, "patience": 10}
 
@@ -67,17 +72,20 @@ def bfcl():
     return Resources.build(ds.registry, HashEmbedder(), device="cpu"), list(split.train), list(split.test)
 
 
+def seeded_weights(tmp_path) -> dict:
+    """tracer_plus config with fixed seeded weights (transfer): the tries are under test, not the training."""
+    names = build_scorer("tracer_plus").feature_names
+    model = CandidateModel(len(names))
+    with torch.no_grad():
+        model.net.weight.copy_(torch.randn(1, len(names), generator=torch.Generator().manual_seed(0)))
+    return {"transfer": str(save_candidate_model(model, names, tmp_path / "model.pt"))}
+
+
 @pytest.mark.parametrize("name", ["tracer_plus", "tracer_g", "toolnet", "autotool"])
 def test_bfcl_train_fold_in_ten_chunks_equals_the_batch_build(bfcl, name, tmp_path):
     res, train, test = bfcl
     chunks = np.array_split(np.arange(len(train)), 10)
-    cfg = {}
-    if name == "tracer_plus":  # fixed seeded weights (transfer): the tries are under test, not the training
-        names = build_scorer(name).feature_names
-        model = CandidateModel(len(names))
-        with torch.no_grad():
-            model.net.weight.copy_(torch.randn(1, len(names), generator=torch.Generator().manual_seed(0)))
-        cfg = {"transfer": str(save_candidate_model(model, names, tmp_path / "model.pt"))}
+    cfg = seeded_weights(tmp_path) if name == "tracer_plus" else {}
     online = build_scorer(name, **cfg)
     online.fit([train[i] for i in chunks[0]], res)
     for idx in chunks[1:]:
@@ -91,6 +99,53 @@ def test_bfcl_train_fold_in_ten_chunks_equals_the_batch_build(bfcl, name, tmp_pa
     steps = extract_all(test)
     ra, rb = finalize(online.score(steps), 5).ranking, finalize(batch.score(steps), 5).ranking
     assert (ra[:, :5] == rb[:, :5]).float().mean() > 0.999  # a tie at 1e-7 may swap two tools, no more
+
+
+def assert_same_plus_index(a: PlusIndex, b: PlusIndex) -> None:
+    """Every table of two tracer_plus indexes equal, bit for bit (and each torch table equal to its numpy twin)."""
+    assert a.tool_id == b.tool_id and np.array_equal(a.log_ranks, b.log_ranks) and len(a.tables) == len(b.tables)
+    for x, y in zip(a.tables, b.tables):
+        for f in ("log_visits", "log_children"):
+            assert torch.equal(getattr(x, f), getattr(y, f)), f
+            assert np.array_equal(getattr(x, f"{f}_np"), getattr(y, f"{f}_np")), f
+            assert np.array_equal(getattr(x, f).numpy(), getattr(x, f"{f}_np")), f
+    assert torch.equal(a.tool_log_freq, b.tool_log_freq) and torch.equal(a.tool_memory, b.tool_memory)
+    assert np.array_equal(a.tool_log_freq_np, b.tool_log_freq_np) and np.array_equal(a.tool_memory64, b.tool_memory64)
+    assert np.array_equal(a.tool_log_freq.numpy(), a.tool_log_freq_np)
+    assert np.array_equal(a.tool_memory.numpy().astype(np.float64), a.tool_memory64)
+
+
+def test_plus_index_updated_in_place_equals_a_build_with_new_nodes_edges_and_tools(bfcl, tmp_path):
+    """tracer_plus's tables after each update (only the touched entries recomputed) equal a build from scratch
+    on the updated tries, through in-place updates, merges that add nodes and edges, and a new tool."""
+    res, train, _ = bfcl
+    new_name = train[-1].messages[-2]["tool_calls"][0]["function"]["name"]  # a tool the last trajectory calls
+    new_tool = res.registry.get(new_name)
+    start = Resources.build(Registry([t for t in res.registry if t.name != new_name]), res.embedder, device="cpu")
+    scorer = build_scorer("tracer_plus", **seeded_weights(tmp_path))
+    scorer.fit(train[:40], start)
+    up = Updater(scorer)
+    sizes = [[t.n_nodes, t.n_edges] for t in scorer.tries]
+    merged = in_place = 0
+    for lo in range(40, len(train), 60):
+        ptrs = [t.edge_memory.data_ptr() for t in scorer.tries]
+        up.update(train[lo:lo + 60], tools=[new_tool] if lo >= 400 else [])
+        merged += any(t.edge_memory.data_ptr() != p for t, p in zip(scorer.tries, ptrs))
+        in_place += any(t.edge_memory.data_ptr() == p for t, p in zip(scorer.tries, ptrs))
+        assert_same_plus_index(scorer.index, PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
+    probe = extract_all(train[:3])
+    ctx = scorer.embed(probe)[0].numpy()                                                # [P, d]
+    for lo in range(12):  # one trajectory at a time, as served: mostly known edges, updated in place
+        scorer.select_one(probe[0], scorer.embed(probe[:1]), 5)  # the live path's caches exist: patched, not dropped
+        up.update(train[lo:lo + 1])
+        assert_same_plus_index(scorer.index, PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
+        for trie in scorer.tries:  # the patched live-path cache reads as one built afresh, bit for bit
+            patched = [children_one(trie, trie.key.state(s), c) for s, c in zip(probe, ctx)]
+            trie.single_step_cache = None
+            for a, b in zip(patched, [children_one(trie, trie.key.state(s), c) for s, c in zip(probe, ctx)]):
+                assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("tool", "count", "log_p", "sim", "log_l"))
+    assert scorer.res.registry.names[-1] == new_name and scorer.index.tool_log_freq[-1] > 0
+    assert all(t.n_nodes > n and t.n_edges > e for t, (n, e) in zip(scorer.tries, sizes)) and merged and in_place
 
 
 @pytest.fixture
@@ -125,6 +180,47 @@ def test_new_tools_and_a_refit_equal_a_fit_on_the_union(tiny_res, name):
     for (ka, va), (kb, vb) in zip(getattr(r.scorer, learned).state_dict().items(),
                                   getattr(batch, learned).state_dict().items()):
         assert ka == kb and torch.equal(va, vb), ka
+
+
+def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm, tmp_path):
+    """Updater(encoder=...): MiniLM fine-tuned on the updater's trajectories (a few dozen pairs), the scorer
+    rebuilt over it and swapped into the retriever, equal to a batch fit with that encoder."""
+    recipe = {"context": {"join_users": True}, "batch_size": 6, "lr": 1e-4, "epochs": 2, "max_seq_length": 48,
+              "seed": 0, "device": "cpu", "encoder_dir": str(tmp_path / "encoders")}
+
+    late = []  # logged from inside a refit, after it took its snapshot of the trajectories
+
+    def encoder(trajectories, registry):
+        out = FoldEncoders(registry, recipe, embed_cache=None, device="cpu")(trajectories)
+        while late:
+            r.update([late.pop()])
+        return out
+
+    trajs, msgs = tiny_trajectories(), conversation("search_flights")
+    res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")
+    r = Retriever(fitted_scorer(build_scorer("tracer_plus", head=FAST_HEAD), trajs[:3], res), k=3)
+    old = r.scorer
+    r.updater.encoder, r.updater.trajectories = encoder, list(trajs[:3])
+    r.update(trajs[3:] + [new_tool_trajectory()], tools=[NEW_TOOL])
+    r.updater.remove_tool("cancel_booking")
+    assert r.updater.refit(wait=True)
+    assert r.scorer is not old and r.updater.scorer is r.scorer and old.res.embedder is minilm
+    assert "finetuned-" in r.res.embedder.name and r.updater.removed == {"cancel_booking"}
+    assert "cancel_booking" not in r.rank(msgs) and len(r.rank(msgs)) == len(TINY_TOOLS)
+    union = trajs + [new_tool_trajectory()]
+    batch = build_scorer("tracer_plus", head=FAST_HEAD)
+    batch.fit(union, encoder(union, Registry(TINY_TOOLS + (NEW_TOOL,))))  # the same checkpoint, by content hash
+    assert batch.res.embedder.name == r.res.embedder.name
+    assert_same_tries(r.scorer, batch)
+    for (ka, va), (kb, vb) in zip(r.scorer.model.state_dict().items(), batch.model.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb), ka
+    # a trajectory logged while a refit runs (same pairs as before: the checkpoint is reused) goes into the old
+    # scorer at once and is caught up into the new one before the swap
+    late.append(trajs[0])
+    assert r.updater.refit(wait=True) and not late
+    update_scorer(batch, trajs[:1])
+    assert r.scorer.res.embedder.name == batch.res.embedder.name and len(r.updater.refits) == 2
+    assert_same_tries(r.scorer, batch)
 
 
 def test_scheduled_refit_runs_in_the_background_and_swaps_the_weights(tiny_res):
@@ -171,6 +267,38 @@ def test_drift_add_remove_rename_without_a_rebuild(tiny_res, name):
         assert [t.n_edges for t in scorer_tries(r.scorer)] == tries_before
         assert [t.node_states for t in scorer_tries(r.scorer)] == states_renamed
         assert all(t.node(st) == u for t in scorer_tries(r.scorer) for u, st in enumerate(t.node_states))
+
+
+@pytest.mark.parametrize("name", ["tracer_fixed", "tracer_plus"])
+def test_removed_tools_stay_removed_through_save_and_load(tiny_res, name, tmp_path):
+    fast = {"head": FAST_HEAD} if name == "tracer_plus" else {}
+    r = Retriever(fitted_scorer(build_scorer(name, **fast), tiny_trajectories(), tiny_res), k=3)
+    msgs = conversation("search_flights")
+    before = r.rank(msgs)
+    r.updater.remove_tool("book_flight")
+    r.save(tmp_path / "index")
+    loaded = Retriever.load(tmp_path / "index", KeywordEmbedder(), k=3)
+    assert loaded.updater.removed == {"book_flight"} and loaded.rank(msgs) == [n for n in before if n != "book_flight"]
+    assert [t["function"]["name"] for t in loaded.select(msgs)] == loaded.rank(msgs)[:3]
+    assert all("book_flight" not in [t["function"]["name"] for t in sel] for sel in loaded.select_batch([msgs]))
+    loaded.updater.add_tool(TINY_TOOLS[1])  # back as it was, and saved so
+    assert loaded.rank(msgs) == before
+    loaded.save(tmp_path / "index")
+    assert Retriever.load(tmp_path / "index", KeywordEmbedder()).rank(msgs) == before
+    # an index saved before the mask was (meta.json without "removed") loads with nothing removed
+    r.save(tmp_path / "old")
+    snap = tmp_path / "old" / "snapshots" / current_snapshot(tmp_path / "old")
+    meta = json.loads((snap / "meta.json").read_text())
+    (snap / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "removed"}))
+    (snap / "MANIFEST.json").unlink()  # re-hashed: the snapshot verifies as one saved that way would
+    write_manifest(snap)
+    old = Retriever.load(tmp_path / "old", KeywordEmbedder())
+    assert old.updater.removed == frozenset() and old.rank(msgs) == before
+    (snap / "meta.json").write_text(json.dumps({**meta, "removed": ["no_such_tool"]}))
+    (snap / "MANIFEST.json").unlink()
+    write_manifest(snap)
+    with pytest.raises(CorruptIndex, match="meta.json, field 'removed'"):
+        Retriever.load(tmp_path / "old", KeywordEmbedder())
 
 
 def test_transfer_fits_on_zero_trajectories_and_refuses_other_features(tiny_res, tmp_path):

@@ -30,7 +30,6 @@ from tracer.core.store import current_snapshot
 from tracer.core.types import Trajectory
 from tracer.learn.candidate_features import (
     GROUPS,
-    PlusIndex,
     candidates,
     feature_groups,
     feature_names,
@@ -46,6 +45,7 @@ from tracer.learn.candidate_model import (
     train_model,
 )
 from tracer.learn.candidate_step import candidates_one
+from tracer.learn.plus_index import PlusIndex
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import StateKey, parse_key
 from tracer.scorers.tracer_plus import TracerPlusScorer
