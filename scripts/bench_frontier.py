@@ -11,6 +11,7 @@ from other processes hits all of them alike. One torch thread, ONNX Runtime with
 Per encoder also: single-text encode p50 (round-robin in the same loop; the ratio to MiniLM torch is the
 figure to compare across machines) and throughput (texts/s encoding batches of 64).
 
+Always included: fold 0's static model trained on its training split (``encoder_training=static_mnrl``).
 ``--finetuned`` adds the fold-0 checkpoint (``scripts/finetune_fold.py --fold 0``; trained on fold 0's
 training split only, so fold 0's held-out steps are fair), its static distillation and its ONNX int8
 export. Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
@@ -33,18 +34,19 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 import torch
 
-from tracer.build import build_dataset, build_embedder, build_scorer
+from tracer.build import build_dataset, build_embedder, build_scorer, load_config, plain
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.core.threads import one_thread
+from tracer.eval.fold_encoders import FoldEncoders
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
 
 
-def encoders(finetuned: str | None) -> dict[str, dict]:
+def encoders(finetuned: str | None, trained_static: str) -> dict[str, dict]:
     """label -> (embedder config name, overrides)."""
     out = {"MiniLM torch": ("minilm", {}), "ONNX fp32": ("onnx_fp32", {}), "ONNX int8": ("onnx_int8", {}),
-           "static m2v": ("static", {})}
+           "static m2v": ("static", {}), "trained static m2v": ("static", {"model": trained_static})}
     if finetuned:
         out |= {"fine-tuned torch": ("finetuned", {"model": finetuned}),
                 "fine-tuned ONNX int8": ("onnx_int8", {"model": finetuned}),
@@ -71,8 +73,11 @@ def main() -> None:
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
     random.Random(0).shuffle(test)
     test = test[: a.n]
+    # fold 0's static model trained on its training split (encoder_training=static_mnrl; seconds, cached)
+    recipe = plain(load_config("encoder_training", "static_mnrl", seed=0))
+    trained_static = FoldEncoders(ds.registry, recipe)(train).embedder.config["model"]
     retrievers, embedders = {}, {}
-    for label, (name, overrides) in encoders(a.finetuned).items():
+    for label, (name, overrides) in encoders(a.finetuned, trained_static).items():
         emb = build_embedder(name, **overrides)
         res = Resources.build(ds.registry, emb, device="cpu")
         for sc in a.scorers:

@@ -3,7 +3,7 @@
 #   bash scripts/results_encoders.sh [OUTDIR]          (default results/encoders; one folder per dataset below it)
 # One evaluate.py run per (dataset, encoder, scorer) -> OUTDIR/<dataset>/<encoder>_<scorer>/. An encoder is an
 # embedder config (zero-shot: minilm, onnx_fp32, onnx_int8, static) or an encoder_training recipe (mnrl: per-fold
-# fine-tuning, mnrl_static: the same checkpoints served as static models), the checkpoints cached by content hash.
+# fine-tuning, mnrl_static: the same checkpoints served as static models, static_mnrl: a static model trained on the pairs), the checkpoints cached by content hash.
 #   DATASETS="tau2 apibank" ENCODERS="minilm mnrl" SCORERS=vector bash scripts/results_encoders.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 for ds in ${DATASETS:-bfcl tau2 apibank}; do
   for enc in ${ENCODERS:-minilm onnx_fp32 onnx_int8 static mnrl mnrl_static}; do
     case $enc in
-      mnrl*) what="encoder_training=$enc" ;;
+      mnrl*|static_mnrl) what="encoder_training=$enc" ;;
       *) what="embedder=$enc" ;;
     esac
     for sc in ${SCORERS:-vector tracer_plus}; do

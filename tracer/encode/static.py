@@ -43,14 +43,17 @@ class StaticEmbedder:
     """A model2vec static model distilled from a local sentence-transformers folder.
 
     Args:
-        model: local model folder (``None``: the bundled MiniLM); distilled on first use.
+        model: local model folder (``None``: the bundled MiniLM); distilled on first use, or a static model
+            folder (``m2v-*``, with its ``source.json``) loaded as it is.
         pca_dims: output dimension (``None``: the model's own).
         encoder_dir: where distillations live.
     """
 
     def __init__(self, model: str | Path | None = None, pca_dims: int | None = 256,
                  encoder_dir: str | Path = DEFAULT_CACHE):
-        self.dir = distilled(model, pca_dims, encoder_dir)
+        # a folder that is a static model already (a trained one, tracer/learn/static_encoder.py) loads as it is
+        ready = model is not None and (Path(model) / "source.json").is_file()
+        self.dir = Path(model) if ready else distilled(model, pca_dims, encoder_dir)
         meta = json.loads((self.dir / "source.json").read_text())
         self.name = f"{meta['name']}-m2v-{meta['key'][:16]}"
         self.model = StaticModel.from_pretrained(str(self.dir / "model"))

@@ -19,6 +19,7 @@ from tracer.core.context import ContextRendering
 from tracer.core.types import Registry, Trajectory
 from tracer.encode.source import DEFAULT_CACHE
 from tracer.learn.encoder import Pairs, TrainConfig, finetuned, train_info, training_pairs
+from tracer.learn.static_encoder import trained_static
 from tracer.scoring.resources import Resources
 
 
@@ -30,7 +31,8 @@ class FoldEncoders:
         cfg: ``configs/encoder_training/*.yaml``: ``context`` (anchor rendering), ``successful_only``,
             ``base_model``, ``encoder_dir``, ``device``, ``inner_encoders`` (one more encoder per inner fold of
             tracer_plus's candidate model, trained without that fold: no step it is fitted on reached its
-            encoder; 5x the training), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
+            encoder; 5x the training), ``kind`` (``transformer``, or ``static``: a model2vec token table
+            trained on the pairs, :mod:`tracer.learn.static_encoder`, with ``pca_dims``), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
             the embedder keeps its config, so an index saved with it loads it again) and the
@@ -51,6 +53,10 @@ class FoldEncoders:
         self.encoder_dir = cfg.pop("encoder_dir", DEFAULT_CACHE)
         self.train_device = cfg.pop("device", None)
         self.inner_encoders = bool(cfg.pop("inner_encoders", False))
+        self.kind = cfg.pop("kind", "transformer")  # static: train a model2vec token table instead
+        self.pca_dims = int(cfg.pop("pca_dims", 256))
+        if self.kind not in ("transformer", "static"):
+            raise ValueError(f"encoder_training.kind must be transformer or static, got {self.kind!r}")
         serve_as = cfg.pop("serve_as", None)
         self.recipe = TrainConfig(**cfg)
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
@@ -66,9 +72,15 @@ class FoldEncoders:
         fine-tunes (or finds) an encoder on ``train`` minus those groups, for a scorer's inner folds
         (``inner_of``: the index in ``history`` of the outer call it serves; ``held``: the groups left out)."""
         pairs = self.pairs(train)
-        path = finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, self.log)
+        if self.kind == "static":
+            path = trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, self.log)
+            serve = {"_target_": "tracer.encode.static.StaticEmbedder", "pca_dims": self.pca_dims,
+                     "encoder_dir": str(self.encoder_dir)}
+        else:
+            path = finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, self.log)
+            serve = self.serve_as
         info = train_info(path)
-        embedder = build_embedder({**self.serve_as, "model": str(path)}, cache_dir=self.embed_cache)
+        embedder = build_embedder({**serve, "model": str(path)}, cache_dir=self.embed_cache)
         served = embedder.inner
         self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
                              "final_loss": info["loss"][-1], "loss": info["loss"], "served_as": served.name,

@@ -1,0 +1,59 @@
+"""The static encoder trained on trajectories (tracer/learn/static_encoder.py), on the real model2vec distillation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from builders import TINY_TOOLS, tiny_trajectories
+
+from tracer.core.context import ContextRendering
+from tracer.core.types import Registry
+from tracer.encode.static import StaticEmbedder, distilled
+from tracer.learn.encoder import TrainConfig, train_info, training_pairs
+from tracer.learn.static_encoder import encode, trained_static
+
+# a few dozen steps on 10 pairs: a high rate so that the trend shows (the real recipe: configs/encoder_training/static_mnrl.yaml)
+CFG = TrainConfig(batch_size=6, lr=2e-2, warmup=0.0, epochs=10, max_seq_length=512, seed=0)
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    """A fresh directory holding a link to MiniLM's distillation (1.5 CPU-minutes, built once in .cache/encoders)."""
+    start = distilled().resolve()
+    d = tmp_path_factory.mktemp("enc")
+    (d / start.name).symlink_to(start)
+    return d
+
+
+def pairs():
+    return training_pairs(tiny_trajectories(), Registry(TINY_TOOLS), ContextRendering(join_users=True))
+
+
+def test_training_lowers_the_loss_is_cached_and_serves_the_trained_table(encoder_dir):
+    path = trained_static(pairs(), CFG, encoder_dir=encoder_dir)
+    assert train_info(path)["batches"] > 0
+    stamp = (path / "train_info.json").stat().st_mtime_ns
+    assert trained_static(pairs(), CFG, encoder_dir=encoder_dir) == path                  # a cache hit
+    assert (path / "train_info.json").stat().st_mtime_ns == stamp
+    # served as a model2vec folder: StaticEmbedder encodes with the trained table, as training did
+    served = StaticEmbedder(model=str(path))
+    texts = list(pairs().anchors) + [t.search_text for t in TINY_TOOLS]
+    table = torch.tensor(served.model.embedding.astype("float32"))
+    torch.testing.assert_close(served.encode(texts), encode(table, served.model, texts, 512), atol=1e-3, rtol=0)
+    # the trained table ranks each step's gold tool text first among the tools more often than where it started
+    start = StaticEmbedder(model=str(next(p for p in encoder_dir.iterdir() if p.is_symlink())))
+
+    def nll_and_hits(emb):  # over the whole registry: the loss the training lowers, and top-1 hits
+        q, t = emb.encode(list(pairs().anchors)), emb.encode([x.search_text for x in TINY_TOOLS])
+        gold = torch.tensor([[x.search_text for x in TINY_TOOLS].index(p) for p in pairs().positives])
+        logits = CFG.scale * q @ t.T                                                         # [P, N]
+        return float(torch.nn.functional.cross_entropy(logits, gold)), int((logits.argmax(1) == gold).sum())
+
+    (nll_after, hits_after), (nll_before, hits_before) = nll_and_hits(served), nll_and_hits(start)
+    assert nll_after < 0.8 * nll_before and hits_after >= hits_before
+
+
+def test_other_pairs_train_another_model(encoder_dir):
+    one = trained_static(pairs(), CFG, encoder_dir=encoder_dir)
+    fewer = training_pairs(tiny_trajectories()[1:], Registry(TINY_TOOLS), ContextRendering(join_users=True))
+    assert trained_static(fewer, CFG, encoder_dir=encoder_dir) != one

@@ -1,0 +1,91 @@
+"""A static encoder trained contrastively on logged trajectories: the fast encoder that learns.
+
+Distilling a fine-tuned transformer into model2vec keeps none of what fine-tuning taught it (the
+distillation reads each token out of context). Here the static model's token table itself is the
+parameter: a text is the mean of its tokens' rows, L2-normalised, as model2vec encodes it, and the table
+is trained with the same in-batch loss as the transformer (MultipleNegativesRankingLoss: cross-entropy
+of each context over the batch's tool texts, cosine x ``scale``), starting from the model2vec
+distillation of the base model. One epoch over a BFCL fold is seconds on one CPU thread.
+
+The result is saved atomically as a model2vec folder in ``<encoder_dir>/m2v-trained-<hash>/`` (the
+layout :class:`tracer.encode.static.StaticEmbedder` loads), the hash covering the pairs, the recipe and
+the starting table; a rerun loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from model2vec import StaticModel
+
+from tracer.core.io import atomic_new_dir, write_json
+from tracer.encode.source import DEFAULT_CACHE, folder_hash, recipe_hash
+from tracer.encode.static import distilled
+from tracer.learn.encoder import Pairs, TrainConfig, no_duplicate_batches
+
+
+def _bags(model: StaticModel, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids ``[T]`` of every text, concatenated, and each text's offset ``[B]`` (embedding_bag's input)."""
+    ids, offsets = [], []
+    for enc in model.tokenizer.encode_batch(list(texts), add_special_tokens=False):
+        offsets.append(len(ids))
+        ids.extend(enc.ids[:max_tokens] or [0])  # an empty text reads token 0 rather than an empty bag
+    return torch.tensor(ids), torch.tensor(offsets)
+
+
+def encode(table: torch.Tensor, model: StaticModel, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
+    """Mean of the tokens' rows, L2-normalised: ``[B, d]``."""
+    ids, offsets = _bags(model, texts, max_tokens)
+    return F.normalize(F.embedding_bag(ids, table, offsets, mode="mean"), dim=-1)
+
+
+def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
+                 log: Callable[[dict], None] | None = None) -> tuple[np.ndarray, dict]:
+    """The trained token table ``[V, d]`` and a summary (loss per step, wall time). AdamW at ``cfg.lr`` with
+    no warm-up (a table of independent rows needs none), batches without a repeated anchor or tool."""
+    if len(pairs) < 2:
+        raise ValueError(f"static encoder training needs at least 2 pairs, got {len(pairs)}")
+    torch.manual_seed(cfg.seed)
+    table = torch.nn.Parameter(torch.tensor(np.asarray(base.embedding, dtype=np.float32)))   # [V, d]
+    opt = torch.optim.AdamW([table], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    losses, t0, step = [], time.perf_counter(), 0
+    for epoch in range(cfg.epochs):
+        for batch in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + epoch):
+            a = encode(table, base, [pairs.anchors[i] for i in batch], cfg.max_seq_length)     # [B, d]
+            p = encode(table, base, [pairs.positives[i] for i in batch], cfg.max_seq_length)   # [B, d]
+            loss = F.cross_entropy(cfg.scale * a @ p.T, torch.arange(len(batch)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            if log is not None:
+                log({"encoder/loss": losses[-1], "encoder/step": step})
+            step += 1
+    info = {"pairs": len(pairs), "batches": step, "train_seconds": round(time.perf_counter() - t0, 2),
+            "loss": losses, "config": asdict(cfg), "device": "cpu"}
+    return table.detach().numpy(), info
+
+
+def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, pca_dims: int = 256,
+                   encoder_dir: str | Path = DEFAULT_CACHE, log: Callable[[dict], None] | None = None) -> Path:
+    """The trained static model folder for ``pairs``: trained and saved atomically on a miss, reused on a hit.
+    It starts from the model2vec distillation of ``base_model`` (None: MiniLM) at ``pca_dims``."""
+    start = distilled(base_model, pca_dims, encoder_dir)
+    key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=asdict(cfg), start=folder_hash(start / "model"))
+    out = Path(encoder_dir) / f"m2v-trained-{key[:16]}"
+    if (out / "source.json").is_file():
+        return out
+    base = StaticModel.from_pretrained(str(start / "model"))
+    table, info = train_static(pairs, cfg, base, log)
+    with atomic_new_dir(out) as tmp:
+        StaticModel(table, base.tokenizer, config=base.config, normalize=True).save_pretrained(str(tmp / "model"))
+        (tmp / "source.json").write_text(json.dumps({"model": str(start), "name": out.name, "key": key}))
+        write_json(tmp / "train_info.json", info)
+    return out
