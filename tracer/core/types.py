@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 Message = Mapping[str, Any]
@@ -63,6 +64,7 @@ class Registry(Sequence[Tool]):
                 raise ValueError(f"duplicate tool name {t.name!r} in registry (positions {self._index[t.name]} and {i})")
             self._index[t.name] = i
         self._names = tuple(self._index)  # the registry never changes (extend builds a new one): made once
+        self._positions = MappingProxyType(self._index)
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -88,6 +90,11 @@ class Registry(Sequence[Tool]):
     @property
     def names(self) -> tuple[str, ...]:
         return self._names
+
+    @property
+    def positions(self) -> Mapping[str, int]:
+        """Read-only name -> id map (``in`` and lookups at C speed, for per-request loops)."""
+        return self._positions
 
     def id(self, name: str) -> int:
         try:

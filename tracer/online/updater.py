@@ -208,6 +208,6 @@ class Updater:
     def live(self, ranking: Iterable[int], k: int | None = None) -> tuple[int, ...]:
         """A ranking (registry ids, best first) without the removed tools, cut to ``k`` when given."""
         gone = self.removed_ids
-        ids = np.fromiter(ranking, dtype=np.int64)
+        ids = ranking if isinstance(ranking, np.ndarray) else np.fromiter(ranking, dtype=np.int64)
         kept = ids[~np.isin(ids, list(gone))] if gone else ids
         return tuple((kept if k is None else kept[:k]).tolist())

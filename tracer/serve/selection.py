@@ -84,9 +84,12 @@ def choose(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Ma
     if len(names) <= k:
         return names
     registry = retriever.registry
+    known = registry.positions
     requested = set(names)
-    known_ranked = [n for n in retriever.rank(messages) if n in requested]
-    unknown = [t for t, n in zip(tools, names) if n not in registry]
+    ranked = retriever.rank(messages)
+    known_ranked = ranked if len(requested) == len(ranked) and requested.issuperset(ranked) \
+        else [n for n in ranked if n in requested]
+    unknown = [] if requested.issubset(known.keys()) else [t for t, n in zip(tools, names) if n not in known]
     chosen_unknown: list[str] = []
     if unknown:
         ctx = retriever.context_embedding(messages).astype(np.float64)               # [d]

@@ -48,6 +48,9 @@ def test_steps_of_a_two_turn_conversation_with_parallel_calls():
 def test_registry_lookup_and_render():
     reg = Registry([Tool("a", "first"), Tool("b", "second")])
     assert reg.id("b") == 1 and "a" in reg and reg.names == ("a", "b")
+    assert dict(reg.positions) == {"a": 0, "b": 1} and "zz" not in reg.positions
+    with pytest.raises(TypeError):
+        reg.positions["c"] = 2  # read-only: the registry's ids never change under it
     assert reg.to_openai(["b"]) == [{"type": "function", "function": {"name": "b", "description": "second",
                                                                       "parameters": {"type": "object", "properties": {}}}}]
     with pytest.raises(ValueError, match="duplicate tool name 'a'"):
