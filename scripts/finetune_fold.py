@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -23,7 +21,7 @@ from omegaconf import OmegaConf
 from tracer.build import build_dataset, load_config
 from tracer.core.folds import assign_folds
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import finetuned, train_info
+from tracer.learn.encoder import finetuned, print_progress, train_info
 
 
 def main() -> None:
@@ -39,14 +37,7 @@ def main() -> None:
     fold_of = assign_folds([t.group for t in ds.trajectories], a.folds, a.seed)
     train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]
     enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed)))
-    t0 = time.perf_counter()
-
-    def progress(m: dict) -> None:  # one line every 10 steps: training on a busy CPU is long
-        if m["encoder/step"] % 10 == 0:
-            print(f"step {m['encoder/step']} loss {m['encoder/loss']:.4f} {time.perf_counter() - t0:.0f} s",
-                  file=sys.stderr, flush=True)
-
-    path = finetuned(enc.pairs(train), enc.recipe, enc.base_model, enc.encoder_dir, log=progress)
+    path = finetuned(enc.pairs(train), enc.recipe, enc.base_model, enc.encoder_dir, log=print_progress())
     info = train_info(path)
     print(json.dumps({"checkpoint": str(path), "pairs": info["pairs"], "batches": info["batches"],
                       "train_seconds": info["train_seconds"], "first_loss": info["loss"][0],

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -24,7 +22,7 @@ from omegaconf import OmegaConf
 
 from tracer.build import build_dataset, load_config
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import Pairs, finetuned, train_info
+from tracer.learn.encoder import Pairs, finetuned, print_progress, train_info
 
 
 def main() -> None:
@@ -41,14 +39,7 @@ def main() -> None:
         enc = FoldEncoders(ds.registry, cfg)
         parts.append(enc.pairs(ds.trajectories))
     pairs = Pairs.cat(parts)
-    t0 = time.perf_counter()
-
-    def progress(m: dict) -> None:  # one line every 10 steps: training on a busy CPU is long
-        if m["encoder/step"] % 10 == 0:
-            print(f"step {m['encoder/step']} loss {m['encoder/loss']:.4f} {time.perf_counter() - t0:.0f} s",
-                  file=sys.stderr, flush=True)
-
-    path = finetuned(pairs, enc.recipe, enc.base_model, enc.encoder_dir, enc.train_device, log=progress)
+    path = finetuned(pairs, enc.recipe, enc.base_model, enc.encoder_dir, enc.train_device, log=print_progress())
     info = train_info(path)
     print(json.dumps({"checkpoint": str(path), "datasets": a.train, "pairs": [len(p) for p in parts],
                       "batches": info["batches"], "train_seconds": info["train_seconds"],

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -90,6 +91,18 @@ def training_pairs(trajectories: Iterable[Trajectory], registry: Registry, rende
     return Pairs(tuple(rendering.render(s.context) for s in steps),
                  tuple(registry.get(s.gold).search_text for s in steps),
                  tuple(s.trajectory_id for s in steps))
+
+
+def print_progress(every: int = 10) -> Callable[[dict], None]:
+    """A ``log`` for :func:`train` that prints the step, loss and seconds so far to stderr every ``every``
+    steps (a fine-tuning on a busy CPU takes tens of minutes; the scripts show it moving)."""
+    t0 = time.perf_counter()
+
+    def log(m: dict) -> None:
+        if m["encoder/step"] % every == 0:
+            print(f"step {m['encoder/step']} loss {m['encoder/loss']:.4f} {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+    return log
 
 
 def no_duplicate_batches(pairs: Pairs, batch_size: int, seed: int) -> list[list[int]]:
