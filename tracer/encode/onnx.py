@@ -3,8 +3,13 @@
 The export is the transformer alone (``torch.onnx.export`` of the Hugging Face model); tokenisation
 (the folder's own tokenizer, truncated at the model's ``max_seq_length``), mean pooling over the
 attention mask and L2 normalisation are done here, as sentence-transformers does them, so fp32 gives
-the torch embeddings to float rounding. ``int8`` is ``onnxruntime.quantization.quantize_dynamic``
-with per-channel int8 weights on the MatMul nodes only (activations quantised on the fly).
+the torch embeddings to float rounding. The model is exported with eager attention so that ONNX
+Runtime's transformer optimizer (``onnxruntime.transformers.optimizer``, model type ``bert``) can fuse
+each layer's attention, the embedding and the skip layer norms into its own kernels; ``fp32`` is that
+fused graph. ``int8`` is ``onnxruntime.quantization.quantize_dynamic`` of it with per-channel int8
+weights on the MatMul and fused Attention nodes (activations quantised on the fly). The fusion made a
+single-text int8 encode ~5 % faster than the unfused export with the same embeddings (mean cosine to
+torch 0.9915 both; docs/encoders.md).
 
     python -m tracer.encode.onnx            # export MiniLM to .cache/encoders (fp32 + int8)
 """
@@ -17,9 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.transformers.optimizer import optimize_model
 from transformers import AutoModel, AutoTokenizer
 
 from tracer.core.io import atomic_new_dir
@@ -56,22 +63,29 @@ def max_seq_length(folder: Path) -> int:
 def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
     """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused when present."""
     folder = model_folder(model)
-    key = recipe_hash(kind="onnx", weights=folder_hash(folder), opset=OPSET, quant="dynamic-matmul-perchannel-qint8")
+    key = recipe_hash(kind="onnx", weights=folder_hash(folder), opset=OPSET, graph="bert-fused",
+                      quant="dynamic-matmul-attention-perchannel-qint8")
     out = Path(encoder_dir) / f"onnx-{key[:16]}"
     if (out / "int8.onnx").is_file():
         return out
     with atomic_new_dir(out) as tmp:
-        net = AutoModel.from_pretrained(str(folder)).eval()
+        # eager attention: the exported graph then has the pattern the optimizer fuses (SDPA's has not)
+        net = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
         tok = AutoTokenizer.from_pretrained(str(folder))
         sample = tok(["an example text", "a second, longer example text"], padding=True, return_tensors="pt")
         args = tuple(sample[k] for k in _INPUTS)
         dyn = {k: {0: "batch", 1: "seq"} for k in _INPUTS} | {"last_hidden_state": {0: "batch", 1: "seq"}}
         with torch.no_grad():
-            torch.onnx.export(_Transformer(net), args, str(tmp / "fp32.onnx"), input_names=list(_INPUTS),
+            torch.onnx.export(_Transformer(net), args, str(tmp / "exported.onnx"), input_names=list(_INPUTS),
                               output_names=["last_hidden_state"], dynamic_axes=dyn, opset_version=OPSET,
                               dynamo=False)
+        cfg = net.config
+        optimize_model(str(tmp / "exported.onnx"), model_type="bert", num_heads=cfg.num_attention_heads,
+                       hidden_size=cfg.hidden_size).save_model_to_file(str(tmp / "fp32.onnx"))
+        (tmp / "exported.onnx").unlink()
         quantize_dynamic(str(tmp / "fp32.onnx"), str(tmp / "int8.onnx"), per_channel=True,
-                         op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+                         op_types_to_quantize=["MatMul", "Attention"], weight_type=QuantType.QInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fused ops lack shape info
         tok.save_pretrained(str(tmp / "tokenizer"))
         (tmp / "source.json").write_text(json.dumps({"model": str(folder), "max_seq_length": max_seq_length(folder),
                                                       "name": short_name(model), "key": key}))
