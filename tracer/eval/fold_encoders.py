@@ -32,7 +32,8 @@ class FoldEncoders:
             ``base_model``, ``encoder_dir``, ``device``, ``inner_encoders`` (one more encoder per inner fold of
             tracer_plus's candidate model, trained without that fold: no step it is fitted on reached its
             encoder; 5x the training), ``kind`` (``transformer``, or ``static``: a model2vec token table
-            trained on the pairs, :mod:`tracer.learn.static_encoder`, with ``pca_dims``), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
+            trained on the pairs, :mod:`tracer.learn.static_encoder`, with ``pca_dims``), ``negatives``
+            (``in_batch``, or ``registry``: each context ranked against every registry tool, static only), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
             the embedder keeps its config, so an index saved with it loads it again) and the
@@ -55,8 +56,13 @@ class FoldEncoders:
         self.inner_encoders = bool(cfg.pop("inner_encoders", False))
         self.kind = cfg.pop("kind", "transformer")  # static: train a model2vec token table instead
         self.pca_dims = int(cfg.pop("pca_dims", 256))
+        self.negatives = cfg.pop("negatives", "in_batch")
         if self.kind not in ("transformer", "static"):
             raise ValueError(f"encoder_training.kind must be transformer or static, got {self.kind!r}")
+        if self.negatives not in ("in_batch", "registry") or (self.negatives == "registry" and self.kind != "static"):
+            raise ValueError(f"encoder_training.negatives must be in_batch, or registry with kind static (a "
+                             f"transformer would re-encode every tool text each batch), got {self.negatives!r} "
+                             f"with kind {self.kind!r}")
         serve_as = cfg.pop("serve_as", None)
         self.recipe = TrainConfig(**cfg)
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
@@ -73,7 +79,9 @@ class FoldEncoders:
         (``inner_of``: the index in ``history`` of the outer call it serves; ``held``: the groups left out)."""
         pairs = self.pairs(train)
         if self.kind == "static":
-            path = trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, self.log)
+            candidates = [t.search_text for t in self.registry] if self.negatives == "registry" else None
+            path = trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, self.log,
+                                  candidates)
             serve = {"_target_": "tracer.encode.static.StaticEmbedder", "pca_dims": self.pca_dims,
                      "encoder_dir": str(self.encoder_dir)}
         else:

@@ -14,6 +14,7 @@ the starting table; a rerun loads it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -42,16 +43,31 @@ def _bags(model: StaticModel, texts: Sequence[str], max_tokens: int) -> tuple[to
 
 def encode(table: torch.Tensor, model: StaticModel, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
     """Mean of the tokens' rows, L2-normalised: ``[B, d]``."""
-    ids, offsets = _bags(model, texts, max_tokens)
-    return F.normalize(F.embedding_bag(ids, table, offsets, mode="mean"), dim=-1)
+    return _mean_rows(table, *_bags(model, texts, max_tokens))
 
 
-def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
-                 log: Callable[[dict], None] | None = None) -> tuple[np.ndarray, dict]:
+def _mean_rows(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return F.normalize(F.embedding_bag(ids, table, offsets, mode="mean"), dim=-1)              # [B, d]
+
+
+def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callable[[dict], None] | None = None,
+                 candidates: Sequence[str] | None = None) -> tuple[np.ndarray, dict]:
     """The trained token table ``[V, d]`` and a summary (loss per step, wall time). AdamW at ``cfg.lr`` with
-    no warm-up (a table of independent rows needs none), batches without a repeated anchor or tool."""
+    no warm-up (a table of independent rows needs none), batches without a repeated anchor or tool.
+
+    ``candidates``: None, in-batch negatives (each context against the batch's tool texts); else every
+    tool text a context is ranked against (the registry's), re-encoded each batch, so each context's
+    softmax is over the whole registry: the retrieval objective itself, affordable because a static
+    encode of a few hundred tool texts is a lookup and a mean.
+    """
     if len(pairs) < 2:
         raise ValueError(f"static encoder training needs at least 2 pairs, got {len(pairs)}")
+    if candidates is not None:
+        column = {t: i for i, t in enumerate(dict.fromkeys(candidates))}
+        missing = sorted(set(pairs.positives) - column.keys())
+        if missing:
+            raise ValueError(f"{len(missing)} positive tool texts are not among the candidates, e.g. {missing[0][:80]!r}")
+        bags = _bags(base, list(column), cfg.max_seq_length)  # tokenised once, re-embedded every batch
     torch.manual_seed(cfg.seed)
     table = torch.nn.Parameter(torch.tensor(np.asarray(base.embedding, dtype=np.float32)))   # [V, d]
     opt = torch.optim.AdamW([table], lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -59,8 +75,13 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
     for epoch in range(cfg.epochs):
         for batch in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + epoch):
             a = encode(table, base, [pairs.anchors[i] for i in batch], cfg.max_seq_length)     # [B, d]
-            p = encode(table, base, [pairs.positives[i] for i in batch], cfg.max_seq_length)   # [B, d]
-            loss = F.cross_entropy(cfg.scale * a @ p.T, torch.arange(len(batch)))
+            if candidates is None:
+                p = encode(table, base, [pairs.positives[i] for i in batch], cfg.max_seq_length)  # [B, d]
+                gold = torch.arange(len(batch))
+            else:
+                p = _mean_rows(table, *bags)                                                       # [N, d]
+                gold = torch.tensor([column[pairs.positives[i]] for i in batch])
+            loss = F.cross_entropy(cfg.scale * a @ p.T, gold)                                   # a @ p.T: [B, B | N]
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -69,21 +90,26 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
                 log({"encoder/loss": losses[-1], "encoder/step": step})
             step += 1
     info = {"pairs": len(pairs), "batches": step, "train_seconds": round(time.perf_counter() - t0, 2),
-            "loss": losses, "config": asdict(cfg), "device": "cpu"}
+            "loss": losses, "config": asdict(cfg), "negatives": "in_batch" if candidates is None else len(column),
+            "device": "cpu"}
     return table.detach().numpy(), info
 
 
 def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, pca_dims: int = 256,
-                   encoder_dir: str | Path = DEFAULT_CACHE, log: Callable[[dict], None] | None = None) -> Path:
+                   encoder_dir: str | Path = DEFAULT_CACHE, log: Callable[[dict], None] | None = None,
+                   candidates: Sequence[str] | None = None) -> Path:
     """The trained static model folder for ``pairs``: trained and saved atomically on a miss, reused on a hit.
-    It starts from the model2vec distillation of ``base_model`` (None: MiniLM) at ``pca_dims``."""
+    It starts from the model2vec distillation of ``base_model`` (None: MiniLM) at ``pca_dims``;
+    ``candidates`` as :func:`train_static` (they enter the cache key)."""
     start = distilled(base_model, pca_dims, encoder_dir)
-    key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=asdict(cfg), start=folder_hash(start / "model"))
+    extra = {} if candidates is None else {"candidates": hashlib.sha256("\0".join(candidates).encode()).hexdigest()}
+    key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=asdict(cfg), start=folder_hash(start / "model"),
+                      **extra)  # in-batch keys stay those of the runs already cached
     out = Path(encoder_dir) / f"m2v-trained-{key[:16]}"
     if (out / "source.json").is_file():
         return out
     base = StaticModel.from_pretrained(str(start / "model"))
-    table, info = train_static(pairs, cfg, base, log)
+    table, info = train_static(pairs, cfg, base, log, candidates)
     with atomic_new_dir(out) as tmp:
         StaticModel(table, base.tokenizer, config=base.config, normalize=True).save_pretrained(str(tmp / "model"))
         (tmp / "source.json").write_text(json.dumps({"model": str(start), "name": out.name, "key": key}))

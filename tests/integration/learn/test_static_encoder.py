@@ -57,3 +57,51 @@ def test_other_pairs_train_another_model(encoder_dir):
     one = trained_static(pairs(), CFG, encoder_dir=encoder_dir)
     fewer = training_pairs(tiny_trajectories()[1:], Registry(TINY_TOOLS), ContextRendering(join_users=True))
     assert trained_static(fewer, CFG, encoder_dir=encoder_dir) != one
+
+
+def test_registry_negatives_rank_each_context_against_every_tool(encoder_dir):
+    """``candidates``: each batch's loss is the cross-entropy of its contexts over the whole registry's tool
+    texts (checked against a hand computation with the table frozen), it trains, and it is cached apart."""
+    from dataclasses import replace
+
+    from model2vec import StaticModel
+
+    from tracer.learn.encoder import no_duplicate_batches
+    from tracer.learn.static_encoder import train_static
+
+    tools = [t.search_text for t in TINY_TOOLS]
+    base = StaticModel.from_pretrained(str(next(p for p in encoder_dir.iterdir() if p.is_symlink()) / "model"))
+    frozen = replace(CFG, lr=0.0, epochs=1)
+    _, info = train_static(pairs(), frozen, base, candidates=tools)
+    table = torch.tensor(base.embedding.astype("float32"))
+    t = encode(table, base, tools, 512)                                                         # [N, d]
+    expected = []
+    for batch in no_duplicate_batches(pairs(), frozen.batch_size, frozen.seed):
+        q = encode(table, base, [pairs().anchors[i] for i in batch], 512)                       # [B, d]
+        gold = torch.tensor([tools.index(pairs().positives[i]) for i in batch])
+        expected.append(float(torch.nn.functional.cross_entropy(frozen.scale * q @ t.T, gold)))
+    assert info["loss"] == pytest.approx(expected, abs=1e-5) and info["negatives"] == len(tools)
+
+    trained = trained_static(pairs(), CFG, encoder_dir=encoder_dir, candidates=tools)
+    assert trained != trained_static(pairs(), CFG, encoder_dir=encoder_dir)                   # another cache key
+    losses = train_info(trained)["loss"]
+    assert sum(losses[-3:]) < 0.8 * sum(losses[:3])
+    with pytest.raises(ValueError, match="1 positive tool texts are not among the candidates"):
+        train_static(pairs(), frozen, base, candidates=[x for x in tools if x != pairs().positives[0]])
+
+
+def test_fold_encoders_pass_the_registry_as_negatives(encoder_dir):
+    from dataclasses import asdict
+
+    from tracer.eval.fold_encoders import FoldEncoders
+
+    cfg = {**asdict(CFG), "kind": "static", "negatives": "registry", "encoder_dir": str(encoder_dir),
+           "context": {"join_users": True}}
+    enc = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None)
+    enc(tiny_trajectories())
+    expected = trained_static(pairs(), CFG, encoder_dir=encoder_dir, candidates=[t.search_text for t in TINY_TOOLS])
+    assert enc.history[-1]["checkpoint"] == str(expected)
+    with pytest.raises(ValueError, match="negatives must be in_batch, or registry with kind static"):
+        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "kind": "transformer"})
+    with pytest.raises(ValueError, match="got 'hard'"):
+        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "negatives": "hard"})

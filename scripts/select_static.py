@@ -1,0 +1,106 @@
+"""Choose the trained static encoder's recipe without looking at any held-out fold.
+
+    python scripts/select_static.py [--dataset bfcl] [--fold 0] [--out results/encoders/select_static_bfcl.json]
+
+Inside outer fold ``--fold``'s training trajectories only, 20 % of the groups (seeded) are set aside as a
+validation split; each recipe trains on the other 80 % (tracer.learn.static_encoder.train_static, the
+pairs of configs/encoder_training/static_mnrl.yaml, whose recipe is the row chosen here) and is scored by plain vector search on the
+validation steps: each rendered context against every registry tool's text, recall@1/@5 and MRR. The
+outer fold's held-out trajectories are never read. The zero-shot distillation is the first row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np
+import torch
+from model2vec import StaticModel
+from omegaconf import OmegaConf
+
+from tracer.build import build_dataset, load_config
+from tracer.core.folds import assign_folds
+from tracer.encode.static import distilled
+from tracer.eval.fold_encoders import FoldEncoders
+from tracer.learn.static_encoder import encode, train_static
+
+# (label, overrides of BASE, negatives over the whole registry?); BASE is the first recipe tried (in-batch)
+BASE = {"batch_size": 64, "lr": 5e-3, "epochs": 1, "scale": 20.0}
+RECIPES = [
+    ("in-batch, 1 epoch", {}, False),
+    ("in-batch, 3 epochs", {"epochs": 3}, False),
+    ("in-batch, lr 1e-2", {"lr": 1e-2}, False),
+    ("registry, 1 epoch", {}, True),
+    ("registry, 3 epochs", {"epochs": 3}, True),
+    ("registry, 3 epochs, scale 30", {"epochs": 3, "scale": 30.0}, True),
+    ("registry, 5 epochs", {"epochs": 5}, True),
+    ("registry, 10 epochs", {"epochs": 10}, True),
+    ("registry, 3 epochs, batch 32", {"epochs": 3, "batch_size": 32}, True),
+    ("registry, 3 epochs, lr 2e-3", {"epochs": 3, "lr": 2e-3}, True),
+    ("registry, 3 epochs, lr 1e-2", {"epochs": 3, "lr": 1e-2}, True),
+]
+
+
+def vector_metrics(table: torch.Tensor, model: StaticModel, anchors, golds, tools, max_tokens: int) -> dict:
+    with torch.no_grad():
+        q = encode(table, model, anchors, max_tokens)                       # [S, d]
+        t = encode(table, model, tools, max_tokens)                         # [N, d]
+    sims = (q @ t.T).numpy()                                                # [S, N]
+    col = {x: i for i, x in enumerate(tools)}
+    gold = np.array([col[g] for g in golds])
+    rank = (sims > sims[np.arange(len(gold)), gold][:, None]).sum(1) + 1    # [S] 1-based, ties to the gold
+    return {"recall@1": round(float((rank <= 1).mean()), 4), "recall@5": round(float((rank <= 5).mean()), 4),
+            "mrr": round(float((1 / rank).mean()), 4)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="bfcl")
+    ap.add_argument("--registry", default="large")
+    ap.add_argument("--fold", type=int, default=0)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    ds = build_dataset(a.dataset, a.registry, a.seed)
+    fold_of = assign_folds([t.group for t in ds.trajectories], a.folds, a.seed)
+    train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]          # the outer fold is never read
+    groups = sorted({t.group for t in train})
+    val_groups = set(random.Random(a.seed).sample(groups, max(1, len(groups) // 5)))
+    cfg = OmegaConf.to_container(load_config("encoder_training", "static_mnrl", seed=a.seed))
+    enc = FoldEncoders(ds.registry, cfg)
+    fit = enc.pairs([t for t in train if t.group not in val_groups])
+    val = enc.pairs([t for t in train if t.group in val_groups])
+    tools = [t.search_text for t in ds.registry]
+    base = StaticModel.from_pretrained(str(distilled(enc.base_model, enc.pca_dims, enc.encoder_dir) / "model"))
+    zero = torch.tensor(np.asarray(base.embedding, dtype=np.float32))
+    rows = [{"recipe": "zero-shot distillation", "train_seconds": 0.0,
+             **vector_metrics(zero, base, val.anchors, val.positives, tools, enc.recipe.max_seq_length)}]
+    print(json.dumps(rows[-1]), flush=True)
+    for label, over, registry_negatives in RECIPES:
+        recipe = replace(enc.recipe, **{**BASE, **over})
+        t0 = time.perf_counter()
+        table, _ = train_static(fit, recipe, base, candidates=tools if registry_negatives else None)
+        rows.append({"recipe": label, "train_seconds": round(time.perf_counter() - t0, 1),
+                     **vector_metrics(torch.from_numpy(table), base, val.anchors, val.positives, tools,
+                                      recipe.max_seq_length)})
+        print(json.dumps(rows[-1]), flush=True)
+    out = {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
+           "fit_pairs": len(fit), "validation_pairs": len(val), "validation_groups": len(val_groups), "rows": rows}
+    if a.out is not None:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
