@@ -7,6 +7,8 @@ validation split; each recipe trains on the other 80 % (tracer.learn.static_enco
 pairs of configs/encoder_training/static_mnrl.yaml, whose recipe is the row chosen here) and is scored by plain vector search on the
 validation steps: each rendered context against every registry tool's text, recall@1/@5 and MRR. The
 outer fold's held-out trajectories are never read. The zero-shot distillation is the first row.
+``--tool-text params`` / ``params_desc`` appends the parameters' names (and descriptions) to each tool's
+text, in training and in ranking alike: the question whether the embedded tool text should carry them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tracer.build import build_dataset, load_config
 from tracer.core.folds import assign_folds
 from tracer.encode.static import distilled
 from tracer.eval.fold_encoders import FoldEncoders
+from tracer.learn.encoder import Pairs
 from tracer.learn.static_encoder import encode, train_static
 
 # (label, overrides of BASE, negatives over the whole registry?); BASE is the first recipe tried (in-batch)
@@ -48,6 +51,18 @@ RECIPES = [
     ("registry, 3 epochs, lr 2e-3", {"epochs": 3, "lr": 2e-3}, True),
     ("registry, 3 epochs, lr 1e-2", {"epochs": 3, "lr": 1e-2}, True),
 ]
+
+# the tool text variants (the issue's "try parameter names and descriptions"), measured here on the static encoder
+TOOL_TEXTS = {
+    "search": lambda t: t.search_text,
+    "params": lambda t: f"{t.search_text} ({', '.join(t.parameters.get('properties') or {})})",
+    "params_desc": lambda t: t.search_text + "".join(
+        f" | {n}: {(p or {}).get('description', '')}" for n, p in (t.parameters.get("properties") or {}).items()),
+}
+
+
+def retext(pairs: Pairs, text: dict[str, str]) -> Pairs:
+    return Pairs(pairs.anchors, tuple(text[p] for p in pairs.positives), pairs.trajectory_ids)
 
 
 def vector_metrics(table: torch.Tensor, model: StaticModel, anchors, golds, tools, max_tokens: int) -> dict:
@@ -70,6 +85,9 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--tool-text", choices=tuple(TOOL_TEXTS), default="search",
+                    help="the tool text trained and ranked (search: Tool.search_text, what the scorers embed)")
+    ap.add_argument("--recipes", nargs="+", default=None, help="labels of RECIPES to run (default: all)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset(a.dataset, a.registry, a.seed)
@@ -79,15 +97,18 @@ def main() -> None:
     val_groups = set(random.Random(a.seed).sample(groups, max(1, len(groups) // 5)))
     cfg = OmegaConf.to_container(load_config("encoder_training", "static_mnrl", seed=a.seed))
     enc = FoldEncoders(ds.registry, cfg)
-    fit = enc.pairs([t for t in train if t.group not in val_groups])
-    val = enc.pairs([t for t in train if t.group in val_groups])
-    tools = [t.search_text for t in ds.registry]
+    text = {t.search_text: TOOL_TEXTS[a.tool_text](t) for t in ds.registry}
+    fit = retext(enc.pairs([t for t in train if t.group not in val_groups]), text)
+    val = retext(enc.pairs([t for t in train if t.group in val_groups]), text)
+    tools = [text[t.search_text] for t in ds.registry]
     base = StaticModel.from_pretrained(str(distilled(enc.base_model, enc.pca_dims, enc.encoder_dir) / "model"))
     zero = torch.tensor(np.asarray(base.embedding, dtype=np.float32))
     rows = [{"recipe": "zero-shot distillation", "train_seconds": 0.0,
              **vector_metrics(zero, base, val.anchors, val.positives, tools, enc.recipe.max_seq_length)}]
     print(json.dumps(rows[-1]), flush=True)
     for label, over, registry_negatives in RECIPES:
+        if a.recipes is not None and label not in a.recipes:
+            continue
         recipe = replace(enc.recipe, **{**BASE, **over})
         t0 = time.perf_counter()
         table, _ = train_static(fit, recipe, base, candidates=tools if registry_negatives else None)
@@ -95,7 +116,7 @@ def main() -> None:
                      **vector_metrics(torch.from_numpy(table), base, val.anchors, val.positives, tools,
                                       recipe.max_seq_length)})
         print(json.dumps(rows[-1]), flush=True)
-    out = {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
+    out = {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed, "tool_text": a.tool_text,
            "fit_pairs": len(fit), "validation_pairs": len(val), "validation_groups": len(val_groups), "rows": rows}
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
