@@ -30,7 +30,7 @@ from model2vec import StaticModel
 from omegaconf import OmegaConf
 
 from tracer.build import build_dataset, load_config
-from tracer.core.folds import assign_folds
+from tracer.core.folds import kfold
 from tracer.encode.static import distilled
 from tracer.eval.fold_encoders import FoldEncoders
 from tracer.learn.encoder import Pairs
@@ -91,8 +91,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset(a.dataset, a.registry, a.seed)
-    fold_of = assign_folds([t.group for t in ds.trajectories], a.folds, a.seed)
-    train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]          # the outer fold is never read
+    train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train   # evaluate.py's split; its test side is never read
     groups = sorted({t.group for t in train})
     val_groups = set(random.Random(a.seed).sample(groups, max(1, len(groups) // 5)))
     cfg = OmegaConf.to_container(load_config("encoder_training", "static_mnrl", seed=a.seed))
