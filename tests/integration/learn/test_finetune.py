@@ -140,10 +140,18 @@ def test_pairs_of_several_datasets_concatenate_in_order():
 
 def test_inner_fold_encoders_never_saw_their_inner_fold(tmp_path):
     """inner_encoders: tracer_plus's candidate model is fitted on inner folds, each scored under an encoder
-    fine-tuned without that fold's trajectories (the outer encoder saw them all)."""
+    fine-tuned without that fold's trajectories (the outer encoder saw them all). The static kind trains in
+    milliseconds where the transformer takes seconds; which trainer runs is one branch of FoldEncoders.__call__,
+    the leak logic (Resources.without, the held groups) is the same for both."""
+    from tracer.encode.static import distilled
+
+    start = distilled().resolve()  # built once in .cache/encoders; linked into a fresh encoder_dir
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / start.name).symlink_to(start)
     trajs = tiny_trajectories()
     cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
-           "inner_encoders": True, **dataclasses.asdict(dataclasses.replace(FAST, epochs=1))}
+           "inner_encoders": True, "kind": "static",
+           **dataclasses.asdict(dataclasses.replace(FAST, epochs=1, lr=1e-2, max_seq_length=512))}
     fold_encoders = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None, device="cpu")
     res = fold_encoders(trajs)
     scorer = build_scorer("tracer_plus", head={"inner_folds": 3, "max_epochs": 5})
