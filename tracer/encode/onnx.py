@@ -7,9 +7,9 @@ the torch embeddings to float rounding. The model is exported with eager attenti
 Runtime's transformer optimizer (``onnxruntime.transformers.optimizer``, model type ``bert``) can fuse
 each layer's attention, the embedding and the skip layer norms into its own kernels; ``fp32`` is that
 fused graph. ``int8`` is ``onnxruntime.quantization.quantize_dynamic`` of it with per-channel int8
-weights on the MatMul and fused Attention nodes (activations quantised on the fly). The fusion made a
-single-text int8 encode ~5 % faster than the unfused export with the same embeddings (mean cosine to
-torch 0.9915 both; docs/encoders.md).
+weights on the MatMul and fused Attention nodes (activations quantised on the fly): a single-text int8
+encode at 0.336x MiniLM-torch in scripts/bench_frontier.py, against 0.350-0.361x for the unfused export
+(docs/encoders.md).
 
     python -m tracer.encode.onnx            # export MiniLM to .cache/encoders (fp32 + int8)
 """
