@@ -86,9 +86,7 @@ def choose(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Ma
     registry = retriever.registry
     known = registry.positions
     requested = set(names)
-    ranked = retriever.rank(messages)
-    known_ranked = ranked if len(requested) == len(ranked) and requested.issuperset(ranked) \
-        else [n for n in ranked if n in requested]
+    known_ranked = [n for n in retriever.rank(messages) if n in requested]
     unknown = [] if requested.issubset(known.keys()) else [t for t, n in zip(tools, names) if n not in known]
     chosen_unknown: list[str] = []
     if unknown:
