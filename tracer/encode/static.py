@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from model2vec import StaticModel
-from model2vec.distill import distill
 
 from tracer.core.io import atomic_new_dir
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash, short_name
@@ -31,6 +30,10 @@ def distilled(model: str | Path | None = None, pca_dims: int | None = 256,
     out = Path(encoder_dir) / f"m2v-{key[:16]}"
     if (out / "source.json").is_file():
         return out
+    # imported on a cache miss only: model2vec.distill pulls in the whole transformers stack (~4-7 s), which
+    # every process that merely imports this module (each evaluate.py and tracer start) would pay
+    from model2vec.distill import distill
+
     with atomic_new_dir(out) as tmp:
         # the CPU: distillation is one pass over a 30k-word vocabulary; seeding fixes the PCA's solver
         torch.manual_seed(0)

@@ -23,11 +23,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from sentence_transformers import SentenceTransformer
-from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-from transformers import get_linear_schedule_with_warmup
 
 from tracer.core.context import ContextRendering
 from tracer.core.io import atomic_new_dir, write_json
@@ -35,6 +33,9 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Trajectory
 from tracer.encode.embedders import default_device
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,12 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     """Fine-tune ``base_model`` on ``pairs``; returns the model (eval mode) and a summary with the loss per step."""
     if len(pairs) < 2:
         raise ValueError(f"encoder training needs at least 2 pairs, got {len(pairs)}")
+    # imported here: the full sentence-transformers package costs ~3 s more at import than the embedders'
+    # part of it, and every evaluate.py / tracer start imports this module whether it fine-tunes or not
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from transformers import get_linear_schedule_with_warmup
+
     device = device or default_device()
     torch.manual_seed(cfg.seed)
     model = SentenceTransformer(str(model_folder(base_model)), device=device)
