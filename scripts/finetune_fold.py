@@ -2,7 +2,7 @@
 
     python scripts/finetune_fold.py [--dataset bfcl] [--registry large] [--fold 0] [--folds 5] [--seed 0]
 
-The folds are evaluate.py's (tracer.core.folds.assign_folds on the groups, same seed), the pairs are
+The folds are evaluate.py's (tracer.core.folds.kfold on the groups, same seed), the pairs are
 the encoder_training config's (tracer_plus's query rendering, Tool.search_text); a second run
 with the same data and recipe finds the checkpoint and does not train.
 """
@@ -19,7 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from omegaconf import OmegaConf
 
 from tracer.build import build_dataset, load_config
-from tracer.core.folds import assign_folds
+from tracer.core.folds import kfold
 from tracer.eval.fold_encoders import FoldEncoders
 from tracer.learn.encoder import finetuned, print_progress, train_info
 
@@ -34,8 +34,7 @@ def main() -> None:
     ap.add_argument("--config", default="mnrl", help="a recipe in tracer/configs/encoder_training/")
     a = ap.parse_args()
     ds = build_dataset(a.dataset, a.registry, a.seed)
-    fold_of = assign_folds([t.group for t in ds.trajectories], a.folds, a.seed)
-    train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]
+    train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train  # evaluate.py's outer split
     enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed)))
     path = finetuned(enc.pairs(train), enc.recipe, enc.base_model, enc.encoder_dir, log=print_progress())
     info = train_info(path)
