@@ -3,6 +3,7 @@
     python scripts/bench_gateway.py                          # 16 and 64 clients, BFCL index (tracer_plus)
     python scripts/bench_gateway.py --clients 16 --requests 1000 --out results/gateway
     python scripts/bench_gateway.py --floor ...          # also the floor: a proxy that only forwards bytes
+    python scripts/bench_gateway.py --pin ...            # the gateway (and floor) on CPU 0, stub and clients on CPU 1
 
 Three processes: a stub upstream that answers every chat completion at once with a fixed body
 (uvicorn + Starlette, this file with ``--role stub``), the gateway (``python -m tracer.cli serve``,
@@ -26,6 +27,13 @@ is the machine's other load, not the gateway's work. ``--floor`` adds a third ph
 proxy on the same stack (uvicorn + Starlette + aiohttp) that forwards the bytes without parsing or
 choosing: what any gateway built this way adds on this machine. Errors: any non-200 answer or exception. The load
 average of the machine is printed beside the numbers (the machine is shared).
+
+``--pin`` (a machine with at least 2 CPUs) gives the gateway (and the floor proxy) CPU 0 and the stub and the load
+generator CPU 1, in every phase, the direct one included (``taskset``, so every thread a process starts
+inherits it). Unpinned, the three processes share the cores, and a request's hop to the stub
+wakes a process that takes the gateway's core (docs/gateway.md, Latency); pinned, the gateway keeps a core of
+its own, as it does where the model server and the agent run elsewhere. The direct phase then has the stub
+and the clients on one core, which the table's direct columns show.
 """
 
 from __future__ import annotations
@@ -210,6 +218,7 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=120.0, help="per phase")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--index", type=Path, default=None, help="a saved BFCL index (default: fit tracer_plus)")
+    p.add_argument("--pin", action="store_true", help="gateway and floor on CPU 0, stub and load generator on CPU 1")
     args = p.parse_args()
     if args.role in ("stub", "floor"):
         import uvicorn
@@ -222,14 +231,23 @@ def main() -> None:
     bodies, index = build_requests(args.requests, args.index)
     stub_port, gw_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    stub = subprocess.Popen([sys.executable, __file__, "--role", "stub", "--port", str(stub_port)], env=env)
-    gateway = subprocess.Popen([sys.executable, "-m", "tracer.cli", "serve", "--index", str(index), "--upstream",
-                                f"http://127.0.0.1:{stub_port}/v1", "--port", str(gw_port), "--k", "5",
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        p.error("--pin needs 2 CPUs")
+
+
+    def on(n: int) -> list[str]:  # a child's command prefix: taskset pins it, and so every thread it starts
+        return ["taskset", "-c", str(n)] if args.pin else []
+
+    if args.pin:
+        os.sched_setaffinity(0, {1})  # this load generator
+    stub = subprocess.Popen([*on(1), sys.executable, __file__, "--role", "stub", "--port", str(stub_port)], env=env)
+    gateway = subprocess.Popen([*on(0), sys.executable, "-m", "tracer.cli", "serve", "--index", str(index),
+                                "--upstream", f"http://127.0.0.1:{stub_port}/v1", "--port", str(gw_port), "--k", "5",
                                 "--log-level", "warning"], env=env, cwd=ROOT)
     floor = None
     if args.floor:
         floor_port = free_port()
-        floor = subprocess.Popen([sys.executable, __file__, "--role", "floor", "--port", str(floor_port),
+        floor = subprocess.Popen([*on(0), sys.executable, __file__, "--role", "floor", "--port", str(floor_port),
                                   "--upstream", f"http://127.0.0.1:{stub_port}/v1"], env=env)
     rows = []
     try:
@@ -251,7 +269,7 @@ def main() -> None:
             gw1, wait2 = cpu_seconds(gateway.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             beyond = through["latency"] - through["selection"]
             rows.append({
-                "clients": c, "think_ms": think, "load_avg_1m": round(load[0], 2), "requests": through["n"],
+                "clients": c, "think_ms": think, "pinned": int(args.pin), "load_avg_1m": round(load[0], 2), "requests": through["n"],
                 "errors": direct["errors"] + through["errors"],
                 "stub_cpu_ms_per_request": (cpu1 - cpu0) / max(direct["n"], 1) * 1e3,
                 "gateway_cpu_ms_per_request": (gw1 - gw0) / max(through["n"], 1) * 1e3,
@@ -302,8 +320,9 @@ def main() -> None:
     print(md)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_gateway.md").write_text(md)
-        (args.out / "bench_gateway.json").write_text(json.dumps(
+        stem = "bench_gateway_pinned" if args.pin else "bench_gateway"
+        (args.out / f"{stem}.md").write_text(md)
+        (args.out / f"{stem}.json").write_text(json.dumps(
             [{k: float(v) for k, v in r.items()} for r in rows], indent=1) + "\n")
 
 
