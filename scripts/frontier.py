@@ -38,7 +38,9 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
             # the same table shape, so the same latency row
             "static_registry": ("static m2v trained per fold, registry negatives", "trained static m2v"),
             "static_registry_inner": ("static m2v trained per fold, registry negatives, clean inner folds",
-                                      "trained static m2v")}
+                                      "trained static m2v"),
+            "static_mnrl_ctx05_inner": ("static m2v trained per fold, + context loss 0.5, clean inner folds",
+                                        "trained static m2v")}
 TRANSFER = "transfer"  # transfer_<scorer>: an encoder fine-tuned on the other datasets only
 
 

@@ -9,6 +9,11 @@ validation steps: each rendered context against every registry tool's text, reca
 outer fold's held-out trajectories are never read. The zero-shot distillation is the first row.
 ``--tool-text params`` / ``params_desc`` appends the parameters' names (and descriptions) to each tool's
 text, in training and in ranking alike: the question whether the embedded tool text should carry them.
+
+``--scorer tracer_plus`` scores each recipe where the fast preset uses it instead: tracer_plus fitted on the
+80 % (its candidate model's inner folds each under a static encoder trained without them, as
+``inner_encoders: true``), teacher-forced on the validation steps at k = 5. Vector recall was the wrong proxy
+for that (docs/encoders.md: registry negatives win it and lose inside tracer_plus).
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ import torch
 from model2vec import StaticModel
 from omegaconf import OmegaConf
 
-from tracer.build import build_dataset, load_config
+from tracer.build import build_dataset, build_scorer, load_config
 from tracer.core.folds import kfold
+from tracer.core.steps import extract_all
 from tracer.encode.static import distilled
 from tracer.eval.fold_encoders import FoldEncoders
 from tracer.learn.encoder import Pairs
 from tracer.learn.static_encoder import encode, train_static
+from tracer.scoring.ranking import finalize
 
 # (label, overrides of BASE, negatives over the whole registry?); BASE is the first recipe tried (in-batch)
 BASE = {"batch_size": 64, "lr": 5e-3, "epochs": 1, "scale": 20.0}
@@ -42,6 +49,20 @@ RECIPES = [
     ("in-batch, 1 epoch", {}, False),
     ("in-batch, 3 epochs", {"epochs": 3}, False),
     ("in-batch, lr 1e-2", {"lr": 1e-2}, False),
+    ("in-batch, lr 2e-3", {"lr": 2e-3}, False),
+    ("in-batch, 2 epochs", {"epochs": 2}, False),
+    ("in-batch, scale 30", {"scale": 30.0}, False),
+    ("in-batch, scale 50", {"scale": 50.0}, False),
+    ("in-batch, batch 32", {"batch_size": 32}, False),
+    ("in-batch, batch 128", {"batch_size": 128}, False),
+    # tracer_plus's own settings beside the encoder's (--scorer tracer_plus only)
+    ("in-batch, mlp", {"scorer": {"model": "mlp"}}, False),
+    ("in-batch, 2 epochs, mlp", {"epochs": 2, "scorer": {"model": "mlp"}}, False),
+    ("in-batch, vector top 20", {"scorer": {"vector_candidates": 20}}, False),
+    ("in-batch, batch 32, 2 epochs", {"batch_size": 32, "epochs": 2}, False),
+    ("in-batch + contexts 0.5", {"context_weight": 0.5}, False),
+    ("in-batch + contexts 1", {"context_weight": 1.0}, False),
+    ("in-batch + contexts 1, 2 epochs", {"context_weight": 1.0, "epochs": 2}, False),
     ("registry, 1 epoch", {}, True),
     ("registry, 3 epochs", {"epochs": 3}, True),
     ("registry, 3 epochs, scale 30", {"epochs": 3, "scale": 30.0}, True),
@@ -77,6 +98,21 @@ def vector_metrics(table: torch.Tensor, model: StaticModel, anchors, golds, tool
             "mrr": round(float((1 / rank).mean()), 4)}
 
 
+def tracer_plus_metrics(registry, cfg: dict, fit, val, k: int, scorer_overrides: dict | None = None) -> dict:
+    """tracer_plus (its config with ``scorer_overrides``) fitted on ``fit`` (trajectories) with a static encoder of
+    recipe ``cfg`` trained on them, its inner folds clean, scored on the successful ``val`` trajectories' steps."""
+    res = FoldEncoders(registry, cfg | {"inner_encoders": True})(fit)
+    scorer = build_scorer("tracer_plus", **(scorer_overrides or {}))
+    scorer.fit(fit, res)
+    steps = [s for s in extract_all(t for t in val if t.success) if s.gold in registry]
+    sel = finalize(scorer.score(steps), k, scorer.pad)
+    gold = scorer.res.tool_ids([s.gold for s in steps])                                  # [S]
+    rank = (sel.ranking == gold[:, None]).float().argmax(1) + 1                          # [S], 1-based
+    return {"recall@1": round(float((rank == 1).float().mean()), 4),
+            "recall@5": round(float((rank <= k).float().mean()), 4),
+            "mrr": round(float((1.0 / rank).mean()), 4), "steps": len(steps)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="bfcl")
@@ -88,7 +124,11 @@ def main() -> None:
     ap.add_argument("--tool-text", choices=tuple(TOOL_TEXTS), default="search",
                     help="the tool text trained and ranked (search: Tool.search_text, what the scorers embed)")
     ap.add_argument("--recipes", nargs="+", default=None, help="labels of RECIPES to run (default: all)")
+    ap.add_argument("--scorer", choices=("vector", "tracer_plus"), default="vector",
+                    help="what scores a recipe on the validation split: plain vector search, or tracer_plus")
     a = ap.parse_args()
+    if a.scorer == "tracer_plus" and a.tool_text != "search":
+        ap.error("--scorer tracer_plus ranks the registry's own tool text; --tool-text must stay search")
     torch.set_num_threads(1)
     ds = build_dataset(a.dataset, a.registry, a.seed)
     train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train   # evaluate.py's split; its test side is never read
@@ -100,17 +140,41 @@ def main() -> None:
     fit = retext(enc.pairs([t for t in train if t.group not in val_groups]), text)
     val = retext(enc.pairs([t for t in train if t.group in val_groups]), text)
     tools = [text[t.search_text] for t in ds.registry]
+    if a.scorer == "tracer_plus":
+        fit_t = [t for t in train if t.group not in val_groups]
+        val_t = [t for t in train if t.group in val_groups]
+        rows = []
+        for label, over, registry_negatives in RECIPES:
+            if a.recipes is not None and label not in a.recipes:
+                continue
+            t0 = time.perf_counter()
+            over = dict(over)
+            scorer_overrides = over.pop("scorer", None)
+            recipe = cfg | BASE | over | {"negatives": "registry" if registry_negatives else "in_batch"}
+            rows.append({"recipe": label, "seconds": 0.0,
+                         **tracer_plus_metrics(ds.registry, recipe, fit_t, val_t, 5, scorer_overrides)})
+            rows[-1]["seconds"] = round(time.perf_counter() - t0, 1)
+            print(json.dumps(rows[-1]), flush=True)
+        out = {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
+               "scorer": "tracer_plus", "fit_pairs": len(fit), "validation_groups": len(val_groups), "rows": rows}
+        if a.out is not None:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(out, indent=1) + "\n")
+        return
     base = StaticModel.from_pretrained(str(distilled(enc.base_model, enc.pca_dims, enc.encoder_dir) / "model"))
     zero = torch.tensor(np.asarray(base.embedding, dtype=np.float32))
     rows = [{"recipe": "zero-shot distillation", "train_seconds": 0.0,
              **vector_metrics(zero, base, val.anchors, val.positives, tools, enc.recipe.max_seq_length)}]
     print(json.dumps(rows[-1]), flush=True)
     for label, over, registry_negatives in RECIPES:
-        if a.recipes is not None and label not in a.recipes:
+        if (a.recipes is not None and label not in a.recipes) or (a.recipes is None and "scorer" in over):
             continue
-        recipe = replace(enc.recipe, **{**BASE, **over})
+        over = {**BASE, **over}
+        context_weight = over.pop("context_weight", 0.0)
+        recipe = replace(enc.recipe, **over)
         t0 = time.perf_counter()
-        table, _ = train_static(fit, recipe, base, candidates=tools if registry_negatives else None)
+        table, _ = train_static(fit, recipe, base, candidates=tools if registry_negatives else None,
+                                context_weight=context_weight)
         rows.append({"recipe": label, "train_seconds": round(time.perf_counter() - t0, 1),
                      **vector_metrics(torch.from_numpy(table), base, val.anchors, val.positives, tools,
                                       recipe.max_seq_length)})

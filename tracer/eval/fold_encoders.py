@@ -33,7 +33,9 @@ class FoldEncoders:
             tracer_plus's candidate model, trained without that fold: no step it is fitted on reached its
             encoder; 5x the training), ``kind`` (``transformer``, or ``static``: a model2vec token table
             trained on the pairs, :mod:`tracer.learn.static_encoder`, with ``pca_dims``), ``negatives``
-            (``in_batch``, or ``registry``: each context ranked against every registry tool, static only), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
+            (``in_batch``, or ``registry``: each context ranked against every registry tool, static only),
+            ``context_weight`` (static only: weight of a context-to-context in-batch loss beside the
+            context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
             the embedder keeps its config, so an index saved with it loads it again) and the
@@ -57,12 +59,16 @@ class FoldEncoders:
         self.kind = cfg.pop("kind", "transformer")  # static: train a model2vec token table instead
         self.pca_dims = int(cfg.pop("pca_dims", 256))
         self.negatives = cfg.pop("negatives", "in_batch")
+        self.context_weight = float(cfg.pop("context_weight", 0.0))
         if self.kind not in ("transformer", "static"):
             raise ValueError(f"encoder_training.kind must be transformer or static, got {self.kind!r}")
         if self.negatives not in ("in_batch", "registry") or (self.negatives == "registry" and self.kind != "static"):
             raise ValueError(f"encoder_training.negatives must be in_batch, or registry with kind static (a "
                              f"transformer would re-encode every tool text each batch), got {self.negatives!r} "
                              f"with kind {self.kind!r}")
+        if self.context_weight < 0 or (self.context_weight > 0 and self.kind != "static"):
+            raise ValueError(f"encoder_training.context_weight must be >= 0, and > 0 only with kind static, got "
+                             f"{self.context_weight} with kind {self.kind!r}")
         serve_as = cfg.pop("serve_as", None)
         self.recipe = TrainConfig(**cfg)
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
@@ -81,7 +87,7 @@ class FoldEncoders:
         if self.kind == "static":
             candidates = [t.search_text for t in self.registry] if self.negatives == "registry" else None
             path = trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, self.log,
-                                  candidates)
+                                  candidates, self.context_weight)
             serve = {"_target_": "tracer.encode.static.StaticEmbedder", "pca_dims": self.pca_dims,
                      "encoder_dir": str(self.encoder_dir)}
         else:

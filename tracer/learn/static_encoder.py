@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -50,8 +51,19 @@ def _mean_rows(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) ->
     return F.normalize(F.embedding_bag(ids, table, offsets, mode="mean"), dim=-1)              # [B, d]
 
 
+def context_partners(pairs: Pairs, seed: int) -> list[int | None]:
+    """For each pair, another pair with the same positive tool and a different anchor text (seeded choice), or
+    None where the tool has no second context."""
+    by_tool: dict[str, list[int]] = {}
+    for i, p in enumerate(pairs.positives):
+        by_tool.setdefault(p, []).append(i)
+    rng = random.Random(seed)
+    return [rng.choice(others) if (others := [j for j in by_tool[p] if pairs.anchors[j] != pairs.anchors[i]]) else None
+            for i, p in enumerate(pairs.positives)]
+
+
 def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callable[[dict], None] | None = None,
-                 candidates: Sequence[str] | None = None) -> tuple[np.ndarray, dict]:
+                 candidates: Sequence[str] | None = None, context_weight: float = 0.0) -> tuple[np.ndarray, dict]:
     """The trained token table ``[V, d]`` and a summary (loss per step, wall time). AdamW at ``cfg.lr`` with
     no warm-up (a table of independent rows needs none), batches without a repeated anchor or tool.
 
@@ -59,6 +71,13 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callabl
     tool text a context is ranked against (the registry's), re-encoded each batch, so each context's
     softmax is over the whole registry: the retrieval objective itself, affordable because a static
     encode of a few hundred tool texts is a lookup and a mean.
+
+    ``context_weight`` > 0 adds that weight times a second in-batch loss between contexts: each context
+    against the batch's partner contexts, its positive being another context that called the same tool
+    (:func:`context_partners`, drawn again each epoch; contexts whose tool has no other are left out of
+    it). tracer_plus compares contexts with contexts (its edge and tool memories are mean contexts), which
+    the context-to-tool loss alone does not train. A batch never holds a tool twice, so the other partners
+    called other tools.
     """
     if len(pairs) < 2:
         raise ValueError(f"static encoder training needs at least 2 pairs, got {len(pairs)}")
@@ -73,6 +92,7 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callabl
     opt = torch.optim.AdamW([table], lr=cfg.lr, weight_decay=cfg.weight_decay)
     losses, t0, step = [], time.perf_counter(), 0
     for epoch in range(cfg.epochs):
+        partners = context_partners(pairs, cfg.seed + epoch) if context_weight > 0 else None
         for batch in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + epoch):
             a = encode(table, base, [pairs.anchors[i] for i in batch], cfg.max_seq_length)     # [B, d]
             if candidates is None:
@@ -82,6 +102,13 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callabl
                 p = _mean_rows(table, *bags)                                                       # [N, d]
                 gold = torch.tensor([column[pairs.positives[i]] for i in batch])
             loss = F.cross_entropy(cfg.scale * a @ p.T, gold)                                   # a @ p.T: [B, B | N]
+            if context_weight > 0:
+                both = [(r, partners[i]) for r, i in enumerate(batch) if partners[i] is not None]
+                if len(both) > 1:
+                    rows = torch.tensor([r for r, _ in both])
+                    c = encode(table, base, [pairs.anchors[j] for _, j in both], cfg.max_seq_length)  # [B', d]
+                    loss = loss + context_weight * F.cross_entropy(cfg.scale * a[rows] @ c.T,      # [B', B']
+                                                                   torch.arange(len(both)))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -91,25 +118,27 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callabl
             step += 1
     info = {"pairs": len(pairs), "batches": step, "train_seconds": round(time.perf_counter() - t0, 2),
             "loss": losses, "config": asdict(cfg), "negatives": "in_batch" if candidates is None else len(column),
-            "device": "cpu"}
+            "context_weight": context_weight, "device": "cpu"}
     return table.detach().numpy(), info
 
 
 def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, pca_dims: int = 256,
                    encoder_dir: str | Path = DEFAULT_CACHE, log: Callable[[dict], None] | None = None,
-                   candidates: Sequence[str] | None = None) -> Path:
+                   candidates: Sequence[str] | None = None, context_weight: float = 0.0) -> Path:
     """The trained static model folder for ``pairs``: trained and saved atomically on a miss, reused on a hit.
     It starts from the model2vec distillation of ``base_model`` (None: MiniLM) at ``pca_dims``;
-    ``candidates`` as :func:`train_static` (they enter the cache key)."""
+    ``candidates`` and ``context_weight`` as :func:`train_static` (they enter the cache key)."""
     start = distilled(base_model, pca_dims, encoder_dir)
     extra = {} if candidates is None else {"candidates": hashlib.sha256("\0".join(candidates).encode()).hexdigest()}
+    if context_weight > 0:
+        extra["context_weight"] = float(context_weight)
     key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=asdict(cfg), start=folder_hash(start / "model"),
                       **extra)  # in-batch keys stay those of the runs already cached
     out = Path(encoder_dir) / f"m2v-trained-{key[:16]}"
     if (out / "source.json").is_file():
         return out
     base = StaticModel.from_pretrained(str(start / "model"))
-    table, info = train_static(pairs, cfg, base, log, candidates)
+    table, info = train_static(pairs, cfg, base, log, candidates, context_weight)
     with atomic_new_dir(out) as tmp:
         StaticModel(table, base.tokenizer, config=base.config, normalize=True).save_pretrained(str(tmp / "model"))
         (tmp / "source.json").write_text(json.dumps({"model": str(start), "name": out.name, "key": key}))

@@ -105,3 +105,52 @@ def test_fold_encoders_pass_the_registry_as_negatives(encoder_dir):
         FoldEncoders(Registry(TINY_TOOLS), {**cfg, "kind": "transformer"})
     with pytest.raises(ValueError, match="got 'hard'"):
         FoldEncoders(Registry(TINY_TOOLS), {**cfg, "negatives": "hard"})
+
+
+def test_context_positives_add_a_context_to_context_loss(encoder_dir):
+    """``context_weight``: each batch's loss is the context-to-tool loss plus the weight times the cross-entropy
+    of each context over the batch's partner contexts (another context that called the same tool), checked
+    against a hand computation with the table frozen; partners share the tool and never the text; the
+    weight enters the cache key and a transformer refuses it."""
+    from dataclasses import asdict, replace
+
+    from model2vec import StaticModel
+
+    from tracer.eval.fold_encoders import FoldEncoders
+    from tracer.learn.encoder import no_duplicate_batches
+    from tracer.learn.static_encoder import context_partners, train_static
+
+    p = pairs()
+    partners = context_partners(p, 0)
+    assert any(j is not None for j in partners)
+    for i, j in enumerate(partners):
+        others = [k for k in range(len(p)) if p.positives[k] == p.positives[i] and p.anchors[k] != p.anchors[i]]
+        assert (j is None) == (not others) and (j is None or j in others)
+
+    base = StaticModel.from_pretrained(str(next(x for x in encoder_dir.iterdir() if x.is_symlink()) / "model"))
+    frozen = replace(CFG, lr=0.0, epochs=1)
+    _, info = train_static(p, frozen, base, context_weight=0.5)
+    table = torch.tensor(base.embedding.astype("float32"))
+    ce = torch.nn.functional.cross_entropy
+    expected = []
+    for batch in no_duplicate_batches(p, frozen.batch_size, frozen.seed):
+        a = encode(table, base, [p.anchors[i] for i in batch], 512)                             # [B, d]
+        t = encode(table, base, [p.positives[i] for i in batch], 512)                           # [B, d]
+        loss = ce(frozen.scale * a @ t.T, torch.arange(len(batch)))
+        both = [(r, partners[i]) for r, i in enumerate(batch) if partners[i] is not None]
+        if len(both) > 1:
+            c = encode(table, base, [p.anchors[j] for _, j in both], 512)                       # [B', d]
+            loss = loss + 0.5 * ce(frozen.scale * a[[r for r, _ in both]] @ c.T, torch.arange(len(both)))
+        expected.append(float(loss))
+    assert info["loss"] == pytest.approx(expected, abs=1e-5) and info["context_weight"] == 0.5
+    assert expected != pytest.approx(train_static(p, frozen, base)[1]["loss"], abs=1e-5)         # the term is there
+
+    trained = trained_static(p, CFG, encoder_dir=encoder_dir, context_weight=0.5)
+    assert trained != trained_static(p, CFG, encoder_dir=encoder_dir)                           # another cache key
+    cfg = {**asdict(CFG), "kind": "static", "context_weight": 0.5, "encoder_dir": str(encoder_dir),
+           "context": {"join_users": True}}
+    enc = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None)
+    enc(tiny_trajectories())
+    assert enc.history[-1]["checkpoint"] == str(trained)
+    with pytest.raises(ValueError, match="context_weight must be >= 0, and > 0 only with kind static"):
+        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "kind": "transformer"})
