@@ -24,4 +24,17 @@ for ds in ${DATASETS:-bfcl tau2 apibank}; do
     done
   done
 done
+# the fast preset's variants inside tracer_plus with clean inner folds (inner_encoders=true); VARIANTS="" skips them
+for ds in ${DATASETS:-bfcl tau2 apibank}; do
+  for v in ${VARIANTS-static_mnrl static_registry static_mnrl_ctx05}; do
+    case $v in
+      static_mnrl_ctx05) what="encoder_training=static_mnrl encoder_training.context_weight=0.5" ;;
+      *) what="encoder_training=$v" ;;
+    esac
+    SECONDS=0
+    $PY evaluate.py $what encoder_training.inner_encoders=true scorer=tracer_plus dataset=$ds registry=large k=5 \
+      folds=5 seed=0 progress=false hydra.run.dir=$OUT/$ds/${v}_inner_tracer_plus > /dev/null
+    echo "$ds ${v}_inner tracer_plus: ${SECONDS} s wall"
+  done
+done
 $PY scripts/frontier.py --root $OUT
