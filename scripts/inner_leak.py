@@ -33,16 +33,7 @@ from tracer.build import build_dataset, build_scorer, load_config
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.eval.metrics import paired_test
-from tracer.scoring.ranking import finalize
-
-
-def outcomes(scorer, steps, k: int) -> dict[str, list[float]]:
-    sel = finalize(scorer.score(steps), k, scorer.pad)
-    gold = scorer.res.tool_ids([s.gold for s in steps])                                  # [S]
-    rank = (sel.ranking == gold[:, None]).float().argmax(1) + 1                          # [S], 1-based
-    return {"recall@1": (rank == 1).float().tolist(), "recall@5": (rank <= k).float().tolist(),
-            "mrr": (1.0 / rank).tolist()}
+from tracer.eval.metrics import paired_test, teacher_forced_outcomes
 
 
 def main() -> None:
@@ -68,13 +59,13 @@ def main() -> None:
         t0 = time.perf_counter()
         scorer = build_scorer("tracer_plus")
         scorer.fit(train, res)
-        runs[name] = outcomes(scorer, test, a.k)
+        runs[name] = teacher_forced_outcomes(scorer, test, a.k)
         layer = next(p for p in scorer.model.parameters() if p.dim() == 2)               # [1 or H, F]
         out[name] = {m: sum(v) / len(v) for m, v in runs[name].items()} | {
             "fit_seconds": round(time.perf_counter() - t0, 1),
             "weights": dict(zip(scorer.feature_names, layer[0].tolist())) if layer.shape[0] == 1 else None}
         print(name, {m: round(v, 4) for m, v in out[name].items() if m != "weights"}, flush=True)
-    out["clean_minus_shared"] = {m: paired_test(runs["clean"][m], runs["shared"][m]) for m in ("recall@1", "recall@5", "mrr")}
+    out["clean_minus_shared"] = {m: paired_test(runs["clean"][m], runs["shared"][m]) for m in runs["clean"]}
     out["inner_encoders"] = [{k: h[k] for k in ("checkpoint", "pairs", "train_seconds", "held_groups")}
                              for h in encoders.history if h["inner_of"] is not None]
     out |= {"dataset": a.dataset, "fold": a.fold, "steps": len(test), "k": a.k}

@@ -39,9 +39,9 @@ from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
 from tracer.encode.static import distilled
 from tracer.eval.fold_encoders import FoldEncoders
+from tracer.eval.metrics import teacher_forced_outcomes
 from tracer.learn.encoder import Pairs
 from tracer.learn.static_encoder import encode, train_static
-from tracer.scoring.ranking import finalize
 
 # (label, overrides of BASE, negatives over the whole registry?); BASE is the first recipe tried (in-batch)
 BASE = {"batch_size": 64, "lr": 5e-3, "epochs": 1, "scale": 20.0}
@@ -105,12 +105,8 @@ def tracer_plus_metrics(registry, cfg: dict, fit, val, k: int, scorer_overrides:
     scorer = build_scorer("tracer_plus", **(scorer_overrides or {}))
     scorer.fit(fit, res)
     steps = [s for s in extract_all(t for t in val if t.success) if s.gold in registry]
-    sel = finalize(scorer.score(steps), k, scorer.pad)
-    gold = scorer.res.tool_ids([s.gold for s in steps])                                  # [S]
-    rank = (sel.ranking == gold[:, None]).float().argmax(1) + 1                          # [S], 1-based
-    return {"recall@1": round(float((rank == 1).float().mean()), 4),
-            "recall@5": round(float((rank <= k).float().mean()), 4),
-            "mrr": round(float((1.0 / rank).mean()), 4), "steps": len(steps)}
+    per_step = teacher_forced_outcomes(scorer, steps, k)
+    return {m: round(sum(v) / len(v), 4) for m, v in per_step.items()} | {"steps": len(steps)}
 
 
 def main() -> None:

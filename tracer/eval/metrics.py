@@ -152,3 +152,14 @@ def paired_test(a: Sequence[float], b: Sequence[float], n_resamples: int = 10000
     lo, hi = np.percentile(boots, [2.5, 97.5])
     return {"n": n, "mean_diff": obs, "p_value": p, "ci95": [float(lo), float(hi)]}
 
+
+def teacher_forced_outcomes(scorer, steps: Sequence, k: int) -> dict[str, list[float]]:
+    """Per step (teacher forcing, every step's gold in the registry): recall@1, recall@k and the reciprocal rank
+    of the gold tool in the fitted ``scorer``'s ranking, for scripts that score a fit outside the runner."""
+    from tracer.scoring.ranking import finalize
+
+    sel = finalize(scorer.score(steps), k, scorer.pad)
+    gold = scorer.res.tool_ids([s.gold for s in steps])                                  # [S]
+    rank = (sel.ranking == gold[:, None]).float().argmax(1) + 1                          # [S], 1-based; the ranking is [S, N]
+    return {"recall@1": (rank == 1).float().tolist(), f"recall@{k}": (rank <= k).float().tolist(),
+            "mrr": (1.0 / rank).tolist()}

@@ -104,3 +104,25 @@ def test_withheld_tools_leave_the_presented_set_and_the_next_ranked_fill_in():
     assert without((4, 2, 7), ranking, {4, 7, 1}) == (2, 0, 3)   # 1 is withheld too, so 0 and 3 fill in
     assert without((4, 2, 7), ranking, {5}) == (4, 2, 7)
     assert without(tuple(ranking), ranking, {3}) == (4, 2, 7, 1, 0)  # everything presented: nothing to fill in
+
+
+@pytest.mark.parametrize("scorer_name", ["tracer", "tracer_plus"])
+def test_teacher_forced_outcomes_rank_the_gold_as_the_single_step_path_does(scorer_name, tiny_trajs, tiny_resources):
+    """tracer.eval.metrics.teacher_forced_outcomes (the scripts' held-out metric, batched through finalize) against
+    each step's gold position in the scorer's own single-step ranking (rank_one, numpy)."""
+    from dataclasses import replace
+
+    from builders import TINY_TOOLS, fitted_scorer
+
+    from tracer.build import build_scorer
+    from tracer.core.steps import extract_all
+    from tracer.eval.metrics import teacher_forced_outcomes
+
+    scorer = fitted_scorer(build_scorer(scorer_name), tiny_trajs, tiny_resources)
+    # every registry tool as the gold of a few real contexts: golds at every rank, not only first
+    steps = [replace(s, gold=t.name) for s in extract_all(tiny_trajs)[:3] for t in TINY_TOOLS]
+    got = teacher_forced_outcomes(scorer, steps, 2)
+    ranks = [list(scorer.rank_one(s, scorer.embed([s]))).index(tiny_resources.registry.id(s.gold)) + 1 for s in steps]
+    assert got == {"recall@1": [float(r == 1) for r in ranks], "recall@2": [float(r <= 2) for r in ranks],
+                   "mrr": pytest.approx([1 / r for r in ranks])}
+    assert set(ranks) == set(range(1, len(TINY_TOOLS) + 1))
