@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from tracer.scoring.ranking import finalize
+
 METRICS = (
     "recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens", "cic_reduction",
     "out_of_trie_rate", "fallback_rate", "recall_out_of_trie", "task_success", "latency_ms_p50", "latency_ms_p95",
@@ -156,8 +158,6 @@ def paired_test(a: Sequence[float], b: Sequence[float], n_resamples: int = 10000
 def teacher_forced_outcomes(scorer, steps: Sequence, k: int) -> dict[str, list[float]]:
     """Per step (teacher forcing, every step's gold in the registry): recall@1, recall@k and the reciprocal rank
     of the gold tool in the fitted ``scorer``'s ranking, for scripts that score a fit outside the runner."""
-    from tracer.scoring.ranking import finalize
-
     sel = finalize(scorer.score(steps), k, scorer.pad)
     gold = scorer.res.tool_ids([s.gold for s in steps])                                  # [S]
     rank = (sel.ranking == gold[:, None]).float().argmax(1) + 1                          # [S], 1-based; the ranking is [S, N]
