@@ -35,7 +35,8 @@ class FoldEncoders:
             trained on the pairs, :mod:`tracer.learn.static_encoder`, with ``pca_dims``), ``negatives``
             (``in_batch``, or ``registry``: each context ranked against every registry tool, static only),
             ``context_weight`` (static only: weight of a context-to-context in-batch loss beside the
-            context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
+            context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``layers`` (transformer only: the
+            base model's layers kept, a shallower student; :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
             the embedder keeps its config, so an index saved with it loads it again) and the
@@ -71,6 +72,8 @@ class FoldEncoders:
                              f"{self.context_weight} with kind {self.kind!r}")
         serve_as = cfg.pop("serve_as", None)
         self.recipe = TrainConfig(**cfg)
+        if self.recipe.layers and self.kind != "transformer":
+            raise ValueError(f"encoder_training.layers cuts a transformer's depth; kind {self.kind!r} has no layers")
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
         self.serve_as = dict(serve_as) if serve_as is not None else plain(load_config("embedder", "finetuned"))
         self.history: list[dict] = []  # per call: checkpoint, training time, the trajectories the pairs came from

@@ -50,6 +50,10 @@ class TrainConfig:
         scale: the loss's inverse temperature on cosine similarities.
         max_seq_length: truncation while training (the checkpoint keeps the model's own for encoding).
         seed: batches, dropout and initial state.
+        layers: the base model's transformer layers to keep, by index (``()``: all). A shallower student
+            is fine-tuned as it is and saved with only those layers: encoding costs about in proportion
+            to the layers kept (sentence-transformers' layer-reduction distillation keeps every other
+            layer likewise). Enters the cache key only when set, so the keys of full-depth recipes stay.
     """
 
     batch_size: int = 32
@@ -60,6 +64,21 @@ class TrainConfig:
     scale: float = 20.0
     max_seq_length: int = 128
     seed: int = 0
+    layers: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))  # a YAML list arrives as a list
+        if len(set(self.layers)) != len(self.layers) or any(i < 0 for i in self.layers):
+            raise ValueError(f"encoder_training.layers must be distinct layer indices >= 0, got {list(self.layers)}")
+
+    def key(self) -> dict:
+        """The fields as they enter a checkpoint's cache key (``layers`` only when set)."""
+        d = asdict(self)
+        if not self.layers:
+            del d["layers"]
+        else:
+            d["layers"] = list(self.layers)
+        return d
 
 
 @dataclass(frozen=True)
@@ -149,6 +168,8 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     device = device or default_device()
     torch.manual_seed(cfg.seed)
     model = SentenceTransformer(str(model_folder(base_model)), device=device)
+    if cfg.layers:
+        keep_layers(model, cfg.layers)
     own_length = model.max_seq_length
     model.max_seq_length = min(cfg.max_seq_length, own_length)
     loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
@@ -172,14 +193,26 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     model.max_seq_length = own_length
     info = {"pairs": len(pairs), "batches": len(batches), "pairs_used": sum(map(len, batches)),
             "train_seconds": round(time.perf_counter() - t0, 2), "device": device, "loss": losses,
-            "config": asdict(cfg)}
+            "config": cfg.key()}
     return model, info
+
+
+def keep_layers(model: SentenceTransformer, layers: Sequence[int]) -> None:
+    """Cut a BERT-style sentence-transformers model down to the given transformer layers, in place
+    (their order kept; the saved config then says ``num_hidden_layers = len(layers)``)."""
+    net = model[0].auto_model
+    stack = net.encoder.layer
+    if max(layers) >= len(stack):
+        raise ValueError(f"encoder_training.layers {list(layers)}: the base model has {len(stack)} layers "
+                         f"(indices 0-{len(stack) - 1})")
+    net.encoder.layer = torch.nn.ModuleList(stack[i] for i in sorted(layers))
+    net.config.num_hidden_layers = len(layers)
 
 
 def checkpoint_dir(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None,
                    encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
     """Where the checkpoint for these pairs, recipe and base weights lives (content-addressed)."""
-    key = recipe_hash(kind="finetune-mnrl", pairs=pairs.digest(), config=asdict(cfg),
+    key = recipe_hash(kind="finetune-mnrl", pairs=pairs.digest(), config=cfg.key(),
                       weights=folder_hash(model_folder(base_model)))
     return Path(encoder_dir) / f"finetuned-{key[:16]}"
 

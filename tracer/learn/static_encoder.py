@@ -19,7 +19,6 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -117,7 +116,7 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callabl
                 log({"encoder/loss": losses[-1], "encoder/step": step})
             step += 1
     info = {"pairs": len(pairs), "batches": step, "train_seconds": round(time.perf_counter() - t0, 2),
-            "loss": losses, "config": asdict(cfg), "negatives": "in_batch" if candidates is None else len(column),
+            "loss": losses, "config": cfg.key(), "negatives": "in_batch" if candidates is None else len(column),
             "context_weight": context_weight, "device": "cpu"}
     return table.detach().numpy(), info
 
@@ -132,7 +131,7 @@ def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
     extra = {} if candidates is None else {"candidates": hashlib.sha256("\0".join(candidates).encode()).hexdigest()}
     if context_weight > 0:
         extra["context_weight"] = float(context_weight)
-    key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=asdict(cfg), start=folder_hash(start / "model"),
+    key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=cfg.key(), start=folder_hash(start / "model"),
                       **extra)  # in-batch keys stay those of the runs already cached
     out = Path(encoder_dir) / f"m2v-trained-{key[:16]}"
     if (out / "source.json").is_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -166,3 +167,48 @@ def test_inner_fold_encoders_never_saw_their_inner_fold(tmp_path):
         assert h["inner_of"] == 0 and h["trajectory_ids"]
         assert not {group_of[i] for i in h["trajectory_ids"]} & groups   # the fold it scores never reached it
         assert h["checkpoint"] != outer["checkpoint"]
+
+
+def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path):
+    """``layers``: the base model cut to some of its transformer layers (encoder_training=mnrl_l3_int8), then
+    fine-tuned and saved as it is. The kept layers are the base's own weights in order, every other weight is
+    untouched, keeping all six is the base model itself, and full-depth recipes keep their cache keys."""
+    from sentence_transformers import SentenceTransformer
+
+    from tracer.encode.embedders import minilm_path
+    from tracer.learn.encoder import keep_layers
+
+    texts = list(_pairs().anchors[:4]) + [t.search_text for t in TINY_TOOLS[:3]]
+    full = SentenceTransformer(str(minilm_path()), device="cpu")
+    cut = SentenceTransformer(str(minilm_path()), device="cpu")
+    keep_layers(cut, (1, 4))
+    want, got = full[0].auto_model.state_dict(), cut[0].auto_model.state_dict()
+    for name, w in got.items():
+        parts = name.split(".")
+        if parts[:2] == ["encoder", "layer"]:
+            parts[2] = str((1, 4)[int(parts[2])])  # kept layer 0 is the base's layer 1, kept layer 1 its layer 4
+        assert torch.equal(w, want[".".join(parts)]), name
+    assert len(got) == len(want) - 4 * sum(n.startswith("encoder.layer.0.") for n in want)
+    same = SentenceTransformer(str(minilm_path()), device="cpu")
+    keep_layers(same, range(6))
+    torch.testing.assert_close(same.encode(texts, convert_to_tensor=True), full.encode(texts, convert_to_tensor=True),
+                               atol=0, rtol=0)
+    with pytest.raises(ValueError, match="has 6 layers"):
+        keep_layers(same, (2, 6))
+    with pytest.raises(ValueError, match="distinct layer indices"):
+        TrainConfig(layers=(1, 1))
+    # fine-tuned and saved: two layers on disk, the same embeddings once reloaded, a checkpoint of its own
+    recipe = dataclasses.replace(FAST, epochs=1, layers=[1, 4])  # a YAML list
+    assert recipe.layers == (1, 4) and recipe.key()["layers"] == [1, 4]
+    path = finetuned(_pairs(), recipe, encoder_dir=tmp_path, device="cpu")
+    assert json.loads((path / "config.json").read_text())["num_hidden_layers"] == 2
+    assert train_info(path)["config"]["layers"] == [1, 4]
+    reloaded = SentenceTransformerEmbedder(str(path), device="cpu", progress=0).encode(texts)
+    model = SentenceTransformer(str(path), device="cpu")
+    torch.testing.assert_close(reloaded, model.encode(texts, convert_to_tensor=True, normalize_embeddings=True),
+                               atol=1e-6, rtol=0)
+    assert path != checkpoint_dir(_pairs(), dataclasses.replace(recipe, layers=()), None, tmp_path)
+    # a full-depth recipe's key is what it was before the field existed
+    assert FAST.key() == {k: v for k, v in dataclasses.asdict(FAST).items() if k != "layers"}
+    with pytest.raises(ValueError, match="kind 'static' has no layers"):
+        FoldEncoders(Registry(TINY_TOOLS), {"kind": "static", **dataclasses.asdict(recipe)}, embed_cache=None)
