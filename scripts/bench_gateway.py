@@ -125,7 +125,7 @@ def machine() -> str:
     """The processor and CPU count (Linux ``/proc/cpuinfo``): latency here is the host's, so each output names it."""
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), "unknown processor")
-    return f"{model}, {len(os.sched_getaffinity(0))} CPUs"
+    return f"{model}, {os.cpu_count()} CPUs"
 
 
 def free_port() -> int:
