@@ -9,7 +9,9 @@ bootstrap 95% CI of the recall@5 difference over the same steps; needs the runs'
 not committed). Training: the encoder's wall time per outer fold on this machine (mean over folds).
 The latency columns come from ``scripts/bench_frontier.py`` (every encoder x scorer in one run, one
 thread, a live step end to end); the plot puts BFCL recall@5 against that step p50.
-Writes ``ROOT/frontier.md`` and ``ROOT/frontier.png``.
+Writes ``ROOT/frontier.md`` and ``ROOT/frontier.png``. A row whose steps are not on this machine (steps.jsonl
+is gitignored; a fresh clone has none) keeps the paired columns of the ``frontier.md`` it replaces, so
+rerunning one row does not blank the others' tests.
 """
 
 from __future__ import annotations
@@ -69,16 +71,31 @@ def fmt_delta(t: dict | None) -> str:
     return f"{t['mean_diff']:+.3f} [{t['ci95'][0]:+.3f}, {t['ci95'][1]:+.3f}] p {p}"
 
 
-def table(rows: list[dict]) -> str:
+def previous_tests(path: Path) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(dataset, label, scorer) -> the two paired columns as an earlier ``frontier.md`` printed them."""
+    out, ds = {}, None
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        if line.startswith("### "):
+            ds = line[4:].split(" ", 1)[0]
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if ds and len(cells) == 10 and cells[5] and not cells[5].startswith("Δ") and not set(cells[5]) <= set("-:"):
+            out[ds, cells[0], cells[1]] = (cells[5], cells[6])
+    return out
+
+
+def table(rows: list[dict], kept: dict[tuple[str, str], tuple[str, str]] | None = None) -> str:
+    """The Markdown table; ``kept``: (label, scorer) -> paired columns for rows that have no steps to test here."""
+    kept = kept or {}
     lines = [("| encoder | scorer | recall@1 | recall@5 | MRR | Δ recall@5 vs zero-shot [95% CI] | Δ recall@1 | "
               "training s/fold | step p50 / p95 ms | texts/s |"), "|---|---|---:|---:|---:|---|---|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["scorer"], list(ENCODERS).index(r["encoder"]) if r["encoder"] in ENCODERS else 99)):
         pr = r.get("paired", {})
+        d5, d1 = (fmt_delta(pr.get("hit_at_k")), fmt_delta(pr.get("top1"))) if pr else kept.get((r["label"], r["scorer"]), ("", ""))
         lat = f"{r['p50']:.2f} / {r['p95']:.2f}" if r["p50"] is not None else ""
         train = "" if r["train_s"] is None else f"{r['train_s']:.0f}"
         tps = "" if r["tps"] is None else f"{r['tps']:.0f}"
         lines.append(f"| {r['label']} | {r['scorer']} | {r['recall@1']:.3f} | {r['recall@5']:.3f} | {r['mrr']:.3f} | "
-                     f"{fmt_delta(pr.get('hit_at_k'))} | {fmt_delta(pr.get('top1'))} | "
+                     f"{d5} | {d1} | "
                      f"{train} | {lat} | {tps} |")
     return "\n".join(lines)
 
@@ -108,14 +125,14 @@ def main() -> None:
     lat = {}
     if a.latency.is_file():
         lat = {(r["encoder"], r["scorer"]): r for r in json.loads(a.latency.read_text())["rows"]}
-    parts = []
+    parts, old = [], previous_tests(a.root / "frontier.md")
     for ds in ("bfcl", "tau2", "apibank"):
         runs = sorted(d for d in (a.root / ds).glob("*_*") if (d / "metrics.json").is_file() and not d.name.startswith("finetuned_fold"))
         if not runs:
             continue
         rows = [row(d, lat if ds == "bfcl" else {}) for d in runs]
         parts.append(f"### {ds} (registry large, k = 5, 5 folds, seed 0, oracle; {rows[0]['steps']} held-out steps)\n\n"
-                     + table(rows))
+                     + table(rows, {(lab, sc): v for (d, lab, sc), v in old.items() if d == ds}))
         if ds == "bfcl" and any(r["p50"] is not None for r in rows):
             plot(rows, a.root / "frontier.png")
     text = "\n\n".join(parts) + "\n"

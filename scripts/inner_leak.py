@@ -1,6 +1,6 @@
 """Does tracer_plus's inner-fold leak through a fine-tuned encoder matter? One outer fold, measured both ways.
 
-    nice python scripts/inner_leak.py [--dataset bfcl] [--fold 0] [--out results/encoders/inner_leak.json]
+    nice python scripts/inner_leak.py [--dataset bfcl] [--fold 0] [--config mnrl] [--out results/encoders/inner_leak.json]
 
 With per-fold fine-tuning (``encoder_training=mnrl``) the outer fold's encoder saw every training
 trajectory, including each inner fold that tracer_plus's candidate model is fitted on out of fold: its
@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config", default="mnrl", help="a transformer recipe in tracer/configs/encoder_training/ "
+                                                     "(mnrl_l3_int8: the 3-layer student, served in int8)")
     ap.add_argument("--out", default="results/encoders/inner_leak.json")
     a = ap.parse_args()
     ds = build_dataset(a.dataset, "large", a.seed)
@@ -49,7 +51,7 @@ def main() -> None:
     train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]
     test = [s for s in extract_all(t for t in ds.trajectories if fold_of[t.group] == a.fold and t.success)
             if s.gold in ds.registry]
-    cfg = OmegaConf.to_container(load_config("encoder_training", "mnrl", seed=a.seed)) | {"inner_encoders": True}
+    cfg = OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed)) | {"inner_encoders": True}
     encoders = FoldEncoders(ds.registry, cfg, seed=a.seed)
     res = encoders(train)
     clean_fit = res.without
@@ -68,7 +70,7 @@ def main() -> None:
     out["clean_minus_shared"] = {m: paired_test(runs["clean"][m], runs["shared"][m]) for m in runs["clean"]}
     out["inner_encoders"] = [{k: h[k] for k in ("checkpoint", "pairs", "train_seconds", "held_groups")}
                              for h in encoders.history if h["inner_of"] is not None]
-    out |= {"dataset": a.dataset, "fold": a.fold, "steps": len(test), "k": a.k}
+    out |= {"dataset": a.dataset, "fold": a.fold, "steps": len(test), "k": a.k, "config": a.config}
     print(json.dumps(out["clean_minus_shared"], indent=1))
     Path(a.out).write_text(json.dumps(out, indent=1))
 

@@ -178,3 +178,16 @@ def test_ablation_experiment_is_the_script_row(row):
     assert cfg.latency_sample == (50 if row in REFERENCE_ROWS else 0)
     assert cfg.hydra.sweep.subdir == f"tracer_plus_ablation/{row}"
     assert isinstance(build_scorer(cfg.scorer), Scorer)
+
+
+@pytest.mark.parametrize("recipe", names("encoder_training"))
+def test_every_encoder_training_recipe_is_one_fold_encoders_accepts(recipe):
+    """FoldEncoders checks a recipe when it is built (kind, negatives, context weight, layers), before any
+    training: every shipped recipe passes, and the students cut MiniLM to the layers their files name."""
+    from tracer.core.types import Registry, Tool
+    from tracer.eval.fold_encoders import FoldEncoders
+
+    cfg = OmegaConf.to_container(evaluate(f"encoder_training={recipe}").encoder_training, resolve=True)
+    enc = FoldEncoders(Registry([Tool("a", "tool a")]), cfg, embed_cache=None)
+    assert enc.recipe.layers == {"mnrl_l3_int8": (0, 1, 5), "mnrl_l2_int8": (4, 5)}.get(recipe, ())
+    assert (enc.kind == "static") == recipe.startswith("static")
