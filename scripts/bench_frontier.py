@@ -1,7 +1,7 @@
 """End-to-end latency of a live step for every encoder x scorer, measured in one run (the frontier's speed axis).
 
     OMP_NUM_THREADS=1 python scripts/bench_frontier.py [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
-        [--student .cache/encoders/finetuned-<fold 0's 3-layer student hash>]
+        [--student .cache/encoders/finetuned-<fold 0's 3-layer student> .cache/encoders/finetuned-<its 2-layer one>]
         [--n 300] [--out results/encoders/frontier_latency.json]
 
 BFCL (registry large), each scorer fitted on outer fold 0's training split (5 folds by group, seed 0)
@@ -15,7 +15,7 @@ figure to compare across machines) and throughput (texts/s encoding batches of 6
 Always included: fold 0's static model trained on its training split (``encoder_training=static_mnrl``).
 ``--finetuned`` adds the fold-0 checkpoint (``scripts/finetune_fold.py --fold 0``; trained on fold 0's
 training split only, so fold 0's held-out steps are fair), its static distillation and its ONNX int8
-export; ``--student`` fold 0's 3-layer student (``encoder_training=mnrl_l3_int8``) in ONNX int8. Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
+export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``, ``mnrl_l2_int8``) in ONNX int8. Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
 machine inflates least.
 """
 
@@ -44,7 +44,7 @@ from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
 
 
-def encoders(finetuned: str | None, trained_static: str, student: str | None = None) -> dict[str, dict]:
+def encoders(finetuned: str | None, trained_static: str, students: dict[int, str] | None = None) -> dict[str, dict]:
     """label -> (embedder config name, overrides)."""
     out = {"MiniLM torch": ("minilm", {}), "ONNX fp32": ("onnx_fp32", {}), "ONNX int8": ("onnx_int8", {}),
            "static m2v": ("static", {}), "trained static m2v": ("static", {"model": trained_static})}
@@ -52,9 +52,13 @@ def encoders(finetuned: str | None, trained_static: str, student: str | None = N
         out |= {"fine-tuned torch": ("finetuned", {"model": finetuned}),
                 "fine-tuned ONNX int8": ("onnx_int8", {"model": finetuned}),
                 "fine-tuned static m2v": ("static", {"model": finetuned})}
-    if student:
-        out["3-layer fine-tuned ONNX int8"] = ("onnx_int8", {"model": student})
+    for layers, path in sorted((students or {}).items(), reverse=True):
+        out[f"{layers}-layer fine-tuned ONNX int8"] = ("onnx_int8", {"model": path})
     return out
+
+
+def layer_count(checkpoint: str) -> int:
+    return int(json.loads((Path(checkpoint) / "config.json").read_text())["num_hidden_layers"])
 
 
 def pct(v: list[float], q: float) -> float:
@@ -64,8 +68,8 @@ def pct(v: list[float], q: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--finetuned", default=None, help="fold 0's fine-tuned checkpoint folder")
-    ap.add_argument("--student", default=None,
-                    help="fold 0's 3-layer student checkpoint (finetune_fold.py --config mnrl_l3_int8 --fold 0)")
+    ap.add_argument("--student", nargs="*", default=[],
+                    help="fold 0's student checkpoints (finetune_fold.py --config mnrl_l3_int8|mnrl_l2_int8 --fold 0)")
     ap.add_argument("--scorers", nargs="+", default=["vector", "tracer_plus"])
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--k", type=int, default=5)
@@ -82,7 +86,7 @@ def main() -> None:
     recipe = plain(load_config("encoder_training", "static_mnrl", seed=0))
     trained_static = FoldEncoders(ds.registry, recipe)(train).embedder.config["model"]
     retrievers, embedders = {}, {}
-    for label, (name, overrides) in encoders(a.finetuned, trained_static, a.student).items():
+    for label, (name, overrides) in encoders(a.finetuned, trained_static, {layer_count(p): p for p in a.student}).items():
         emb = build_embedder(name, **overrides)
         res = Resources.build(ds.registry, emb, device="cpu")
         for sc in a.scorers:
