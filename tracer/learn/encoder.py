@@ -201,7 +201,10 @@ def keep_layers(model: SentenceTransformer, layers: Sequence[int]) -> None:
     """Cut a BERT-style sentence-transformers model down to the given transformer layers, in place
     (their order kept; the saved config then says ``num_hidden_layers = len(layers)``)."""
     net = model[0].auto_model
-    stack = net.encoder.layer
+    stack = getattr(getattr(net, "encoder", None), "layer", None)
+    if not isinstance(stack, torch.nn.ModuleList):
+        raise TypeError(f"encoder_training.layers: the base model ({type(net).__name__}) has no BERT-style "
+                        f"encoder.layer stack to cut")
     if max(layers) >= len(stack):
         raise ValueError(f"encoder_training.layers {list(layers)}: the base model has {len(stack)} layers "
                          f"(indices 0-{len(stack) - 1})")
