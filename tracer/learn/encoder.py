@@ -67,18 +67,15 @@ class TrainConfig:
     layers: tuple[int, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))  # a YAML list arrives as a list
+        # a YAML list arrives as a list; sorted, since the cut keeps the base's order ([5, 0] is [0, 5], one key)
+        object.__setattr__(self, "layers", tuple(sorted(int(i) for i in self.layers)))
         if len(set(self.layers)) != len(self.layers) or any(i < 0 for i in self.layers):
             raise ValueError(f"encoder_training.layers must be distinct layer indices >= 0, got {list(self.layers)}")
 
     def key(self) -> dict:
         """The fields as they enter a checkpoint's cache key (``layers`` only when set)."""
-        d = asdict(self)
-        if not self.layers:
-            del d["layers"]
-        else:
-            d["layers"] = list(self.layers)
-        return d
+        d = asdict(self) | {"layers": list(self.layers)}
+        return d if self.layers else {k: v for k, v in d.items() if k != "layers"}
 
 
 @dataclass(frozen=True)
@@ -208,7 +205,7 @@ def keep_layers(model: SentenceTransformer, layers: Sequence[int]) -> None:
     if max(layers) >= len(stack):
         raise ValueError(f"encoder_training.layers {list(layers)}: the base model has {len(stack)} layers "
                          f"(indices 0-{len(stack) - 1})")
-    net.encoder.layer = torch.nn.ModuleList(stack[i] for i in sorted(layers))
+    net.encoder.layer = torch.nn.ModuleList(stack[i] for i in sorted(layers))  # the base's order
     net.config.num_hidden_layers = len(layers)
 
 

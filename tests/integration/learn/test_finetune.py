@@ -198,7 +198,7 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
     with pytest.raises(ValueError, match="distinct layer indices"):
         TrainConfig(layers=(1, 1))
     # fine-tuned and saved: two layers on disk, the same embeddings once reloaded, a checkpoint of its own
-    recipe = dataclasses.replace(FAST, epochs=1, layers=[1, 4])  # a YAML list
+    recipe = dataclasses.replace(FAST, epochs=1, layers=[4, 1])  # a YAML list, in any order: the base's order
     assert recipe.layers == (1, 4) and recipe.key()["layers"] == [1, 4]
     path = finetuned(_pairs(), recipe, encoder_dir=tmp_path, device="cpu")
     assert json.loads((path / "config.json").read_text())["num_hidden_layers"] == 2
