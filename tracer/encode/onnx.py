@@ -27,6 +27,7 @@ import onnxruntime as ort
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.optimizer import optimize_model
+from tokenizers import Tokenizer
 from transformers import AutoModel, AutoTokenizer
 
 from tracer.core.io import atomic_new_dir
@@ -113,6 +114,11 @@ class OnnxEmbedder:
         self.name = f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}"
         self.max_seq_length = int(meta["max_seq_length"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.dir / "tokenizer"))
+        # the Rust tokenizer under it, truncating and padding as the Hugging Face call does (truncation=True,
+        # max_length, padding=True): that call's Python costs ~0.1 ms a text, 5% of a live step of the fast preset
+        self.fast_tokenizer = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
+        self.fast_tokenizer.enable_truncation(self.max_seq_length)
+        self.fast_tokenizer.enable_padding(pad_id=self.tokenizer.pad_token_id, pad_token=self.tokenizer.pad_token)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
@@ -127,8 +133,10 @@ class OnnxEmbedder:
                                                 for i in range(0, len(texts), self.batch_size)]))  # [N, d]
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length, return_tensors="np")
-        feeds = {k: enc[k].astype(np.int64) for k in _INPUTS}
+        enc = self.fast_tokenizer.encode_batch(texts)
+        feeds = {"input_ids": np.array([e.ids for e in enc], dtype=np.int64),             # [B, T]
+                 "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
+                 "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64)}
         hidden = self.session.run(None, feeds)[0]                          # [B, T, d]
         mask = feeds["attention_mask"][..., None].astype(np.float32)       # [B, T, 1]
         pooled = (hidden * mask).sum(1) / np.clip(mask.sum(1), 1e-9, None)  # [B, d] mean over real tokens

@@ -58,6 +58,21 @@ def test_onnx_batches_agree_with_single_texts(onnx_fp32):
     torch.testing.assert_close(onnx_fp32.encode(TEXTS), single, atol=1e-5, rtol=0)
 
 
+def test_onnx_tokenizes_as_the_hugging_face_call(onnx_fp32):
+    # the Rust tokenizer the encoder calls directly must give the wrapper's ids, mask and types exactly,
+    # truncation at 256 and padding of a batch included
+    import numpy as np
+
+    ref = onnx_fp32.tokenizer(TEXTS, padding=True, truncation=True, max_length=onnx_fp32.max_seq_length,
+                              return_tensors="np")
+    enc = onnx_fp32.fast_tokenizer.encode_batch(TEXTS)
+    assert ref["input_ids"].shape[1] == onnx_fp32.max_seq_length == 256
+    for field, key in (("ids", "input_ids"), ("attention_mask", "attention_mask"), ("type_ids", "token_type_ids")):
+        np.testing.assert_array_equal(np.array([getattr(e, field) for e in enc]), ref[key])
+    one = onnx_fp32.fast_tokenizer.encode_batch(TEXTS[:1])[0]
+    assert one.ids == onnx_fp32.tokenizer(TEXTS[0])["input_ids"]  # alone: no padding
+
+
 def test_onnx_int8_is_close_to_torch(onnx_int8, torch_vectors):
     cos = _cos(onnx_int8.encode(TEXTS), torch_vectors)
     assert cos.mean() > 0.98 and cos.min() > 0.95
