@@ -33,7 +33,9 @@ class FoldEncoders:
             tracer_plus's candidate model, trained without that fold: no step it is fitted on reached its
             encoder; 5x the training), ``kind`` (``transformer``, or ``static``: a model2vec token table
             trained on the pairs, :mod:`tracer.learn.static_encoder`, with ``pca_dims``), ``negatives``
-            (``in_batch``, or ``registry``: each context ranked against every registry tool, static only),
+            (``in_batch``; ``registry``: each context ranked against every registry tool, static only; ``trie``: one
+            hard negative per pair, another child of its trie state, transformer only,
+            :func:`tracer.learn.encoder.trie_negatives`),
             ``context_weight`` (static only: weight of a context-to-context in-batch loss beside the
             context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``layers`` (transformer only: the
             base model's layers kept, a shallower student; :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
@@ -63,10 +65,11 @@ class FoldEncoders:
         self.context_weight = float(cfg.pop("context_weight", 0.0))
         if self.kind not in ("transformer", "static"):
             raise ValueError(f"encoder_training.kind must be transformer or static, got {self.kind!r}")
-        if self.negatives not in ("in_batch", "registry") or (self.negatives == "registry" and self.kind != "static"):
-            raise ValueError(f"encoder_training.negatives must be in_batch, or registry with kind static (a "
-                             f"transformer would re-encode every tool text each batch), got {self.negatives!r} "
-                             f"with kind {self.kind!r}")
+        if (self.negatives not in ("in_batch", "registry", "trie") or (self.negatives == "registry" and self.kind != "static")
+                or (self.negatives == "trie" and self.kind != "transformer")):
+            raise ValueError(f"encoder_training.negatives must be in_batch, registry with kind static (a transformer "
+                             f"would re-encode every tool text each batch) or trie with kind transformer, got "
+                             f"{self.negatives!r} with kind {self.kind!r}")
         if self.context_weight < 0 or (self.context_weight > 0 and self.kind != "static"):
             raise ValueError(f"encoder_training.context_weight must be >= 0, and > 0 only with kind static, got "
                              f"{self.context_weight} with kind {self.kind!r}")
@@ -79,7 +82,8 @@ class FoldEncoders:
         self.history: list[dict] = []  # per call: checkpoint, training time, the trajectories the pairs came from
 
     def pairs(self, train: Sequence[Trajectory]) -> Pairs:
-        return training_pairs(train, self.registry, self.rendering, self.successful_only)
+        return training_pairs(train, self.registry, self.rendering, self.successful_only,
+                              "trie" if self.negatives == "trie" else "in_batch", self.recipe.seed)
 
     def __call__(self, train: Sequence[Trajectory], inner_of: int | None = None,
                  held: frozenset[str] = frozenset()) -> Resources:

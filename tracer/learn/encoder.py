@@ -5,7 +5,9 @@ tracer_plus renders its vector query (anchor) and the gold tool's text as the sc
 ``Tool.search_text`` (positive). The loss is sentence-transformers' MultipleNegativesRankingLoss:
 for a batch of B pairs, cross-entropy of anchor i over the B positives (scale 20, cosine), so the
 other tools in the batch are the negatives. A batch never holds the same anchor text or the same
-tool twice (a repeated tool would be a false negative). AdamW, linear warm-up then decay, one
+tool twice (a repeated tool would be a false negative). With ``negatives: trie`` each pair also
+carries one hard negative, another child of its trie state (:func:`trie_negatives`), which every
+anchor of the batch is ranked against too (MNRL's third column). AdamW, linear warm-up then decay, one
 epoch, seeded; CUDA when present (not run here), else the CPU, where a run is deterministic.
 
 The checkpoint lands atomically in ``<encoder_dir>/finetuned-<hash>/``, the hash covering the pairs,
@@ -30,9 +32,10 @@ import torch
 from tracer.core.context import ContextRendering
 from tracer.core.io import atomic_new_dir, write_json
 from tracer.core.steps import extract_all
-from tracer.core.types import Registry, Trajectory
+from tracer.core.types import Registry, Step, Trajectory
 from tracer.encode.embedders import default_device
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
+from tracer.memory.keys import PREFIX, StateKey
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -80,11 +83,17 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Pairs:
-    """Training pairs, with the trajectory each came from (so a leak can be checked)."""
+    """Training pairs, with the trajectory each came from (so a leak can be checked), and optionally
+    one hard negative tool text per pair (:func:`trie_negatives`)."""
 
     anchors: tuple[str, ...]
     positives: tuple[str, ...]
     trajectory_ids: tuple[str, ...]
+    negatives: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        if self.negatives is not None and len(self.negatives) != len(self.anchors):
+            raise ValueError(f"Pairs: {len(self.negatives)} negatives for {len(self.anchors)} pairs")
 
     def __len__(self) -> int:
         return len(self.anchors)
@@ -92,22 +101,64 @@ class Pairs:
     @classmethod
     def cat(cls, parts: Sequence[Pairs]) -> Pairs:
         """The pairs of several sources in order (e.g. several datasets for a transferred encoder)."""
-        return cls(*(tuple(x for p in parts for x in getattr(p, f)) for f in ("anchors", "positives", "trajectory_ids")))
+        with_neg = {p.negatives is not None for p in parts}
+        if len(with_neg) > 1:
+            raise ValueError("Pairs.cat: some parts have hard negatives and some not")
+        fields = ("anchors", "positives", "trajectory_ids") + (("negatives",) if with_neg == {True} else ())
+        return cls(*(tuple(x for p in parts for x in getattr(p, f)) for f in fields))
 
     def digest(self) -> str:
         h = hashlib.sha256()
         for a, p in zip(self.anchors, self.positives):
             h.update(a.encode() + b"\0" + p.encode() + b"\1")
+        if self.negatives is not None:  # only then: the keys of in-batch checkpoints stay as they were
+            for n in self.negatives:
+                h.update(b"\2" + n.encode())
         return h.hexdigest()
 
 
+def training_steps(trajectories: Iterable[Trajectory], registry: Registry, successful_only: bool = True) -> list[Step]:
+    """Every step of the (successful) trajectories whose gold is in the registry: one training pair each."""
+    return [s for s in extract_all(t for t in trajectories if t.success or not successful_only) if s.gold in registry]
+
+
 def training_pairs(trajectories: Iterable[Trajectory], registry: Registry, rendering: ContextRendering,
-                   successful_only: bool = True) -> Pairs:
-    """(rendered context, gold tool text) for every step of the (successful) trajectories whose gold is in the registry."""
-    steps = [s for s in extract_all(t for t in trajectories if t.success or not successful_only) if s.gold in registry]
+                   successful_only: bool = True, negatives: str = "in_batch", seed: int = 0) -> Pairs:
+    """(rendered context, gold tool text) for every step of the (successful) trajectories whose gold is in
+    the registry; with ``negatives="trie"`` also one hard negative per pair (:func:`trie_negatives`)."""
+    if negatives not in ("in_batch", "trie"):
+        raise ValueError(f"training_pairs: negatives must be in_batch or trie, got {negatives!r}")
+    steps = training_steps(trajectories, registry, successful_only)
+    hard = None
+    if negatives == "trie":
+        hard = tuple(registry.get(n).search_text for n in trie_negatives(steps, registry, seed))
     return Pairs(tuple(rendering.render(s.context) for s in steps),
                  tuple(registry.get(s.gold).search_text for s in steps),
-                 tuple(s.trajectory_id for s in steps))
+                 tuple(s.trajectory_id for s in steps), hard)
+
+
+def trie_negatives(steps: Sequence[Step], registry: Registry, seed: int = 0, key: StateKey = PREFIX) -> list[str]:
+    """One hard negative tool per step: another child of the step's trie state (a tool that followed the same
+    calls in some training step, not this step's gold), drawn seeded; a random registry tool when the
+    state has no other child. These are the tools tracer_plus's vector features must tell apart from the
+    gold where the trie itself cannot: the other branches out of the same node.
+    """
+    children: dict[tuple[str, ...], set[str]] = {}
+    for s in steps:
+        children.setdefault(key.state(s), set()).add(s.gold)
+    rng = random.Random(seed)
+    names = [t.name for t in registry]
+    out = []
+    for s in steps:
+        other = sorted(children[key.state(s)] - {s.gold})
+        if other:
+            out.append(rng.choice(other))
+        else:
+            pick = rng.choice(names)
+            while pick == s.gold and len(names) > 1:
+                pick = rng.choice(names)
+            out.append(pick)
+    return out
 
 
 def print_progress(every: int = 10) -> Callable[[dict], None]:
@@ -127,18 +178,23 @@ def no_duplicate_batches(pairs: Pairs, batch_size: int, seed: int) -> list[list[
 
     Greedy, as sentence-transformers' NoDuplicatesBatchSampler: each batch takes the next pairs in
     the shuffled order that clash with nothing already in it; the rest wait for a later batch.
-    Batches of one pair (no negative, so no gradient) are dropped.
+    With hard negatives, no pair's negative is another pair's positive in the batch either (it would
+    be a false negative for that pair's anchor). Batches of one pair (no negative, so no gradient) are dropped.
     """
     order = list(range(len(pairs)))
     random.Random(seed).shuffle(order)
+    negs = pairs.negatives
     batches = []
     while order:
         batch, seen, rest = [], set(), []
         for i in order:
             a, p = ("a", pairs.anchors[i]), ("p", pairs.positives[i])
-            if len(batch) < batch_size and a not in seen and p not in seen:
+            clash = a in seen or p in seen
+            if negs is not None:  # a tool text is a positive here and a negative there: both ways are clashes
+                clash = clash or ("n", pairs.positives[i]) in seen or ("p", negs[i]) in seen
+            if len(batch) < batch_size and not clash:
                 batch.append(i)
-                seen.update((a, p))
+                seen.update((a, p) if negs is None else (a, p, ("n", negs[i])))
             else:
                 rest.append(i)
         batches.append(batch)
@@ -176,8 +232,9 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     model.train()
     losses, t0 = [], time.perf_counter()
     for step, batch in enumerate(batches):
-        feats = [_features(model, [pairs.anchors[i] for i in batch], device),
-                 _features(model, [pairs.positives[i] for i in batch], device)]
+        columns = (pairs.anchors, pairs.positives) + ((pairs.negatives,) if pairs.negatives is not None else ())
+        # MNRL scores each anchor against every positive and, when present, every hard negative of the batch
+        feats = [_features(model, [col[i] for i in batch], device) for col in columns]
         loss = loss_fn(feats, torch.empty(0, device=device))
         opt.zero_grad()
         loss.backward()

@@ -26,6 +26,8 @@ from tracer.learn.encoder import (
     train,
     train_info,
     training_pairs,
+    trie_negatives,
+    training_steps,
 )
 
 RENDERING = ContextRendering(join_users=True)
@@ -56,6 +58,43 @@ def test_batches_never_repeat_an_anchor_or_a_tool():
     used = [i for b in batches for i in b]
     assert len(used) == len(set(used))
     assert batches == no_duplicate_batches(pairs, 4, seed=0) != no_duplicate_batches(pairs, 4, seed=1)
+
+
+def test_trie_negatives_are_the_other_children_of_the_state():
+    # the tiny trajectories' turn-local states: () -> search_flights x3, cancel_booking, get_weather x2, list_files;
+    # (search_flights,) -> book_flight only; (get_weather,) -> send_email only
+    reg = Registry(TINY_TOOLS)
+    steps = training_steps(tiny_trajectories(), reg)
+    negs = trie_negatives(steps, reg, seed=0)
+    root = {"search_flights", "cancel_booking", "get_weather", "list_files"}
+    assert len(negs) == len(steps) == 10
+    for s, n in zip(steps, negs):
+        assert n != s.gold and n in reg
+        if not s.prefix:
+            assert n in root - {s.gold}  # another branch out of the same node
+    assert negs == trie_negatives(steps, reg, seed=0)
+    assert any(trie_negatives(steps, reg, seed=i) != negs for i in range(1, 5))
+    hard = training_pairs(tiny_trajectories(), reg, RENDERING, negatives="trie")
+    assert hard.negatives == tuple(reg.get(n).search_text for n in negs)
+    assert hard.anchors == _pairs().anchors and hard.digest() != _pairs().digest()
+    assert _pairs().negatives is None
+    with pytest.raises(ValueError, match="negatives must be in_batch or trie"):
+        training_pairs(tiny_trajectories(), reg, RENDERING, negatives="vector")
+
+
+def test_batches_keep_a_negative_from_being_another_pairs_positive():
+    pairs = training_pairs(tiny_trajectories(), Registry(TINY_TOOLS), RENDERING, negatives="trie")
+    batches = no_duplicate_batches(pairs, 4, seed=0)
+    assert batches
+    for b in batches:
+        positives = {pairs.positives[i] for i in b}
+        assert len(positives) == len(b) and not positives & {pairs.negatives[i] for i in b}
+    # trained with its negatives as MNRL's third column: the loss falls and a rerun repeats it
+    _, info = train(pairs, FAST, device="cpu")
+    loss = torch.tensor(info["loss"])  # [steps] (the clashes leave epochs of unequal batch counts)
+    q = len(loss) // 4
+    assert loss[-q:].mean() < 0.7 * loss[:q].mean()
+    assert info["loss"] != train(_pairs(), FAST, device="cpu")[1]["loss"]
 
 
 @pytest.fixture(scope="module")
