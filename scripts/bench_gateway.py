@@ -121,13 +121,6 @@ def run_queue_ms(pid: int) -> float:
     return total / 1e6
 
 
-def machine() -> str:
-    """The processor and CPU count (Linux ``/proc/cpuinfo``): latency here is the host's, so each output names it."""
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown processor")
-    return f"{model}, {os.cpu_count()} CPUs"
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -324,6 +317,8 @@ def main() -> None:
                "|---:|---:|---:|---:|\n") + "".join(
             f"| {r['clients']} | {r['think_ms']:.0f} | {r['floor_errors']} | "
             f"{ms(r['floor_added_p50'])} / {ms(r['floor_added_p99'])} |\n" for r in rows)
+    from tracer.core.threads import machine
+
     md = f"Machine: {machine()}; {'pinned' if args.pin else 'not pinned'}.\n\n" + md
     print(md)
     if args.out is not None:

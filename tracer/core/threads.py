@@ -1,9 +1,11 @@
-"""Run a block with one intra-op torch thread, restoring the previous count afterwards."""
+"""Run a block with one intra-op torch thread, restoring the previous count afterwards; name the host's CPU."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
@@ -23,3 +25,11 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(n)
+
+
+def machine() -> str:
+    """The processor and CPU count (Linux ``/proc/cpuinfo``): latency is the host's, so each benchmark output names it."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown processor")
+    return f"{model}, {os.cpu_count()} CPUs"

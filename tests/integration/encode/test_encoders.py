@@ -132,3 +132,11 @@ def test_presets_compose():
         assert compose("evaluate").get("encoder_training") is None  # make demo does not train an encoder
         trained = compose("evaluate", overrides=["encoder_training=mnrl", "seed=3"]).encoder_training
         assert trained.seed == 3 and trained.context.join_users
+        # the named presets: best fine-tunes MiniLM; fast a 3-layer student served in int8; fastest a static model
+        best = compose("evaluate", overrides=["experiment=preset/best"])
+        assert best.scorer.name == "tracer_plus" and best.encoder_training.get("layers") is None
+        fast = compose("evaluate", overrides=["experiment=preset/fast"])
+        assert list(fast.encoder_training.layers) == [0, 1, 5] and fast.encoder_training.serve_as.variant == "int8"
+        fastest = compose("evaluate", overrides=["experiment=preset/fastest"])
+        assert fastest.encoder_training.kind == "static" and fastest.encoder_training.inner_encoders
+        assert fastest.encoder_training.context_weight == 0.5
