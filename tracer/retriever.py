@@ -117,8 +117,8 @@ class Retriever:
             factory: FAISS index factory for the fallback (``Flat`` = exact).
             dataset_options: passed to the loader (e.g. ``{"execute": False}`` for BFCL).
             encoder_training: fine-tune the encoder on the dataset's trajectories first and serve with it (a recipe
-                of ``tracer/configs/encoder_training/``: ``mnrl``, ``mnrl_static``, ``mnrl_int8``, ``mnrl_l3_int8``
-                (a 3-layer student in int8), ``static_mnrl``, ``static_contexts``, ``static_registry``, or its mapping; ``inner_encoders: true`` in it fits tracer_plus's inner folds
+                of ``tracer/configs/encoder_training/``: ``mnrl``, ``mnrl_trie`` (with trie hard
+                negatives), ``mnrl_static``, ``mnrl_int8``, ``mnrl_l3_int8`` (a 3-layer student in int8, the fast preset), ``static_mnrl``, ``static_contexts``, ``static_registry``, or its mapping; ``inner_encoders: true`` in it fits tracer_plus's inner folds
                 under encoders that never saw them, as ``experiment=preset/fastest`` does);
                 the checkpoint is cached by content hash, and the saved index rebuilds the encoder on load.
             **scorer_cfg: overrides of the scorer's config (``tracer/configs/scorer/<name>.yaml``).
