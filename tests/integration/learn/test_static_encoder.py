@@ -101,8 +101,10 @@ def test_fold_encoders_pass_the_registry_as_negatives(encoder_dir):
     enc(tiny_trajectories())
     expected = trained_static(pairs(), CFG, encoder_dir=encoder_dir, candidates=[t.search_text for t in TINY_TOOLS])
     assert enc.history[-1]["checkpoint"] == str(expected)
-    with pytest.raises(ValueError, match="negatives must be in_batch, or registry with kind static"):
+    with pytest.raises(ValueError, match="negatives must be in_batch, registry with kind static"):
         FoldEncoders(Registry(TINY_TOOLS), {**cfg, "kind": "transformer"})
+    with pytest.raises(ValueError, match="or trie with kind transformer, got 'trie' with kind 'static'"):
+        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "negatives": "trie"})
     with pytest.raises(ValueError, match="got 'hard'"):
         FoldEncoders(Registry(TINY_TOOLS), {**cfg, "negatives": "hard"})
 

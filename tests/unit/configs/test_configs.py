@@ -143,11 +143,12 @@ def test_every_experiment_is_in_a_glob_sweep():
     assert TABLE == names("scorer")
 
 
-@pytest.mark.parametrize("preset,recipe,inner", [("best", "mnrl", False), ("fast", "static_contexts", True)])
+@pytest.mark.parametrize("preset,recipe,inner", [("best", "mnrl", False), ("fast", "mnrl_l3_int8", False),
+                                                 ("fastest", "static_contexts", True)])
 def test_presets_pick_tracer_plus_over_a_trained_encoder(preset, recipe, inner):
     cfg = evaluate(f"experiment=preset/{preset}")
     assert cfg.scorer == evaluate("scorer=tracer_plus").scorer
-    # the fast preset's static encoder trains in seconds, so its inner folds get clean encoders too
+    # the fastest preset's static encoder trains in seconds, so its inner folds get clean encoders too
     assert cfg.encoder_training == evaluate(f"encoder_training={recipe}",
                                             f"encoder_training.inner_encoders={str(inner).lower()}").encoder_training
 
@@ -189,5 +190,7 @@ def test_every_encoder_training_recipe_is_one_fold_encoders_accepts(recipe):
 
     cfg = OmegaConf.to_container(evaluate(f"encoder_training={recipe}").encoder_training, resolve=True)
     enc = FoldEncoders(Registry([Tool("a", "tool a")]), cfg, embed_cache=None)
-    assert enc.recipe.layers == {"mnrl_l3_int8": (0, 1, 5), "mnrl_l2_int8": (4, 5)}.get(recipe, ())
+    assert enc.recipe.layers == {"mnrl_l3_int8": (0, 1, 5), "mnrl_l3_trie_int8": (0, 1, 5),
+                                 "mnrl_l2_int8": (4, 5)}.get(recipe, ())
+    assert enc.negatives == ("trie" if "trie" in recipe else "registry" if recipe == "static_registry" else "in_batch")
     assert (enc.kind == "static") == recipe.startswith("static")
