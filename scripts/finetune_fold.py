@@ -4,7 +4,8 @@
 
 The folds are evaluate.py's (tracer.core.folds.kfold on the groups, same seed), the pairs are
 the encoder_training config's (tracer_plus's query rendering, Tool.search_text); a second run
-with the same data and recipe finds the checkpoint and does not train.
+with the same data and recipe finds the checkpoint and does not train. With ``negatives: trie`` it also
+counts where the pairs' hard negatives come from.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from omegaconf import OmegaConf
 from tracer.build import build_dataset, load_config
 from tracer.core.folds import kfold
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import finetuned, print_progress, train_info
+from tracer.learn.encoder import finetuned, print_progress, train_info, trie_children
+from tracer.scoring.resources import training_steps
 
 
 def main() -> None:
@@ -38,9 +40,17 @@ def main() -> None:
     enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed)))
     path = finetuned(enc.pairs(train), enc.recipe, enc.base_model, enc.encoder_dir, log=print_progress())
     info = train_info(path)
-    print(json.dumps({"checkpoint": str(path), "pairs": info["pairs"], "batches": info["batches"],
-                      "train_seconds": info["train_seconds"], "first_loss": info["loss"][0],
-                      "last_loss": info["loss"][-1]}))
+    out = {"checkpoint": str(path), "pairs": info["pairs"], "batches": info["batches"],
+           "train_seconds": info["train_seconds"], "first_loss": info["loss"][0], "last_loss": info["loss"][-1]}
+    if enc.negatives == "trie":  # where the hard negatives come from (docs/encoders.md quotes fold 0's)
+        steps = training_steps(train, ds.registry, enc.successful_only)
+        children = trie_children(steps)
+        at_root = sum(not s.prefix for s in steps)
+        fallback = sum(len(children[s.prefix]) < 2 for s in steps)
+        out["hard_negatives"] = {"pairs_at_a_turns_first_call": at_root,
+                                 "pairs_later_with_another_child": len(steps) - at_root - fallback,
+                                 "pairs_with_a_random_registry_tool": fallback}
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

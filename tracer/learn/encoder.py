@@ -22,7 +22,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,11 +31,11 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.io import atomic_new_dir, write_json
-from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Step, Trajectory
 from tracer.encode.embedders import default_device
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
 from tracer.memory.keys import PREFIX, StateKey
+from tracer.scoring.resources import training_steps
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -117,12 +117,7 @@ class Pairs:
         return h.hexdigest()
 
 
-def training_steps(trajectories: Iterable[Trajectory], registry: Registry, successful_only: bool = True) -> list[Step]:
-    """Every step of the (successful) trajectories whose gold is in the registry: one training pair each."""
-    return [s for s in extract_all(t for t in trajectories if t.success or not successful_only) if s.gold in registry]
-
-
-def training_pairs(trajectories: Iterable[Trajectory], registry: Registry, rendering: ContextRendering,
+def training_pairs(trajectories: Sequence[Trajectory], registry: Registry, rendering: ContextRendering,
                    successful_only: bool = True, negatives: str = "in_batch", seed: int = 0) -> Pairs:
     """(rendered context, gold tool text) for every step of the (successful) trajectories whose gold is in
     the registry; with ``negatives="trie"`` also one hard negative per pair (:func:`trie_negatives`)."""
@@ -143,22 +138,27 @@ def trie_negatives(steps: Sequence[Step], registry: Registry, seed: int = 0, key
     state has no other child. These are the tools tracer_plus's vector features must tell apart from the
     gold where the trie itself cannot: the other branches out of the same node.
     """
-    children: dict[tuple[str, ...], set[str]] = {}
-    for s in steps:
-        children.setdefault(key.state(s), set()).add(s.gold)
-    rng = random.Random(seed)
     names = [t.name for t in registry]
+    if len(names) < 2:
+        raise ValueError(f"trie negatives need a registry of at least 2 tools, got {len(names)}")
+    children = trie_children(steps, key)
+    rng = random.Random(seed)
     out = []
     for s in steps:
         other = sorted(children[key.state(s)] - {s.gold})
-        if other:
-            out.append(rng.choice(other))
-        else:
+        pick = rng.choice(other or names)
+        while pick == s.gold:  # only from the registry fallback, which holds the gold
             pick = rng.choice(names)
-            while pick == s.gold and len(names) > 1:
-                pick = rng.choice(names)
-            out.append(pick)
+        out.append(pick)
     return out
+
+
+def trie_children(steps: Sequence[Step], key: StateKey = PREFIX) -> dict[tuple[str, ...], set[str]]:
+    """State -> the tools that followed it in ``steps`` (the trie's children, without counts)."""
+    children: dict[tuple[str, ...], set[str]] = {}
+    for s in steps:
+        children.setdefault(key.state(s), set()).add(s.gold)
+    return children
 
 
 def print_progress(every: int = 10) -> Callable[[dict], None]:
@@ -186,15 +186,17 @@ def no_duplicate_batches(pairs: Pairs, batch_size: int, seed: int) -> list[list[
     negs = pairs.negatives
     batches = []
     while order:
-        batch, seen, rest = [], set(), []
+        batch, anchors, positives, negatives, rest = [], set(), set(), set(), []
         for i in order:
-            a, p = ("a", pairs.anchors[i]), ("p", pairs.positives[i])
-            clash = a in seen or p in seen
-            if negs is not None:  # a tool text is a positive here and a negative there: both ways are clashes
-                clash = clash or ("n", pairs.positives[i]) in seen or ("p", negs[i]) in seen
+            a, p, n = pairs.anchors[i], pairs.positives[i], negs[i] if negs is not None else None
+            # a tool text that is a positive here and a negative there clashes both ways
+            clash = a in anchors or p in positives or p in negatives or n in positives
             if len(batch) < batch_size and not clash:
                 batch.append(i)
-                seen.update((a, p) if negs is None else (a, p, ("n", negs[i])))
+                anchors.add(a)
+                positives.add(p)
+                if n is not None:
+                    negatives.add(n)
             else:
                 rest.append(i)
         batches.append(batch)
@@ -231,9 +233,9 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * len(batches)), len(batches))
     model.train()
     losses, t0 = [], time.perf_counter()
+    # MNRL scores each anchor against every positive and, when present, every hard negative of the batch
+    columns = (pairs.anchors, pairs.positives) + ((pairs.negatives,) if pairs.negatives is not None else ())
     for step, batch in enumerate(batches):
-        columns = (pairs.anchors, pairs.positives) + ((pairs.negatives,) if pairs.negatives is not None else ())
-        # MNRL scores each anchor against every positive and, when present, every hard negative of the batch
         feats = [_features(model, [col[i] for i in batch], device) for col in columns]
         loss = loss_fn(feats, torch.empty(0, device=device))
         opt.zero_grad()

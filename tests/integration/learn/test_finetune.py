@@ -27,8 +27,8 @@ from tracer.learn.encoder import (
     train_info,
     training_pairs,
     trie_negatives,
-    training_steps,
 )
+from tracer.scoring.resources import training_steps
 
 RENDERING = ContextRendering(join_users=True)
 # a few dozen pairs, short texts: seconds on the CPU. A high learning rate so that 4 epochs show a trend.
@@ -80,9 +80,11 @@ def test_trie_negatives_are_the_other_children_of_the_state():
     assert _pairs().negatives is None
     with pytest.raises(ValueError, match="negatives must be in_batch or trie"):
         training_pairs(tiny_trajectories(), reg, RENDERING, negatives="vector")
+    with pytest.raises(ValueError, match="at least 2 tools, got 1"):  # the fallback could only draw the gold
+        trie_negatives(steps, Registry(TINY_TOOLS[:1]), seed=0)
 
 
-def test_batches_keep_a_negative_from_being_another_pairs_positive():
+def test_batches_keep_a_negative_from_being_another_pairs_positive(trained):
     pairs = training_pairs(tiny_trajectories(), Registry(TINY_TOOLS), RENDERING, negatives="trie")
     batches = no_duplicate_batches(pairs, 4, seed=0)
     assert batches
@@ -94,7 +96,7 @@ def test_batches_keep_a_negative_from_being_another_pairs_positive():
     loss = torch.tensor(info["loss"])  # [steps] (the clashes leave epochs of unequal batch counts)
     q = len(loss) // 4
     assert loss[-q:].mean() < 0.7 * loss[:q].mean()
-    assert info["loss"] != train(_pairs(), FAST, device="cpu")[1]["loss"]
+    assert info["loss"] != trained[1]["loss"]  # the same pairs and recipe without the negatives
 
 
 @pytest.fixture(scope="module")
