@@ -1,6 +1,7 @@
 """Per-step cost beyond the context embedding: the batched path with a batch of one against the single-step path.
 
     OMP_NUM_THREADS=1 nice -n 10 python scripts/bench_step.py [--scorers tracer_fixed tracer tracer_plus] [--k 5]
+        [--members 10]      # also tracer_plus with the best preset's candidate model, the mean of 10 MLPs
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
 (through ``.cache/embeddings``). For each scorer and step, thread CPU time (one torch and one BLAS
@@ -48,6 +49,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scorers", nargs="+", default=["tracer_fixed", "tracer", "tracer_plus"])
     ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--members", type=int, default=0,
+                    help="also tracer_plus with model: mlp and head.members N (0: not)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset({"loader": "bfcl", "name": "bfcl"}, {"preset": "large"})
@@ -56,8 +59,11 @@ def main() -> None:
     train = [t for t in ds.trajectories if fold_of[t.group] != 0]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
     print("| scorer | batch of one: p50 / p95 µs | live select_one: p50 / p95 µs | same presented sets |\n|---|---:|---:|:---:|")
-    for name in a.scorers:
-        sc = build_scorer(name)
+    runs = [(name, {}) for name in a.scorers]
+    if a.members:
+        runs.append((f"tracer_plus, {a.members} MLPs", {"model": "mlp", "head": {"members": a.members}}))
+    for name, overrides in runs:
+        sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)
         contexts = sc.embed(test)                                                 # tuple of [B, d]
         rows = [tuple(c[i:i + 1] for c in contexts) for i in range(len(test))]   # one step's contexts, [1, d] each

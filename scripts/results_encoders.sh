@@ -37,4 +37,18 @@ for ds in ${DATASETS:-bfcl tau2 apibank}; do
     echo "$ds ${v}_inner tracer_plus: ${SECONDS} s wall"
   done
 done
+# the best preset's candidate model (the mean of 10 MLPs, experiment=preset/best) over the zero-shot and the
+# fine-tuned encoder; MODELS="" skips them
+for ds in ${DATASETS:-bfcl tau2 apibank}; do
+  for enc in ${MODELS-minilm mnrl}; do
+    case $enc in
+      mnrl*) what="encoder_training=$enc" ;;
+      *) what="embedder=$enc" ;;
+    esac
+    SECONDS=0
+    $PY evaluate.py $what scorer=tracer_plus scorer.model=mlp scorer.head.members=10 dataset=$ds registry=large k=5 \
+      folds=5 seed=0 progress=false hydra.run.dir=$OUT/$ds/${enc}_mlp10_tracer_plus > /dev/null
+    echo "$ds ${enc}_mlp10 tracer_plus: ${SECONDS} s wall"
+  done
+done
 $PY scripts/frontier.py --root $OUT

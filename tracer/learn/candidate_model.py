@@ -40,6 +40,34 @@ FoldView = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 # ---- the model -----------------------------------------------------------------------------------
+def _mlp(n_features: int, hidden: int, gen: torch.Generator) -> nn.Sequential:
+    net = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, 1, bias=False))
+    for lin in (net[0], net[2]):
+        nn.init.kaiming_uniform_(lin.weight, a=5 ** 0.5, generator=gen)
+    nn.init.zeros_(net[0].bias)
+    return net
+
+
+class MlpEnsemble(nn.Module):
+    """The mean score of ``M`` one-hidden-layer MLPs, each trained on its own (:func:`train_model`).
+
+    Why: a single MLP's held-out recall@1 moves by ~0.004 with its initial weights alone on BFCL (the
+    candidate sets are small and the NLL surface has many equally good minima); the mean of several
+    independently trained members keeps the MLP's gain at the top of the ranking without that spread
+    (docs/encoders.md, "The candidate model"). Scores are summed member by member in order, then divided
+    by ``M``, in both inference paths, so they agree bit for bit."""
+
+    def __init__(self, members: Sequence[nn.Sequential]):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:                                  # z [..., F] -> [..., 1]
+        total = self.members[0](z)
+        for net in self.members[1:]:
+            total = total + net(z)
+        return total / len(self.members)
+
+
 class CandidateModel(nn.Module):
     """Scores candidates from their standardised features.
 
@@ -49,33 +77,45 @@ class CandidateModel(nn.Module):
             (``s = w2 . relu(W1 z + b1)``, ``hidden`` units, seeded init).
         hidden: MLP width.
         keep: ``[F]`` 1 for a feature in use, 0 for a dropped one (zeroed after standardising).
-        seed: seeds the MLP's initial weights.
+        seed: seeds the MLP's initial weights (member ``i`` of an ensemble: ``seed + i``).
+        members: M > 1 (``mlp`` only): the mean of M MLPs (:class:`MlpEnsemble`). The linear model's fit
+            is convex and starts from zero, so its members would all be the same model.
 
     ``forward(z [P, F] standardised rows of the real candidates) -> [P]`` scores.
     """
 
     def __init__(self, n_features: int, kind: str = "linear", hidden: int = 32, keep: torch.Tensor | None = None,
-                 seed: int = 0):
+                 seed: int = 0, members: int = 1):
         super().__init__()
         if kind not in ("linear", "mlp"):
             raise ValueError(f"model must be linear or mlp, got {kind!r}")
-        self.kind, self.hidden = kind, hidden
-        gen = torch.Generator().manual_seed(seed)
+        if members < 1 or (members > 1 and kind != "mlp"):
+            raise ValueError(f"head.members must be 1, or more with model: mlp (got {members} with {kind!r}): "
+                             "the linear fit is convex and starts at zero, so every member would be the same")
+        self.kind, self.hidden, self.members = kind, hidden, int(members)
         if kind == "linear":
             self.net = nn.Linear(n_features, 1, bias=False)
             nn.init.zeros_(self.net.weight)
+        elif members == 1:
+            self.net = _mlp(n_features, hidden, torch.Generator().manual_seed(seed))
         else:
-            self.net = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, 1, bias=False))
-            for lin in (self.net[0], self.net[2]):
-                nn.init.kaiming_uniform_(lin.weight, a=5 ** 0.5, generator=gen)
-            nn.init.zeros_(self.net[0].bias)
+            self.net = MlpEnsemble([_mlp(n_features, hidden, torch.Generator().manual_seed(seed + i))
+                                    for i in range(members)])
         register_stats(self, n_features, keep)
 
     @classmethod
-    def from_state_dict(cls, sd: Mapping[str, torch.Tensor], kind: str, hidden: int) -> CandidateModel:
-        model = cls(int(sd["mean"].shape[0]), kind, hidden)
+    def from_state_dict(cls, sd: Mapping[str, torch.Tensor], kind: str, hidden: int, members: int = 1
+                        ) -> CandidateModel:
+        model = cls(int(sd["mean"].shape[0]), kind, hidden, members=members)
         model.load_state_dict(dict(sd))
         return model
+
+    @property
+    def mlps(self) -> list[nn.Sequential]:
+        """The MLP (one) or the ensemble's members, in order; [] for the linear model."""
+        if self.kind == "linear":
+            return []
+        return list(self.net.members) if isinstance(self.net, MlpEnsemble) else [self.net]
 
     def set_feature_stats(self, rows: torch.Tensor) -> CandidateModel:
         """Standardise with the mean and SD (accumulated in float64) of the candidate rows ``[P, F]`` of
@@ -102,6 +142,9 @@ class CandidateModel(nn.Module):
             net64 = copy.deepcopy(self.net).double().eval()
             inf = {"net": net64, "mean": self.mean.double(), "std": self.std.double(), "keep": self.keep.double(),
                    "np": [p.detach().cpu().numpy() for p in net64.parameters()]}
+            if self.kind == "mlp":  # per member (W1 [H, F], b1 [H], w2 [1, H]), in order
+                inf["mlps"] = [[p.detach().cpu().numpy() for p in m.parameters()] for m in
+                               (net64.members if isinstance(net64, MlpEnsemble) else [net64])]
             inf.update({f"{b}_np": inf[b].cpu().numpy() for b in ("mean", "std", "keep")})
             self.__dict__["_inf"] = inf
         return inf
@@ -119,17 +162,19 @@ class CandidateModel(nn.Module):
         """:meth:`scores` for one step's candidates ``[C, F]`` (numpy, float64 inside) -> ``[C]`` float32."""
         inf = self._inference()
         z = np.clip((feats.astype(np.float64) - inf["mean_np"]) / inf["std_np"] * inf["keep_np"], -Z_CLIP, Z_CLIP)
-        p = inf["np"]
-        if self.kind == "linear":                                                        # p: [weight [1, F]]
-            return (z @ p[0][0]).astype(np.float32)
-        h = np.maximum(z @ p[0].T + p[1], 0.0)                                           # [C, H]
-        return (h @ p[2][0]).astype(np.float32)
+        if self.kind == "linear":                                                        # np: [weight [1, F]]
+            return (z @ inf["np"][0][0]).astype(np.float32)
+        total = None
+        for w1, b1, w2 in inf["mlps"]:                                                   # as MlpEnsemble.forward
+            s = np.maximum(z @ w1.T + b1, 0.0) @ w2[0]                                   # [C, H] -> [C]
+            total = s if total is None else total + s
+        return (total if len(inf["mlps"]) == 1 else total / len(inf["mlps"])).astype(np.float32)
 
 
 def save_candidate_model(model: CandidateModel, names: Sequence[str], path: str | Path) -> Path:
     """Write a candidate model with its feature names (for ``transfer``), atomically."""
     return atomic_save({"features": list(names), "kind": model.kind, "hidden": model.hidden,
-                        "state_dict": model.state_dict()}, path)
+                        "members": model.members, "state_dict": model.state_dict()}, path)
 
 
 def load_candidate_model(path: str | Path, names: Sequence[str], kind: str) -> CandidateModel:
@@ -139,7 +184,8 @@ def load_candidate_model(path: str | Path, names: Sequence[str], kind: str) -> C
     if list(obj["features"]) != list(names) or obj["kind"] != kind:
         raise ValueError(f"{path}: a {obj['kind']} model on features {obj['features']}; this scorer is {kind} on "
                          f"{list(names)}")
-    return CandidateModel.from_state_dict(obj["state_dict"], obj["kind"], int(obj["hidden"])).eval()
+    return CandidateModel.from_state_dict(obj["state_dict"], obj["kind"], int(obj["hidden"]),
+                                          int(obj.get("members", 1))).eval()
 
 
 # ---- training data -------------------------------------------------------------------------------
@@ -228,17 +274,40 @@ def clean_fold_view(res: Resources, steps: Sequence[Step],
 
 
 def train_model(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None = None,
-                keep: torch.Tensor | None = None, refit: bool = False) -> tuple[CandidateModel, dict]:
+                keep: torch.Tensor | None = None, refit: bool = False, members: int = 1
+                ) -> tuple[CandidateModel, dict]:
     """Fit a :class:`CandidateModel` on out-of-fold candidates, early-stopped on one held-out inner fold.
 
     Full-batch training (:func:`tracer.learn.trainer.train`, ``cfg.batch_size`` 0) on the masked NLL
     of the gold over each step's candidates; the best epoch's weights are kept. ``cfg.seed`` seeds the
     MLP's initial weights. Standardisation statistics come from the training rows' real candidates.
     With ``refit`` the model is then trained afresh on every covered step (validation fold included)
-    for the best epoch count. Returns ``(model, history)``.
+    for the best epoch count. ``members`` > 1 (``mlp``): that many MLPs, member ``i`` trained as a single
+    MLP seeded ``cfg.seed + i`` (its own early stopping; the same rows, split and statistics), served as
+    their mean (:class:`MlpEnsemble`); member 0 is the single MLP of ``members`` 1. Returns ``(model,
+    history)``: member 0's curves, each member's best epoch, and the ensemble's validation NLL and accuracy.
     """
+    CandidateModel(1, kind, hidden, members=members)  # a bad kind or member count fails before any training
     with one_thread():
-        return _train(data, kind, hidden, cfg, val_fold, keep, refit)
+        if members == 1:
+            return _train(data, kind, hidden, cfg, val_fold, keep, refit)
+        fits = [_train(data, kind, hidden, replace(cfg, seed=cfg.seed + i), val_fold, keep, refit)
+                for i in range(members)]
+    model = CandidateModel(data.feats.shape[2], kind, hidden, keep, cfg.seed, members)
+    with torch.no_grad():
+        for buf in ("mean", "std", "keep"):  # the same training rows: every member has the same statistics
+            getattr(model, buf).copy_(getattr(fits[0][0], buf))
+        for net, (member, _) in zip(model.mlps, fits):
+            net.load_state_dict(member.net.state_dict())
+    hist = dict(fits[0][1])
+    hist.update(members=members, member_best_epochs=[h["best_epoch"] for _, h in fits],
+                seconds_train=sum(h["seconds_train"] for _, h in fits))
+    _, val = _split(data, hist["val_fold"])
+    if bool(val.any()):
+        with torch.no_grad():
+            loss, correct = nll_on(model, _rows(data, val))()
+        hist.update(ensemble_val_loss=float(loss), ensemble_val_acc=float(correct) / int(val.sum()))
+    return model.eval(), hist
 
 
 def nll_on(model: CandidateModel, data: CandidateData) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -261,6 +330,16 @@ def _rows(data: CandidateData, rows: torch.Tensor) -> CandidateData:
     return CandidateData(data.feats[rows], data.mask[rows], data.gold[rows], data.fold[rows])
 
 
+def _split(data: CandidateData, val_fold: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training rows, validation rows) ``[S]`` bool: covered steps outside / inside ``val_fold``."""
+    covered = data.covered
+    val = covered & (data.fold == val_fold)
+    train_rows = covered & ~val
+    if not bool(train_rows.any()) or not bool(val.any()):
+        train_rows, val = covered, covered.clone()  # too little data to hold a fold out: stop on the training loss
+    return train_rows, val
+
+
 def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None,
            keep: torch.Tensor | None, refit: bool) -> tuple[CandidateModel, dict]:
     n_feat = data.feats.shape[2]
@@ -270,10 +349,7 @@ def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fo
     if val_fold is None:
         folds = sorted(set(data.fold[covered].tolist()))
         val_fold = folds[-1] if folds else IGNORE
-    val = covered & (data.fold == val_fold)
-    train_rows = covered & ~val
-    if not bool(train_rows.any()) or not bool(val.any()):
-        train_rows, val = covered, covered.clone()  # too little data to hold a fold out: stop on the training loss
+    train_rows, val = _split(data, val_fold)
     hist.update(n_steps=len(data), n_uncovered=data.n_uncovered, n_train=int(train_rows.sum()),
                 n_val=int(val.sum()), val_fold=val_fold)
     if not bool(train_rows.any()):

@@ -50,4 +50,4 @@ def fit_transfer_model(scorer: TracerPlusScorer, sources: Sequence[tuple[Sequenc
         offset = int(parts[-1].fold.max()) + 1 if len(parts[-1]) else offset
     cfg = scorer.head_cfg
     return train_model(CandidateData.cat(parts), scorer.model_kind, int(cfg["hidden"]), scorer.train_config(seed),
-                       keep=scorer.keep, refit=bool(cfg["refit"]))
+                       keep=scorer.keep, refit=bool(cfg["refit"]), members=scorer.members)

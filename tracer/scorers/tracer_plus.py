@@ -94,7 +94,8 @@ class TracerPlusScorer(ScorerBase):
         pad: fill the presented set up to k from the vector ranking.
         successful_only: learn from successful trajectories only.
         head: training settings: ``inner_folds``, ``lr``, ``weight_decay``, ``max_epochs``, ``patience``,
-            ``hidden`` (MLP width), ``seed`` (default: the resources' seed).
+            ``hidden`` (MLP width), ``members`` (MLPs averaged, ``mlp`` only), ``seed`` (default: the
+            resources' seed).
         transfer: path of a candidate model saved by :func:`save_candidate_model` (trained on other
             datasets): ``fit`` then builds the tries only and keeps these weights; zero trajectories
             are allowed (cold start). ``None``: train on the fitted trajectories.
@@ -119,8 +120,7 @@ class TracerPlusScorer(ScorerBase):
         self.head_cfg = dict(head)
         self.feature_names = feature_names(self.keys)
         self.keep = keep_mask(self.feature_names, self.drop)
-        if model not in ("linear", "mlp"):
-            raise ValueError(f"model must be linear or mlp, got {model!r}")
+        CandidateModel(1, model, members=int(self.head_cfg.get("members", 1)))  # a bad kind or member count fails here
         self.res: Resources | None = None
         self.index: PlusIndex | None = None
         self.model: CandidateModel | None = None
@@ -155,12 +155,17 @@ class TracerPlusScorer(ScorerBase):
                                          clean_fold_view(res, steps, lambda r: self.embed(steps, r)))
             t2 = time.perf_counter()
             self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
-                                           keep=self.keep, refit=bool(cfg["refit"]))
+                                           keep=self.keep, refit=bool(cfg["refit"]), members=self.members)
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1, "seconds_fit": time.perf_counter() - t1}
         self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
+
+    @property
+    def members(self) -> int:
+        """MLPs in the candidate model's ensemble (``head.members``; 1: a single model)."""
+        return int(self.head_cfg.get("members", 1))
 
     def train_config(self, seed: int) -> TrainConfig:  # full batch; seed: the MLP's initial weights
         return TrainConfig.from_config(self.head_cfg, batch_size=0, seed=seed)
@@ -313,6 +318,6 @@ class TracerPlusScorer(ScorerBase):
                      for j in range(len(obj.keys))]
             obj.attach(tries, res)
             obj.model = CandidateModel.from_state_dict(load_tensors(d / "model.pt"), obj.model_kind,
-                                                       int(obj.head_cfg["hidden"]))
+                                                       int(obj.head_cfg["hidden"]), obj.members)
             obj.history = dict(meta.get("fit") or {})
         return obj

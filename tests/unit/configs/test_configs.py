@@ -147,7 +147,10 @@ def test_every_experiment_is_in_a_glob_sweep():
                                                  ("fastest", "static_contexts", True)])
 def test_presets_pick_tracer_plus_over_a_trained_encoder(preset, recipe, inner):
     cfg = evaluate(f"experiment=preset/{preset}")
-    assert cfg.scorer == evaluate("scorer=tracer_plus").scorer
+    # the best preset's candidate model is the mean of 10 MLPs; the others keep the linear one
+    ensemble = ["scorer.model=mlp", "scorer.head.members=10"] if preset == "best" else []
+    assert cfg.scorer == evaluate("scorer=tracer_plus", *ensemble).scorer
+    assert build_scorer(cfg.scorer).members == (10 if preset == "best" else 1)
     # the fastest preset's static encoder trains in seconds, so its inner folds get clean encoders too
     assert cfg.encoder_training == evaluate(f"encoder_training={recipe}",
                                             f"encoder_training.inner_encoders={str(inner).lower()}").encoder_training

@@ -14,6 +14,7 @@ get_weather 3, send_email 4, list_files 5.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from builders import KeywordEmbedder, call, result
 
 from tracer.build import build_scorer
-from tracer.core.folds import assign_folds
+from tracer.core.folds import assign_folds, inner_seed
 from tracer.core.steps import extract_all, extract_steps
 from tracer.core.store import current_snapshot
 from tracer.core.types import Trajectory
@@ -41,7 +42,9 @@ from tracer.learn.candidate_model import (
     CandidateModel,
     build_index,
     inner_fold_candidates,
+    load_candidate_model,
     nll_on,
+    save_candidate_model,
     train_model,
 )
 from tracer.learn.candidate_step import candidates_one
@@ -236,12 +239,12 @@ def test_fit_report_holds_the_curves_and_the_scorer_only_their_scalars(tiny_traj
     assert scorer.history == {k: v for k, v in report.history.items() if not isinstance(v, list)}
 
 
-@pytest.mark.parametrize("model", ["linear", "mlp"])
-def test_fit_is_deterministic_and_single_step_matches_batch(model, tiny_trajs, tiny_resources):
+@pytest.mark.parametrize("model,members", [("linear", 1), ("mlp", 1), ("mlp", 3)])
+def test_fit_is_deterministic_and_single_step_matches_batch(model, members, tiny_trajs, tiny_resources):
     steps = extract_all(tiny_trajs)
-    a = plus(tiny_resources, model=model)
+    a = plus(tiny_resources, model=model, head={**FAST, "members": members})
     a.fit(tiny_trajs, tiny_resources)
-    b = plus(tiny_resources, model=model)
+    b = plus(tiny_resources, model=model, head={**FAST, "members": members})
     b.fit(tiny_trajs, tiny_resources)
     for (ka, va), (kb, vb) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
         assert ka == kb and torch.equal(va, vb)
@@ -255,6 +258,45 @@ def test_fit_is_deterministic_and_single_step_matches_batch(model, tiny_trajs, t
         assert torch.allclose(one.primary, sa.primary[i:i + 1], rtol=1e-6, atol=1e-6)
         assert np.array_equal(a.rank_one(s, (mem[i], q[i])), ranking[i].numpy())
         assert a.select_one(s, (mem[i], q[i]), 3) == finalize(sa, 3).presented[i]
+
+
+def test_mlp_ensemble_is_the_mean_of_its_members_each_trained_alone(tiny_trajs, tiny_resources):
+    """Member i is exactly the single MLP trained with seed + i (same rows, split and statistics), and the
+    ensemble's scores are their mean, in the batched (torch) and the single-step (numpy) paths."""
+    res = tiny_resources
+    ens = plus(res, model="mlp", head={**FAST, "members": 3, "seed": 5})
+    ens.fit(tiny_trajs, res)
+    assert ens.model.members == 3 and ens.history["members"] == 3 and len(ens.model.mlps) == 3
+    # a single fit seeded 5 + i would also move the inner split; members share the ensemble's (seed 5), so
+    # each is compared with a single MLP trained on the ensemble's own out-of-fold candidates
+    steps = training_steps(tiny_trajs, res.registry, True)
+    mem, q = ens.embed(steps)
+    data = inner_fold_candidates(steps, res.tool_ids([s.gold for s in steps]), mem, fallback_scores(res, q), ens.keys,
+                                 ens.m, EPS, res.registry.names, "cpu", FAST["inner_folds"], inner_seed(5, 0))
+    for i, net in enumerate(ens.model.mlps):
+        alone, _ = train_model(data, "mlp", 32, ens.train_config(5 + i), keep=ens.keep)
+        for (ka, va), (kb, vb) in zip(net.state_dict().items(), alone.net.state_dict().items()):
+            assert ka == kb and torch.equal(va, vb), (i, ka)
+        assert torch.equal(ens.model.mean, alone.mean) and torch.equal(ens.model.std, alone.std)
+    test = extract_all(tiny_trajs)
+    mem, q = ens.embed(test)
+    cand = ens.candidates(test, mem, fallback_scores(res, q))
+    z = ens.model.standardise(cand.feats.double())                                    # [B, C, F]
+    by_hand = sum(net.double()(z).squeeze(-1) for net in copy.deepcopy(ens.model.mlps)) / 3
+    got = ens.model.scores(cand.feats, cand.mask)
+    assert torch.equal(got[cand.mask], by_hand.float()[cand.mask])
+    for i in range(len(test)):
+        row = cand.feats[i][cand.mask[i]].numpy()
+        assert np.array_equal(ens.model.scores_one(row), got[i][cand.mask[i]].numpy())
+
+
+def test_ensemble_needs_an_mlp_and_at_least_one_member(tiny_resources):
+    with pytest.raises(ValueError, match="head.members"):
+        plus(tiny_resources, model="linear", head={**FAST, "members": 2})
+    with pytest.raises(ValueError, match="head.members"):
+        plus(tiny_resources, model="mlp", head={**FAST, "members": 0})
+    with pytest.raises(ValueError, match="linear or mlp"):
+        plus(tiny_resources, model="gbdt")
 
 
 def test_select_from_messages(hand):
@@ -284,6 +326,19 @@ def test_save_load_is_bit_identical(hand, tmp_path):
     assert loaded.select(list(HAND_TEST.messages[:4]), 3) == scorer.select(list(HAND_TEST.messages[:4]), 3)
     with pytest.raises(ValueError, match="embedder"):
         TracerPlusScorer.load(out, KeywordEmbedder(("flight", "book")))
+
+
+def test_ensemble_save_load_and_transfer_file_round_trip(tiny_trajs, tiny_resources, tmp_path):
+    ens = plus(tiny_resources, model="mlp", head={**FAST, "members": 2})
+    ens.fit(tiny_trajs, tiny_resources)
+    steps = extract_all(tiny_trajs)
+    loaded = TracerPlusScorer.load(ens.save(tmp_path / "idx"), tiny_resources.embedder, device="cpu")
+    assert loaded.members == 2 and torch.equal(loaded.score(steps).primary, ens.score(steps).primary)
+    path = save_candidate_model(ens.model, ens.feature_names, tmp_path / "model.pt")
+    again = load_candidate_model(path, ens.feature_names, "mlp")
+    assert again.members == 2
+    for (ka, va), (kb, vb) in zip(again.state_dict().items(), ens.model.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
 
 
 def test_plus_index_tool_tables(hand):
