@@ -53,7 +53,7 @@ def main() -> None:
                     help="also tracer_plus with model: mlp and head.members N (0: not)")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    ds = build_dataset({"loader": "bfcl", "name": "bfcl"}, {"preset": "large"})
+    ds = build_dataset("bfcl", "large")
     res = Resources.build(ds.registry, build_embedder("minilm"), device="cpu")
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
     train = [t for t in ds.trajectories if fold_of[t.group] != 0]
