@@ -1,42 +1,27 @@
-"""tracer_plus's candidate model and its training: a linear (or one-hidden-layer) scorer over the
-candidate features of :mod:`tracer.learn.candidate_features`, trained on the shared stack:
-standardised by :mod:`tracer.learn.standardise`, out-of-fold candidates by :mod:`tracer.learn.oof`
-(no step scored by an index that saw its own trajectory), the masked NLL over each step's candidate
-set of :mod:`tracer.learn.nll`, and the Adam + l2 + early-stopping loop of :mod:`tracer.learn.trainer`.
+"""tracer_plus's candidate model: a linear (or one-hidden-layer, or a mean of several) scorer over the
+candidate features of :mod:`tracer.learn.candidate_features`, standardised by :mod:`tracer.learn.standardise`,
+with its file format. Its training is :mod:`tracer.learn.candidate_fit` (as the blend head's is
+:mod:`tracer.learn.blend_fit`).
 
 Example::
 
-    data = inner_fold_candidates(steps, gold_ids, mem, vec, keys, m, eps, names, device, 5, seed)
-    model, history = train_model(data, "linear", 32, TrainConfig(...), keep=keep, refit=False)
+    model = CandidateModel(n_features, "mlp", hidden=32, members=10)
+    scores = model.scores(cand.feats, cand.mask)                      # [B, C], -inf where masked
+    save_candidate_model(model, names, "transfer.pt"); load_candidate_model("transfer.pt", names, "mlp")
 """
 
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from tracer.core.io import atomic_save
-from tracer.core.threads import one_thread
-from tracer.core.types import Step
-from tracer.learn.candidate_features import candidates, feature_names
-from tracer.learn.nll import IGNORE, MASKED, masked_nll
-from tracer.learn.oof import out_of_fold, pad_cat
-from tracer.learn.plus_index import PlusIndex
 from tracer.learn.standardise import Z_CLIP, fit_stats, register_stats, standardise
-from tracer.learn.trainer import TrainConfig, train
-from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.resources import Resources, fallback_scores
-
-# held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never saw them
-FoldView = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 # ---- the model -----------------------------------------------------------------------------------
@@ -186,191 +171,3 @@ def load_candidate_model(path: str | Path, names: Sequence[str], kind: str) -> C
                          f"{list(names)}")
     return CandidateModel.from_state_dict(obj["state_dict"], obj["kind"], int(obj["hidden"]),
                                           int(obj.get("members", 1))).eval()
-
-
-# ---- training data -------------------------------------------------------------------------------
-@dataclass
-class CandidateData:
-    """Out-of-fold candidates of the training steps: raw features, gold position, inner fold."""
-
-    feats: torch.Tensor   # [S, C, F]
-    mask: torch.Tensor    # [S, C]
-    gold: torch.Tensor    # [S] candidate index, IGNORE where the gold is not a candidate
-    fold: torch.Tensor    # [S] inner fold the step was held out in
-
-    def __len__(self) -> int:
-        return len(self.gold)
-
-    @property
-    def covered(self) -> torch.Tensor:  # [S]
-        return self.gold != IGNORE
-
-    @property
-    def n_uncovered(self) -> int:
-        return int((~self.covered).sum())
-
-    @staticmethod
-    def cat(parts: Sequence[CandidateData]) -> CandidateData:
-        width = max([p.mask.shape[1] for p in parts] + [1])
-        return CandidateData(
-            pad_cat([p.feats for p in parts], width, 0.0), pad_cat([p.mask for p in parts], width, False),
-            torch.cat([p.gold for p in parts]), torch.cat([p.fold for p in parts]))
-
-
-def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor, names: Sequence[str],
-                eps: float, device) -> PlusIndex:
-    """One trie per key over the same steps and the same embedded contexts, and the tables read off them."""
-    tries = [ExecutionTrie.build(steps, gold_ids, mem_ctx, len(names), k, eps, device) for k in keys]
-    return PlusIndex.build(tries, names, mem_ctx.shape[1])
-
-
-def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor, vec: torch.Tensor,
-                          keys, m: int, eps: float, names: Sequence[str], device, inner_folds: int = 5,
-                          seed: int = 0, fold_view: FoldView | None = None) -> CandidateData:
-    """Candidates of every training step, each scored by tries built from the other inner folds only.
-
-    ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
-    seeded); ``mem_ctx [S, d]``, ``vec [S, N]`` and ``gold_ids [S]`` are row-aligned with them.
-    ``fold_view(held)``, when given, returns ``(mem_ctx, vec)`` of every step under an encoder that never
-    saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold).
-    """
-    groups = sorted({s.group for s in steps})
-    if len(groups) < 2:  # nothing to hold out: no training data
-        n_feat = len(feature_names(keys))
-        return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
-                             torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
-    views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def build(seen: torch.Tensor, f: int) -> PlusIndex:
-        if fold_view is not None:  # held = every row not seen (the folds partition the rows)
-            held = torch.ones(len(steps), dtype=torch.bool)
-            held[seen] = False
-            views[f] = fold_view(held.nonzero().squeeze(1))
-        mem = views[f][0] if f in views else mem_ctx
-        return build_index(keys, [steps[i] for i in seen.tolist()], gold_ids[seen], mem[seen.to(mem.device)],
-                           names, eps, device)
-
-    def score(idx: PlusIndex, held: torch.Tensor, f: int) -> CandidateData:
-        mem, v = views.pop(f, (mem_ctx, vec))
-        cand = candidates(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m)
-        return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
-                             torch.full((len(held),), f))
-
-    return CandidateData.cat(out_of_fold([s.group for s in steps], inner_folds, seed, build, score))
-
-
-def clean_fold_view(res: Resources, steps: Sequence[Step],
-                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]]) -> FoldView | None:
-    """The :data:`FoldView` of a fine-tuned encoder (``res.without`` set), else None. ``embed(r)`` is the
-    scorer's ``(memory, query)`` contexts of ``steps`` under ``r``; the vector scores come from ``r``'s tool index."""
-    if res.without is None:
-        return None
-
-    def view(held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        r = res.without(frozenset(steps[i].group for i in held.tolist()))
-        mem, q = embed(r)                                                                   # [S, d] each
-        return mem, fallback_scores(r, q)                                                   # [S, N]
-    return view
-
-
-def train_model(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None = None,
-                keep: torch.Tensor | None = None, refit: bool = False, members: int = 1
-                ) -> tuple[CandidateModel, dict]:
-    """Fit a :class:`CandidateModel` on out-of-fold candidates, early-stopped on one held-out inner fold.
-
-    Full-batch training (:func:`tracer.learn.trainer.train`, ``cfg.batch_size`` 0) on the masked NLL
-    of the gold over each step's candidates; the best epoch's weights are kept. ``cfg.seed`` seeds the
-    MLP's initial weights. Standardisation statistics come from the training rows' real candidates.
-    With ``refit`` the model is then trained afresh on every covered step (validation fold included)
-    for the best epoch count. ``members`` > 1 (``mlp``): that many MLPs, member ``i`` trained as a single
-    MLP seeded ``cfg.seed + i`` (its own early stopping; the same rows, split and statistics), served as
-    their mean (:class:`MlpEnsemble`); member 0 is the single MLP of ``members`` 1. Returns ``(model,
-    history)``: member 0's curves, each member's best epoch, and the ensemble's validation NLL and accuracy.
-    """
-    CandidateModel(1, kind, hidden, members=members)  # a bad kind or member count fails before any training
-    with one_thread():
-        if members == 1:
-            return _train(data, kind, hidden, cfg, val_fold, keep, refit)
-        fits = [_train(data, kind, hidden, replace(cfg, seed=cfg.seed + i), val_fold, keep, refit)
-                for i in range(members)]
-    model = CandidateModel(data.feats.shape[2], kind, hidden, keep, cfg.seed, members)
-    with torch.no_grad():
-        for buf in ("mean", "std", "keep"):  # the same training rows: every member has the same statistics
-            getattr(model, buf).copy_(getattr(fits[0][0], buf))
-        for net, (member, _) in zip(model.mlps, fits):
-            net.load_state_dict(member.net.state_dict())
-    hist = dict(fits[0][1])
-    hist.update(members=members, member_best_epochs=[h["best_epoch"] for _, h in fits],
-                seconds_train=sum(h["seconds_train"] for _, h in fits))
-    _, val = _split(data, hist["val_fold"])
-    if bool(val.any()):
-        with torch.no_grad():
-            loss, correct = nll_on(model, _rows(data, val))()
-        hist.update(ensemble_val_loss=float(loss), ensemble_val_acc=float(correct) / int(val.sum()))
-    return model.eval(), hist
-
-
-def nll_on(model: CandidateModel, data: CandidateData) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """A closure ``loss()`` -> (masked NLL, n_correct) of ``data``'s steps under ``model``'s current weights.
-
-    Only the real candidates are scored: their rows ``[P, F]`` are standardised once (with the
-    model's statistics at closure time) and the scores scattered back to ``[S, C]`` logits."""
-    z = model.standardise(data.feats[data.mask])                                         # [P, F]
-    idx = data.mask.nonzero()                                                            # [P, 2]
-
-    def loss(_batch: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        s = model(z)                                                                     # [P]
-        logits = torch.full(data.mask.shape, MASKED, dtype=s.dtype).index_put((idx[:, 0], idx[:, 1]), s)  # [S, C]
-        return masked_nll(logits, data.mask, data.gold)
-
-    return loss
-
-
-def _rows(data: CandidateData, rows: torch.Tensor) -> CandidateData:
-    return CandidateData(data.feats[rows], data.mask[rows], data.gold[rows], data.fold[rows])
-
-
-def _split(data: CandidateData, val_fold: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(training rows, validation rows) ``[S]`` bool: covered steps outside / inside ``val_fold``."""
-    covered = data.covered
-    val = covered & (data.fold == val_fold)
-    train_rows = covered & ~val
-    if not bool(train_rows.any()) or not bool(val.any()):
-        train_rows, val = covered, covered.clone()  # too little data to hold a fold out: stop on the training loss
-    return train_rows, val
-
-
-def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None,
-           keep: torch.Tensor | None, refit: bool) -> tuple[CandidateModel, dict]:
-    n_feat = data.feats.shape[2]
-    model = CandidateModel(n_feat, kind, hidden, keep, cfg.seed)
-    hist: dict[str, Any] = {"train_loss": [], "val_loss": [], "val_acc": []}
-    covered = data.covered
-    if val_fold is None:
-        folds = sorted(set(data.fold[covered].tolist()))
-        val_fold = folds[-1] if folds else IGNORE
-    train_rows, val = _split(data, val_fold)
-    hist.update(n_steps=len(data), n_uncovered=data.n_uncovered, n_train=int(train_rows.sum()),
-                n_val=int(val.sum()), val_fold=val_fold)
-    if not bool(train_rows.any()):
-        hist.update(epochs=0, best_epoch=-1, best_val_loss=float("nan"), seconds_train=0.0)
-        return model.eval(), hist
-    t0 = time.perf_counter()
-    tr, va = _rows(data, train_rows), _rows(data, val)
-    model.set_feature_stats(tr.feats[tr.mask])
-    train_loss, val_loss = nll_on(model, tr), nll_on(model, va)
-    run = train(model, lambda idx: train_loss(idx)[0], val_loss, len(tr), len(va), replace(cfg, batch_size=0))
-    best_epoch = run["best_epoch"]
-    hist.update({k: run[k] for k in ("train_loss", "val_loss", "val_acc")}, epochs=run["epochs"],
-                best_epoch=best_epoch, best_val_loss=run["best_val_loss"])
-    if refit and not bool((train_rows == covered).all()):
-        # the early-stopped epoch count, now on every covered step (the validation fold included)
-        model = CandidateModel(n_feat, kind, hidden, keep, cfg.seed)
-        every = _rows(data, covered)
-        model.set_feature_stats(every.feats[every.mask])
-        every_loss = nll_on(model, every)
-        train(model, lambda idx: every_loss(idx)[0], None, len(every), 0,
-              replace(cfg, batch_size=0, max_epochs=best_epoch + 1))
-        hist["refit_epochs"] = best_epoch + 1
-    hist["seconds_train"] = time.perf_counter() - t0
-    return model.eval(), hist

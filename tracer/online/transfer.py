@@ -19,7 +19,8 @@ from collections.abc import Sequence
 
 from tracer.core.folds import inner_seed
 from tracer.core.types import Trajectory
-from tracer.learn.candidate_model import CandidateData, CandidateModel, inner_fold_candidates, train_model
+from tracer.learn.candidate_fit import CandidateData, inner_fold_candidates, train_model
+from tracer.learn.candidate_model import CandidateModel
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scoring.resources import Resources, fallback_scores, training_steps
 

@@ -13,9 +13,10 @@ the latest user request say much more. So instead of one trie and a fixed blend:
    plus the vector cosine, log rank and top-m flag. Neutral values outside a key's children are
    documented in :mod:`tracer.learn.candidate_features`. Features are standardised with the training split's
    mean and SD (buffers stored beside the weights) and clipped to +-8 SD.
-3. *Model* (:mod:`tracer.learn.candidate_model`): linear ``s(t) = w . z(t)`` (default) or a small MLP, trained by
-   softmax NLL of the gold over the candidate set on inner folds by group (no training step is scored
-   by an index that saw its own trajectory); steps whose gold is not a candidate carry no gradient.
+3. *Model* (:mod:`tracer.learn.candidate_model`): linear ``s(t) = w . z(t)`` (default), a small MLP or
+   the mean of several (``head.members``), trained (:mod:`tracer.learn.candidate_fit`) by softmax NLL of
+   the gold over the candidate set on inner folds by group (no training step is scored by an index that
+   saw its own trajectory); steps whose gold is not a candidate carry no gradient.
    At test time each step's coverage is in ``Scores.extra["in_candidates"]`` (1 / 0, -1 if unknown).
 
 Context renderings: ``query_context`` renders the vector query (vector features and the padding
@@ -54,13 +55,8 @@ from tracer.core.steps import step_from_messages
 from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
 from tracer.learn.candidate_features import Candidates, candidates, feature_names, keep_mask
-from tracer.learn.candidate_model import (
-    CandidateModel,
-    clean_fold_view,
-    inner_fold_candidates,
-    load_candidate_model,
-    train_model,
-)
+from tracer.learn.candidate_fit import clean_fold_view, inner_fold_candidates, train_model
+from tracer.learn.candidate_model import CandidateModel, load_candidate_model
 from tracer.learn.candidate_step import OneCandidates, candidates_one
 from tracer.learn.plus_index import PlusIndex, refreshed
 from tracer.learn.trainer import TrainConfig

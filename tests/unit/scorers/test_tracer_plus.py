@@ -36,17 +36,15 @@ from tracer.learn.candidate_features import (
     feature_names,
     keep_mask,
 )
-from tracer.learn.candidate_model import (
+from tracer.learn.candidate_fit import (
     IGNORE,
     CandidateData,
-    CandidateModel,
     build_index,
     inner_fold_candidates,
-    load_candidate_model,
     nll_on,
-    save_candidate_model,
     train_model,
 )
+from tracer.learn.candidate_model import CandidateModel, load_candidate_model, save_candidate_model
 from tracer.learn.candidate_step import candidates_one
 from tracer.learn.plus_index import PlusIndex
 from tracer.learn.trainer import TrainConfig
