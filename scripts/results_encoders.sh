@@ -10,15 +10,13 @@ cd "$(dirname "$0")/.."
 OUT=${1:-results/encoders}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# the evaluate.py override naming an encoder: a training recipe, or an embedder config
+what() { case $1 in mnrl*|static_mnrl|static_registry) echo "encoder_training=$1" ;; *) echo "embedder=$1" ;; esac; }
 for ds in ${DATASETS:-bfcl tau2 apibank}; do
   for enc in ${ENCODERS:-minilm onnx_fp32 onnx_int8 static mnrl mnrl_static}; do
-    case $enc in
-      mnrl*|static_mnrl) what="encoder_training=$enc" ;;
-      *) what="embedder=$enc" ;;
-    esac
     for sc in ${SCORERS:-vector tracer_plus}; do
       SECONDS=0
-      $PY evaluate.py $what scorer=$sc dataset=$ds registry=large k=5 folds=5 seed=0 progress=false \
+      $PY evaluate.py $(what $enc) scorer=$sc dataset=$ds registry=large k=5 folds=5 seed=0 progress=false \
         hydra.run.dir=$OUT/$ds/${enc}_${sc} > /dev/null
       echo "$ds $enc $sc: ${SECONDS} s wall"
     done
@@ -28,11 +26,11 @@ done
 for ds in ${DATASETS:-bfcl tau2 apibank}; do
   for v in ${VARIANTS-static_mnrl static_registry static_mnrl_ctx05}; do
     case $v in
-      static_mnrl_ctx05) what="encoder_training=static_mnrl encoder_training.context_weight=0.5" ;;
-      *) what="encoder_training=$v" ;;
+      static_mnrl_ctx05) args="encoder_training=static_mnrl encoder_training.context_weight=0.5" ;;
+      *) args="encoder_training=$v" ;;
     esac
     SECONDS=0
-    $PY evaluate.py $what encoder_training.inner_encoders=true scorer=tracer_plus dataset=$ds registry=large k=5 \
+    $PY evaluate.py $args encoder_training.inner_encoders=true scorer=tracer_plus dataset=$ds registry=large k=5 \
       folds=5 seed=0 progress=false hydra.run.dir=$OUT/$ds/${v}_inner_tracer_plus > /dev/null
     echo "$ds ${v}_inner tracer_plus: ${SECONDS} s wall"
   done
@@ -41,12 +39,8 @@ done
 # fine-tuned encoder; MODELS="" skips them
 for ds in ${DATASETS:-bfcl tau2 apibank}; do
   for enc in ${MODELS-minilm mnrl}; do
-    case $enc in
-      mnrl*) what="encoder_training=$enc" ;;
-      *) what="embedder=$enc" ;;
-    esac
     SECONDS=0
-    $PY evaluate.py $what scorer=tracer_plus scorer.model=mlp scorer.head.members=10 dataset=$ds registry=large k=5 \
+    $PY evaluate.py $(what $enc) scorer=tracer_plus scorer.model=mlp scorer.head.members=10 dataset=$ds registry=large k=5 \
       folds=5 seed=0 progress=false hydra.run.dir=$OUT/$ds/${enc}_mlp10_tracer_plus > /dev/null
     echo "$ds ${enc}_mlp10 tracer_plus: ${SECONDS} s wall"
   done

@@ -21,7 +21,7 @@ import torch
 from tracer.core.threads import one_thread
 from tracer.core.types import Step
 from tracer.learn.candidate_features import candidates, feature_names
-from tracer.learn.candidate_model import CandidateModel
+from tracer.learn.candidate_model import CandidateModel, check_model
 from tracer.learn.nll import IGNORE, MASKED, masked_nll
 from tracer.learn.oof import out_of_fold, pad_cat
 from tracer.learn.plus_index import PlusIndex
@@ -132,18 +132,13 @@ def train_model(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, v
     their mean (:class:`MlpEnsemble`); member 0 is the single MLP of ``members`` 1. Returns ``(model,
     history)``: member 0's curves, each member's best epoch, and the ensemble's validation NLL and accuracy.
     """
-    CandidateModel(1, kind, hidden, members=members)  # a bad kind or member count fails before any training
+    check_model(kind, members)
     with one_thread():
         if members == 1:
             return _train(data, kind, hidden, cfg, val_fold, keep, refit)
         fits = [_train(data, kind, hidden, replace(cfg, seed=cfg.seed + i), val_fold, keep, refit)
                 for i in range(members)]
-    model = CandidateModel(data.feats.shape[2], kind, hidden, keep, cfg.seed, members)
-    with torch.no_grad():
-        for buf in ("mean", "std", "keep"):  # the same training rows: every member has the same statistics
-            getattr(model, buf).copy_(getattr(fits[0][0], buf))
-        for net, (member, _) in zip(model.mlps, fits):
-            net.load_state_dict(member.net.state_dict())
+    model = CandidateModel.mean_of([m for m, _ in fits])
     hist = dict(fits[0][1])
     hist.update(members=members, member_best_epochs=[h["best_epoch"] for _, h in fits],
                 seconds_train=sum(h["seconds_train"] for _, h in fits))

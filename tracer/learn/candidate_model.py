@@ -7,7 +7,7 @@ Example::
 
     model = CandidateModel(n_features, "mlp", hidden=32, members=10)
     scores = model.scores(cand.feats, cand.mask)                      # [B, C], -inf where masked
-    save_candidate_model(model, names, "transfer.pt"); load_candidate_model("transfer.pt", names, "mlp")
+    save_candidate_model(model, names, "transfer.pt"); load_candidate_model("transfer.pt", names, "mlp", 32, 10)
 """
 
 from __future__ import annotations
@@ -25,6 +25,20 @@ from tracer.learn.standardise import Z_CLIP, fit_stats, register_stats, standard
 
 
 # ---- the model -----------------------------------------------------------------------------------
+def check_model(kind: str, members: int = 1) -> None:
+    """Refuse a model kind or member count :class:`CandidateModel` cannot build (before any work)."""
+    if kind not in ("linear", "mlp"):
+        raise ValueError(f"model must be linear or mlp, got {kind!r}")
+    if members < 1 or (members > 1 and kind != "mlp"):
+        raise ValueError(f"head.members must be 1, or more with model: mlp (got {members} with {kind!r}): "
+                         "the linear fit is convex and starts at zero, so every member would be the same")
+
+
+def _members(net: nn.Module) -> list[nn.Sequential]:
+    """The MLPs of an ``mlp`` model's ``net``: its ensemble's members in order, or the one MLP."""
+    return list(net.members) if isinstance(net, MlpEnsemble) else [net]
+
+
 def _mlp(n_features: int, hidden: int, gen: torch.Generator) -> nn.Sequential:
     net = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, 1, bias=False))
     for lin in (net[0], net[2]):
@@ -39,8 +53,9 @@ class MlpEnsemble(nn.Module):
     Why: a single MLP's held-out recall moves with its initial weights (the candidate sets are small and
     the NLL has many near-equal minima); the members average that out, and on BFCL the mean of 10 kept
     more recall@5 than one MLP at about the same recall@1 (docs/encoders.md, "The candidate model"). They
-    share one inner split, so its part of the spread stays. Scores are summed member by member in order,
-    then divided by ``M``, in both inference paths, so they agree bit for bit."""
+    share one inner split, so its part of the spread stays. Both inference paths compute in float64 (here
+    member by member; :meth:`CandidateModel.scores_one` with the members stacked into one matrix) and round
+    to float32, so they agree to the last bit of the float32 scores."""
 
     def __init__(self, members: Sequence[nn.Sequential]):
         super().__init__()
@@ -72,11 +87,7 @@ class CandidateModel(nn.Module):
     def __init__(self, n_features: int, kind: str = "linear", hidden: int = 32, keep: torch.Tensor | None = None,
                  seed: int = 0, members: int = 1):
         super().__init__()
-        if kind not in ("linear", "mlp"):
-            raise ValueError(f"model must be linear or mlp, got {kind!r}")
-        if members < 1 or (members > 1 and kind != "mlp"):
-            raise ValueError(f"head.members must be 1, or more with model: mlp (got {members} with {kind!r}): "
-                             "the linear fit is convex and starts at zero, so every member would be the same")
+        check_model(kind, members)
         self.kind, self.hidden, self.members = kind, hidden, int(members)
         if kind == "linear":
             self.net = nn.Linear(n_features, 1, bias=False)
@@ -95,12 +106,25 @@ class CandidateModel(nn.Module):
         model.load_state_dict(dict(sd))
         return model
 
+    @classmethod
+    def mean_of(cls, models: Sequence[CandidateModel]) -> CandidateModel:
+        """The ensemble of single MLPs trained on the same rows: their nets become its members, in order,
+        and their (shared) standardisation its own."""
+        first = models[0]
+        if any(m.kind != "mlp" or m.members != 1 or not torch.equal(m.mean, first.mean)
+               or not torch.equal(m.std, first.std) for m in models):
+            raise ValueError("an ensemble is built from single MLPs with the same standardisation statistics")
+        out = cls(len(first.mean), "mlp", first.hidden, first.keep, members=len(models))
+        out.net = MlpEnsemble([m.net for m in models]) if len(models) > 1 else first.net
+        with torch.no_grad():
+            out.mean.copy_(first.mean)
+            out.std.copy_(first.std)
+        return out
+
     @property
     def mlps(self) -> list[nn.Sequential]:
         """The MLP (one) or the ensemble's members, in order; [] for the linear model."""
-        if self.kind == "linear":
-            return []
-        return list(self.net.members) if isinstance(self.net, MlpEnsemble) else [self.net]
+        return [] if self.kind == "linear" else _members(self.net)
 
     def set_feature_stats(self, rows: torch.Tensor) -> CandidateModel:
         """Standardise with the mean and SD (accumulated in float64) of the candidate rows ``[P, F]`` of
@@ -125,11 +149,15 @@ class CandidateModel(nn.Module):
         inf = self.__dict__.get("_inf")
         if inf is None:
             net64 = copy.deepcopy(self.net).double().eval()
-            inf = {"net": net64, "mean": self.mean.double(), "std": self.std.double(), "keep": self.keep.double(),
-                   "np": [p.detach().cpu().numpy() for p in net64.parameters()]}
-            if self.kind == "mlp":  # per member (W1 [H, F], b1 [H], w2 [1, H]), in order
-                inf["mlps"] = [[p.detach().cpu().numpy() for p in m.parameters()] for m in
-                               (net64.members if isinstance(net64, MlpEnsemble) else [net64])]
+            inf = {"net": net64, "mean": self.mean.double(), "std": self.std.double(), "keep": self.keep.double()}
+            if self.kind == "linear":
+                inf["w"] = net64.weight.detach().cpu().numpy()[0]                       # [F]
+            else:  # the members stacked: W1 [M*H, F], b1 [M*H], w2 [M*H]
+                mlps = _members(net64)
+                inf["w1"], inf["b1"], inf["w2"] = (np.concatenate([p(m).detach().cpu().numpy() for m in mlps])
+                                                   for p in (lambda m: m[0].weight, lambda m: m[0].bias,
+                                                             lambda m: m[2].weight[0]))
+                inf["members"] = len(mlps)
             inf.update({f"{b}_np": inf[b].cpu().numpy() for b in ("mean", "std", "keep")})
             self.__dict__["_inf"] = inf
         return inf
@@ -147,13 +175,10 @@ class CandidateModel(nn.Module):
         """:meth:`scores` for one step's candidates ``[C, F]`` (numpy, float64 inside) -> ``[C]`` float32."""
         inf = self._inference()
         z = np.clip((feats.astype(np.float64) - inf["mean_np"]) / inf["std_np"] * inf["keep_np"], -Z_CLIP, Z_CLIP)
-        if self.kind == "linear":                                                        # np: [weight [1, F]]
-            return (z @ inf["np"][0][0]).astype(np.float32)
-        total = None
-        for w1, b1, w2 in inf["mlps"]:                                                   # as MlpEnsemble.forward
-            s = np.maximum(z @ w1.T + b1, 0.0) @ w2[0]                                   # [C, H] -> [C]
-            total = s if total is None else total + s
-        return (total if len(inf["mlps"]) == 1 else total / len(inf["mlps"])).astype(np.float32)
+        if self.kind == "linear":
+            return (z @ inf["w"]).astype(np.float32)
+        h = np.maximum(z @ inf["w1"].T + inf["b1"], 0.0)                                 # [C, M*H]: every member at once
+        return (h @ inf["w2"] / inf["members"]).astype(np.float32)                       # the sum over members / M
 
 
 def save_candidate_model(model: CandidateModel, names: Sequence[str], path: str | Path) -> Path:
@@ -162,12 +187,14 @@ def save_candidate_model(model: CandidateModel, names: Sequence[str], path: str 
                         "members": model.members, "state_dict": model.state_dict()}, path)
 
 
-def load_candidate_model(path: str | Path, names: Sequence[str], kind: str) -> CandidateModel:
-    """Read :func:`save_candidate_model`'s file; other feature names (keys, feature set) or another
-    model kind are refused."""
+def load_candidate_model(path: str | Path, names: Sequence[str], kind: str, hidden: int, members: int = 1
+                         ) -> CandidateModel:
+    """Read :func:`save_candidate_model`'s file; other feature names (keys, feature set), another model kind,
+    MLP width or member count are refused (the scorer saves its config beside these weights and rebuilds
+    the model from it on load)."""
     obj = torch.load(path, weights_only=True)
-    if list(obj["features"]) != list(names) or obj["kind"] != kind:
-        raise ValueError(f"{path}: a {obj['kind']} model on features {obj['features']}; this scorer is {kind} on "
-                         f"{list(names)}")
-    return CandidateModel.from_state_dict(obj["state_dict"], obj["kind"], int(obj["hidden"]),
-                                          int(obj.get("members", 1))).eval()
+    got = (obj["kind"], int(obj["hidden"]), int(obj.get("members", 1)))
+    if list(obj["features"]) != list(names) or (got[0] != kind or (kind == "mlp" and got[1:] != (hidden, members))):
+        raise ValueError(f"{path}: a {got[0]} model (hidden {got[1]}, members {got[2]}) on features "
+                         f"{obj['features']}; this scorer is {kind} (hidden {hidden}, members {members}) on {list(names)}")
+    return CandidateModel.from_state_dict(obj["state_dict"], *got).eval()

@@ -56,7 +56,7 @@ from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
 from tracer.learn.candidate_features import Candidates, candidates, feature_names, keep_mask
 from tracer.learn.candidate_fit import clean_fold_view, inner_fold_candidates, train_model
-from tracer.learn.candidate_model import CandidateModel, load_candidate_model
+from tracer.learn.candidate_model import CandidateModel, check_model, load_candidate_model
 from tracer.learn.candidate_step import OneCandidates, candidates_one
 from tracer.learn.plus_index import PlusIndex, refreshed
 from tracer.learn.trainer import TrainConfig
@@ -116,7 +116,7 @@ class TracerPlusScorer(ScorerBase):
         self.head_cfg = dict(head)
         self.feature_names = feature_names(self.keys)
         self.keep = keep_mask(self.feature_names, self.drop)
-        CandidateModel(1, model, members=int(self.head_cfg.get("members", 1)))  # a bad kind or member count fails here
+        check_model(model, self.members)
         self.res: Resources | None = None
         self.index: PlusIndex | None = None
         self.model: CandidateModel | None = None
@@ -143,8 +143,8 @@ class TracerPlusScorer(ScorerBase):
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
-            self.model, hist, t2 = load_candidate_model(self.transfer, self.feature_names,
-                                                         self.model_kind), {}, time.perf_counter()
+            self.model, hist, t2 = load_candidate_model(self.transfer, self.feature_names, self.model_kind,
+                                                         int(cfg["hidden"]), self.members), {}, time.perf_counter()
         else:
             data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
                                          res.device, int(cfg["inner_folds"]), inner_seed(seed, 0),

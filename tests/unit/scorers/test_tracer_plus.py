@@ -280,7 +280,7 @@ def test_mlp_ensemble_is_the_mean_of_its_members_each_trained_alone(tiny_trajs, 
     mem, q = ens.embed(test)
     cand = ens.candidates(test, mem, fallback_scores(res, q))
     z = ens.model.standardise(cand.feats.double())                                    # [B, C, F]
-    by_hand = sum(net.double()(z).squeeze(-1) for net in copy.deepcopy(ens.model.mlps)) / 3
+    by_hand = sum(net.double()(z).squeeze(-1) for net in copy.deepcopy(ens.model.mlps)) / 3     # [B, C]
     got = ens.model.scores(cand.feats, cand.mask)
     assert torch.equal(got[cand.mask], by_hand.float()[cand.mask])
     for i in range(len(test)):
@@ -333,10 +333,20 @@ def test_ensemble_save_load_and_transfer_file_round_trip(tiny_trajs, tiny_resour
     loaded = TracerPlusScorer.load(ens.save(tmp_path / "idx"), tiny_resources.embedder, device="cpu")
     assert loaded.members == 2 and torch.equal(loaded.score(steps).primary, ens.score(steps).primary)
     path = save_candidate_model(ens.model, ens.feature_names, tmp_path / "model.pt")
-    again = load_candidate_model(path, ens.feature_names, "mlp")
+    again = load_candidate_model(path, ens.feature_names, "mlp", 32, 2)
     assert again.members == 2
     for (ka, va), (kb, vb) in zip(again.state_dict().items(), ens.model.state_dict().items()):
         assert ka == kb and torch.equal(va, vb)
+    # a scorer configured otherwise would save its own config beside these weights and fail to load them
+    for hidden, members in ((32, 1), (16, 2)):
+        with pytest.raises(ValueError, match=f"members 2.*this scorer is mlp \\(hidden {hidden}, members {members}\\)"):
+            load_candidate_model(path, ens.feature_names, "mlp", hidden, members)
+    one = plus(tiny_resources, model="mlp", transfer=str(path))
+    with pytest.raises(ValueError, match="members 2"):
+        one.fit(tiny_trajs, tiny_resources)
+    two = plus(tiny_resources, model="mlp", head={**FAST, "members": 2}, transfer=str(path))
+    two.fit(tiny_trajs, tiny_resources)
+    assert torch.equal(two.score(steps).primary, ens.score(steps).primary)  # the same weights, the same tries
 
 
 def test_plus_index_tool_tables(hand):
