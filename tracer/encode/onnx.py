@@ -3,13 +3,17 @@
 The export is the transformer alone (``torch.onnx.export`` of the Hugging Face model); tokenisation
 (the folder's own tokenizer, truncated at the model's ``max_seq_length``), mean pooling over the
 attention mask and L2 normalisation are done here, as sentence-transformers does them, so fp32 gives
-the torch embeddings to float rounding. The model is exported with eager attention so that ONNX
-Runtime's transformer optimizer (``onnxruntime.transformers.optimizer``, model type ``bert``) can fuse
-each layer's attention, the embedding and the skip layer norms into its own kernels; ``fp32`` is that
-fused graph. ``int8`` is ``onnxruntime.quantization.quantize_dynamic`` of it with per-channel int8
-weights on the MatMul and fused Attention nodes (activations quantised on the fly): a single-text int8
-encode at 0.336x MiniLM-torch in scripts/bench_frontier.py, against 0.350-0.361x for the unfused export
-(docs/encoders.md).
+the torch embeddings to float rounding. The model is exported with eager attention
+so that ONNX Runtime's transformer optimizer (``onnxruntime.transformers.optimizer``, model type ``bert``)
+can fuse each layer's attention, the embedding layer norm and the bias-GELU into its own kernels; ``fp32``
+is that fused graph. The residual adds and their layer norms are left as ``Add`` + ``LayerNormalization``
+(the optimizer's skip-layer-norm fusions off, and ONNX Runtime's own ``SkipLayerNormFusion`` disabled in the
+session): ONNX Runtime 1.32's CPU ``SkipLayerNormalization`` kernel took 388 us of a 1.35 ms single-text
+encode of the 3-layer student (6 nodes, 48 word pieces), the two plain ops 64 us, so the unfused pair makes
+that encode 0.80-0.85 ms instead of 1.11-1.20 ms (fp32: 2.67 against 3.00 ms) with the same embeddings to
+float rounding (docs/encoders.md, "The skip layer norm"). ``int8`` is
+``onnxruntime.quantization.quantize_dynamic`` of it with per-channel int8 weights on the MatMul and fused
+Attention nodes (activations quantised on the fly).
 
     python -m tracer.encode.onnx            # export MiniLM to .cache/encoders (fp32 + int8)
 """
@@ -26,6 +30,7 @@ import onnx
 import onnxruntime as ort
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.transformers.fusion_options import FusionOptions
 from onnxruntime.transformers.optimizer import optimize_model
 from tokenizers import Tokenizer
 from transformers import AutoModel, AutoTokenizer
@@ -36,6 +41,9 @@ from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recip
 VARIANTS = ("fp32", "int8")
 OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# ONNX Runtime fusions left undone, offline and in the session: its CPU SkipLayerNormalization is slower than the
+# Add + LayerNormalization it replaces (module docstring)
+UNFUSED = ("SkipLayerNormFusion",)
 
 
 class _Transformer(torch.nn.Module):
@@ -64,7 +72,7 @@ def max_seq_length(folder: Path) -> int:
 def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
     """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused when present."""
     folder = model_folder(model)
-    key = recipe_hash(kind="onnx", weights=folder_hash(folder), opset=OPSET, graph="bert-fused",
+    key = recipe_hash(kind="onnx", weights=folder_hash(folder), opset=OPSET, graph="bert-fused-no-skip-layernorm",
                       quant="dynamic-matmul-attention-perchannel-qint8")
     out = Path(encoder_dir) / f"onnx-{key[:16]}"
     if (out / "int8.onnx").is_file():
@@ -80,9 +88,10 @@ def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CA
             torch.onnx.export(_Transformer(net), args, str(tmp / "exported.onnx"), input_names=list(_INPUTS),
                               output_names=["last_hidden_state"], dynamic_axes=dyn, opset_version=OPSET,
                               dynamo=False)
-        cfg = net.config
+        cfg, fusions = net.config, FusionOptions("bert")
+        fusions.enable_skip_layer_norm = fusions.enable_bias_skip_layer_norm = False
         optimize_model(str(tmp / "exported.onnx"), model_type="bert", num_heads=cfg.num_attention_heads,
-                       hidden_size=cfg.hidden_size).save_model_to_file(str(tmp / "fp32.onnx"))
+                       hidden_size=cfg.hidden_size, optimization_options=fusions).save_model_to_file(str(tmp / "fp32.onnx"))
         (tmp / "exported.onnx").unlink()
         quantize_dynamic(str(tmp / "fp32.onnx"), str(tmp / "int8.onnx"), per_channel=True,
                          op_types_to_quantize=["MatMul", "Attention"], weight_type=QuantType.QInt8,
@@ -122,7 +131,8 @@ class OnnxEmbedder:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(self.dir / f"{variant}.onnx"), opts, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(str(self.dir / f"{variant}.onnx"), opts, providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=list(UNFUSED))
         self.dim = int(self.session.get_outputs()[0].shape[-1])
         self.batch_size = batch_size
 
