@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python scripts/bench_frontier.py [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
         [--student .cache/encoders/finetuned-<fold 0's 3-layer student> .cache/encoders/finetuned-<its 2-layer one>]
-        [--n 300] [--out results/encoders/frontier_latency.json]
+        [--n 300] [--only LABEL ...] [--out results/encoders/frontier_latency.json]
 
 BFCL (registry large), each scorer fitted on outer fold 0's training split (5 folds by group, seed 0)
 with each encoder; then, for ``n`` held-out steps in a seeded order, ``Retriever.select_ids(messages)``:
@@ -78,6 +78,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--block", type=int, default=25, help="consecutive steps per encoder x scorer in the serving phase")
+    ap.add_argument("--only", nargs="*", default=None, metavar="LABEL",
+                    help="time only these encoders (labels as printed, e.g. '3-layer fine-tuned ONNX int8'), beside "
+                         "MiniLM torch, which is always kept as the reference; fewer models share the process")
     ap.add_argument("--out", default="results/encoders/frontier_latency.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -91,7 +94,12 @@ def main() -> None:
     recipe = plain(load_config("encoder_training", "static_mnrl", seed=0))
     trained_static = FoldEncoders(ds.registry, recipe)(train).embedder.config["model"]
     retrievers, embedders = {}, {}
-    for label, (name, overrides) in encoders(a.finetuned, trained_static, {layer_count(p): p for p in a.student}).items():
+    chosen = encoders(a.finetuned, trained_static, {layer_count(p): p for p in a.student})
+    if a.only is not None:
+        if unknown := set(a.only) - set(chosen):
+            raise SystemExit(f"--only: no encoder labelled {sorted(unknown)}; the labels: {list(chosen)}")
+        chosen = {label: v for label, v in chosen.items() if label == "MiniLM torch" or label in a.only}
+    for label, (name, overrides) in chosen.items():
         emb = build_embedder(name, **overrides)
         res = Resources.build(ds.registry, emb, device="cpu")
         for sc in a.scorers:
@@ -154,6 +162,7 @@ def main() -> None:
               f"{r['texts_per_s_batch64']:.0f} |")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"steps": len(test), "load_avg_1min": load, "finetuned": a.finetuned, "block": a.block,
+                                       "only": a.only,
                                        "machine": machine(),
                                        "rows": rows}, indent=2))
 

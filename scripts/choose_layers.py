@@ -2,13 +2,14 @@
 
     python scripts/choose_layers.py --cuts 0,2,4 1,3,5 0,1,2 0,1,5 3,4,5          # the 3-layer cuts tried
     python scripts/choose_layers.py --cuts 0,5 1,5 0,1 1,4 4,5 2,5                 # the 2-layer cuts tried
+    python scripts/choose_layers.py --cuts 0,1,4,5 0,1,2,5 0,2,4,5 2,3,4,5 1,2,4,5 0,3,4,5 0,1,3,5   # 4 layers
     python scripts/choose_layers.py --cuts all 0,1,5 4,5 --latency                 # + single-text int8 encode
 
 For each cut: MiniLM cut to those layers (``tracer.learn.encoder.keep_layers``, *not* fine-tuned), plain
 vector search over the registry's tool texts for every pair of outer fold F's *training* split (the pairs
 encoder_training=mnrl fine-tunes on: tracer_plus's query rendering, the gold tool's ``search_text``),
 recall@5. The cut that keeps most of the full model's zero-shot ranking is the one fine-tuned
-(tracer/configs/encoder_training/mnrl_l3_int8.yaml, mnrl_l2_int8.yaml quote this output). ``--latency`` also
+(tracer/configs/encoder_training/mnrl_l4_int8.yaml, mnrl_l3_int8.yaml, mnrl_l2_int8.yaml quote this output). ``--latency`` also
 exports each cut to ONNX int8 (``tracer.encode.onnx``, into a temporary folder) and times one-text encodes of
 300 of those query texts on one thread: the median, and the texts' median length in word pieces.
 """

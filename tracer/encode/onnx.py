@@ -69,10 +69,15 @@ def max_seq_length(folder: Path) -> int:
     return 512
 
 
-def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
-    """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused when present."""
+def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
+           skip_layer_norm: bool = False) -> Path:
+    """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused when present.
+
+    ``skip_layer_norm=True`` fuses the residual adds into SkipLayerNormalization as the optimizer does by
+    default: the slower graph (module docstring), kept for scripts/profile_onnx.py to compare with."""
     folder = model_folder(model)
-    key = recipe_hash(kind="onnx", weights=folder_hash(folder), opset=OPSET, graph="bert-fused-no-skip-layernorm",
+    key = recipe_hash(kind="onnx", weights=folder_hash(folder), opset=OPSET,
+                      graph="bert-fused" if skip_layer_norm else "bert-fused-no-skip-layernorm",
                       quant="dynamic-matmul-attention-perchannel-qint8")
     out = Path(encoder_dir) / f"onnx-{key[:16]}"
     if (out / "int8.onnx").is_file():
@@ -89,7 +94,7 @@ def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CA
                               output_names=["last_hidden_state"], dynamic_axes=dyn, opset_version=OPSET,
                               dynamo=False)
         cfg, fusions = net.config, FusionOptions("bert")
-        fusions.enable_skip_layer_norm = fusions.enable_bias_skip_layer_norm = False
+        fusions.enable_skip_layer_norm = fusions.enable_bias_skip_layer_norm = skip_layer_norm
         optimize_model(str(tmp / "exported.onnx"), model_type="bert", num_heads=cfg.num_attention_heads,
                        hidden_size=cfg.hidden_size, optimization_options=fusions).save_model_to_file(str(tmp / "fp32.onnx"))
         (tmp / "exported.onnx").unlink()
