@@ -8,9 +8,10 @@ so that ONNX Runtime's transformer optimizer (``onnxruntime.transformers.optimiz
 can fuse each layer's attention, the embedding layer norm and the bias-GELU into its own kernels; ``fp32``
 is that fused graph. The residual adds and their layer norms are left as ``Add`` + ``LayerNormalization``
 (the optimizer's skip-layer-norm fusions off, and ONNX Runtime's own ``SkipLayerNormFusion`` disabled in the
-session): ONNX Runtime 1.32's CPU ``SkipLayerNormalization`` kernel took 388 us of a 1.35 ms single-text
-encode of the 3-layer student (6 nodes, 48 word pieces), the two plain ops 64 us, so the unfused pair makes
-that encode 0.80-0.85 ms instead of 1.11-1.20 ms (fp32: 2.67 against 3.00 ms) with the same embeddings to
+session): ONNX Runtime 1.32's CPU ``SkipLayerNormalization`` kernel took 452 us of the 1,488 us of kernel time
+in a single-text int8 encode of the 3-layer student (6 nodes, 48 word pieces), the two plain ops 86 us, so
+the unfused pair makes that encode 1.000 ms instead of 1.455 ms (fp32: 3.049 against 3.404 ms;
+``scripts/profile_onnx.py``) with the same embeddings to
 float rounding (docs/encoders.md, "The skip layer norm"). ``int8`` is
 ``onnxruntime.quantization.quantize_dynamic`` of it with per-channel int8 weights on the MatMul and fused
 Attention nodes (activations quantised on the fly).
