@@ -22,7 +22,8 @@ from omegaconf import OmegaConf
 from tracer.build import build_dataset, load_config
 from tracer.core.folds import kfold
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import finetuned, print_progress, train_info, trie_children
+from tracer.learn.encoder import finetuned, print_progress, train_info
+from tracer.learn.pairs import trie_children
 from tracer.scoring.resources import training_steps
 
 

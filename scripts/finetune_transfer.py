@@ -22,7 +22,8 @@ from omegaconf import OmegaConf
 
 from tracer.build import build_dataset, load_config
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import Pairs, finetuned, print_progress, train_info
+from tracer.learn.encoder import finetuned, print_progress, train_info
+from tracer.learn.pairs import Pairs
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from tracer.encode.onnx import _INPUTS, UNFUSED, export
+from tracer.encode.onnx import UNFUSED, export
 
 QUERY = ("user: I just graduated and plan on traveling for alumni meetups. I'm really curious which airports are "
          "around cities like Rivermist and Stonebrook, can you find some for me? And then book the cheapest flight.")

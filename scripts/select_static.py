@@ -40,7 +40,7 @@ from tracer.core.steps import extract_all
 from tracer.encode.static import distilled
 from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.metrics import teacher_forced_outcomes
-from tracer.learn.encoder import Pairs
+from tracer.learn.pairs import Pairs
 from tracer.learn.static_encoder import encode, train_static
 
 # (label, overrides of BASE, negatives over the whole registry?); BASE is the first recipe tried (in-batch)

@@ -18,7 +18,8 @@ from tracer.build import build_embedder, load_config, plain
 from tracer.core.context import ContextRendering
 from tracer.core.types import Registry, Trajectory
 from tracer.encode.source import DEFAULT_CACHE
-from tracer.learn.encoder import Pairs, TrainConfig, finetuned, train_info, training_pairs
+from tracer.learn.encoder import TrainConfig, finetuned, train_info
+from tracer.learn.pairs import Pairs, training_pairs
 from tracer.learn.static_encoder import trained_static
 from tracer.scoring.resources import Resources
 
@@ -35,7 +36,7 @@ class FoldEncoders:
             trained on the pairs, :mod:`tracer.learn.static_encoder`, with ``pca_dims``), ``negatives``
             (``in_batch``; ``registry``: each context ranked against every registry tool, static only; ``trie``: one
             hard negative per pair, another child of its trie state, transformer only,
-            :func:`tracer.learn.encoder.trie_negatives`),
+            :func:`tracer.learn.pairs.trie_negatives`),
             ``context_weight`` (static only: weight of a context-to-context in-batch loss beside the
             context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``layers`` (transformer only: the
             base model's layers kept, a shallower student; :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that

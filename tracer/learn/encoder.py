@@ -6,7 +6,7 @@ tracer_plus renders its vector query (anchor) and the gold tool's text as the sc
 for a batch of B pairs, cross-entropy of anchor i over the B positives (scale 20, cosine), so the
 other tools in the batch are the negatives. A batch never holds the same anchor text or the same
 tool twice (a repeated tool would be a false negative). With ``negatives: trie`` each pair also
-carries one hard negative, another child of its trie state (:func:`trie_negatives`), which every
+carries one hard negative, another child of its trie state (:func:`tracer.learn.pairs.trie_negatives`), which every
 anchor of the batch is ranked against too (MNRL's third column). AdamW, linear warm-up then decay, one
 epoch, seeded; CUDA when present (not run here), else the CPU, where a run is deterministic.
 
@@ -16,10 +16,8 @@ the recipe and the base weights: a rerun on the same training data loads it inst
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,13 +27,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tracer.core.context import ContextRendering
 from tracer.core.io import atomic_new_dir, write_json
-from tracer.core.types import Registry, Step, Trajectory
 from tracer.encode.embedders import default_device
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
-from tracer.memory.keys import PREFIX, StateKey
-from tracer.scoring.resources import training_steps
+from tracer.learn.pairs import Pairs, no_duplicate_batches
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -81,86 +76,6 @@ class TrainConfig:
         return d if self.layers else {k: v for k, v in d.items() if k != "layers"}
 
 
-@dataclass(frozen=True)
-class Pairs:
-    """Training pairs, with the trajectory each came from (so a leak can be checked), and optionally
-    one hard negative tool text per pair (:func:`trie_negatives`)."""
-
-    anchors: tuple[str, ...]
-    positives: tuple[str, ...]
-    trajectory_ids: tuple[str, ...]
-    negatives: tuple[str, ...] | None = None
-
-    def __post_init__(self):
-        if self.negatives is not None and len(self.negatives) != len(self.anchors):
-            raise ValueError(f"Pairs: {len(self.negatives)} negatives for {len(self.anchors)} pairs")
-
-    def __len__(self) -> int:
-        return len(self.anchors)
-
-    @classmethod
-    def cat(cls, parts: Sequence[Pairs]) -> Pairs:
-        """The pairs of several sources in order (e.g. several datasets for a transferred encoder)."""
-        with_neg = {p.negatives is not None for p in parts}
-        if len(with_neg) > 1:
-            raise ValueError("Pairs.cat: some parts have hard negatives and some not")
-        fields = ("anchors", "positives", "trajectory_ids") + (("negatives",) if with_neg == {True} else ())
-        return cls(*(tuple(x for p in parts for x in getattr(p, f)) for f in fields))
-
-    def digest(self) -> str:
-        h = hashlib.sha256()
-        for a, p in zip(self.anchors, self.positives):
-            h.update(a.encode() + b"\0" + p.encode() + b"\1")
-        if self.negatives is not None:  # only then: the keys of in-batch checkpoints stay as they were
-            for n in self.negatives:
-                h.update(b"\2" + n.encode())
-        return h.hexdigest()
-
-
-def training_pairs(trajectories: Sequence[Trajectory], registry: Registry, rendering: ContextRendering,
-                   successful_only: bool = True, negatives: str = "in_batch", seed: int = 0) -> Pairs:
-    """(rendered context, gold tool text) for every step of the (successful) trajectories whose gold is in
-    the registry; with ``negatives="trie"`` also one hard negative per pair (:func:`trie_negatives`)."""
-    if negatives not in ("in_batch", "trie"):
-        raise ValueError(f"training_pairs: negatives must be in_batch or trie, got {negatives!r}")
-    steps = training_steps(trajectories, registry, successful_only)
-    hard = None
-    if negatives == "trie":
-        hard = tuple(registry.get(n).search_text for n in trie_negatives(steps, registry, seed))
-    return Pairs(tuple(rendering.render(s.context) for s in steps),
-                 tuple(registry.get(s.gold).search_text for s in steps),
-                 tuple(s.trajectory_id for s in steps), hard)
-
-
-def trie_negatives(steps: Sequence[Step], registry: Registry, seed: int = 0, key: StateKey = PREFIX) -> list[str]:
-    """One hard negative tool per step: another child of the step's trie state (a tool that followed the same
-    calls in some training step, not this step's gold), drawn seeded; a random registry tool when the
-    state has no other child. These are the tools tracer_plus's vector features must tell apart from the
-    gold where the trie itself cannot: the other branches out of the same node.
-    """
-    names = [t.name for t in registry]
-    if len(names) < 2:
-        raise ValueError(f"trie negatives need a registry of at least 2 tools, got {len(names)}")
-    children = trie_children(steps, key)
-    rng = random.Random(seed)
-    out = []
-    for s in steps:
-        other = sorted(children[key.state(s)] - {s.gold})
-        pick = rng.choice(other or names)
-        while pick == s.gold:  # only from the registry fallback, which holds the gold
-            pick = rng.choice(names)
-        out.append(pick)
-    return out
-
-
-def trie_children(steps: Sequence[Step], key: StateKey = PREFIX) -> dict[tuple[str, ...], set[str]]:
-    """State -> the tools that followed it in ``steps`` (the trie's children, without counts)."""
-    children: dict[tuple[str, ...], set[str]] = {}
-    for s in steps:
-        children.setdefault(key.state(s), set()).add(s.gold)
-    return children
-
-
 def print_progress(every: int = 10) -> Callable[[dict], None]:
     """A ``log`` for :func:`train` that prints the step, loss and seconds so far to stderr every ``every``
     steps (a fine-tuning on a busy CPU takes tens of minutes; the scripts show it moving)."""
@@ -171,37 +86,6 @@ def print_progress(every: int = 10) -> Callable[[dict], None]:
             print(f"step {m['encoder/step']} loss {m['encoder/loss']:.4f} {time.perf_counter() - t0:.0f} s",
                   file=sys.stderr, flush=True)
     return log
-
-
-def no_duplicate_batches(pairs: Pairs, batch_size: int, seed: int) -> list[list[int]]:
-    """Pair indices in batches with no anchor or positive text twice, in a seeded random order.
-
-    Greedy, as sentence-transformers' NoDuplicatesBatchSampler: each batch takes the next pairs in
-    the shuffled order that clash with nothing already in it; the rest wait for a later batch.
-    With hard negatives, no pair's negative is another pair's positive in the batch either (it would
-    be a false negative for that pair's anchor). Batches of one pair (no negative, so no gradient) are dropped.
-    """
-    order = list(range(len(pairs)))
-    random.Random(seed).shuffle(order)
-    negs = pairs.negatives
-    batches = []
-    while order:
-        batch, anchors, positives, negatives, rest = [], set(), set(), set(), []
-        for i in order:
-            a, p, n = pairs.anchors[i], pairs.positives[i], negs[i] if negs is not None else None
-            # a tool text that is a positive here and a negative there clashes both ways
-            clash = a in anchors or p in positives or p in negatives or n in positives
-            if len(batch) < batch_size and not clash:
-                batch.append(i)
-                anchors.add(a)
-                positives.add(p)
-                if n is not None:
-                    negatives.add(n)
-            else:
-                rest.append(i)
-        batches.append(batch)
-        order = rest
-    return [b for b in batches if len(b) > 1]
 
 
 def _features(model: SentenceTransformer, texts: Sequence[str], device: str) -> dict[str, torch.Tensor]:

@@ -29,7 +29,8 @@ from model2vec import StaticModel
 from tracer.core.io import atomic_new_dir, write_json
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, recipe_hash
 from tracer.encode.static import distilled
-from tracer.learn.encoder import Pairs, TrainConfig, no_duplicate_batches
+from tracer.learn.encoder import TrainConfig
+from tracer.learn.pairs import Pairs, no_duplicate_batches
 
 
 def _bags(model: StaticModel, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:

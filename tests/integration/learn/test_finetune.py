@@ -17,17 +17,8 @@ from tracer.encode.embedders import SentenceTransformerEmbedder
 from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.oracle import OracleExecutor
-from tracer.learn.encoder import (
-    Pairs,
-    TrainConfig,
-    checkpoint_dir,
-    finetuned,
-    no_duplicate_batches,
-    train,
-    train_info,
-    training_pairs,
-    trie_negatives,
-)
+from tracer.learn.encoder import TrainConfig, checkpoint_dir, finetuned, train, train_info
+from tracer.learn.pairs import Pairs, no_duplicate_batches, training_pairs, trie_negatives
 from tracer.scoring.resources import training_steps
 
 RENDERING = ContextRendering(join_users=True)

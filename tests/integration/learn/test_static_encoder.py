@@ -9,7 +9,8 @@ from builders import TINY_TOOLS, tiny_trajectories
 from tracer.core.context import ContextRendering
 from tracer.core.types import Registry
 from tracer.encode.static import StaticEmbedder, distilled
-from tracer.learn.encoder import TrainConfig, train_info, training_pairs
+from tracer.learn.encoder import TrainConfig, train_info
+from tracer.learn.pairs import training_pairs
 from tracer.learn.static_encoder import encode, trained_static
 
 # a few dozen steps on 10 pairs: a high rate so that the trend shows (the real recipe: configs/encoder_training/static_mnrl.yaml)
@@ -66,7 +67,7 @@ def test_registry_negatives_rank_each_context_against_every_tool(encoder_dir):
 
     from model2vec import StaticModel
 
-    from tracer.learn.encoder import no_duplicate_batches
+    from tracer.learn.pairs import no_duplicate_batches
     from tracer.learn.static_encoder import train_static
 
     tools = [t.search_text for t in TINY_TOOLS]
@@ -119,7 +120,7 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir):
     from model2vec import StaticModel
 
     from tracer.eval.fold_encoders import FoldEncoders
-    from tracer.learn.encoder import no_duplicate_batches
+    from tracer.learn.pairs import no_duplicate_batches
     from tracer.learn.static_encoder import context_partners, train_static
 
     p = pairs()
