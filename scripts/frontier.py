@@ -46,6 +46,8 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
             "mnrl_l3_int8": ("3-layer student fine-tuned per fold, ONNX int8", "3-layer fine-tuned ONNX int8"),
             "mnrl_l2_int8": ("2-layer student fine-tuned per fold, ONNX int8", "2-layer fine-tuned ONNX int8"),
             "mnrl_l3_trie_int8": ("3-layer student, trie hard negatives, ONNX int8", "3-layer fine-tuned ONNX int8"),
+            "mnrl_l3_distill_int8": ("3-layer student, distilled from the 6-layer encoder, ONNX int8",
+                                     "3-layer fine-tuned ONNX int8"),
             "static_mnrl": ("static m2v trained per fold", "trained static m2v"),
             "static_mnrl_inner": ("static m2v trained per fold, clean inner folds", "trained static m2v"),
             # the same table shape, so the same latency row

@@ -39,7 +39,8 @@ class FoldEncoders:
             :func:`tracer.learn.pairs.trie_negatives`),
             ``context_weight`` (static only: weight of a context-to-context in-batch loss beside the
             context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``layers`` (transformer only: the
-            base model's layers kept, a shallower student; :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
+            base model's layers kept, a shallower student; ``distill``, its distillation from the full-depth
+            encoder; :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
             the embedder keeps its config, so an index saved with it loads it again) and the

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,6 +52,11 @@ class TrainConfig:
             is fine-tuned as it is and saved with only those layers: encoding costs about in proportion
             to the layers kept (sentence-transformers' layer-reduction distillation keeps every other
             layer likewise). Enters the cache key only when set, so the keys of full-depth recipes stay.
+        distill: students only: the weight of an embedding-distillation term added to the loss, ``distill`` x
+            the mean squared distance between the student's and a teacher's unit embeddings of the batch's
+            anchors and positives (sentence-transformers' MSE distillation, on top of the ranking loss). The
+            teacher is this recipe at full depth fine-tuned on the same pairs (:func:`finetuned` trains or
+            finds it), so it saw nothing the student did not. Enters the cache key only when set.
     """
 
     batch_size: int = 32
@@ -63,17 +68,26 @@ class TrainConfig:
     max_seq_length: int = 128
     seed: int = 0
     layers: tuple[int, ...] = ()
+    distill: float = 0.0
 
     def __post_init__(self):
         # a YAML list arrives as a list; sorted, since the cut keeps the base's order ([5, 0] is [0, 5], one key)
         object.__setattr__(self, "layers", tuple(sorted(int(i) for i in self.layers)))
         if len(set(self.layers)) != len(self.layers) or any(i < 0 for i in self.layers):
             raise ValueError(f"encoder_training.layers must be distinct layer indices >= 0, got {list(self.layers)}")
+        if self.distill < 0 or (self.distill > 0 and not self.layers):
+            raise ValueError(f"encoder_training.distill must be >= 0, and > 0 only for a student (layers set): its "
+                             f"teacher is the same recipe at full depth; got distill {self.distill} with layers "
+                             f"{list(self.layers)}")
+
+    def teacher(self) -> TrainConfig:
+        """The recipe of a student's teacher: this one at full depth, without distillation."""
+        return replace(self, layers=(), distill=0.0)
 
     def key(self) -> dict:
-        """The fields as they enter a checkpoint's cache key (``layers`` only when set)."""
+        """The fields as they enter a checkpoint's cache key (``layers`` and ``distill`` only when set)."""
         d = asdict(self) | {"layers": list(self.layers)}
-        return d if self.layers else {k: v for k, v in d.items() if k != "layers"}
+        return {k: v for k, v in d.items() if (k != "layers" or self.layers) and (k != "distill" or self.distill)}
 
 
 def print_progress(every: int = 10) -> Callable[[dict], None]:
@@ -94,13 +108,19 @@ def _features(model: SentenceTransformer, texts: Sequence[str], device: str) -> 
 
 
 def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path | None = None,
-          device: str | None = None, log: Callable[[dict], None] | None = None) -> tuple[SentenceTransformer, dict]:
-    """Fine-tune ``base_model`` on ``pairs``; returns the model (eval mode) and a summary with the loss per step."""
+          device: str | None = None, log: Callable[[dict], None] | None = None,
+          teacher: str | Path | None = None) -> tuple[SentenceTransformer, dict]:
+    """Fine-tune ``base_model`` on ``pairs``; returns the model (eval mode) and a summary with the loss per step.
+    With ``cfg.distill``, ``teacher`` is the checkpoint whose embeddings the student is pulled towards."""
     if len(pairs) < 2:
         raise ValueError(f"encoder training needs at least 2 pairs, got {len(pairs)}")
+    if bool(cfg.distill) != (teacher is not None):
+        raise ValueError(f"encoder training: a teacher goes with distill > 0 and only then (distill {cfg.distill}, "
+                         f"teacher {teacher})")
     # imported here: the full sentence-transformers package costs ~3 s more at import than the embedders'
     # part of it, and every evaluate.py / tracer start imports this module whether it fine-tunes or not
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.losses.merged_forward import embed_columns
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from transformers import get_linear_schedule_with_warmup
 
@@ -112,6 +132,8 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     own_length = model.max_seq_length
     model.max_seq_length = min(cfg.max_seq_length, own_length)
     loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
+    targets = _teacher_vectors(teacher, pairs.anchors + pairs.positives, model.max_seq_length, device) \
+        if teacher is not None else None
     batches = [b for e in range(cfg.epochs) for b in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e)]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * len(batches)), len(batches))
@@ -121,7 +143,13 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     columns = (pairs.anchors, pairs.positives) + ((pairs.negatives,) if pairs.negatives is not None else ())
     for step, batch in enumerate(batches):
         feats = [_features(model, [col[i] for i in batch], device) for col in columns]
-        loss = loss_fn(feats, torch.empty(0, device=device))
+        if targets is None:
+            loss = loss_fn(feats, torch.empty(0, device=device))
+        else:  # the ranking loss on the same embeddings, plus their squared distance to the teacher's
+            embs = embed_columns(model, feats)                                          # [B, d] per column
+            loss = loss_fn.compute_loss_from_embeddings(embs, torch.empty(0, device=device))
+            for emb, col in zip(embs[:2], columns[:2]):
+                loss = loss + cfg.distill * (emb - targets(col, batch)).pow(2).sum(1).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -135,6 +163,21 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
             "train_seconds": round(time.perf_counter() - t0, 2), "device": device, "loss": losses,
             "config": cfg.key()}
     return model, info
+
+
+def _teacher_vectors(teacher: str | Path, texts: Sequence[str], max_seq_length: int,
+                     device: str) -> Callable[[Sequence[str], Sequence[int]], torch.Tensor]:
+    """The teacher's unit embeddings of ``texts`` (truncated as the student trains), computed once; returns
+    ``(column, batch) -> Tensor[B, d]``, the rows of those pairs' texts."""
+    from sentence_transformers import SentenceTransformer
+
+    net = SentenceTransformer(str(teacher), device=device)
+    net.max_seq_length = min(max_seq_length, net.max_seq_length)
+    unique = sorted(set(texts))
+    with torch.no_grad():
+        vecs = net.encode(unique, batch_size=64, convert_to_tensor=True, normalize_embeddings=True)  # [U, d]
+    row = {t: i for i, t in enumerate(unique)}
+    return lambda col, batch: vecs[[row[col[i]] for i in batch]]
 
 
 def keep_layers(model: SentenceTransformer, layers: Sequence[int]) -> None:
@@ -172,10 +215,12 @@ def finetuned(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | 
     if (out / "train_info.json").is_file():
         return out
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model, info = train(pairs, cfg, base_model, device, log)
+    teacher = finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) if cfg.distill else None
+    model, info = train(pairs, cfg, base_model, device, log, teacher)
     with atomic_new_dir(out) as tmp:
         model.save(str(tmp))
-        write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))})
+        write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))}
+                   | ({"teacher": str(teacher)} if teacher else {}))
     return out
 
 
