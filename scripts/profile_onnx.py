@@ -27,26 +27,17 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from tracer.encode.onnx import UNFUSED, export
+from tracer.encode.onnx import export, feeds, session
 
 QUERY = ("user: I just graduated and plan on traveling for alumni meetups. I'm really curious which airports are "
          "around cities like Rivermist and Stonebrook, can you find some for me? And then book the cheapest flight.")
 
 
-def session(path: Path, profile_dir: str | None = None) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    if profile_dir:
-        opts.enable_profiling = True
-        opts.profile_file_prefix = str(Path(profile_dir) / path.parent.name)
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"], disabled_optimizers=list(UNFUSED))
-
-
-def kernel_us(sess: ort.InferenceSession, feeds: dict, runs: int, warm: int = 30) -> dict[str, float]:
+def kernel_us(sess: ort.InferenceSession, inputs: dict, runs: int, warm: int = 30) -> dict[str, float]:
     """Mean kernel microseconds per run of each operator type (summed over its nodes), the first ``warm`` runs
     left out."""
     for _ in range(warm + runs):
-        sess.run(None, feeds)
+        sess.run(None, inputs)
     per_node, op_of = defaultdict(list), {}
     for e in json.loads(Path(sess.end_profiling()).read_text()):
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
@@ -62,7 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="a sentence-transformers folder (default: the bundled MiniLM)")
     ap.add_argument("--variant", default="int8", choices=["fp32", "int8"])
-    ap.add_argument("--pieces", type=int, default=48, help="word pieces of the query (BFCL's median is 49)")
+    ap.add_argument("--pieces", type=int, default=48, help="word pieces the query is cut to")
     ap.add_argument("--runs", type=int, default=400, help="timed runs per graph (a multiple of 50)")
     a = ap.parse_args()
     graphs = {"Add + LayerNormalization (shipped)": export(a.model),
@@ -70,24 +61,23 @@ def main() -> None:
     tok = Tokenizer.from_file(str(next(iter(graphs.values())) / "tokenizer" / "tokenizer.json"))
     tok.enable_truncation(a.pieces)
     enc = tok.encode(QUERY)
-    feeds = {"input_ids": np.array([enc.ids]), "attention_mask": np.array([enc.attention_mask]),
-             "token_type_ids": np.array([enc.type_ids])}                                     # [1, T] each
+    inputs = feeds([enc])                                                                     # [1, T] each
     sessions = {label: session(d / f"{a.variant}.onnx") for label, d in graphs.items()}
     times = {label: [] for label in sessions}
     for _ in range(30):
         for s in sessions.values():
-            s.run(None, feeds)
+            s.run(None, inputs)
     for _ in range(a.runs // 50):  # blocks of 50 runs, alternating: one graph warm at a time, as in a server,
         for label, s in sessions.items():  # and a burst of load hits both alike
-            s.run(None, feeds)
+            s.run(None, inputs)
             for _ in range(50):
                 t0 = time.perf_counter()
-                s.run(None, feeds)
+                s.run(None, inputs)
                 times[label].append((time.perf_counter() - t0) * 1000)
     print(f"{a.model or 'all-MiniLM-L6-v2'}, {a.variant}, {len(enc.ids)} word pieces, one thread, {a.runs} runs\n")
     with tempfile.TemporaryDirectory() as tmp:
         for label, d in graphs.items():
-            ops = kernel_us(session(d / f"{a.variant}.onnx", tmp), feeds, a.runs)
+            ops = kernel_us(session(d / f"{a.variant}.onnx", profile_prefix=str(Path(tmp) / d.name)), inputs, a.runs)
             print(f"{label}: session run p50 {np.median(times[label]):.3f} ms; kernel time {sum(ops.values()):.0f} us:")
             print("  " + ", ".join(f"{op} {us:.1f}" for op, us in ops.items()))
 

@@ -47,6 +47,29 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 UNFUSED = ("SkipLayerNormFusion",)
 
 
+def session(path: str | Path, threads: int = 1, profile_prefix: str | None = None,
+            save_optimized: str | Path | None = None) -> ort.InferenceSession:
+    """An ONNX Runtime CPU session on an exported graph: ``threads`` intra-op threads, one inter-op, the
+    ``UNFUSED`` fusions left out; ``profile_prefix``: ONNX Runtime's profiler on, its file named so;
+    ``save_optimized``: where to write the graph as the session runs it (after its own fusions)."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    if save_optimized:
+        opts.optimized_model_filepath = str(save_optimized)
+    if profile_prefix:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"], disabled_optimizers=list(UNFUSED))
+
+
+def feeds(encodings: Sequence) -> dict[str, np.ndarray]:
+    """The graph's inputs from ``tokenizers`` encodings of one padded batch, ``[B, T]`` int64 each."""
+    return {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64)}
+
+
 class _Transformer(torch.nn.Module):
     """The Hugging Face model with named inputs and one output, as the exporter wants it."""
 
@@ -134,11 +157,7 @@ class OnnxEmbedder:
         self.fast_tokenizer = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
         self.fast_tokenizer.enable_truncation(self.max_seq_length)
         self.fast_tokenizer.enable_padding(pad_id=self.tokenizer.pad_token_id, pad_token=self.tokenizer.pad_token)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(self.dir / f"{variant}.onnx"), opts, providers=["CPUExecutionProvider"],
-                                            disabled_optimizers=list(UNFUSED))
+        self.session = session(self.dir / f"{variant}.onnx", threads)
         self.dim = int(self.session.get_outputs()[0].shape[-1])
         self.batch_size = batch_size
 
@@ -149,12 +168,9 @@ class OnnxEmbedder:
                                                 for i in range(0, len(texts), self.batch_size)]))  # [N, d]
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        enc = self.fast_tokenizer.encode_batch(texts)
-        feeds = {"input_ids": np.array([e.ids for e in enc], dtype=np.int64),             # [B, T]
-                 "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
-                 "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64)}
-        hidden = self.session.run(None, feeds)[0]                          # [B, T, d]
-        mask = feeds["attention_mask"][..., None].astype(np.float32)       # [B, T, 1]
+        inputs = feeds(self.fast_tokenizer.encode_batch(texts))           # [B, T] each
+        hidden = self.session.run(None, inputs)[0]                         # [B, T, d]
+        mask = inputs["attention_mask"][..., None].astype(np.float32)      # [B, T, 1]
         pooled = (hidden * mask).sum(1) / np.clip(mask.sum(1), 1e-9, None)  # [B, d] mean over real tokens
         return (pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)).astype(np.float32)
 

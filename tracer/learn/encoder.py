@@ -132,7 +132,8 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     own_length = model.max_seq_length
     model.max_seq_length = min(cfg.max_seq_length, own_length)
     loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
-    targets = _teacher_vectors(teacher, pairs.anchors + pairs.positives, model.max_seq_length, device) \
+    # the teacher's vectors of each pair's anchor and positive, [N, d] each
+    targets = _teacher_vectors(teacher, (pairs.anchors, pairs.positives), model.max_seq_length, device) \
         if teacher is not None else None
     batches = [b for e in range(cfg.epochs) for b in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e)]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -148,8 +149,8 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
         else:  # the ranking loss on the same embeddings, plus their squared distance to the teacher's
             embs = embed_columns(model, feats)                                          # [B, d] per column
             loss = loss_fn.compute_loss_from_embeddings(embs, torch.empty(0, device=device))
-            for emb, col in zip(embs[:2], columns[:2]):
-                loss = loss + cfg.distill * (emb - targets(col, batch)).pow(2).sum(1).mean()
+            for emb, target in zip(embs[:2], targets):
+                loss = loss + cfg.distill * (emb - target[batch]).pow(2).sum(1).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -165,19 +166,19 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     return model, info
 
 
-def _teacher_vectors(teacher: str | Path, texts: Sequence[str], max_seq_length: int,
-                     device: str) -> Callable[[Sequence[str], Sequence[int]], torch.Tensor]:
-    """The teacher's unit embeddings of ``texts`` (truncated as the student trains), computed once; returns
-    ``(column, batch) -> Tensor[B, d]``, the rows of those pairs' texts."""
+def _teacher_vectors(teacher: str | Path, columns: Sequence[Sequence[str]], max_seq_length: int,
+                     device: str) -> list[torch.Tensor]:
+    """The teacher's unit embeddings of each column's texts (truncated as the student trains), ``[N, d]`` per
+    column; each distinct text is encoded once."""
     from sentence_transformers import SentenceTransformer
 
     net = SentenceTransformer(str(teacher), device=device)
     net.max_seq_length = min(max_seq_length, net.max_seq_length)
-    unique = sorted(set(texts))
+    unique = sorted({t for col in columns for t in col})
     with torch.no_grad():
         vecs = net.encode(unique, batch_size=64, convert_to_tensor=True, normalize_embeddings=True)  # [U, d]
     row = {t: i for i, t in enumerate(unique)}
-    return lambda col, batch: vecs[[row[col[i]] for i in batch]]
+    return [vecs[torch.tensor([row[t] for t in col], device=vecs.device)] for col in columns]
 
 
 def keep_layers(model: SentenceTransformer, layers: Sequence[int]) -> None:

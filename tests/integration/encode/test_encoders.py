@@ -82,18 +82,14 @@ def test_residual_layer_norms_stay_unfused(onnx_fp32, tmp_path):
     """The export keeps Add + LayerNormalization (its fused attention and GELU stay), and the embedder's session
     options do not fuse them back: ONNX Runtime's CPU SkipLayerNormalization is the slower of the two."""
     import onnx
-    import onnxruntime as ort
 
-    from tracer.encode.onnx import UNFUSED
+    from tracer.encode.onnx import session
 
     for variant in ("fp32", "int8"):
         ops = {n.op_type for n in onnx.load(str(onnx_fp32.dir / f"{variant}.onnx")).graph.node}
         assert "SkipLayerNormalization" not in ops and "LayerNormalization" in ops, (variant, ops)
         assert {"Attention" if variant == "fp32" else "QAttention", "BiasGelu"} <= ops, (variant, ops)
-    opts = ort.SessionOptions()
-    opts.optimized_model_filepath = str(tmp_path / "as_run.onnx")
-    ort.InferenceSession(str(onnx_fp32.dir / "int8.onnx"), opts, providers=["CPUExecutionProvider"],
-                         disabled_optimizers=list(UNFUSED))
+    session(onnx_fp32.dir / "int8.onnx", save_optimized=tmp_path / "as_run.onnx")  # as OnnxEmbedder builds it
     ops = {n.op_type for n in onnx.load(str(tmp_path / "as_run.onnx")).graph.node}
     assert "SkipLayerNormalization" not in ops and "LayerNormalization" in ops, ops
 
