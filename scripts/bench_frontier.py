@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python scripts/bench_frontier.py [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
         [--student .cache/encoders/finetuned-<fold 0's 3-layer student> .cache/encoders/finetuned-<its 2-layer one>]
+        [--query-student .cache/encoders/finetuned-<fold 0's 3-layer query student>]
         [--n 300] [--only LABEL ...] [--out results/encoders/frontier_latency.json]
 
 BFCL (registry large), each scorer fitted on outer fold 0's training split (5 folds by group, seed 0)
@@ -19,7 +20,9 @@ figure to compare across machines) and throughput (texts/s encoding batches of 6
 Always included: fold 0's static model trained on its training split (``encoder_training=static_mnrl``).
 ``--finetuned`` adds the fold-0 checkpoint (``scripts/finetune_fold.py --fold 0``; trained on fold 0's
 training split only, so fold 0's held-out steps are fair), its static distillation and its ONNX int8
-export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``, ``mnrl_l2_int8``) in ONNX int8. Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
+export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``, ``mnrl_l2_int8``) in ONNX int8;
+``--query-student`` fold 0's query students (``encoder_training=mnrl_l3_query_int8``) in ONNX int8, their tool
+texts embedded by their teacher (a live step encodes only its context). Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
 machine inflates least.
 """
 
@@ -43,13 +46,15 @@ from tracer.build import build_dataset, build_embedder, build_scorer, load_confi
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.core.threads import machine, one_thread
-from tracer.eval.fold_encoders import FoldEncoders
+from tracer.eval.fold_encoders import FoldEncoders, beside_teacher
+from tracer.learn.encoder import train_info
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
 
 
-def encoders(finetuned: str | None, trained_static: str, students: dict[int, str] | None = None) -> dict[str, dict]:
-    """label -> (embedder config name, overrides)."""
+def encoders(finetuned: str | None, trained_static: str, students: dict[int, str] | None = None,
+             query_students: dict[int, str] | None = None) -> dict[str, tuple]:
+    """label -> (embedder config name or config, overrides)."""
     out = {"MiniLM torch": ("minilm", {}), "ONNX fp32": ("onnx_fp32", {}), "ONNX int8": ("onnx_int8", {}),
            "static m2v": ("static", {}), "trained static m2v": ("static", {"model": trained_static})}
     if finetuned:
@@ -58,6 +63,10 @@ def encoders(finetuned: str | None, trained_static: str, students: dict[int, str
                 "fine-tuned static m2v": ("static", {"model": finetuned})}
     for layers, path in sorted((students or {}).items(), reverse=True):
         out[f"{layers}-layer fine-tuned ONNX int8"] = ("onnx_int8", {"model": path})
+    for layers, path in sorted((query_students or {}).items(), reverse=True):  # the tools by their teacher, in torch
+        query = plain(load_config("embedder", "onnx_int8")) | {"model": path}
+        out[f"{layers}-layer query student ONNX int8"] = (beside_teacher(query, train_info(path)["teacher"])
+                                                          | {"cache_dir": query["cache_dir"]}, {})
     return out
 
 
@@ -74,6 +83,9 @@ def main() -> None:
     ap.add_argument("--finetuned", default=None, help="fold 0's fine-tuned checkpoint folder")
     ap.add_argument("--student", nargs="*", default=[],
                     help="fold 0's student checkpoints (finetune_fold.py --config mnrl_l3_int8|mnrl_l2_int8 --fold 0)")
+    ap.add_argument("--query-student", nargs="*", default=[],
+                    help="fold 0's query-student checkpoints (finetune_fold.py --config mnrl_l3_query_int8 --fold 0), "
+                         "served in ONNX int8 beside their teacher, which embeds the tools")
     ap.add_argument("--scorers", nargs="+", default=["vector", "tracer_plus"])
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--k", type=int, default=5)
@@ -94,7 +106,8 @@ def main() -> None:
     recipe = plain(load_config("encoder_training", "static_mnrl", seed=0))
     trained_static = FoldEncoders(ds.registry, recipe)(train).embedder.config["model"]
     retrievers, embedders = {}, {}
-    chosen = encoders(a.finetuned, trained_static, {layer_count(p): p for p in a.student})
+    chosen = encoders(a.finetuned, trained_static, {layer_count(p): p for p in a.student},
+                      {layer_count(p): p for p in a.query_student})
     if a.only is not None:
         if unknown := set(a.only) - set(chosen):
             raise SystemExit(f"--only: no encoder labelled {sorted(unknown)}; the labels: {list(chosen)}")

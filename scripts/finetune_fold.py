@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from tracer.build import build_dataset, load_config
 from tracer.core.folds import kfold
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import finetuned, print_progress, train_info
+from tracer.learn.encoder import print_progress, train_info
 from tracer.learn.pairs import trie_children
 from tracer.scoring.resources import training_steps
 
@@ -39,7 +39,7 @@ def main() -> None:
     ds = build_dataset(a.dataset, a.registry, a.seed)
     train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train  # evaluate.py's outer split
     enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed)))
-    path = finetuned(enc.pairs(train), enc.recipe, enc.base_model, enc.encoder_dir, log=print_progress())
+    path = enc.checkpoint(enc.pairs(train), log=print_progress())
     info = train_info(path)
     out = {"checkpoint": str(path), "pairs": info["pairs"], "batches": info["batches"],
            "train_seconds": info["train_seconds"], "first_loss": info["loss"][0], "last_loss": info["loss"][-1]}

@@ -69,9 +69,14 @@ def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | 
             raise ValueError(f"{meta_path}: the index was built with embedder {saved['name']!r}; "
                              "pass that embedder to Retriever.load")
         return build_embedder("minilm", cache_dir=cache_dir, device=device)
-    if "device" in cfg:  # where it runs is this machine's choice, not the saved one
-        cfg = {**cfg, "device": device}
-    return build_embedder(cfg, cache_dir=cache_dir)
+    return build_embedder(_on_device(cfg, device), cache_dir=cache_dir)
+
+
+def _on_device(cfg: Mapping[str, Any], device: str | None) -> dict[str, Any]:
+    """``cfg`` with every ``device`` in it (a DualEmbedder's two encoders included) set to ``device``: where an
+    encoder runs is this machine's choice, not the saved one."""
+    return {k: _on_device(v, device) if isinstance(v, Mapping) else device if k == "device" else v
+            for k, v in cfg.items()}
 
 
 class Retriever:

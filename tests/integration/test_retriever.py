@@ -158,7 +158,15 @@ def test_a_saved_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_p
     retriever.save(tmp_path / "index")
     meta_path = next((tmp_path / "index").rglob("meta.json"))
     meta = json.loads(meta_path.read_text())
-    meta["embedder"]["config"] = {"_target_": "os.system", "command": "echo pwned"}
+    dual = "tracer.encode.dual.DualEmbedder"
+    st = {"_target_": "tracer.encode.embedders.SentenceTransformerEmbedder", "model": None}
+    for bad in ({"_target_": "os.system", "command": "echo pwned"},
+                {"_target_": dual, "query": st, "tools": {"_target_": "os.system", "command": "echo pwned"}},
+                {"_target_": dual, "query": st, "tools": [{"_target_": "os.system", "command": "echo pwned"}]}):
+        meta["embedder"]["config"] = bad
+        meta_path.write_text(json.dumps(meta))
+        with pytest.raises(DataError, match="embedder.config"):
+            read_meta(meta_path)
+    meta["embedder"]["config"] = {"_target_": dual, "query": st, "tools": st}  # nested encoders of tracer.encode
     meta_path.write_text(json.dumps(meta))
-    with pytest.raises(DataError, match="embedder.config"):
-        read_meta(meta_path)
+    assert read_meta(meta_path)["embedder"]["config"]["tools"] == st

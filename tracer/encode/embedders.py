@@ -9,7 +9,7 @@ import hashlib
 import os
 import warnings
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -43,6 +43,13 @@ class Embedder(Protocol):
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         """Encode texts into normalised rows, ``Tensor[N, dim]`` (float32, CPU)."""
         ...
+
+
+def encode_tools(embedder: Embedder, texts: Sequence[str]) -> torch.Tensor:
+    """Tool texts' rows, ``[N, d]``: the embedder's tool side where it has one (a
+    :class:`tracer.encode.dual.DualEmbedder`, or a cache around one), else its ``encode``."""
+    side = getattr(embedder, "encode_tools", None)
+    return side(texts) if side is not None else embedder.encode(texts)
 
 
 def minilm_path() -> Path:
@@ -93,7 +100,9 @@ class SentenceTransformerEmbedder:
 class CachedEmbedder:
     """Content-addressed cache around any embedder, in memory and (optionally) on disk.
 
-    The key of a text is ``sha256(model name, text)``: a text is encoded once per model, ever.
+    The key of a text is ``sha256(model name, text)``: a text is encoded once per model, ever. Around an
+    embedder with a tool side (``encode_tools``, a :class:`tracer.encode.dual.DualEmbedder`) the tool texts'
+    keys carry a second tag, so the same text embedded as a context and as a tool has two entries.
     New vectors are appended to the disk cache as one shard per ``encode`` call, each written to a
     temporary file and renamed, so a crash never leaves a half-written shard. A shard that cannot be
     read anyway (truncated or corrupted on disk) is reported with a warning and renamed aside to
@@ -118,8 +127,8 @@ class CachedEmbedder:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             self._load_shards()
 
-    def _key(self, text: str) -> bytes:
-        return hashlib.sha256(self.name.encode() + b"\0" + text.encode()).digest()
+    def _key(self, text: str, side: bytes = b"") -> bytes:
+        return hashlib.sha256(self.name.encode() + side + b"\0" + text.encode()).digest()
 
     def _load_shards(self) -> None:
         for shard in sorted(self.cache_dir.glob("*.npz")):
@@ -149,13 +158,21 @@ class CachedEmbedder:
                      lambda f: np.savez(f, keys=np.array(keys, dtype="S32"), vecs=vecs))
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
-        keys = [self._key(t) for t in texts]
+        return self._cached(texts, b"", self.inner.encode)
+
+    def encode_tools(self, texts: Sequence[str]) -> torch.Tensor:
+        if getattr(self.inner, "encode_tools", None) is None:  # one encoder for both: one entry per text
+            return self.encode(texts)
+        return self._cached(texts, b"\0tools", self.inner.encode_tools)
+
+    def _cached(self, texts: Sequence[str], side: bytes, encode: Callable[[list[str]], torch.Tensor]) -> torch.Tensor:
+        keys = [self._key(t, side) for t in texts]
         missing: dict[bytes, str] = {}
         for k, t in zip(keys, texts):
             if k not in self._mem and k not in missing:
                 missing[k] = t
         if missing:
-            vecs = self.inner.encode(list(missing.values())).numpy().astype(np.float32)
+            vecs = encode(list(missing.values())).numpy().astype(np.float32)
             self.n_encoded += len(missing)
             for k, v in zip(missing, vecs):
                 self._mem[k] = v

@@ -18,7 +18,7 @@ import torch
 
 from tracer.core.store import CorruptIndex, read_json
 from tracer.core.types import Registry
-from tracer.encode.embedders import Embedder
+from tracer.encode.embedders import Embedder, encode_tools
 
 
 def _maybe_gpu(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
@@ -57,7 +57,7 @@ class ToolIndex:
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat",
               use_gpu: bool | None = None) -> ToolIndex:
-        vecs = embedder.encode([t.search_text for t in registry])  # [N, d]
+        vecs = encode_tools(embedder, [t.search_text for t in registry])  # [N, d]
         return cls(registry.names, vecs, factory, use_gpu)
 
     def __len__(self) -> int:

@@ -24,6 +24,15 @@ from tracer.learn.static_encoder import trained_static
 from tracer.scoring.resources import Resources
 
 
+def beside_teacher(query: Mapping[str, Any], teacher: str | Path) -> dict[str, Any]:
+    """The embedder config of a ``fixed_tools`` query encoder (``query``: its config, e.g. ONNX int8 of the
+    checkpoint) served beside its ``teacher`` checkpoint, which embeds the tool texts in torch as it did when the
+    query encoder was trained (``configs/embedder/finetuned.yaml``); one embedding cache around both."""
+    tools = plain(load_config("embedder", "finetuned")) | {"model": str(teacher)}
+    return {"_target_": "tracer.encode.dual.DualEmbedder",
+            **{side: {k: v for k, v in c.items() if k != "cache_dir"} for side, c in (("query", query), ("tools", tools))}}
+
+
 class FoldEncoders:
     """Builds one fold's :class:`Resources` around an encoder fine-tuned on that fold's training data.
 
@@ -40,7 +49,9 @@ class FoldEncoders:
             ``context_weight`` (static only: weight of a context-to-context in-batch loss beside the
             context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``layers`` (transformer only: the
             base model's layers kept, a shallower student; ``distill``, its distillation from the full-depth
-            encoder; :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
+            encoder; ``fixed_tools``, a query encoder trained against the full-depth encoder's frozen vectors of
+            the registry, served as a :class:`tracer.encode.dual.DualEmbedder` whose tool side is that encoder
+            (as ``finetuned.yaml``); :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
             the embedder keeps its config, so an index saved with it loads it again) and the
@@ -79,6 +90,10 @@ class FoldEncoders:
         self.recipe = TrainConfig(**cfg)
         if self.recipe.layers and self.kind != "transformer":
             raise ValueError(f"encoder_training.layers cuts a transformer's depth; kind {self.kind!r} has no layers")
+        if self.recipe.fixed_tools and (self.kind != "transformer" or self.negatives != "in_batch"):
+            raise ValueError(f"encoder_training.fixed_tools ranks each context against every registry tool, so it "
+                             f"takes kind transformer and negatives in_batch (no hard negatives to add), got kind "
+                             f"{self.kind!r}, negatives {self.negatives!r}")
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
         self.serve_as = dict(serve_as) if serve_as is not None else plain(load_config("embedder", "finetuned"))
         self.history: list[dict] = []  # per call: checkpoint, training time, the trajectories the pairs came from
@@ -87,23 +102,31 @@ class FoldEncoders:
         return training_pairs(train, self.registry, self.rendering, self.successful_only,
                               "trie" if self.negatives == "trie" else "in_batch", self.recipe.seed)
 
+    def checkpoint(self, pairs: Pairs, log: Callable[[dict], None] | None = None) -> Path:
+        """The encoder trained on ``pairs`` by this recipe (its folder): trained on a miss, found in the cache on a
+        hit. ``log``: as the constructor's (default: it)."""
+        log = log or self.log
+        if self.kind == "static":
+            candidates = [t.search_text for t in self.registry] if self.negatives == "registry" else None
+            return trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, log,
+                                  candidates, self.context_weight)
+        candidates = [t.search_text for t in self.registry] if self.recipe.fixed_tools else None
+        return finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, log, candidates)
+
     def __call__(self, train: Sequence[Trajectory], inner_of: int | None = None,
                  held: frozenset[str] = frozenset()) -> Resources:
         """Resources around the encoder fine-tuned on ``train``. With ``inner_encoders``, their ``without(groups)``
         fine-tunes (or finds) an encoder on ``train`` minus those groups, for a scorer's inner folds
         (``inner_of``: the index in ``history`` of the outer call it serves; ``held``: the groups left out)."""
         pairs = self.pairs(train)
-        if self.kind == "static":
-            candidates = [t.search_text for t in self.registry] if self.negatives == "registry" else None
-            path = trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, self.log,
-                                  candidates, self.context_weight)
-            serve = {"_target_": "tracer.encode.static.StaticEmbedder", "pca_dims": self.pca_dims,
-                     "encoder_dir": str(self.encoder_dir)}
-        else:
-            path = finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, self.log)
-            serve = self.serve_as
+        path = self.checkpoint(pairs)
+        serve = {"_target_": "tracer.encode.static.StaticEmbedder", "pca_dims": self.pca_dims,
+                 "encoder_dir": str(self.encoder_dir)} if self.kind == "static" else self.serve_as
         info = train_info(path)
-        embedder = build_embedder({**serve, "model": str(path)}, cache_dir=self.embed_cache)
+        config = {**serve, "model": str(path)}
+        if self.recipe.fixed_tools:
+            config = beside_teacher(config, info["teacher"])
+        embedder = build_embedder(config, cache_dir=self.embed_cache)
         served = embedder.inner
         self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
                              "final_loss": info["loss"][-1], "loss": info["loss"], "served_as": served.name,

@@ -7,8 +7,11 @@ for a batch of B pairs, cross-entropy of anchor i over the B positives (scale 20
 other tools in the batch are the negatives. A batch never holds the same anchor text or the same
 tool twice (a repeated tool would be a false negative). With ``negatives: trie`` each pair also
 carries one hard negative, another child of its trie state (:func:`tracer.learn.pairs.trie_negatives`), which every
-anchor of the batch is ranked against too (MNRL's third column). AdamW, linear warm-up then decay, one
-epoch, seeded; CUDA when present (not run here), else the CPU, where a run is deterministic.
+anchor of the batch is ranked against too (MNRL's third column). With ``fixed_tools`` the model trained is a
+query encoder only: each anchor is ranked against a teacher's frozen vectors of every registry tool
+(cross-entropy over the registry), and the teacher embeds the tools when serving
+(:class:`tracer.encode.dual.DualEmbedder`). AdamW, linear warm-up then decay, one epoch, seeded; CUDA when
+present (not run here), else the CPU, where a run is deterministic.
 
 The checkpoint lands atomically in ``<encoder_dir>/finetuned-<hash>/``, the hash covering the pairs,
 the recipe and the base weights: a rerun on the same training data loads it instead of training.
@@ -16,6 +19,7 @@ the recipe and the base weights: a rerun on the same training data loads it inst
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -57,6 +61,14 @@ class TrainConfig:
             anchors and positives (sentence-transformers' MSE distillation, on top of the ranking loss). The
             teacher is this recipe at full depth fine-tuned on the same pairs (:func:`finetuned` trains or
             finds it), so it saw nothing the student did not. Enters the cache key only when set.
+        fixed_tools: train a query (context) encoder for a teacher's frozen tool vectors instead of both sides:
+            the loss is the cross-entropy, at ``scale``, of each anchor's cosine to the teacher's vectors of every
+            candidate tool (the registry, :func:`finetuned`'s ``candidates``), its gold tool the target: the
+            retrieval objective itself, affordable because the tool side is not trained. The teacher is this
+            recipe at full depth and symmetric, fine-tuned on the same pairs; it embeds the tools where the
+            checkpoint is served (a ``DualEmbedder``), so a live step pays only for this model (a shallow
+            student: ``layers``). Not with ``distill`` (the tool side already is the teacher's). Enters the
+            cache key only when set, with the candidates.
     """
 
     batch_size: int = 32
@@ -69,6 +81,7 @@ class TrainConfig:
     seed: int = 0
     layers: tuple[int, ...] = ()
     distill: float = 0.0
+    fixed_tools: bool = False
 
     def __post_init__(self):
         # a YAML list arrives as a list; sorted, since the cut keeps the base's order ([5, 0] is [0, 5], one key)
@@ -79,15 +92,19 @@ class TrainConfig:
             raise ValueError(f"encoder_training.distill must be >= 0, and > 0 only for a student (layers set): its "
                              f"teacher is the same recipe at full depth; got distill {self.distill} with layers "
                              f"{list(self.layers)}")
+        if self.fixed_tools and self.distill:
+            raise ValueError(f"encoder_training: fixed_tools trains a query encoder against its teacher's tool vectors, "
+                             f"so distill (pulling both sides to the teacher) does not go with it; got distill "
+                             f"{self.distill}")
 
     def teacher(self) -> TrainConfig:
         """The recipe of a student's teacher: this one at full depth, without distillation."""
-        return replace(self, layers=(), distill=0.0)
+        return replace(self, layers=(), distill=0.0, fixed_tools=False)
 
     def key(self) -> dict:
-        """The fields as they enter a checkpoint's cache key (``layers`` and ``distill`` only when set)."""
+        """The fields as they enter a checkpoint's cache key (``layers``, ``distill``, ``fixed_tools`` only when set)."""
         d = asdict(self) | {"layers": list(self.layers)}
-        return {k: v for k, v in d.items() if (k != "layers" or self.layers) and (k != "distill" or self.distill)}
+        return {k: v for k, v in d.items() if k not in ("layers", "distill", "fixed_tools") or v}
 
 
 def print_progress(every: int = 10) -> Callable[[dict], None]:
@@ -109,14 +126,21 @@ def _features(model: SentenceTransformer, texts: Sequence[str], device: str) -> 
 
 def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path | None = None,
           device: str | None = None, log: Callable[[dict], None] | None = None,
-          teacher: str | Path | None = None) -> tuple[SentenceTransformer, dict]:
+          teacher: str | Path | None = None, candidates: Sequence[str] | None = None) -> tuple[SentenceTransformer, dict]:
     """Fine-tune ``base_model`` on ``pairs``; returns the model (eval mode) and a summary with the loss per step.
-    With ``cfg.distill``, ``teacher`` is the checkpoint whose embeddings the student is pulled towards."""
+    With ``cfg.distill``, ``teacher`` is the checkpoint whose embeddings the student is pulled towards; with
+    ``cfg.fixed_tools``, the one whose vectors of the ``candidates`` (tool texts, every positive among them) the
+    anchors are ranked against."""
     if len(pairs) < 2:
         raise ValueError(f"encoder training needs at least 2 pairs, got {len(pairs)}")
-    if bool(cfg.distill) != (teacher is not None):
-        raise ValueError(f"encoder training: a teacher goes with distill > 0 and only then (distill {cfg.distill}, "
-                         f"teacher {teacher})")
+    if bool(cfg.distill or cfg.fixed_tools) != (teacher is not None):
+        raise ValueError(f"encoder training: a teacher goes with distill > 0 or fixed_tools, and only then (distill "
+                         f"{cfg.distill}, fixed_tools {cfg.fixed_tools}, teacher {teacher})")
+    if cfg.fixed_tools:
+        row = {t: i for i, t in enumerate(candidates or ())}
+        if missing := sorted({p for p in pairs.positives if p not in row}):
+            raise ValueError(f"encoder training with fixed_tools: {len(missing)} positives are not among the "
+                             f"{len(row)} candidates, e.g. {missing[0][:80]!r}")
     # imported here: the full sentence-transformers package costs ~3 s more at import than the embedders'
     # part of it, and every evaluate.py / tracer start imports this module whether it fine-tunes or not
     from sentence_transformers import SentenceTransformer
@@ -134,7 +158,10 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
     # the teacher's vectors of each pair's anchor and positive, [N, d] each
     targets = _teacher_vectors(teacher, (pairs.anchors, pairs.positives), model.max_seq_length, device) \
-        if teacher is not None else None
+        if cfg.distill else None
+    if cfg.fixed_tools:  # the tool side as the teacher serves it: its own truncation
+        tool_vecs = _teacher_vectors(teacher, (candidates,), None, device)[0]          # [R, d]
+        gold = torch.tensor([row[p] for p in pairs.positives], device=device)            # [N]
     batches = [b for e in range(cfg.epochs) for b in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e)]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * len(batches)), len(batches))
@@ -143,14 +170,19 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     # MNRL scores each anchor against every positive and, when present, every hard negative of the batch
     columns = (pairs.anchors, pairs.positives) + ((pairs.negatives,) if pairs.negatives is not None else ())
     for step, batch in enumerate(batches):
-        feats = [_features(model, [col[i] for i in batch], device) for col in columns]
-        if targets is None:
-            loss = loss_fn(feats, torch.empty(0, device=device))
-        else:  # the ranking loss on the same embeddings, plus their squared distance to the teacher's
-            embs = embed_columns(model, feats)                                          # [B, d] per column
-            loss = loss_fn.compute_loss_from_embeddings(embs, torch.empty(0, device=device))
-            for emb, target in zip(embs[:2], targets):
-                loss = loss + cfg.distill * (emb - target[batch]).pow(2).sum(1).mean()
+        if cfg.fixed_tools:  # the anchors' cosines to every candidate tool, the gold one the target
+            q = embed_columns(model, [_features(model, [pairs.anchors[i] for i in batch], device)])[0]  # [B, d]
+            logits = cfg.scale * torch.nn.functional.normalize(q, dim=-1) @ tool_vecs.T                  # [B, R]
+            loss = torch.nn.functional.cross_entropy(logits, gold[batch])
+        else:
+            feats = [_features(model, [col[i] for i in batch], device) for col in columns]
+            if targets is None:
+                loss = loss_fn(feats, torch.empty(0, device=device))
+            else:  # the ranking loss on the same embeddings, plus their squared distance to the teacher's
+                embs = embed_columns(model, feats)                                          # [B, d] per column
+                loss = loss_fn.compute_loss_from_embeddings(embs, torch.empty(0, device=device))
+                for emb, target in zip(embs[:2], targets):
+                    loss = loss + cfg.distill * (emb - target[batch]).pow(2).sum(1).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -166,17 +198,19 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     return model, info
 
 
-def _teacher_vectors(teacher: str | Path, columns: Sequence[Sequence[str]], max_seq_length: int,
+def _teacher_vectors(teacher: str | Path, columns: Sequence[Sequence[str]], max_seq_length: int | None,
                      device: str) -> list[torch.Tensor]:
-    """The teacher's unit embeddings of each column's texts (truncated as the student trains), ``[N, d]`` per
-    column; each distinct text is encoded once."""
+    """The teacher's unit embeddings of each column's texts (truncated at ``max_seq_length``, as the student
+    trains; ``None``: the teacher's own, as it serves), ``[N, d]`` per column; each distinct text is encoded once."""
     from sentence_transformers import SentenceTransformer
 
     net = SentenceTransformer(str(teacher), device=device)
-    net.max_seq_length = min(max_seq_length, net.max_seq_length)
+    if max_seq_length is not None:
+        net.max_seq_length = min(max_seq_length, net.max_seq_length)
     unique = sorted({t for col in columns for t in col})
     with torch.no_grad():
         vecs = net.encode(unique, batch_size=64, convert_to_tensor=True, normalize_embeddings=True)  # [U, d]
+    vecs = vecs.clone()  # out of inference mode: autograd may keep it for backward
     row = {t: i for i, t in enumerate(unique)}
     return [vecs[torch.tensor([row[t] for t in col], device=vecs.device)] for col in columns]
 
@@ -197,27 +231,34 @@ def keep_layers(model: SentenceTransformer, layers: Sequence[int]) -> None:
 
 
 def checkpoint_dir(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None,
-                   encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
-    """Where the checkpoint for these pairs, recipe and base weights lives (content-addressed)."""
+                   encoder_dir: str | Path = DEFAULT_CACHE, candidates: Sequence[str] | None = None) -> Path:
+    """Where the checkpoint for these pairs, recipe, base weights and (``fixed_tools``) candidate tools lives
+    (content-addressed)."""
+    extra = {"candidates": hashlib.sha256("\0".join(candidates or ()).encode()).hexdigest()} if cfg.fixed_tools else {}
     key = recipe_hash(kind="finetune-mnrl", pairs=pairs.digest(), config=cfg.key(),
-                      weights=folder_hash(model_folder(base_model)))
+                      weights=folder_hash(model_folder(base_model)), **extra)
     return Path(encoder_dir) / f"finetuned-{key[:16]}"
 
 
 def finetuned(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path | None = None,
               encoder_dir: str | Path = DEFAULT_CACHE, device: str | None = None,
-              log: Callable[[dict], None] | None = None) -> Path:
+              log: Callable[[dict], None] | None = None, candidates: Sequence[str] | None = None) -> Path:
     """The fine-tuned checkpoint folder for ``pairs``: trained and saved atomically on a miss, reused on a hit.
 
     The folder is a sentence-transformers model (``embedder=finetuned embedder.model=<folder>``)
-    plus ``train_info.json`` (loss curve, wall time).
+    plus ``train_info.json`` (loss curve, wall time, and the teacher's folder where there is one: with
+    ``fixed_tools`` it is the tool side to serve beside it). ``candidates``: the tool texts a ``fixed_tools``
+    query encoder ranks against (the registry's ``search_text``).
     """
-    out = checkpoint_dir(pairs, cfg, base_model, encoder_dir)
+    if cfg.fixed_tools and not candidates:
+        raise ValueError("encoder training with fixed_tools needs the candidate tool texts (the registry)")
+    out = checkpoint_dir(pairs, cfg, base_model, encoder_dir, candidates)
     if (out / "train_info.json").is_file():
         return out
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    teacher = finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) if cfg.distill else None
-    model, info = train(pairs, cfg, base_model, device, log, teacher)
+    teacher = finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) \
+        if cfg.distill or cfg.fixed_tools else None
+    model, info = train(pairs, cfg, base_model, device, log, teacher, candidates)
     with atomic_new_dir(out) as tmp:
         model.save(str(tmp))
         write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))}

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from tracer.core.types import Registry, Step, Tool, Trajectory
+from tracer.encode.embedders import encode_tools
 from tracer.memory.host_rows import host_view, to_host
 from tracer.memory.priors import empirical_prior_np
 from tracer.memory.transitions import TransitionTable
@@ -49,7 +50,7 @@ def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:
             fresh[t.name] = t
     if not fresh:
         return res
-    vecs = res.embedder.encode([t.search_text for t in fresh.values()])                 # [M, d]
+    vecs = encode_tools(res.embedder, [t.search_text for t in fresh.values()])           # [M, d]
     return dataclasses.replace(res, registry=res.registry.extend(fresh.values()),
                                tool_index=res.tool_index.with_rows(list(fresh), vecs))
 
@@ -63,7 +64,7 @@ def rename_resources(res: Resources, old: str, new: str) -> Resources:
         raise ValueError(f"cannot rename {old!r} to {new!r}: a tool of that name exists")
     i = res.registry.id(old)
     tool = dataclasses.replace(res.registry[i], name=new)
-    vec = res.embedder.encode([tool.search_text])[0]                                    # [d]
+    vec = encode_tools(res.embedder, [tool.search_text])[0]                              # [d]
     tools = list(res.registry)
     tools[i] = tool
     return dataclasses.replace(res, registry=Registry(tools), removed=frozenset(new if n == old else n for n in res.removed),

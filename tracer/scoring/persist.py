@@ -96,12 +96,19 @@ def read_meta(path: Path) -> dict[str, Any]:
     if not isinstance(emb, dict) or not isinstance(emb.get("name"), str) or not isinstance(emb.get("dim"), int):
         raise CorruptIndex(path, "missing or malformed 'embedder' ({'name': str, 'dim': int})", field="embedder")
     cfg = emb.get("config")
-    if cfg is not None and not (isinstance(cfg, dict) and str(cfg.get("_target_", "")).startswith("tracer.encode.")
-                                and not any(isinstance(v, (dict, list)) for v in cfg.values())):
-        # a saved file must not name arbitrary code: only an encoder of tracer.encode, with plain arguments
-        raise CorruptIndex(path, "'embedder.config' must be a flat mapping whose _target_ is in tracer.encode",
+    if cfg is not None and not encoder_config(cfg):
+        # a saved file must not name arbitrary code: only encoders of tracer.encode, with plain arguments
+        raise CorruptIndex(path, "'embedder.config' must be a mapping whose _target_ is in tracer.encode, its "
+                           "arguments plain values or such mappings (a DualEmbedder's two encoders)",
                            field="embedder.config")
     return meta
+
+
+def encoder_config(cfg: Any) -> bool:
+    """Whether ``cfg`` builds only encoders of ``tracer.encode``: a ``_target_`` there, and arguments that are plain
+    values or, nested, configs of the same kind (no lists: nothing else to hide a target in)."""
+    return (isinstance(cfg, dict) and str(cfg.get("_target_", "")).startswith("tracer.encode.")
+            and all(encoder_config(v) if isinstance(v, dict) else not isinstance(v, list) for v in cfg.values()))
 
 
 def load_tensors(path: Path, mmap: bool = False) -> Any:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tracer.core.types import Message, Tool
+from tracer.encode.embedders import encode_tools
 from tracer.retriever import Retriever
 
 
@@ -54,7 +55,7 @@ class UnknownToolVectors:
         with self._lock:
             missing = [t for t in dict.fromkeys(texts) if t not in self._vecs]
         if missing:
-            vecs = retriever.res.embedder.encode(missing).numpy().astype(np.float32)  # [M, d]
+            vecs = encode_tools(retriever.res.embedder, missing).numpy().astype(np.float32)  # [M, d]
             with self._lock:
                 for t, v in zip(missing, vecs):
                     self._vecs[t] = v
