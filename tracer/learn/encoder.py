@@ -67,8 +67,9 @@ class TrainConfig:
             retrieval objective itself, affordable because the tool side is not trained. The teacher is this
             recipe at full depth and symmetric, fine-tuned on the same pairs; it embeds the tools where the
             checkpoint is served (a ``DualEmbedder``), so a live step pays only for this model (a shallow
-            student: ``layers``). Not with ``distill`` (the tool side already is the teacher's). Enters the
-            cache key only when set, with the candidates.
+            student: ``layers``). With ``distill``, its term is on the anchors only: the tool side already is
+            the teacher's, and the contexts are compared with other contexts too (tracer_plus's memories).
+            Enters the cache key only when set, with the candidates.
     """
 
     batch_size: int = 32
@@ -92,10 +93,6 @@ class TrainConfig:
             raise ValueError(f"encoder_training.distill must be >= 0, and > 0 only for a student (layers set): its "
                              f"teacher is the same recipe at full depth; got distill {self.distill} with layers "
                              f"{list(self.layers)}")
-        if self.fixed_tools and self.distill:
-            raise ValueError(f"encoder_training: fixed_tools trains a query encoder against its teacher's tool vectors, "
-                             f"so distill (pulling both sides to the teacher) does not go with it; got distill "
-                             f"{self.distill}")
 
     def teacher(self) -> TrainConfig:
         """The recipe of a student's teacher: this one at full depth, without distillation."""
@@ -157,8 +154,8 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     model.max_seq_length = min(cfg.max_seq_length, own_length)
     loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
     # the teacher's vectors of each pair's anchor and positive, [N, d] each
-    targets = _teacher_vectors(teacher, (pairs.anchors, pairs.positives), model.max_seq_length, device) \
-        if cfg.distill else None
+    distilled = (pairs.anchors,) if cfg.fixed_tools else (pairs.anchors, pairs.positives)  # the student's sides
+    targets = _teacher_vectors(teacher, distilled, model.max_seq_length, device) if cfg.distill else None
     if cfg.fixed_tools:  # the tool side as the teacher serves it: its own truncation
         tool_vecs = _teacher_vectors(teacher, (candidates,), None, device)[0]          # [R, d]
         gold = torch.tensor([row[p] for p in pairs.positives], device=device)            # [N]
@@ -172,8 +169,10 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     for step, batch in enumerate(batches):
         if cfg.fixed_tools:  # the anchors' cosines to every candidate tool, the gold one the target
             q = embed_columns(model, [_features(model, [pairs.anchors[i] for i in batch], device)])[0]  # [B, d]
-            logits = cfg.scale * torch.nn.functional.normalize(q, dim=-1) @ tool_vecs.T                  # [B, R]
-            loss = torch.nn.functional.cross_entropy(logits, gold[batch])
+            q = torch.nn.functional.normalize(q, dim=-1)
+            loss = torch.nn.functional.cross_entropy(cfg.scale * q @ tool_vecs.T, gold[batch])           # [B, R] logits
+            if targets is not None:  # and the contexts' squared distance to the teacher's
+                loss = loss + cfg.distill * (q - targets[0][batch]).pow(2).sum(1).mean()
         else:
             feats = [_features(model, [col[i] for i in batch], device) for col in columns]
             if targets is None:
