@@ -153,12 +153,14 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     own_length = model.max_seq_length
     model.max_seq_length = min(cfg.max_seq_length, own_length)
     loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
-    # the teacher's vectors of each pair's anchor and positive, [N, d] each
-    distilled = (pairs.anchors,) if cfg.fixed_tools else (pairs.anchors, pairs.positives)  # the student's sides
+    t_teacher = time.perf_counter()
+    # the teacher's vectors of the pairs' texts the student embeds, [N, d] per column (a query student: anchors only)
+    distilled = (pairs.anchors,) if cfg.fixed_tools else (pairs.anchors, pairs.positives)
     targets = _teacher_vectors(teacher, distilled, model.max_seq_length, device) if cfg.distill else None
     if cfg.fixed_tools:  # the tool side as the teacher serves it: its own truncation
         tool_vecs = _teacher_vectors(teacher, (candidates,), None, device)[0]          # [R, d]
         gold = torch.tensor([row[p] for p in pairs.positives], device=device)            # [N]
+    teacher_seconds = round(time.perf_counter() - t_teacher, 2)
     batches = [b for e in range(cfg.epochs) for b in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e)]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * len(batches)), len(batches))
@@ -193,7 +195,7 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     model.max_seq_length = own_length
     info = {"pairs": len(pairs), "batches": len(batches), "pairs_used": sum(map(len, batches)),
             "train_seconds": round(time.perf_counter() - t0, 2), "device": device, "loss": losses,
-            "config": cfg.key()}
+            "config": cfg.key()} | ({"teacher_vectors_seconds": teacher_seconds} if teacher is not None else {})
     return model, info
 
 
