@@ -127,13 +127,42 @@ def test_fold_resources_embed_tools_by_the_teacher_and_a_saved_index_rebuilds_bo
         assert again.rank(msgs) == r.rank(msgs)
 
 
+class Negated:
+    """The keyword embedder's rows negated: another encoder in the same space, told apart by sign."""
+
+    def __init__(self):
+        self.keywords = KeywordEmbedder()
+        self.name, self.dim = "negated", self.keywords.dim
+
+    def encode(self, texts):
+        return -self.keywords.encode(texts)
+
+
+def test_every_tool_text_is_embedded_by_the_tool_side(keyword_embedder):
+    """The tool index, a grown or renamed registry (the online updater's) and the gateway's vectors of tools
+    the index does not know all take ``encode_tools``; contexts take ``encode``."""
+    from types import SimpleNamespace
+
+    from tracer.core.types import Tool
+    from tracer.online.updates import grow_resources, rename_resources
+    from tracer.scoring.resources import Resources
+    from tracer.serve.selection import UnknownToolVectors
+
+    res = Resources.build(Registry(TINY_TOOLS), CachedEmbedder(DualEmbedder(keyword_embedder, Negated())), device="cpu")
+    assert torch.equal(torch.from_numpy(res.tool_index.vectors), -keyword_embedder.encode(TOOLS))
+    new = Tool("book_hotel", "Book a hotel room")
+    grown = grow_resources(res, [new])
+    assert torch.equal(torch.from_numpy(grown.tool_index.vectors[-1]), -keyword_embedder.encode([new.search_text])[0])
+    renamed = rename_resources(res, TINY_TOOLS[0].name, "find_flights")
+    text = renamed.registry[0].search_text
+    assert torch.equal(torch.from_numpy(renamed.tool_index.vectors[0]), -keyword_embedder.encode([text])[0])
+    unknown = UnknownToolVectors().get(SimpleNamespace(res=res), [new.to_openai()])
+    assert torch.equal(torch.from_numpy(unknown), -keyword_embedder.encode([new.search_text]))
+    context = "find a flight and book it"
+    assert torch.equal(res.embedder.encode([context]), keyword_embedder.encode([context]))
+
+
 def test_the_dual_embedder_caches_each_side_apart(tmp_path, keyword_embedder):
-    class Negated:  # the keyword embedder's rows negated: another encoder in the same space, told apart by sign
-        name, dim = "negated", keyword_embedder.dim
-
-        def encode(self, texts):
-            return -keyword_embedder.encode(texts)
-
     dual = CachedEmbedder(DualEmbedder(keyword_embedder, Negated()), tmp_path)
     text = TOOLS[0]
     torch.testing.assert_close(dual.encode([text]), keyword_embedder.encode([text]))
