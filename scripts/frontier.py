@@ -52,8 +52,9 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
             # frontier_latency_query.json times both side by side
             "mnrl_l3_query_int8": ("3-layer query student, ONNX int8, tools by the 6-layer encoder",
                                    "3-layer fine-tuned ONNX int8"),
-            "mnrl_l3_query_distill_int8": ("3-layer query student, contexts distilled, ONNX int8, tools by the 6-layer "
-                                           "encoder", "3-layer fine-tuned ONNX int8"),
+            "mnrl_l3_query_distill_int8": (
+                "3-layer query student, contexts distilled, ONNX int8, tools by the 6-layer encoder",
+                "3-layer fine-tuned ONNX int8"),
             "static_mnrl": ("static m2v trained per fold", "trained static m2v"),
             "static_mnrl_inner": ("static m2v trained per fold, clean inner folds", "trained static m2v"),
             # the same table shape, so the same latency row
