@@ -48,6 +48,8 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
             "mnrl_l3_trie_int8": ("3-layer student, trie hard negatives, ONNX int8", "3-layer fine-tuned ONNX int8"),
             "mnrl_l3_distill_int8": ("3-layer student, distilled from the 6-layer encoder, ONNX int8",
                                      "3-layer fine-tuned ONNX int8"),
+            "mnrl_l3_cut_int8": ("3-layer student cut from the fine-tuned 6-layer encoder, ONNX int8",
+                                 "3-layer fine-tuned ONNX int8"),
             # a live step runs the same 3-layer graph (the tools were embedded at fit time): the same latency row;
             # frontier_latency_query.json times both side by side
             "mnrl_l3_query_int8": ("3-layer query student, ONNX int8, tools by the 6-layer encoder",

@@ -70,6 +70,10 @@ class TrainConfig:
             student: ``layers``). With ``distill``, its term is on the anchors only: the tool side already is
             the teacher's, and the contexts are compared with other contexts too (tracer_plus's memories).
             Enters the cache key only when set, with the candidates.
+        from_teacher: students only: cut the layers from the teacher (this recipe at full depth, fine-tuned on the
+            same pairs) instead of from the base model, then fine-tune as usual (layer reduction after
+            fine-tuning, as sentence-transformers' model-distillation example builds its student). Enters the
+            cache key only when set.
     """
 
     batch_size: int = 32
@@ -83,12 +87,16 @@ class TrainConfig:
     layers: tuple[int, ...] = ()
     distill: float = 0.0
     fixed_tools: bool = False
+    from_teacher: bool = False
 
     def __post_init__(self):
         # a YAML list arrives as a list; sorted, since the cut keeps the base's order ([5, 0] is [0, 5], one key)
         object.__setattr__(self, "layers", tuple(sorted(int(i) for i in self.layers)))
         if len(set(self.layers)) != len(self.layers) or any(i < 0 for i in self.layers):
             raise ValueError(f"encoder_training.layers must be distinct layer indices >= 0, got {list(self.layers)}")
+        if self.from_teacher and not self.layers:
+            raise ValueError("encoder_training.from_teacher cuts a student's layers from its full-depth teacher, so it "
+                             "needs layers")
         if self.distill < 0 or (self.distill > 0 and not self.layers):
             raise ValueError(f"encoder_training.distill must be >= 0, and > 0 only for a student (layers set): its "
                              f"teacher is the same recipe at full depth; got distill {self.distill} with layers "
@@ -96,12 +104,12 @@ class TrainConfig:
 
     def teacher(self) -> TrainConfig:
         """The recipe of a student's teacher: this one at full depth, without distillation."""
-        return replace(self, layers=(), distill=0.0, fixed_tools=False)
+        return replace(self, layers=(), distill=0.0, fixed_tools=False, from_teacher=False)
 
     def key(self) -> dict:
-        """The fields as they enter a checkpoint's cache key (``layers``, ``distill``, ``fixed_tools`` only when set)."""
+        """The fields as they enter a checkpoint's cache key (the student's fields only when set)."""
         d = asdict(self) | {"layers": list(self.layers)}
-        return {k: v for k, v in d.items() if k not in ("layers", "distill", "fixed_tools") or v}
+        return {k: v for k, v in d.items() if k not in ("layers", "distill", "fixed_tools", "from_teacher") or v}
 
 
 def print_progress(every: int = 10) -> Callable[[dict], None]:
@@ -258,12 +266,13 @@ def finetuned(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | 
         return out
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     teacher = finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) \
-        if cfg.distill or cfg.fixed_tools else None
-    model, info = train(pairs, cfg, base_model, device, log, teacher, candidates)
+        if cfg.distill or cfg.fixed_tools or cfg.from_teacher else None
+    model, info = train(pairs, cfg, teacher if cfg.from_teacher else base_model, device, log,
+                        teacher if cfg.distill or cfg.fixed_tools else None, candidates)
     with atomic_new_dir(out) as tmp:
         model.save(str(tmp))
         write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))}
-                   | ({"teacher": str(teacher)} if teacher else {}))
+                   | ({"teacher": str(teacher)} if teacher else {}) | ({"cut_from": str(teacher)} if cfg.from_teacher else {}))
     return out
 
 

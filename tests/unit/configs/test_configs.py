@@ -195,7 +195,9 @@ def test_every_encoder_training_recipe_is_one_fold_encoders_accepts(recipe):
     enc = FoldEncoders(Registry([Tool("a", "tool a")]), cfg, embed_cache=None)
     assert enc.recipe.layers == {"mnrl_l4_int8": (0, 1, 4, 5), "mnrl_l3_int8": (0, 1, 5), "mnrl_l3_trie_int8": (0, 1, 5),
                                  "mnrl_l3_distill_int8": (0, 1, 5), "mnrl_l3_query_int8": (0, 1, 5),
-                                 "mnrl_l3_query_distill_int8": (0, 1, 5), "mnrl_l2_int8": (4, 5)}.get(recipe, ())
+                                 "mnrl_l3_query_distill_int8": (0, 1, 5), "mnrl_l3_cut_int8": (0, 1, 5),
+                                 "mnrl_l2_int8": (4, 5)}.get(recipe, ())
+    assert enc.recipe.from_teacher == (recipe == "mnrl_l3_cut_int8")
     assert enc.recipe.fixed_tools == recipe.startswith("mnrl_l3_query")
     assert enc.recipe.distill == (1.0 if "distill" in recipe else 0.0)
     assert enc.negatives == ("trie" if "trie" in recipe else "registry" if recipe == "static_registry" else "in_batch")
