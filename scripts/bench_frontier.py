@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=1 python scripts/bench_frontier.py [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
         [--student .cache/encoders/finetuned-<fold 0's 3-layer student> .cache/encoders/finetuned-<its 2-layer one>]
         [--query-student .cache/encoders/finetuned-<fold 0's 3-layer query student>]
+        [--named "LABEL=.cache/encoders/finetuned-<another fold 0 checkpoint>" ...]
         [--n 300] [--only LABEL ...] [--out results/encoders/frontier_latency.json]
 
 BFCL (registry large), each scorer fitted on outer fold 0's training split (5 folds by group, seed 0)
@@ -22,7 +23,8 @@ Always included: fold 0's static model trained on its training split (``encoder_
 training split only, so fold 0's held-out steps are fair), its static distillation and its ONNX int8
 export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``, ``mnrl_l2_int8``) in ONNX int8;
 ``--query-student`` fold 0's query students (``encoder_training=mnrl_l3_query_int8``) in ONNX int8, their tool
-texts embedded by their teacher (a live step encodes only its context). Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
+texts embedded by their teacher (a live step encodes only its context); ``--named`` any other fold 0 checkpoints
+in ONNX int8 under the given labels (e.g. a second 3-layer student, ``encoder_training=mnrl_l3_cut_int8``). Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
 machine inflates least.
 """
 
@@ -53,7 +55,7 @@ from tracer.scoring.resources import Resources
 
 
 def encoders(finetuned: str | None, trained_static: str, students: dict[int, str] | None = None,
-             query_students: dict[int, str] | None = None) -> dict[str, tuple]:
+             query_students: dict[int, str] | None = None, named: dict[str, str] | None = None) -> dict[str, tuple]:
     """label -> (embedder config name or config, overrides)."""
     out = {"MiniLM torch": ("minilm", {}), "ONNX fp32": ("onnx_fp32", {}), "ONNX int8": ("onnx_int8", {}),
            "static m2v": ("static", {}), "trained static m2v": ("static", {"model": trained_static})}
@@ -63,6 +65,8 @@ def encoders(finetuned: str | None, trained_static: str, students: dict[int, str
                 "fine-tuned static m2v": ("static", {"model": finetuned})}
     for layers, path in sorted((students or {}).items(), reverse=True):
         out[f"{layers}-layer fine-tuned ONNX int8"] = ("onnx_int8", {"model": path})
+    for label, path in (named or {}).items():
+        out[label] = ("onnx_int8", {"model": path})
     for layers, path in sorted((query_students or {}).items(), reverse=True):  # the tools by their teacher, in torch
         query = plain(load_config("embedder", "onnx_int8")) | {"model": path}
         out[f"{layers}-layer query student ONNX int8"] = (beside_teacher(query, train_info(path)["teacher"])
@@ -83,6 +87,8 @@ def main() -> None:
     ap.add_argument("--finetuned", default=None, help="fold 0's fine-tuned checkpoint folder")
     ap.add_argument("--student", nargs="*", default=[],
                     help="fold 0's student checkpoints (finetune_fold.py --config mnrl_l3_int8|mnrl_l2_int8 --fold 0)")
+    ap.add_argument("--named", nargs="*", default=[], metavar="LABEL=CHECKPOINT",
+                    help="more fold 0 checkpoints, served in ONNX int8 under these labels")
     ap.add_argument("--query-student", nargs="*", default=[],
                     help="fold 0's query-student checkpoints (finetune_fold.py --config mnrl_l3_query_int8 --fold 0), "
                          "served in ONNX int8 beside their teacher, which embeds the tools")
@@ -107,7 +113,7 @@ def main() -> None:
     trained_static = FoldEncoders(ds.registry, recipe)(train).embedder.config["model"]
     retrievers, embedders = {}, {}
     chosen = encoders(a.finetuned, trained_static, {layer_count(p): p for p in a.student},
-                      {layer_count(p): p for p in a.query_student})
+                      {layer_count(p): p for p in a.query_student}, dict(n.split("=", 1) for n in a.named))
     if a.only is not None:
         if unknown := set(a.only) - set(chosen):
             raise SystemExit(f"--only: no encoder labelled {sorted(unknown)}; the labels: {list(chosen)}")
