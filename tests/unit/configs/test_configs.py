@@ -143,7 +143,7 @@ def test_every_experiment_is_in_a_glob_sweep():
     assert TABLE == names("scorer")
 
 
-@pytest.mark.parametrize("preset,recipe,inner", [("best", "mnrl", False), ("fast", "mnrl_l3_int8", False),
+@pytest.mark.parametrize("preset,recipe,inner", [("best", "mnrl", False), ("fast", "mnrl_l3_cut_int8", False),
                                                  ("fastest", "static_contexts", True)])
 def test_presets_pick_tracer_plus_over_a_trained_encoder(preset, recipe, inner):
     cfg = evaluate(f"experiment=preset/{preset}")
