@@ -51,7 +51,8 @@ class FoldEncoders:
             base model's layers kept, a shallower student; ``distill``, its distillation from the full-depth
             encoder; ``fixed_tools``, a query encoder trained against the full-depth encoder's frozen vectors of
             the registry, served as a :class:`tracer.encode.dual.DualEmbedder` whose tool side is that encoder
-            (as ``finetuned.yaml``); :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
+            (as ``finetuned.yaml``); ``from_teacher``, a student whose layers are cut from that encoder;
+            :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
             the embedder keeps its config, so an index saved with it loads it again) and the
