@@ -26,9 +26,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 
 from tracer.build import build_dataset, build_embedder, load_config, plain
-from tracer.core.folds import assign_folds
+from tracer.core.context import ContextRendering
+from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
-from tracer.eval.fold_encoders import FoldEncoders
 from tracer.scoring.resources import training_steps
 
 
@@ -40,10 +40,11 @@ def main() -> None:
     ap.add_argument("--out", default="results/encoders/context_knn_bfcl_fold0.json")
     a = ap.parse_args()
     ds = build_dataset("bfcl", "large")
-    fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
-    train = training_steps([t for t in ds.trajectories if fold_of[t.group] != a.fold], ds.registry)
-    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == a.fold]) if s.gold in ds.registry]
-    rendering = FoldEncoders(ds.registry, plain(load_config("encoder_training", "mnrl", seed=0))).rendering
+    split = kfold(ds.trajectories, 5, 0)[a.fold]  # evaluate.py's outer split
+    train = training_steps(split.train, ds.registry)
+    test = [s for s in extract_all(split.test) if s.gold in ds.registry]
+    # the anchors' rendering of the encoder recipes (tracer_plus's query)
+    rendering = ContextRendering.from_config(plain(load_config("encoder_training", "mnrl", seed=0))["context"])
     texts = [rendering.render(s.context) for s in train], [rendering.render(s.context) for s in test]
     gold_train, gold_test = np.array([s.gold for s in train]), np.array([s.gold for s in test])
     encoders = {"teacher": build_embedder("finetuned", model=a.teacher)}

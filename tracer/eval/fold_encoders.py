@@ -107,12 +107,12 @@ class FoldEncoders:
         """The encoder trained on ``pairs`` by this recipe (its folder): trained on a miss, found in the cache on a
         hit. ``log``: as the constructor's (default: it)."""
         log = log or self.log
+        # the registry's tool texts, for the recipes that rank each context against all of them
+        tools = [t.search_text for t in self.registry] if self.negatives == "registry" or self.recipe.fixed_tools else None
         if self.kind == "static":
-            candidates = [t.search_text for t in self.registry] if self.negatives == "registry" else None
             return trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, log,
-                                  candidates, self.context_weight)
-        candidates = [t.search_text for t in self.registry] if self.recipe.fixed_tools else None
-        return finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, log, candidates)
+                                  tools, self.context_weight)
+        return finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, log, tools)
 
     def __call__(self, train: Sequence[Trajectory], inner_of: int | None = None,
                  held: frozenset[str] = frozenset()) -> Resources:

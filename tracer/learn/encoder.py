@@ -19,7 +19,6 @@ the recipe and the base weights: a rerun on the same training data loads it inst
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -34,7 +33,7 @@ import torch
 from tracer.core.io import atomic_new_dir, write_json
 from tracer.encode.embedders import default_device
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
-from tracer.learn.pairs import Pairs, no_duplicate_batches
+from tracer.learn.pairs import Pairs, no_duplicate_batches, texts_digest
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -102,6 +101,11 @@ class TrainConfig:
                              f"teacher is the same recipe at full depth; got distill {self.distill} with layers "
                              f"{list(self.layers)}")
 
+    @property
+    def needs_teacher(self) -> bool:
+        """A student built from, pulled towards or ranked against its full-depth teacher (:meth:`teacher`)."""
+        return bool(self.distill or self.fixed_tools or self.from_teacher)
+
     def teacher(self) -> TrainConfig:
         """The recipe of a student's teacher: this one at full depth, without distillation."""
         return replace(self, layers=(), distill=0.0, fixed_tools=False, from_teacher=False)
@@ -162,11 +166,12 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     model.max_seq_length = min(cfg.max_seq_length, own_length)
     loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
     t_teacher = time.perf_counter()
+    net = SentenceTransformer(str(teacher), device=device) if teacher is not None else None
     # the teacher's vectors of the pairs' texts the student embeds, [N, d] per column (a query student: anchors only)
     distilled = (pairs.anchors,) if cfg.fixed_tools else (pairs.anchors, pairs.positives)
-    targets = _teacher_vectors(teacher, distilled, model.max_seq_length, device) if cfg.distill else None
+    targets = _unit_vectors(net, distilled, model.max_seq_length) if cfg.distill else None
     if cfg.fixed_tools:  # the tool side as the teacher serves it: its own truncation
-        tool_vecs = _teacher_vectors(teacher, (candidates,), None, device)[0]          # [R, d]
+        tool_vecs = _unit_vectors(net, (candidates,), net.max_seq_length)[0]           # [R, d]
         gold = torch.tensor([row[p] for p in pairs.positives], device=device)            # [N]
     teacher_seconds = round(time.perf_counter() - t_teacher, 2)
     batches = [b for e in range(cfg.epochs) for b in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e)]
@@ -207,18 +212,14 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     return model, info
 
 
-def _teacher_vectors(teacher: str | Path, columns: Sequence[Sequence[str]], max_seq_length: int | None,
-                     device: str) -> list[torch.Tensor]:
-    """The teacher's unit embeddings of each column's texts (truncated at ``max_seq_length``, as the student
-    trains; ``None``: the teacher's own, as it serves), ``[N, d]`` per column; each distinct text is encoded once."""
-    from sentence_transformers import SentenceTransformer
-
-    net = SentenceTransformer(str(teacher), device=device)
-    if max_seq_length is not None:
-        net.max_seq_length = min(max_seq_length, net.max_seq_length)
+def _unit_vectors(net: SentenceTransformer, columns: Sequence[Sequence[str]], max_seq_length: int) -> list[torch.Tensor]:
+    """A (teacher) model's unit embeddings of each column's texts truncated at ``max_seq_length`` (the student's
+    training length, or the model's own, as it serves), ``[N, d]`` per column; each distinct text encoded once."""
+    own, net.max_seq_length = net.max_seq_length, min(max_seq_length, net.max_seq_length)
     unique = sorted({t for col in columns for t in col})
     with torch.no_grad():
         vecs = net.encode(unique, batch_size=64, convert_to_tensor=True, normalize_embeddings=True)  # [U, d]
+    net.max_seq_length = own
     vecs = vecs.clone()  # out of inference mode: autograd may keep it for backward
     row = {t: i for i, t in enumerate(unique)}
     return [vecs[torch.tensor([row[t] for t in col], device=vecs.device)] for col in columns]
@@ -243,7 +244,7 @@ def checkpoint_dir(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
                    encoder_dir: str | Path = DEFAULT_CACHE, candidates: Sequence[str] | None = None) -> Path:
     """Where the checkpoint for these pairs, recipe, base weights and (``fixed_tools``) candidate tools lives
     (content-addressed)."""
-    extra = {"candidates": hashlib.sha256("\0".join(candidates or ()).encode()).hexdigest()} if cfg.fixed_tools else {}
+    extra = {"candidates": texts_digest(candidates or ())} if cfg.fixed_tools else {}
     key = recipe_hash(kind="finetune-mnrl", pairs=pairs.digest(), config=cfg.key(),
                       weights=folder_hash(model_folder(base_model)), **extra)
     return Path(encoder_dir) / f"finetuned-{key[:16]}"
@@ -265,14 +266,13 @@ def finetuned(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | 
     if (out / "train_info.json").is_file():
         return out
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    teacher = finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) \
-        if cfg.distill or cfg.fixed_tools or cfg.from_teacher else None
+    teacher = finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) if cfg.needs_teacher else None
     model, info = train(pairs, cfg, teacher if cfg.from_teacher else base_model, device, log,
                         teacher if cfg.distill or cfg.fixed_tools else None, candidates)
-    with atomic_new_dir(out) as tmp:
+    with atomic_new_dir(out) as tmp:  # config.from_teacher says when the teacher is also where the layers came from
         model.save(str(tmp))
         write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))}
-                   | ({"teacher": str(teacher)} if teacher else {}) | ({"cut_from": str(teacher)} if cfg.from_teacher else {}))
+                   | ({"teacher": str(teacher)} if teacher else {}))
     return out
 
 

@@ -52,6 +52,11 @@ class Pairs:
         return h.hexdigest()
 
 
+def texts_digest(texts: Sequence[str]) -> str:
+    """A content hash of a list of texts, in order (the candidate tools a checkpoint was ranked against)."""
+    return hashlib.sha256("\0".join(texts).encode()).hexdigest()
+
+
 def training_pairs(trajectories: Sequence[Trajectory], registry: Registry, rendering: ContextRendering,
                    successful_only: bool = True, negatives: str = "in_batch", seed: int = 0) -> Pairs:
     """(rendered context, gold tool text) for every step of the (successful) trajectories whose gold is in

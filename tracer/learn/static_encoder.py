@@ -14,7 +14,6 @@ the starting table; a rerun loads it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -30,7 +29,7 @@ from tracer.core.io import atomic_new_dir, write_json
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, recipe_hash
 from tracer.encode.static import distilled
 from tracer.learn.encoder import TrainConfig
-from tracer.learn.pairs import Pairs, no_duplicate_batches
+from tracer.learn.pairs import Pairs, no_duplicate_batches, texts_digest
 
 
 def _bags(model: StaticModel, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,7 +128,7 @@ def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
     It starts from the model2vec distillation of ``base_model`` (None: MiniLM) at ``pca_dims``;
     ``candidates`` and ``context_weight`` as :func:`train_static` (they enter the cache key)."""
     start = distilled(base_model, pca_dims, encoder_dir)
-    extra = {} if candidates is None else {"candidates": hashlib.sha256("\0".join(candidates).encode()).hexdigest()}
+    extra = {} if candidates is None else {"candidates": texts_digest(candidates)}
     if context_weight > 0:
         extra["context_weight"] = float(context_weight)
     key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=cfg.key(), start=folder_hash(start / "model"),

@@ -282,7 +282,7 @@ def test_distillation_pulls_a_student_towards_its_full_depth_teacher(tmp_path):
 
 def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_layers(tmp_path):
     """``from_teacher``: the student's layers come from the full-depth recipe fine-tuned on the same pairs (trained
-    first, recorded as ``cut_from``), not from the base model; it then trains as usual, and has its own key."""
+    first, recorded as its ``teacher``), not from the base model; it then trains as usual, and has its own key."""
     from sentence_transformers import SentenceTransformer
 
     from tracer.encode.embedders import minilm_path
@@ -292,7 +292,8 @@ def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_laye
     cut = dataclasses.replace(student, from_teacher=True)
     path = finetuned(pairs, cut, encoder_dir=tmp_path, device="cpu")
     teacher = checkpoint_dir(pairs, cut.teacher(), None, tmp_path)
-    assert cut.teacher() == dataclasses.replace(student, layers=()) and train_info(path)["cut_from"] == str(teacher)
+    assert cut.teacher() == dataclasses.replace(student, layers=()) and train_info(path)["teacher"] == str(teacher)
+    assert train_info(path)["config"]["from_teacher"] is True and cut.needs_teacher and not student.needs_teacher
     assert cut.key()["from_teacher"] is True and path != checkpoint_dir(pairs, student, None, tmp_path)
 
     def layer(folder, i):  # the query projection of transformer layer i, [d, d]
