@@ -5,7 +5,7 @@
     python scripts/choose_layers.py --cuts 0,1,4,5 0,1,2,5 0,2,4,5 2,3,4,5 1,2,4,5 0,3,4,5 0,1,3,5   # 4 layers
     python scripts/choose_layers.py --cuts all 0,1,5 4,5 --latency                 # + single-text int8 encode
 
-For each cut: MiniLM cut to those layers (``tracer.learn.encoder.keep_layers``, *not* fine-tuned), plain
+For each cut: MiniLM cut to those layers (``tracer.learn.student.keep_layers``, *not* fine-tuned), plain
 vector search over the registry's tool texts for every pair of outer fold F's *training* split (the pairs
 encoder_training=mnrl fine-tunes on: tracer_plus's query rendering, the gold tool's ``search_text``),
 recall@5. The cut that keeps most of the full model's zero-shot ranking is the one fine-tuned
@@ -34,7 +34,7 @@ from tracer.build import build_dataset, load_config
 from tracer.core.folds import kfold
 from tracer.encode.embedders import minilm_path
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import keep_layers
+from tracer.learn.student import keep_layers
 
 
 def cut_model(layers: tuple[int, ...] | None) -> SentenceTransformer:

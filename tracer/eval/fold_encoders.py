@@ -48,10 +48,10 @@ class FoldEncoders:
             :func:`tracer.learn.pairs.trie_negatives`),
             ``context_weight`` (static only: weight of a context-to-context in-batch loss beside the
             context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``layers`` (transformer only: the
-            base model's layers kept, a shallower student; ``distill``, its distillation from the full-depth
+            base model's layers kept, a shallower student; ``ffn``, its feed-forward width, a narrower one; ``distill``, its distillation from the full-depth
             encoder; ``fixed_tools``, a query encoder trained against the full-depth encoder's frozen vectors of
             the registry, served as a :class:`tracer.encode.dual.DualEmbedder` whose tool side is that encoder
-            (as ``finetuned.yaml``); ``from_teacher``, a student whose layers are cut from that encoder;
+            (as ``finetuned.yaml``); ``from_teacher``, a student cut from that encoder;
             :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
@@ -89,8 +89,9 @@ class FoldEncoders:
                              f"{self.context_weight} with kind {self.kind!r}")
         serve_as = cfg.pop("serve_as", None)
         self.recipe = TrainConfig(**cfg)
-        if self.recipe.layers and self.kind != "transformer":
-            raise ValueError(f"encoder_training.layers cuts a transformer's depth; kind {self.kind!r} has no layers")
+        if self.recipe.student and self.kind != "transformer":
+            raise ValueError(f"encoder_training.layers and ffn cut a transformer's depth and width; kind {self.kind!r} "
+                             f"has no layers")
         if self.recipe.fixed_tools and (self.kind != "transformer" or self.negatives != "in_batch"):
             raise ValueError(f"encoder_training.fixed_tools ranks each context against every registry tool, so it "
                              f"takes kind transformer and negatives in_batch (no hard negatives to add), got kind "

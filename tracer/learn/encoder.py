@@ -34,9 +34,14 @@ from tracer.core.io import atomic_new_dir, write_json
 from tracer.encode.embedders import default_device
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
 from tracer.learn.pairs import Pairs, no_duplicate_batches, texts_digest
+from tracer.learn.student import keep_layers, narrow_ffn
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+
+# the fields of a student recipe, which enter a checkpoint's key only when set (full-size recipes' keys stay)
+STUDENT_FIELDS = ("layers", "distill", "fixed_tools", "from_teacher", "ffn")
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,11 @@ class TrainConfig:
             student: ``layers``). With ``distill``, its term is on the anchors only: the tool side already is
             the teacher's, and the contexts are compared with other contexts too (tracer_plus's memories).
             Enters the cache key only when set, with the candidates.
-        from_teacher: students only: cut the layers from the teacher (this recipe at full depth, fine-tuned on the
-            same pairs) instead of from the base model, then fine-tune as usual (layer reduction after
+        ffn: the width to narrow every layer's feed-forward block to before fine-tuning (``0``: as it is; MiniLM's
+            is 1536): its neurons least used on the pairs' texts are dropped (:func:`tracer.learn.student.narrow_ffn`),
+            after the layer cut. Enters the cache key only when set.
+        from_teacher: students only: cut the student (layers, ffn) from the teacher (this recipe at full size,
+            fine-tuned on the same pairs) instead of from the base model, then fine-tune as usual (layer reduction after
             fine-tuning, as sentence-transformers' model-distillation example builds its student). Enters the
             cache key only when set.
     """
@@ -87,19 +95,27 @@ class TrainConfig:
     distill: float = 0.0
     fixed_tools: bool = False
     from_teacher: bool = False
+    ffn: int = 0
 
     def __post_init__(self):
         # a YAML list arrives as a list; sorted, since the cut keeps the base's order ([5, 0] is [0, 5], one key)
         object.__setattr__(self, "layers", tuple(sorted(int(i) for i in self.layers)))
         if len(set(self.layers)) != len(self.layers) or any(i < 0 for i in self.layers):
             raise ValueError(f"encoder_training.layers must be distinct layer indices >= 0, got {list(self.layers)}")
-        if self.from_teacher and not self.layers:
-            raise ValueError("encoder_training.from_teacher cuts a student's layers from its full-depth teacher, so it "
-                             "needs layers")
-        if self.distill < 0 or (self.distill > 0 and not self.layers):
-            raise ValueError(f"encoder_training.distill must be >= 0, and > 0 only for a student (layers set): its "
-                             f"teacher is the same recipe at full depth; got distill {self.distill} with layers "
-                             f"{list(self.layers)}")
+        if self.ffn < 0:
+            raise ValueError(f"encoder_training.ffn must be >= 0 (0: the feed-forward width as it is), got {self.ffn}")
+        if self.from_teacher and not self.student:
+            raise ValueError("encoder_training.from_teacher cuts a student from its full-size teacher, so it needs "
+                             "layers or ffn")
+        if self.distill < 0 or (self.distill > 0 and not self.student):
+            raise ValueError(f"encoder_training.distill must be >= 0, and > 0 only for a student (layers or ffn set): "
+                             f"its teacher is the same recipe at full size; got distill {self.distill} with layers "
+                             f"{list(self.layers)}, ffn {self.ffn}")
+
+    @property
+    def student(self) -> bool:
+        """A model cut smaller than its base (fewer layers, a narrower feed-forward block)."""
+        return bool(self.layers or self.ffn)
 
     @property
     def needs_teacher(self) -> bool:
@@ -107,13 +123,13 @@ class TrainConfig:
         return bool(self.distill or self.fixed_tools or self.from_teacher)
 
     def teacher(self) -> TrainConfig:
-        """The recipe of a student's teacher: this one at full depth, without distillation."""
-        return replace(self, layers=(), distill=0.0, fixed_tools=False, from_teacher=False)
+        """The recipe of a student's teacher: this one at full size (every layer, full width), without distillation."""
+        return replace(self, layers=(), distill=0.0, fixed_tools=False, from_teacher=False, ffn=0)
 
     def key(self) -> dict:
         """The fields as they enter a checkpoint's cache key (the student's fields only when set)."""
         d = asdict(self) | {"layers": list(self.layers)}
-        return {k: v for k, v in d.items() if k not in ("layers", "distill", "fixed_tools", "from_teacher") or v}
+        return {k: v for k, v in d.items() if k not in STUDENT_FIELDS or v}
 
 
 def print_progress(every: int = 10) -> Callable[[dict], None]:
@@ -162,6 +178,8 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     model = SentenceTransformer(str(model_folder(base_model)), device=device)
     if cfg.layers:
         keep_layers(model, cfg.layers)
+    if cfg.ffn:  # the neurons kept are those most used on the pairs' own texts
+        narrow_ffn(model, cfg.ffn, sorted(set(pairs.anchors) | set(pairs.positives)), seed=cfg.seed)
     own_length = model.max_seq_length
     model.max_seq_length = min(cfg.max_seq_length, own_length)
     loss_fn = MultipleNegativesRankingLoss(model, scale=cfg.scale)
@@ -223,21 +241,6 @@ def _unit_vectors(net: SentenceTransformer, columns: Sequence[Sequence[str]], ma
     vecs = vecs.clone()  # out of inference mode: autograd may keep it for backward
     row = {t: i for i, t in enumerate(unique)}
     return [vecs[torch.tensor([row[t] for t in col], device=vecs.device)] for col in columns]
-
-
-def keep_layers(model: SentenceTransformer, layers: Sequence[int]) -> None:
-    """Cut a BERT-style sentence-transformers model down to the given transformer layers, in place
-    (their order kept; the saved config then says ``num_hidden_layers = len(layers)``)."""
-    net = model[0].auto_model
-    stack = getattr(getattr(net, "encoder", None), "layer", None)
-    if not isinstance(stack, torch.nn.ModuleList):
-        raise TypeError(f"encoder_training.layers: the base model ({type(net).__name__}) has no BERT-style "
-                        f"encoder.layer stack to cut")
-    if max(layers) >= len(stack):
-        raise ValueError(f"encoder_training.layers {list(layers)}: the base model has {len(stack)} layers "
-                         f"(indices 0-{len(stack) - 1})")
-    net.encoder.layer = torch.nn.ModuleList(stack[i] for i in sorted(layers))  # the base's order
-    net.config.num_hidden_layers = len(layers)
 
 
 def checkpoint_dir(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None,

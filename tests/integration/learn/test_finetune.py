@@ -208,7 +208,7 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
     from sentence_transformers import SentenceTransformer
 
     from tracer.encode.embedders import minilm_path
-    from tracer.learn.encoder import keep_layers
+    from tracer.learn.student import keep_layers
 
     texts = list(_pairs().anchors[:4]) + [t.search_text for t in TINY_TOOLS[:3]]
     full = SentenceTransformer(str(minilm_path()), device="cpu")
@@ -242,7 +242,7 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
     assert path != checkpoint_dir(_pairs(), dataclasses.replace(recipe, layers=()), None, tmp_path)
     # a full-depth recipe's key is what it was before the fields existed (no layers, distillation or fixed tools)
     assert FAST.key() == {k: v for k, v in dataclasses.asdict(FAST).items()
-                          if k not in ("layers", "distill", "fixed_tools", "from_teacher")}
+                          if k not in ("layers", "distill", "fixed_tools", "from_teacher", "ffn")}
     with pytest.raises(ValueError, match="kind 'static' has no layers"):
         FoldEncoders(Registry(TINY_TOOLS), {"kind": "static", **dataclasses.asdict(recipe)}, embed_cache=None)
 
@@ -307,5 +307,5 @@ def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_laye
     # 0.047 against 0.065 both ways (seeded, CPU-deterministic): each student stays near where it started
     assert gap["cut", "teacher"] < 0.8 * gap["base-cut", "teacher"], gap
     assert gap["cut", "base"] > 1.25 * gap["base-cut", "base"], gap
-    with pytest.raises(ValueError, match="from_teacher cuts a student's layers"):
+    with pytest.raises(ValueError, match="from_teacher cuts a student from its full-size teacher"):
         TrainConfig(from_teacher=True)

@@ -55,7 +55,7 @@ def test_a_query_student_learns_to_rank_its_teachers_tool_vectors(enc_dir):
     from sentence_transformers import SentenceTransformer
 
     from tracer.encode.embedders import minilm_path
-    from tracer.learn.encoder import keep_layers
+    from tracer.learn.student import keep_layers
 
     pairs = _pairs()
     path = finetuned(pairs, QUERY, encoder_dir=enc_dir, device="cpu", candidates=TOOLS)
