@@ -1,9 +1,11 @@
-"""Which MiniLM layers a shallower student keeps (encoder_training.layers), chosen without the held-out folds.
+"""Which MiniLM layers a shallower student keeps (encoder_training.layers), and how wide its feed-forward blocks are
+(encoder_training.ffn), chosen without the held-out folds.
 
     python scripts/choose_layers.py --cuts 0,2,4 1,3,5 0,1,2 0,1,5 3,4,5          # the 3-layer cuts tried
     python scripts/choose_layers.py --cuts 0,5 1,5 0,1 1,4 4,5 2,5                 # the 2-layer cuts tried
     python scripts/choose_layers.py --cuts 0,1,4,5 0,1,2,5 0,2,4,5 2,3,4,5 1,2,4,5 0,3,4,5 0,1,3,5   # 4 layers
     python scripts/choose_layers.py --cuts all 0,1,5 4,5 --latency                 # + single-text int8 encode
+    python scripts/choose_layers.py --cuts 0,1,5 0,1,4,5 --ffn 1536 768 512 384 --latency   # narrowed students
 
 For each cut: MiniLM cut to those layers (``tracer.learn.student.keep_layers``, *not* fine-tuned), plain
 vector search over the registry's tool texts for every pair of outer fold F's *training* split (the pairs
@@ -11,7 +13,11 @@ encoder_training=mnrl fine-tunes on: tracer_plus's query rendering, the gold too
 recall@5. The cut that keeps most of the full model's zero-shot ranking is the one fine-tuned
 (tracer/configs/encoder_training/mnrl_l4_int8.yaml, mnrl_l3_int8.yaml, mnrl_l2_int8.yaml quote this output). ``--latency`` also
 exports each cut to ONNX int8 (``tracer.encode.onnx``, into a temporary folder) and times one-text encodes of
-300 of those query texts on one thread: the median, and the texts' median length in word pieces.
+300 of those query texts on one thread, the cuts in alternating blocks of 25 texts: the median, and the texts'
+median length in word pieces. ``--ffn``: each
+cut also narrowed to each feed-forward width (``tracer.learn.student.narrow_ffn``, its neurons measured on the same
+training pairs' texts); ``--base``: cut from this checkpoint instead of MiniLM (e.g. the fold's fine-tuned encoder,
+as ``from_teacher`` does; the encode time depends on the shape alone).
 """
 
 from __future__ import annotations
@@ -34,31 +40,40 @@ from tracer.build import build_dataset, load_config
 from tracer.core.folds import kfold
 from tracer.encode.embedders import minilm_path
 from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.student import keep_layers
+from tracer.learn.student import keep_layers, narrow_ffn
 
 
-def cut_model(layers: tuple[int, ...] | None) -> SentenceTransformer:
-    model = SentenceTransformer(str(minilm_path()), device="cpu")
+def cut_model(layers: tuple[int, ...] | None, base: str | None = None, ffn: int | None = None,
+              texts: list[str] | None = None) -> SentenceTransformer:
+    model = SentenceTransformer(str(base or minilm_path()), device="cpu")
     if layers is not None:
         keep_layers(model, layers)
+    if ffn is not None:
+        narrow_ffn(model, ffn, texts or [], seed=0)
     return model
 
 
-def int8_encode_ms(model: SentenceTransformer, texts: list[str], work: Path) -> float:
-    """Median wall ms of a one-text encode through the cut model's ONNX int8 export, one thread."""
+def int8_embedder(model: SentenceTransformer, work: Path):
+    """The cut model's ONNX int8 export (a fresh one per model), run on one thread."""
     from tracer.encode.onnx import OnnxEmbedder
 
-    folder = work / f"cut-{len(model[0].auto_model.encoder.layer)}-{time.monotonic_ns()}"
+    folder = work / f"cut-{time.monotonic_ns()}"
     model.save(str(folder))
-    emb = OnnxEmbedder(folder, "int8", encoder_dir=work / "exports", threads=1)
-    for t in texts[:30]:  # warm-up
-        emb.encode([t])
-    times = []
-    for t in texts:
-        t0 = time.perf_counter()
-        emb.encode([t])
-        times.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(times))
+    return OnnxEmbedder(folder, "int8", encoder_dir=work / "exports", threads=1)
+
+
+def interleaved_encode_ms(embedders: list, texts: list[str], block: int = 25) -> list[float]:
+    """Median wall ms of a one-text encode per embedder, timed in alternating blocks of ``block`` texts (each block's
+    first encode re-warms the model, untimed; the order rotates), so that drift of the host hits every model alike."""
+    times: list[list[float]] = [[] for _ in embedders]
+    for j, b in enumerate(range(0, len(texts), block)):
+        for i in [(j + r) % len(embedders) for r in range(len(embedders))]:
+            embedders[i].encode([texts[b]])
+            for t in texts[b: b + block]:
+                t0 = time.perf_counter()
+                embedders[i].encode([t])
+                times[i].append((time.perf_counter() - t0) * 1e3)
+    return [float(np.median(t)) for t in times]
 
 
 def main() -> None:
@@ -66,6 +81,8 @@ def main() -> None:
     ap.add_argument("--cuts", nargs="+", required=True, help="comma-separated layer indices per cut, or 'all'")
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--latency", action="store_true")
+    ap.add_argument("--ffn", nargs="+", type=int, default=None, help="feed-forward widths to narrow each cut to")
+    ap.add_argument("--base", default=None, help="a checkpoint to cut from (default: the bundled MiniLM)")
     a = ap.parse_args()
     cuts = [None if c == "all" else tuple(int(i) for i in c.split(",")) for c in a.cuts]
     torch.set_num_threads(1 if a.latency else torch.get_num_threads())
@@ -79,16 +96,22 @@ def main() -> None:
         tok = cut_model(None).tokenizer
         print(f"query texts: median {int(np.median([len(tok(t)['input_ids']) for t in queries]))} word pieces")
     with tempfile.TemporaryDirectory() as work:
-        for layers in cuts:
-            model = cut_model(layers)
+        texts = sorted(set(pairs.anchors) | set(pairs.positives))
+        lines, embedders = [], []
+        for layers, ffn in [(c, w) for c in cuts for w in (a.ffn or [None])]:
+            model = cut_model(layers, a.base, ffn, texts)
             q = model.encode(list(pairs.anchors), convert_to_tensor=True, normalize_embeddings=True)  # [P, d]
             t = model.encode(tools, convert_to_tensor=True, normalize_embeddings=True)                # [N, d]
             top = (q @ t.T).topk(5, dim=1).indices                                                    # [P, 5]
-            line = f"layers {'all' if layers is None else list(layers)}: zero-shot recall@5 " \
-                   f"{(top == gold[:, None]).any(1).float().mean():.3f} on {len(pairs)} training pairs"
+            lines.append(f"layers {'all' if layers is None else list(layers)}{'' if ffn is None else f', ffn {ffn}'}: "
+                         f"{'zero-shot' if a.base is None else 'cut, not fine-tuned again:'} recall@5 "
+                         f"{(top == gold[:, None]).any(1).float().mean():.3f} on {len(pairs)} training pairs")
+            print(lines[-1], flush=True)
             if a.latency:
-                line += f", int8 one-text encode p50 {int8_encode_ms(model, queries, Path(work)):.2f} ms"
-            print(line, flush=True)
+                embedders.append(int8_embedder(model, Path(work)))
+        if a.latency:
+            for line, ms in zip(lines, interleaved_encode_ms(embedders, queries)):
+                print(f"{line}, int8 one-text encode p50 {ms:.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,10 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
                                      "3-layer fine-tuned ONNX int8"),
             "mnrl_l3_cut_int8": ("3-layer student cut from the fine-tuned 6-layer encoder, ONNX int8",
                                  "3-layer fine-tuned ONNX int8"),
+            "mnrl_l4_ffn384_cut_int8": (("4-layer student, feed-forward 384 wide, cut from the fine-tuned 6-layer encoder, "
+                                        "ONNX int8"), "4-layer narrow (384) ONNX int8"),
+            "mnrl_l4_ffn768_cut_int8": (("4-layer student, feed-forward 768 wide, cut from the fine-tuned 6-layer encoder, "
+                                        "ONNX int8"), "4-layer narrow (768) ONNX int8"),
             # a live step runs the same 3-layer graph (the tools were embedded at fit time): the same latency row;
             # frontier_latency_query.json times both side by side
             "mnrl_l3_query_int8": ("3-layer query student, ONNX int8, tools by the 6-layer encoder",

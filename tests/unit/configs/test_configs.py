@@ -187,7 +187,7 @@ def test_ablation_experiment_is_the_script_row(row):
 @pytest.mark.parametrize("recipe", names("encoder_training"))
 def test_every_encoder_training_recipe_is_one_fold_encoders_accepts(recipe):
     """FoldEncoders checks a recipe when it is built (kind, negatives, context weight, layers), before any
-    training: every shipped recipe passes, and the students cut MiniLM to the layers their files name."""
+    training: every shipped recipe passes, and the students cut MiniLM to the layers and widths their files name."""
     from tracer.core.types import Registry, Tool
     from tracer.eval.fold_encoders import FoldEncoders
 
@@ -196,8 +196,10 @@ def test_every_encoder_training_recipe_is_one_fold_encoders_accepts(recipe):
     assert enc.recipe.layers == {"mnrl_l4_int8": (0, 1, 4, 5), "mnrl_l3_int8": (0, 1, 5), "mnrl_l3_trie_int8": (0, 1, 5),
                                  "mnrl_l3_distill_int8": (0, 1, 5), "mnrl_l3_query_int8": (0, 1, 5),
                                  "mnrl_l3_query_distill_int8": (0, 1, 5), "mnrl_l3_cut_int8": (0, 1, 5),
-                                 "mnrl_l2_int8": (4, 5)}.get(recipe, ())
-    assert enc.recipe.from_teacher == (recipe == "mnrl_l3_cut_int8")
+                                 "mnrl_l2_int8": (4, 5), "mnrl_l4_ffn384_cut_int8": (0, 1, 4, 5),
+                                 "mnrl_l4_ffn768_cut_int8": (0, 1, 4, 5)}.get(recipe, ())
+    assert enc.recipe.ffn == {"mnrl_l4_ffn384_cut_int8": 384, "mnrl_l4_ffn768_cut_int8": 768}.get(recipe, 0)
+    assert enc.recipe.from_teacher == (recipe in ("mnrl_l3_cut_int8", "mnrl_l4_ffn384_cut_int8", "mnrl_l4_ffn768_cut_int8"))
     assert enc.recipe.fixed_tools == recipe.startswith("mnrl_l3_query")
     assert enc.recipe.distill == (1.0 if "distill" in recipe else 0.0)
     assert enc.negatives == ("trie" if "trie" in recipe else "registry" if recipe == "static_registry" else "in_batch")
