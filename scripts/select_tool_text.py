@@ -1,0 +1,89 @@
+"""Which tool text the fine-tuned transformer should embed, chosen without looking at any held-out fold.
+
+    python scripts/select_tool_text.py [--dataset bfcl] [--fold 0] [--recipe mnrl]
+        [--out results/encoders/select_tool_text_bfcl_fold0.json]
+
+The transformer counterpart of ``scripts/select_static.py --tool-text``. Inside outer fold ``--fold``'s training
+trajectories only, 20 % of the groups (seeded, as select_static.py) are set aside as a validation split. For each
+tool text (``select_static.TOOL_TEXTS``: ``search``, ``Tool.search_text``, what every scorer embeds; ``params``, with
+the parameters' names; ``params_desc``, with their descriptions too) the encoder of ``--recipe`` is fine-tuned on
+the other 80 % with that text as the positives (``tracer.learn.encoder.finetuned``, cached by content hash) and
+scored by plain vector search on the validation steps, each rendered context against every registry tool in the
+same text: recall@1/@5 and MRR, zero-shot MiniLM and fine-tuned. The outer fold's held-out trajectories are never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch
+from omegaconf import OmegaConf
+from select_static import TOOL_TEXTS, retext
+
+from tracer.build import build_dataset, load_config
+from tracer.core.folds import kfold
+from tracer.encode.embedders import SentenceTransformerEmbedder, minilm_path
+from tracer.eval.fold_encoders import FoldEncoders
+from tracer.learn.encoder import finetuned, train_info
+
+
+def vector_metrics(model: str, anchors, golds, tools) -> dict:
+    emb = SentenceTransformerEmbedder(model, device="cpu", progress=0)
+    sims = emb.encode(list(anchors)) @ emb.encode(list(tools)).T                         # [S, N]
+    col = {x: i for i, x in enumerate(tools)}
+    gold = torch.tensor([col[g] for g in golds])                                           # [S]
+    rank = (sims > sims[torch.arange(len(gold)), gold][:, None]).sum(1) + 1                # [S] 1-based, ties to the gold
+    return {"recall@1": round(float((rank <= 1).float().mean()), 4), "recall@5": round(float((rank <= 5).float().mean()), 4),
+            "mrr": round(float((1 / rank).mean()), 4)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="bfcl")
+    ap.add_argument("--registry", default="large")
+    ap.add_argument("--fold", type=int, default=0)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--recipe", default="mnrl", help="a transformer encoder_training config")
+    ap.add_argument("--texts", nargs="+", default=list(TOOL_TEXTS), choices=tuple(TOOL_TEXTS))
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+    ds = build_dataset(a.dataset, a.registry, a.seed)
+    train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train   # evaluate.py's split; its test side is never read
+    groups = sorted({t.group for t in train})
+    val_groups = set(random.Random(a.seed).sample(groups, max(1, len(groups) // 5)))
+    enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.recipe, seed=a.seed)))
+    if enc.kind != "transformer" or enc.recipe.needs_teacher:
+        ap.error(f"--recipe {a.recipe}: a transformer recipe without a teacher")
+    rows = []
+    for name in a.texts:
+        text = {t.search_text: TOOL_TEXTS[name](t) for t in ds.registry}
+        fit = retext(enc.pairs([t for t in train if t.group not in val_groups]), text)
+        val = retext(enc.pairs([t for t in train if t.group in val_groups]), text)
+        tools = [text[t.search_text] for t in ds.registry]
+        rows.append({"tool_text": name, "encoder": "zero-shot MiniLM",
+                     **vector_metrics(str(minilm_path()), val.anchors, val.positives, tools)})
+        print(json.dumps(rows[-1]), flush=True)
+        t0 = time.perf_counter()
+        path = finetuned(fit, enc.recipe, enc.base_model, enc.encoder_dir, "cpu")
+        rows.append({"tool_text": name, "encoder": f"fine-tuned ({a.recipe})", "checkpoint": str(path),
+                     "train_seconds": train_info(path)["train_seconds"], "wall_seconds": round(time.perf_counter() - t0, 1),
+                     **vector_metrics(str(path), val.anchors, val.positives, tools)})
+        print(json.dumps(rows[-1]), flush=True)
+    out = {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed, "recipe": a.recipe,
+           "fit_pairs": len(fit), "validation_pairs": len(val), "validation_groups": len(val_groups), "rows": rows}
+    if a.out is not None:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
