@@ -86,16 +86,32 @@ def retext(pairs: Pairs, text: dict[str, str]) -> Pairs:
     return Pairs(pairs.anchors, tuple(text[p] for p in pairs.positives), pairs.trajectory_ids)
 
 
-def vector_metrics(table: torch.Tensor, model: StaticModel, anchors, golds, tools, max_tokens: int) -> dict:
-    with torch.no_grad():
-        q = encode(table, model, anchors, max_tokens)                       # [S, d]
-        t = encode(table, model, tools, max_tokens)                         # [N, d]
-    sims = (q @ t.T).numpy()                                                # [S, N]
+def validation_groups(train, seed: int) -> set[str]:
+    """The inner validation split: 20 % of the training trajectories' groups, seeded (the rest is fitted on)."""
+    groups = sorted({t.group for t in train})
+    return set(random.Random(seed).sample(groups, max(1, len(groups) // 5)))
+
+
+def ranking_metrics(sims: np.ndarray, golds, tools) -> dict:
+    """recall@1/@5 and MRR of each row's gold tool (``golds``, texts among ``tools``) in ``sims``, ``[S, N]``."""
     col = {x: i for i, x in enumerate(tools)}
     gold = np.array([col[g] for g in golds])
     rank = (sims > sims[np.arange(len(gold)), gold][:, None]).sum(1) + 1    # [S] 1-based, ties to the gold
     return {"recall@1": round(float((rank <= 1).mean()), 4), "recall@5": round(float((rank <= 5).mean()), 4),
             "mrr": round(float((1 / rank).mean()), 4)}
+
+
+def write_out(path: Path | None, doc: dict) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def vector_metrics(table: torch.Tensor, model: StaticModel, anchors, golds, tools, max_tokens: int) -> dict:
+    with torch.no_grad():
+        q = encode(table, model, anchors, max_tokens)                       # [S, d]
+        t = encode(table, model, tools, max_tokens)                         # [N, d]
+    return ranking_metrics((q @ t.T).numpy(), golds, tools)                 # [S, N] cosines
 
 
 def tracer_plus_metrics(registry, cfg: dict, fit, val, k: int, scorer_overrides: dict | None = None) -> dict:
@@ -128,8 +144,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ds = build_dataset(a.dataset, a.registry, a.seed)
     train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train   # evaluate.py's split; its test side is never read
-    groups = sorted({t.group for t in train})
-    val_groups = set(random.Random(a.seed).sample(groups, max(1, len(groups) // 5)))
+    val_groups = validation_groups(train, a.seed)
     cfg = OmegaConf.to_container(load_config("encoder_training", "static_mnrl", seed=a.seed))
     enc = FoldEncoders(ds.registry, cfg)
     text = {t.search_text: TOOL_TEXTS[a.tool_text](t) for t in ds.registry}
@@ -151,11 +166,9 @@ def main() -> None:
                          **tracer_plus_metrics(ds.registry, recipe, fit_t, val_t, 5, scorer_overrides)})
             rows[-1]["seconds"] = round(time.perf_counter() - t0, 1)
             print(json.dumps(rows[-1]), flush=True)
-        out = {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
-               "scorer": "tracer_plus", "fit_pairs": len(fit), "validation_groups": len(val_groups), "rows": rows}
-        if a.out is not None:
-            a.out.parent.mkdir(parents=True, exist_ok=True)
-            a.out.write_text(json.dumps(out, indent=1) + "\n")
+        write_out(a.out, {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
+                          "scorer": "tracer_plus", "fit_pairs": len(fit), "validation_groups": len(val_groups),
+                          "rows": rows})
         return
     base = StaticModel.from_pretrained(str(distilled(enc.base_model, enc.pca_dims, enc.encoder_dir) / "model"))
     zero = torch.tensor(np.asarray(base.embedding, dtype=np.float32))
@@ -175,11 +188,9 @@ def main() -> None:
                      **vector_metrics(torch.from_numpy(table), base, val.anchors, val.positives, tools,
                                       recipe.max_seq_length)})
         print(json.dumps(rows[-1]), flush=True)
-    out = {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed, "tool_text": a.tool_text,
-           "fit_pairs": len(fit), "validation_pairs": len(val), "validation_groups": len(val_groups), "rows": rows}
-    if a.out is not None:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(out, indent=1) + "\n")
+    write_out(a.out, {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
+                      "tool_text": a.tool_text, "fit_pairs": len(fit), "validation_pairs": len(val),
+                      "validation_groups": len(val_groups), "rows": rows})
 
 
 if __name__ == "__main__":

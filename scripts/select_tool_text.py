@@ -17,16 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch
 from omegaconf import OmegaConf
-from select_static import TOOL_TEXTS, retext
+from select_static import TOOL_TEXTS, ranking_metrics, retext, validation_groups, write_out
 
 from tracer.build import build_dataset, load_config
 from tracer.core.folds import kfold
@@ -37,12 +35,7 @@ from tracer.learn.encoder import finetuned, train_info
 
 def vector_metrics(model: str, anchors, golds, tools) -> dict:
     emb = SentenceTransformerEmbedder(model, device="cpu", progress=0)
-    sims = emb.encode(list(anchors)) @ emb.encode(list(tools)).T                         # [S, N]
-    col = {x: i for i, x in enumerate(tools)}
-    gold = torch.tensor([col[g] for g in golds])                                           # [S]
-    rank = (sims > sims[torch.arange(len(gold)), gold][:, None]).sum(1) + 1                # [S] 1-based, ties to the gold
-    return {"recall@1": round(float((rank <= 1).float().mean()), 4), "recall@5": round(float((rank <= 5).float().mean()), 4),
-            "mrr": round(float((1 / rank).mean()), 4)}
+    return ranking_metrics((emb.encode(list(anchors)) @ emb.encode(list(tools)).T).numpy(), golds, tools)  # [S, N]
 
 
 def main() -> None:
@@ -58,16 +51,16 @@ def main() -> None:
     a = ap.parse_args()
     ds = build_dataset(a.dataset, a.registry, a.seed)
     train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train   # evaluate.py's split; its test side is never read
-    groups = sorted({t.group for t in train})
-    val_groups = set(random.Random(a.seed).sample(groups, max(1, len(groups) // 5)))
+    val_groups = validation_groups(train, a.seed)
     enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.recipe, seed=a.seed)))
     if enc.kind != "transformer" or enc.recipe.needs_teacher:
         ap.error(f"--recipe {a.recipe}: a transformer recipe without a teacher")
+    fit_pairs = enc.pairs([t for t in train if t.group not in val_groups])   # the positives in search_text
+    val_pairs = enc.pairs([t for t in train if t.group in val_groups])
     rows = []
     for name in a.texts:
         text = {t.search_text: TOOL_TEXTS[name](t) for t in ds.registry}
-        fit = retext(enc.pairs([t for t in train if t.group not in val_groups]), text)
-        val = retext(enc.pairs([t for t in train if t.group in val_groups]), text)
+        fit, val = retext(fit_pairs, text), retext(val_pairs, text)
         tools = [text[t.search_text] for t in ds.registry]
         rows.append({"tool_text": name, "encoder": "zero-shot MiniLM",
                      **vector_metrics(str(minilm_path()), val.anchors, val.positives, tools)})
@@ -78,11 +71,9 @@ def main() -> None:
                      "train_seconds": train_info(path)["train_seconds"], "wall_seconds": round(time.perf_counter() - t0, 1),
                      **vector_metrics(str(path), val.anchors, val.positives, tools)})
         print(json.dumps(rows[-1]), flush=True)
-    out = {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed, "recipe": a.recipe,
-           "fit_pairs": len(fit), "validation_pairs": len(val), "validation_groups": len(val_groups), "rows": rows}
-    if a.out is not None:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(out, indent=1) + "\n")
+    write_out(a.out, {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
+                      "recipe": a.recipe, "fit_pairs": len(fit_pairs), "validation_pairs": len(val_pairs),
+                      "validation_groups": len(val_groups), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -279,7 +279,6 @@ def test_distillation_pulls_a_student_towards_its_full_depth_teacher(tmp_path):
         train(pairs, distilled, device="cpu")
 
 
-
 def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_layers(tmp_path):
     """``from_teacher``: the student's layers come from the full-depth recipe fine-tuned on the same pairs (trained
     first, recorded as its ``teacher``), not from the base model; it then trains as usual, and has its own key."""

@@ -88,13 +88,18 @@ def test_a_narrow_student_cut_from_its_teacher_trains_saves_and_serves_in_onnx(t
     assert info["config"]["ffn"] == 96 and info["teacher"] == str(checkpoint_dir(pairs, recipe.teacher(), None, tmp_path))
     assert recipe.teacher() == dataclasses.replace(FAST) and recipe.student and not FAST.student
     assert path != checkpoint_dir(pairs, dataclasses.replace(recipe, ffn=0), None, tmp_path)
-    # the student started from the teacher's layers 4 and 5, narrowed: its first layer's attention is the teacher's
-    # fourth's moved by one epoch only, and each kept feed-forward row is one of the teacher's rows, moved as little
-    teacher = SentenceTransformer(info["teacher"], device="cpu")[0].auto_model.encoder.layer
+    # the student started from the teacher's layers 4 and 5, narrowed to the 96 neurons that matter most on the
+    # pairs' texts once cut: each of its feed-forward rows is the teacher's row of that neuron, in order, moved by
+    # one epoch only
+    cut = SentenceTransformer(info["teacher"], device="cpu")
+    keep_layers(cut, recipe.layers)
+    want = [v.topk(96).indices.sort().values for v in ffn_importance(cut, _texts())]      # [96] per layer
     student = SentenceTransformer(str(path), device="cpu")[0].auto_model.encoder.layer
-    up_t, up_s = teacher[4].intermediate.dense.weight.detach(), student[0].intermediate.dense.weight.detach()
-    nearest = torch.cdist(up_s, up_t).min(1).values                                  # [96]
-    assert float(nearest.max()) < 0.05 * float(up_t.norm(dim=1).min()), float(nearest.max())
+    for i, layer in enumerate(cut[0].auto_model.encoder.layer):
+        up_t, up_s = layer.intermediate.dense.weight.detach(), student[i].intermediate.dense.weight.detach()
+        dist = torch.cdist(up_s, up_t)                                                     # [96, 1536]
+        assert torch.equal(dist.argmin(1), want[i])
+        assert float(dist.min(1).values.max()) < 0.05 * float(up_t.norm(dim=1).min())
     texts = _texts()
     torch_vecs = _vecs(SentenceTransformer(str(path), device="cpu"), texts)
     onnx_vecs = OnnxEmbedder(str(path), "fp32", encoder_dir=tmp_path).encode(texts)
@@ -111,7 +116,7 @@ def test_ffn_is_a_student_field_checked_before_training():
     TrainConfig(ffn=384, distill=1.0)  # a narrower full-depth model is a student too
     with pytest.raises(ValueError, match="kind 'static' has no layers"):
         FoldEncoders(Registry(TINY_TOOLS), {"kind": "static", "ffn": 384}, embed_cache=None)
-    with pytest.raises(TypeError, match="no BERT-style"):
-        class NotBert(torch.nn.Module):
-            auto_model = torch.nn.Linear(2, 2)
-        keep_layers([NotBert()], (0,))
+    not_bert = torch.nn.Module()
+    not_bert.auto_model = torch.nn.Linear(2, 2)  # a model without an encoder.layer stack
+    with pytest.raises(TypeError, match="encoder_training.layers: the base model \\(Linear\\) has no BERT-style"):
+        keep_layers([not_bert], (0,))
