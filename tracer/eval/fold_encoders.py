@@ -46,8 +46,8 @@ class FoldEncoders:
             (``in_batch``; ``registry``: each context ranked against every registry tool, static only; ``trie``: one
             hard negative per pair, another child of its trie state, transformer only,
             :func:`tracer.learn.pairs.trie_negatives`),
-            ``context_weight`` (static only: weight of a context-to-context in-batch loss beside the
-            context-to-tool one, :func:`tracer.learn.static_encoder.train_static`), ``layers`` (transformer only: the
+            ``context_weight`` (weight of a context-to-context in-batch loss beside the context-to-tool one,
+            :func:`tracer.learn.static_encoder.train_static`, ``TrainConfig.context_weight``), ``layers`` (transformer only: the
             base model's layers kept, a shallower student; ``ffn``, its feed-forward width, a narrower one; ``distill``, its distillation from the full-depth
             encoder; ``fixed_tools``, a query encoder trained against the full-depth encoder's frozen vectors of
             the registry, served as a :class:`tracer.encode.dual.DualEmbedder` whose tool side is that encoder
@@ -84,11 +84,11 @@ class FoldEncoders:
             raise ValueError(f"encoder_training.negatives must be in_batch, registry with kind static (a transformer "
                              f"would re-encode every tool text each batch) or trie with kind transformer, got "
                              f"{self.negatives!r} with kind {self.kind!r}")
-        if self.context_weight < 0 or (self.context_weight > 0 and self.kind != "static"):
-            raise ValueError(f"encoder_training.context_weight must be >= 0, and > 0 only with kind static, got "
-                             f"{self.context_weight} with kind {self.kind!r}")
+        if self.context_weight < 0:
+            raise ValueError(f"encoder_training.context_weight must be >= 0, got {self.context_weight}")
         serve_as = cfg.pop("serve_as", None)
-        self.recipe = TrainConfig(**cfg)
+        # a transformer's recipe carries the weight (its key); the static trainer takes it beside its recipe
+        self.recipe = TrainConfig(**cfg, **({"context_weight": self.context_weight} if self.kind == "transformer" else {}))
         if self.recipe.student and self.kind != "transformer":
             raise ValueError(f"encoder_training.layers and ffn cut a transformer's depth and width; kind {self.kind!r} "
                              f"has no layers")

@@ -33,7 +33,7 @@ import torch
 from tracer.core.io import atomic_new_dir, write_json
 from tracer.encode.embedders import default_device
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
-from tracer.learn.pairs import Pairs, no_duplicate_batches, texts_digest
+from tracer.learn.pairs import Pairs, context_partners, no_duplicate_batches, texts_digest
 from tracer.learn.student import keep_layers, narrow_ffn
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 # the fields of a student recipe, which enter a checkpoint's key only when set (full-size recipes' keys stay)
 STUDENT_FIELDS = ("layers", "distill", "fixed_tools", "from_teacher", "ffn")
+# the fields that enter a checkpoint's key only when set, so that the keys of the runs already cached stay
+OPTIONAL_FIELDS = STUDENT_FIELDS + ("context_weight",)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,13 @@ class TrainConfig:
             fine-tuned on the same pairs) instead of from the base model, then fine-tune as usual (layer reduction after
             fine-tuning, as sentence-transformers' model-distillation example builds its student). Enters the
             cache key only when set.
+        context_weight: the weight of a second in-batch term, context to context: each anchor ranked against the
+            batch's partner contexts, its positive another training context that called the same tool
+            (:func:`tracer.learn.pairs.context_partners`, drawn again each epoch; anchors whose tool has no other
+            context are left out of it). tracer_plus compares a live context with past contexts (its edge and tool
+            memories) as well as with tool texts, and the ranking loss trains only the second; the static trainer
+            has the same term (``encoder_training.context_weight``). Not with ``fixed_tools``. Enters the cache key
+            only when set.
     """
 
     batch_size: int = 32
@@ -96,6 +105,7 @@ class TrainConfig:
     fixed_tools: bool = False
     from_teacher: bool = False
     ffn: int = 0
+    context_weight: float = 0.0
 
     def __post_init__(self):
         # a YAML list arrives as a list; sorted, since the cut keeps the base's order ([5, 0] is [0, 5], one key)
@@ -111,6 +121,9 @@ class TrainConfig:
             raise ValueError(f"encoder_training.distill must be >= 0, and > 0 only for a student (layers or ffn set): "
                              f"its teacher is the same recipe at full size; got distill {self.distill} with layers "
                              f"{list(self.layers)}, ffn {self.ffn}")
+        if self.context_weight < 0 or (self.context_weight > 0 and self.fixed_tools):
+            raise ValueError(f"encoder_training.context_weight must be >= 0, and 0 with fixed_tools (a query encoder's "
+                             f"loss is over the registry's tool vectors), got {self.context_weight}")
 
     @property
     def student(self) -> bool:
@@ -123,13 +136,15 @@ class TrainConfig:
         return bool(self.distill or self.fixed_tools or self.from_teacher)
 
     def teacher(self) -> TrainConfig:
-        """The recipe of a student's teacher: this one at full size (every layer, full width), without distillation."""
-        return replace(self, layers=(), distill=0.0, fixed_tools=False, from_teacher=False, ffn=0)
+        """The recipe of a student's teacher: this one at full size (every layer, full width), without distillation
+        and on the ranking loss alone (``context_weight`` 0: a student with the context term shares its teacher with
+        the students without it)."""
+        return replace(self, layers=(), distill=0.0, fixed_tools=False, from_teacher=False, ffn=0, context_weight=0.0)
 
     def key(self) -> dict:
-        """The fields as they enter a checkpoint's cache key (the student's fields only when set)."""
+        """The fields as they enter a checkpoint's cache key (``OPTIONAL_FIELDS`` only when set)."""
         d = asdict(self) | {"layers": list(self.layers)}
-        return {k: v for k, v in d.items() if k not in STUDENT_FIELDS or v}
+        return {k: v for k, v in d.items() if k not in OPTIONAL_FIELDS or v}
 
 
 def print_progress(every: int = 10) -> Callable[[dict], None]:
@@ -192,7 +207,10 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
         tool_vecs = _unit_vectors(net, (candidates,), net.max_seq_length)[0]           # [R, d]
         gold = torch.tensor([row[p] for p in pairs.positives], device=device)            # [N]
     teacher_seconds = round(time.perf_counter() - t_teacher, 2)
-    batches = [b for e in range(cfg.epochs) for b in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e)]
+    per_epoch = [no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e) for e in range(cfg.epochs)]
+    batches = [b for epoch in per_epoch for b in epoch]
+    epoch_of = [e for e, epoch in enumerate(per_epoch) for _ in epoch]
+    partners = [context_partners(pairs, cfg.seed + e) for e in range(cfg.epochs)] if cfg.context_weight else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * len(batches)), len(batches))
     model.train()
@@ -208,13 +226,22 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
                 loss = loss + cfg.distill * (q - targets[0][batch]).pow(2).sum(1).mean()
         else:
             feats = [_features(model, [col[i] for i in batch], device) for col in columns]
-            if targets is None:
+            both = [(r, j) for r, i in enumerate(batch) if (j := partners[epoch_of[step]][i]) is not None] \
+                if partners is not None else []
+            if len(both) > 1:  # the partner contexts, one more column embedded in the same pass
+                feats.append(_features(model, [pairs.anchors[j] for _, j in both], device))
+            if targets is None and len(feats) == len(columns):
                 loss = loss_fn(feats, torch.empty(0, device=device))
-            else:  # the ranking loss on the same embeddings, plus their squared distance to the teacher's
+            else:  # the ranking loss on the same embeddings, plus the other terms
                 embs = embed_columns(model, feats)                                          # [B, d] per column
-                loss = loss_fn.compute_loss_from_embeddings(embs, torch.empty(0, device=device))
-                for emb, target in zip(embs[:2], targets):
+                loss = loss_fn.compute_loss_from_embeddings(embs[:len(columns)], torch.empty(0, device=device))
+                for emb, target in zip(embs[:2], targets or ()):  # the squared distance to the teacher's
                     loss = loss + cfg.distill * (emb - target[batch]).pow(2).sum(1).mean()
+                if len(feats) > len(columns):  # each anchor against the partners, its own the target
+                    a = torch.nn.functional.normalize(embs[0][[r for r, _ in both]], dim=-1)         # [B', d]
+                    c = torch.nn.functional.normalize(embs[-1], dim=-1)                            # [B', d]
+                    loss = loss + cfg.context_weight * torch.nn.functional.cross_entropy(
+                        cfg.scale * a @ c.T, torch.arange(len(both), device=device))              # [B', B']
         opt.zero_grad()
         loss.backward()
         opt.step()

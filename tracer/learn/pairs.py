@@ -101,6 +101,17 @@ def trie_children(steps: Sequence[Step], key: StateKey = PREFIX) -> dict[tuple[s
     return children
 
 
+def context_partners(pairs: Pairs, seed: int) -> list[int | None]:
+    """For each pair, another pair with the same positive tool and a different anchor text (seeded choice), or
+    None where the tool has no second context."""
+    by_tool: dict[str, list[int]] = {}
+    for i, p in enumerate(pairs.positives):
+        by_tool.setdefault(p, []).append(i)
+    rng = random.Random(seed)
+    return [rng.choice(others) if (others := [j for j in by_tool[p] if pairs.anchors[j] != pairs.anchors[i]]) else None
+            for i, p in enumerate(pairs.positives)]
+
+
 def no_duplicate_batches(pairs: Pairs, batch_size: int, seed: int) -> list[list[int]]:
     """Pair indices in batches with no anchor or positive text twice, in a seeded random order.
 

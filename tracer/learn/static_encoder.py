@@ -15,7 +15,6 @@ the starting table; a rerun loads it.
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,7 +28,7 @@ from tracer.core.io import atomic_new_dir, write_json
 from tracer.encode.source import DEFAULT_CACHE, folder_hash, recipe_hash
 from tracer.encode.static import distilled
 from tracer.learn.encoder import TrainConfig
-from tracer.learn.pairs import Pairs, no_duplicate_batches, texts_digest
+from tracer.learn.pairs import Pairs, context_partners, no_duplicate_batches, texts_digest
 
 
 def _bags(model: StaticModel, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,17 +47,6 @@ def encode(table: torch.Tensor, model: StaticModel, texts: Sequence[str], max_to
 
 def _mean_rows(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     return F.normalize(F.embedding_bag(ids, table, offsets, mode="mean"), dim=-1)              # [B, d]
-
-
-def context_partners(pairs: Pairs, seed: int) -> list[int | None]:
-    """For each pair, another pair with the same positive tool and a different anchor text (seeded choice), or
-    None where the tool has no second context."""
-    by_tool: dict[str, list[int]] = {}
-    for i, p in enumerate(pairs.positives):
-        by_tool.setdefault(p, []).append(i)
-    rng = random.Random(seed)
-    return [rng.choice(others) if (others := [j for j in by_tool[p] if pairs.anchors[j] != pairs.anchors[i]]) else None
-            for i, p in enumerate(pairs.positives)]
 
 
 def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callable[[dict], None] | None = None,

@@ -155,5 +155,6 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir):
     enc = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None)
     enc(tiny_trajectories())
     assert enc.history[-1]["checkpoint"] == str(trained)
-    with pytest.raises(ValueError, match="context_weight must be >= 0, and > 0 only with kind static"):
-        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "kind": "transformer"})
+    assert enc.recipe.context_weight == 0.0  # the static trainer takes the weight beside its recipe (its key as before)
+    with pytest.raises(ValueError, match="context_weight must be >= 0"):
+        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "context_weight": -0.5})
