@@ -139,17 +139,25 @@ class OnnxEmbedder:
         variant: ``fp32`` or ``int8``.
         encoder_dir: where exports live.
         threads: ONNX Runtime intra-op threads (1: the single-thread serving figure; 0: ORT's default).
-        batch_size: texts per session run.
+        batch_size: texts per session run. 1, the default, encodes every text alone, as a live step does. Dynamic
+            int8 quantises a run's activations with one scale over the whole padded batch, so an int8 vector
+            depends on the texts run with it (BFCL contexts in batches of 64: mean cosine 0.991-0.995 to the same
+            text alone, ``scripts/onnx_batching.py``), which an evaluation must not score and a cache keyed by
+            the text must not store; one text at a time is also the faster on one thread (no padding). An int8
+            embedder's name carries its batch size (fp32 gives the same vectors either way).
     """
 
     def __init__(self, model: str | Path | None = None, variant: str = "int8", encoder_dir: str | Path = DEFAULT_CACHE,
-                 threads: int = 1, batch_size: int = 64):
+                 threads: int = 1, batch_size: int = 1):
         if variant not in VARIANTS:
             raise ValueError(f"OnnxEmbedder variant must be one of {VARIANTS}, got {variant!r}")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"OnnxEmbedder batch_size must be an integer >= 1, got {batch_size!r}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.dir = export(model, encoder_dir)
         meta = json.loads((self.dir / "source.json").read_text())
-        self.name = f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}"
+        # int8 vectors of one text differ with the batch it ran in: the batch size is part of what made them
+        self.name = f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}" + (f"-batch{batch_size}" if variant == "int8" else "")
         self.max_seq_length = int(meta["max_seq_length"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.dir / "tokenizer"))
         # the Rust tokenizer under it, truncating and padding as the Hugging Face call does (truncation=True,

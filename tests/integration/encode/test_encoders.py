@@ -52,10 +52,30 @@ def test_onnx_fp32_equals_torch(onnx_fp32, torch_vectors):
     torch.testing.assert_close(out.norm(dim=1), torch.ones(len(TEXTS)))
 
 
-def test_onnx_batches_agree_with_single_texts(onnx_fp32):
-    # padding in a batch must not change a text's embedding (mean pooling over the attention mask)
+def test_onnx_fp32_batches_agree_with_single_texts(onnx_fp32):
+    # padding in a batch must not change a text's fp32 embedding (mean pooling over the attention mask)
+    from tracer.encode.onnx import OnnxEmbedder
+
     single = torch.cat([onnx_fp32.encode([t]) for t in TEXTS])
-    torch.testing.assert_close(onnx_fp32.encode(TEXTS), single, atol=1e-5, rtol=0)
+    batched = OnnxEmbedder(variant="fp32", batch_size=len(TEXTS))
+    torch.testing.assert_close(batched.encode(TEXTS), single, atol=1e-5, rtol=0)
+    assert batched.name == onnx_fp32.name  # the same vectors: one cache
+
+
+def test_int8_encodes_each_text_alone_as_a_live_step_does(onnx_int8):
+    """Dynamic int8 takes one activation scale per session run, so by default every text runs alone: a text's
+    vector in a list is its vector by itself, bit for bit (what a live step computes, what the cache keeps under
+    the text). Batched, it moves with its batch, and the embedder's name says it was batched."""
+    from tracer.encode.onnx import OnnxEmbedder
+
+    alone = torch.cat([onnx_int8.encode([t]) for t in TEXTS])
+    assert onnx_int8.batch_size == 1 and torch.equal(onnx_int8.encode(TEXTS), alone)
+    batched = OnnxEmbedder(variant="int8", batch_size=len(TEXTS))
+    assert not torch.equal(batched.encode(TEXTS), alone)
+    assert batched.name == onnx_int8.name.replace("-batch1", f"-batch{len(TEXTS)}") != onnx_int8.name
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+            OnnxEmbedder(variant="int8", batch_size=bad)
 
 
 def test_onnx_tokenizes_as_the_hugging_face_call(onnx_fp32):
@@ -98,7 +118,7 @@ def test_cache_keys_differ_by_variant_and_weights(onnx_fp32, onnx_int8, minilm, 
     names = {minilm.name, onnx_fp32.name, onnx_int8.name}
     assert len(names) == 3
     # the export hash is in the name: same weights + recipe -> same name, so the cache is shared between runs
-    assert onnx_fp32.name.rsplit("-", 1)[1] == onnx_int8.name.rsplit("-", 1)[1]
+    assert onnx_fp32.name.rsplit("-", 1)[1] == onnx_int8.name.rsplit("-", 2)[1]
     dirs = {CachedEmbedder(e, tmp_path).cache_dir for e in (onnx_fp32, onnx_int8)}
     assert len(dirs) == 2
 
