@@ -240,9 +240,10 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
     torch.testing.assert_close(reloaded, model.encode(texts, convert_to_tensor=True, normalize_embeddings=True),
                                atol=1e-6, rtol=0)
     assert path != checkpoint_dir(_pairs(), dataclasses.replace(recipe, layers=()), None, tmp_path)
-    # a full-depth recipe's key is what it was before the fields existed (no layers, distillation or fixed tools)
+    # a full-depth recipe's key is what it was before the fields existed (no layers, distillation, fixed tools or
+    # context term)
     assert FAST.key() == {k: v for k, v in dataclasses.asdict(FAST).items()
-                          if k not in ("layers", "distill", "fixed_tools", "from_teacher", "ffn")}
+                          if k not in ("layers", "distill", "fixed_tools", "from_teacher", "ffn", "context_weight")}
     with pytest.raises(ValueError, match="kind 'static' has no layers"):
         FoldEncoders(Registry(TINY_TOOLS), {"kind": "static", **dataclasses.asdict(recipe)}, embed_cache=None)
 
