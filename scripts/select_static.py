@@ -86,6 +86,23 @@ def retext(pairs: Pairs, text: dict[str, str]) -> Pairs:
     return Pairs(pairs.anchors, tuple(text[p] for p in pairs.positives), pairs.trajectory_ids)
 
 
+def split_arguments(ap: argparse.ArgumentParser) -> None:
+    """The arguments naming the outer fold whose training trajectories are split: evaluate.py's folds."""
+    ap.add_argument("--dataset", default="bfcl")
+    ap.add_argument("--registry", default="large")
+    ap.add_argument("--fold", type=int, default=0)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+
+
+def inner_split(a: argparse.Namespace):
+    """The dataset, outer fold ``a.fold``'s training trajectories (evaluate.py's split; its test side is never
+    read) and the validation groups set aside among them (:func:`validation_groups`)."""
+    ds = build_dataset(a.dataset, a.registry, a.seed)
+    train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train
+    return ds, train, validation_groups(train, a.seed)
+
+
 def validation_groups(train, seed: int) -> set[str]:
     """The inner validation split: 20 % of the training trajectories' groups, seeded (the rest is fitted on)."""
     groups = sorted({t.group for t in train})
@@ -127,11 +144,7 @@ def tracer_plus_metrics(registry, cfg: dict, fit, val, k: int, scorer_overrides:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", default="bfcl")
-    ap.add_argument("--registry", default="large")
-    ap.add_argument("--fold", type=int, default=0)
-    ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
+    split_arguments(ap)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--tool-text", choices=tuple(TOOL_TEXTS), default="search",
                     help="the tool text trained and ranked (search: Tool.search_text, what the scorers embed)")
@@ -142,9 +155,7 @@ def main() -> None:
     if a.scorer == "tracer_plus" and a.tool_text != "search":
         ap.error("--scorer tracer_plus ranks the registry's own tool text; --tool-text must stay search")
     torch.set_num_threads(1)
-    ds = build_dataset(a.dataset, a.registry, a.seed)
-    train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train   # evaluate.py's split; its test side is never read
-    val_groups = validation_groups(train, a.seed)
+    ds, train, val_groups = inner_split(a)
     cfg = OmegaConf.to_container(load_config("encoder_training", "static_mnrl", seed=a.seed))
     enc = FoldEncoders(ds.registry, cfg)
     text = {t.search_text: TOOL_TEXTS[a.tool_text](t) for t in ds.registry}

@@ -27,10 +27,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from select_static import validation_groups, write_out
+from select_static import inner_split, split_arguments, write_out
 
-from tracer.build import build_dataset, build_scorer, load_config
-from tracer.core.folds import kfold
+from tracer.build import build_scorer, load_config
 from tracer.core.steps import extract_all
 from tracer.encode.embedders import CachedEmbedder
 from tracer.encode.onnx import OnnxEmbedder
@@ -55,11 +54,7 @@ def variant(text: str) -> tuple[str, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", default="bfcl")
-    ap.add_argument("--registry", default="large")
-    ap.add_argument("--fold", type=int, default=0)
-    ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
+    split_arguments(ap)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--recipe", default="mnrl_l3_cut_int8", help="a transformer encoder_training config")
     ap.add_argument("--variant", nargs="+", type=variant, default=[("base", {})], metavar="LABEL=JSON")
@@ -68,7 +63,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     recipe = OmegaConf.to_container(load_config("encoder_training", a.recipe, seed=a.seed))
-    ds = build_dataset(a.dataset, a.registry, a.seed)
+    ds, train, val_groups = inner_split(a)
     for label, over in a.variant:  # every variant's recipe is checked (FoldEncoders, TrainConfig) before any training
         try:
             kind = FoldEncoders(ds.registry, recipe | over).kind
@@ -76,8 +71,6 @@ def main() -> None:
             ap.error(f"--variant {label}: {e}")
         if kind != "transformer":
             ap.error(f"--variant {label}: kind {kind!r}; this script serves transformer checkpoints in ONNX int8")
-    train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train   # evaluate.py's split; its test side is never read
-    val_groups = validation_groups(train, a.seed)
     fit = [t for t in train if t.group not in val_groups]
     steps = [s for s in extract_all(t for t in train if t.group in val_groups and t.success) if s.gold in ds.registry]
     rows = []

@@ -24,10 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from omegaconf import OmegaConf
-from select_static import TOOL_TEXTS, ranking_metrics, retext, validation_groups, write_out
+from select_static import TOOL_TEXTS, inner_split, ranking_metrics, retext, split_arguments, write_out
 
-from tracer.build import build_dataset, load_config
-from tracer.core.folds import kfold
+from tracer.build import load_config
 from tracer.encode.embedders import SentenceTransformerEmbedder, minilm_path
 from tracer.eval.fold_encoders import FoldEncoders
 from tracer.learn.encoder import finetuned, train_info
@@ -40,18 +39,12 @@ def vector_metrics(model: str, anchors, golds, tools) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", default="bfcl")
-    ap.add_argument("--registry", default="large")
-    ap.add_argument("--fold", type=int, default=0)
-    ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
+    split_arguments(ap)
     ap.add_argument("--recipe", default="mnrl", help="a transformer encoder_training config")
     ap.add_argument("--texts", nargs="+", default=list(TOOL_TEXTS), choices=tuple(TOOL_TEXTS))
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
-    ds = build_dataset(a.dataset, a.registry, a.seed)
-    train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train   # evaluate.py's split; its test side is never read
-    val_groups = validation_groups(train, a.seed)
+    ds, train, val_groups = inner_split(a)
     enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.recipe, seed=a.seed)))
     if enc.kind != "transformer" or enc.recipe.needs_teacher:
         ap.error(f"--recipe {a.recipe}: a transformer recipe without a teacher")
