@@ -16,7 +16,8 @@ request, so its weights stay in the CPU caches, while interleaving a dozen model
 each one's between its steps. The first is the pessimistic figure, the second the serving one (both are
 reported; docs/encoders.md compares them). One torch thread, ONNX Runtime with one intra-op thread.
 Per encoder also: single-text encode p50 (round-robin in the same loop; the ratio to MiniLM torch is the
-figure to compare across machines) and throughput (texts/s encoding batches of 64).
+figure to compare across machines) and throughput (texts/s, ``encode`` given lists of 64; the ONNX embedders run
+each text of a list alone, ``OnnxEmbedder.batch_size``, the others as one batch).
 
 Always included: fold 0's static model trained on its training split (``encoder_training=static_mnrl``).
 ``--finetuned`` adds the fold-0 checkpoint (``scripts/finetune_fold.py --fold 0``; trained on fold 0's
@@ -171,7 +172,7 @@ def main() -> None:
             for label, sc in keys]
     load = os.getloadavg()[0]
     print(f"| encoder | scorer | step p50 / p95 ms interleaved (wall) | step p50 ms (CPU) | step p50 / p95 ms "
-          f"serving (blocks of {a.block}) | single-text encode p50 ms | / MiniLM torch | texts/s (batches of 64) |   "
+          f"serving (blocks of {a.block}) | single-text encode p50 ms | / MiniLM torch | texts/s (lists of 64) |   "
           f"({len(test)} BFCL fold-0 steps, one thread, load avg {load:.2f}; {machine()})")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
