@@ -68,7 +68,9 @@ def main() -> None:
             "weights": dict(zip(scorer.feature_names, layer[0].tolist())) if layer.shape[0] == 1 else None}
         print(name, {m: round(v, 4) for m, v in out[name].items() if m != "weights"}, flush=True)
     out["clean_minus_shared"] = {m: paired_test(runs["clean"][m], runs["shared"][m]) for m in runs["clean"]}
-    out["inner_encoders"] = [{k: h[k] for k in ("checkpoint", "pairs", "train_seconds", "held_groups")}
+    keys = ("checkpoint", "pairs", "train_seconds", "teacher", "teacher_train_seconds")
+    out["outer_encoder"] = {k: encoders.outer[0][k] for k in keys}
+    out["inner_encoders"] = [{k: h[k] for k in (*keys, "held_groups")}
                              for h in encoders.history if h["inner_of"] is not None]
     out |= {"dataset": a.dataset, "fold": a.fold, "steps": len(test), "k": a.k, "config": a.config}
     print(json.dumps(out["clean_minus_shared"], indent=1))

@@ -130,7 +130,11 @@ class FoldEncoders:
             config = beside_teacher(config, info["teacher"])
         embedder = build_embedder(config, cache_dir=self.embed_cache)
         served = embedder.inner
+        # a student's own time leaves out its teacher's (trained first, or found), which its cost includes
+        teacher = info.get("teacher")
         self.history.append({"checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
+                             "teacher": teacher,
+                             "teacher_train_seconds": train_info(teacher)["train_seconds"] if teacher else None,
                              "final_loss": info["loss"][-1], "loss": info["loss"], "served_as": served.name,
                              "inner_of": inner_of, "held_groups": sorted(held),
                              "trajectory_ids": sorted(set(pairs.trajectory_ids))})

@@ -122,7 +122,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     encoder_history = fold_encoders.outer if fold_encoders else [{}] * len(result.per_fold)
     for f, (m, enc) in enumerate(zip(result.per_fold, encoder_history)):
         logger.log({f"fold/{k}": v for k, v in m.items() if v is not None}
-                   | {f"fold/encoder_{k}": enc[k] for k in ("train_seconds", "final_loss") if k in enc}, step=f)
+                   | {f"fold/encoder_{k}": enc[k] for k in ("train_seconds", "teacher_train_seconds", "final_loss")
+                      if enc.get(k) is not None}, step=f)
     if fold_encoders:  # the loss curves, logged once the per-fold steps are written (W&B steps only go up)
         logger.log_table("encoder_loss", ["fold", "step", "loss"],
                          [[f, i, v] for f, h in enumerate(fold_encoders.outer) for i, v in enumerate(h["loss"])])

@@ -106,12 +106,18 @@ def test_fold_resources_embed_tools_by_the_teacher_and_a_saved_index_rebuilds_bo
 
     recipe = {"context": {"join_users": True}, "device": "cpu", "encoder_dir": str(enc_dir),
               **dataclasses.asdict(QUERY)}
-    res = FoldEncoders(Registry(TINY_TOOLS), recipe, embed_cache=None, device="cpu")(tiny_trajectories())
+    encoders = FoldEncoders(Registry(TINY_TOOLS), recipe, embed_cache=None, device="cpu")
+    res = encoders(tiny_trajectories())
     dual = res.embedder.inner
     assert isinstance(dual, DualEmbedder)
     path = checkpoint_dir(_pairs(), QUERY, None, enc_dir, TOOLS)
     teacher = checkpoint_dir(_pairs(), QUERY.teacher(), None, enc_dir)
     assert (dual.query.name, dual.tools.name) == (str(path), str(teacher))
+    # the run's record of the student names its teacher and the teacher's own training time
+    (record,) = encoders.history
+    assert (record["checkpoint"], record["teacher"]) == (str(path), str(teacher))
+    assert record["teacher_train_seconds"] == train_info(teacher)["train_seconds"] > 0
+    assert record["train_seconds"] == train_info(path)["train_seconds"]
     torch.testing.assert_close(torch.from_numpy(res.tool_index.vectors),
                                SentenceTransformerEmbedder(str(teacher), device="cpu", progress=0).encode(TOOLS))
     anchors = list(_pairs().anchors[:5])
