@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=1 python scripts/bench_frontier.py [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
         [--student .cache/encoders/finetuned-<fold 0's 3-layer student> .cache/encoders/finetuned-<its 2-layer one>]
         [--query-student .cache/encoders/finetuned-<fold 0's 3-layer query student>]
+        [--static-query .cache/encoders/m2v-trained-<fold 0's static query encoder>]
         [--named "LABEL=.cache/encoders/finetuned-<another fold 0 checkpoint>" ...]
         [--n 300] [--only LABEL ...] [--out results/encoders/frontier_latency.json]
 
@@ -24,7 +25,8 @@ Always included: fold 0's static model trained on its training split (``encoder_
 training split only, so fold 0's held-out steps are fair), its static distillation and its ONNX int8
 export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``, ``mnrl_l2_int8``) in ONNX int8;
 ``--query-student`` fold 0's query students (``encoder_training=mnrl_l3_query_int8``) in ONNX int8, their tool
-texts embedded by their teacher (a live step encodes only its context); ``--named`` any other fold 0 checkpoints
+texts embedded by their teacher (a live step encodes only its context); ``--static-query`` fold 0's static query
+encoder (``encoder_training=static_query``) likewise; ``--named`` any other fold 0 checkpoints
 in ONNX int8 under the given labels (e.g. a second 3-layer student, ``encoder_training=mnrl_l3_cut_int8``). Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
 machine inflates least.
 """
@@ -56,7 +58,8 @@ from tracer.scoring.resources import Resources
 
 
 def encoders(finetuned: str | None, trained_static: str, students: dict[int, str] | None = None,
-             query_students: dict[int, str] | None = None, named: dict[str, str] | None = None) -> dict[str, tuple]:
+             query_students: dict[int, str] | None = None, named: dict[str, str] | None = None,
+             static_query: str | None = None) -> dict[str, tuple]:
     """label -> (embedder config name or config, overrides)."""
     out = {"MiniLM torch": ("minilm", {}), "ONNX fp32": ("onnx_fp32", {}), "ONNX int8": ("onnx_int8", {}),
            "static m2v": ("static", {}), "trained static m2v": ("static", {"model": trained_static})}
@@ -72,6 +75,10 @@ def encoders(finetuned: str | None, trained_static: str, students: dict[int, str
         query = plain(load_config("embedder", "onnx_int8")) | {"model": path}
         out[f"{layers}-layer query student ONNX int8"] = (beside_teacher(query, train_info(path)["teacher"])
                                                           | {"cache_dir": query["cache_dir"]}, {})
+    if static_query:  # a trained token table as the query side, its teacher embedding the tools
+        query = plain(load_config("embedder", "static")) | {"model": static_query, "pca_dims": None}
+        out["static query m2v"] = (beside_teacher(query, train_info(static_query)["teacher"])
+                                   | {"cache_dir": query["cache_dir"]}, {})
     return out
 
 
@@ -93,6 +100,8 @@ def main() -> None:
     ap.add_argument("--query-student", nargs="*", default=[],
                     help="fold 0's query-student checkpoints (finetune_fold.py --config mnrl_l3_query_int8 --fold 0), "
                          "served in ONNX int8 beside their teacher, which embeds the tools")
+    ap.add_argument("--static-query", default=None, help="fold 0's static query encoder (finetune_fold.py --config "
+                    "static_query --fold 0: an m2v-trained-* folder), served beside its teacher")
     ap.add_argument("--scorers", nargs="+", default=["vector", "tracer_plus"])
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--k", type=int, default=5)
@@ -114,7 +123,8 @@ def main() -> None:
     trained_static = FoldEncoders(ds.registry, recipe)(train).embedder.config["model"]
     retrievers, embedders = {}, {}
     chosen = encoders(a.finetuned, trained_static, {layer_count(p): p for p in a.student},
-                      {layer_count(p): p for p in a.query_student}, dict(n.split("=", 1) for n in a.named))
+                      {layer_count(p): p for p in a.query_student}, dict(n.split("=", 1) for n in a.named),
+                      a.static_query)
     if a.only is not None:
         if unknown := set(a.only) - set(chosen):
             raise SystemExit(f"--only: no encoder labelled {sorted(unknown)}; the labels: {list(chosen)}")

@@ -11,7 +11,7 @@ OUT=${1:-results/encoders}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # the evaluate.py override naming an encoder: a training recipe, or an embedder config
-what() { case $1 in mnrl*|static_mnrl|static_registry) echo "encoder_training=$1" ;; *) echo "embedder=$1" ;; esac; }
+what() { case $1 in mnrl*|static_mnrl|static_registry|static_query) echo "encoder_training=$1" ;; *) echo "embedder=$1" ;; esac; }
 for ds in ${DATASETS:-bfcl tau2 apibank}; do
   for enc in ${ENCODERS:-minilm onnx_fp32 onnx_int8 static mnrl mnrl_static}; do
     for sc in ${SCORERS:-vector tracer_plus}; do

@@ -14,6 +14,11 @@ text, in training and in ranking alike: the question whether the embedded tool t
 80 % (its candidate model's inner folds each under a static encoder trained without them, as
 ``inner_encoders: true``), teacher-forced on the validation steps at k = 5. Vector recall was the wrong proxy
 for that (docs/encoders.md: registry negatives win it and lose inside tracer_plus).
+
+``--config static_query --inner shared`` runs the recipes on the static *query* encoder instead (its teacher, the
+6-layer encoder, fine-tuned on the same 80 % first; 12-17 minutes on this machine, then cached), with tracer_plus's
+inner folds sharing the encoder as the fast preset does (clean ones would fine-tune a teacher per inner fold).
+Each row then also holds plain vector search's figures under ``vector``.
 """
 
 from __future__ import annotations
@@ -131,15 +136,20 @@ def vector_metrics(table: torch.Tensor, model: StaticModel, anchors, golds, tool
     return ranking_metrics((q @ t.T).numpy(), golds, tools)                 # [S, N] cosines
 
 
-def tracer_plus_metrics(registry, cfg: dict, fit, val, k: int, scorer_overrides: dict | None = None) -> dict:
+def tracer_plus_metrics(registry, cfg: dict, fit, val, k: int, scorer_overrides: dict | None = None,
+                        clean_inner: bool = True, vector: bool = False) -> dict:
     """tracer_plus (its config with ``scorer_overrides``) fitted on ``fit`` (trajectories) with a static encoder of
-    recipe ``cfg`` trained on them, its inner folds clean, scored on the successful ``val`` trajectories' steps."""
-    res = FoldEncoders(registry, cfg | {"inner_encoders": True})(fit)
-    scorer = build_scorer("tracer_plus", **(scorer_overrides or {}))
-    scorer.fit(fit, res)
+    recipe ``cfg`` trained on them, its inner folds clean (``clean_inner``) or sharing it, scored on the successful
+    ``val`` trajectories' steps; ``vector``: plain vector search's figures too, under that key."""
+    res = FoldEncoders(registry, cfg | {"inner_encoders": clean_inner})(fit)
     steps = [s for s in extract_all(t for t in val if t.success) if s.gold in registry]
-    per_step = teacher_forced_outcomes(scorer, steps, k)
-    return {m: round(sum(v) / len(v), 4) for m, v in per_step.items()} | {"steps": len(steps)}
+    out = {}
+    for name in ("tracer_plus", "vector") if vector else ("tracer_plus",):
+        scorer = build_scorer(name, **((scorer_overrides or {}) if name == "tracer_plus" else {}))
+        scorer.fit(fit, res)
+        per_step = {m: round(sum(v) / len(v), 4) for m, v in teacher_forced_outcomes(scorer, steps, k).items()}
+        out |= per_step if name == "tracer_plus" else {"vector": per_step}
+    return out | {"steps": len(steps)}
 
 
 def main() -> None:
@@ -151,12 +161,18 @@ def main() -> None:
     ap.add_argument("--recipes", nargs="+", default=None, help="labels of RECIPES to run (default: all)")
     ap.add_argument("--scorer", choices=("vector", "tracer_plus"), default="vector",
                     help="what scores a recipe on the validation split: plain vector search, or tracer_plus")
+    ap.add_argument("--config", default="static_mnrl", help="the static encoder_training config the recipes vary "
+                    "(static_query: a query encoder beside its teacher; --scorer tracer_plus only)")
+    ap.add_argument("--inner", choices=("clean", "shared"), default="clean",
+                    help="tracer_plus's inner folds: each under an encoder trained without it, or sharing one")
     a = ap.parse_args()
+    if a.config != "static_mnrl" and a.scorer != "tracer_plus":
+        ap.error(f"--config {a.config}: only with --scorer tracer_plus (the vector rows train static_mnrl's table)")
     if a.scorer == "tracer_plus" and a.tool_text != "search":
         ap.error("--scorer tracer_plus ranks the registry's own tool text; --tool-text must stay search")
     torch.set_num_threads(1)
     ds, train, val_groups = inner_split(a)
-    cfg = OmegaConf.to_container(load_config("encoder_training", "static_mnrl", seed=a.seed))
+    cfg = OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed))
     enc = FoldEncoders(ds.registry, cfg)
     text = {t.search_text: TOOL_TEXTS[a.tool_text](t) for t in ds.registry}
     fit = retext(enc.pairs([t for t in train if t.group not in val_groups]), text)
@@ -174,11 +190,13 @@ def main() -> None:
             scorer_overrides = over.pop("scorer", None)
             recipe = cfg | BASE | over | {"negatives": "registry" if registry_negatives else "in_batch"}
             rows.append({"recipe": label, "seconds": 0.0,
-                         **tracer_plus_metrics(ds.registry, recipe, fit_t, val_t, 5, scorer_overrides)})
+                         **tracer_plus_metrics(ds.registry, recipe, fit_t, val_t, 5, scorer_overrides,
+                                               a.inner == "clean", a.config != "static_mnrl")})
             rows[-1]["seconds"] = round(time.perf_counter() - t0, 1)
             print(json.dumps(rows[-1]), flush=True)
         write_out(a.out, {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
-                          "scorer": "tracer_plus", "fit_pairs": len(fit), "validation_groups": len(val_groups),
+                          "scorer": "tracer_plus", "config": a.config, "inner": a.inner, "fit_pairs": len(fit),
+                          "validation_groups": len(val_groups),
                           "rows": rows})
         return
     base = StaticModel.from_pretrained(str(distilled(enc.base_model, enc.pca_dims, enc.encoder_dir) / "model"))

@@ -51,7 +51,8 @@ class FoldEncoders:
             base model's layers kept, a shallower student; ``ffn``, its feed-forward width, a narrower one; ``distill``, its distillation from the full-depth
             encoder; ``fixed_tools``, a query encoder trained against the full-depth encoder's frozen vectors of
             the registry, served as a :class:`tracer.encode.dual.DualEmbedder` whose tool side is that encoder
-            (as ``finetuned.yaml``); ``from_teacher``, a student cut from that encoder;
+            (as ``finetuned.yaml``; with kind ``static`` the query side is a token table, ``pca_dims`` null and
+            ``teacher`` the TrainConfig fields of that encoder, ``static_query.yaml``); ``from_teacher``, a student cut from that encoder;
             :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
@@ -74,7 +75,9 @@ class FoldEncoders:
         self.train_device = cfg.pop("device", None)
         self.inner_encoders = bool(cfg.pop("inner_encoders", False))
         self.kind = cfg.pop("kind", "transformer")  # static: train a model2vec token table instead
-        self.pca_dims = int(cfg.pop("pca_dims", 256))
+        pca_dims = cfg.pop("pca_dims", 256)
+        self.pca_dims = None if pca_dims is None else int(pca_dims)
+        teacher = cfg.pop("teacher", None)  # a static query encoder's teacher: TrainConfig fields (mnrl.yaml's)
         self.negatives = cfg.pop("negatives", "in_batch")
         self.context_weight = float(cfg.pop("context_weight", 0.0))
         if self.kind not in ("transformer", "static"):
@@ -92,10 +95,19 @@ class FoldEncoders:
         if self.recipe.student and self.kind != "transformer":
             raise ValueError(f"encoder_training.layers and ffn cut a transformer's depth and width; kind {self.kind!r} "
                              f"has no layers")
-        if self.recipe.fixed_tools and (self.kind != "transformer" or self.negatives != "in_batch"):
+        if self.recipe.fixed_tools and self.negatives != "in_batch":
             raise ValueError(f"encoder_training.fixed_tools ranks each context against every registry tool, so it "
-                             f"takes kind transformer and negatives in_batch (no hard negatives to add), got kind "
-                             f"{self.kind!r}, negatives {self.negatives!r}")
+                             f"takes negatives in_batch (no hard negatives to add), got {self.negatives!r}")
+        static_query = self.kind == "static" and self.recipe.fixed_tools
+        if static_query and (teacher is None or self.pca_dims is not None):
+            raise ValueError(f"encoder_training: a static query encoder (kind static, fixed_tools) needs teacher (the "
+                             f"TrainConfig fields of the transformer whose tool vectors it is ranked against, "
+                             f"mnrl.yaml's) and pca_dims null (the teacher's width); got teacher {teacher}, "
+                             f"pca_dims {self.pca_dims}")
+        if teacher is not None and not static_query:
+            raise ValueError("encoder_training.teacher names a static query encoder's teacher (kind static, "
+                             "fixed_tools); a transformer student's teacher is its own recipe at full size")
+        self.teacher = TrainConfig(**teacher) if static_query else None
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
         self.serve_as = dict(serve_as) if serve_as is not None else plain(load_config("embedder", "finetuned"))
         self.history: list[dict] = []  # per call: checkpoint, training time, the trajectories the pairs came from
@@ -111,8 +123,10 @@ class FoldEncoders:
         # the registry's tool texts, for the recipes that rank each context against all of them
         tools = [t.search_text for t in self.registry] if self.negatives == "registry" or self.recipe.fixed_tools else None
         if self.kind == "static":
+            teacher = finetuned(pairs, self.teacher, self.base_model, self.encoder_dir, self.train_device, log) \
+                if self.teacher is not None else None
             return trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, log,
-                                  tools, self.context_weight)
+                                  tools, self.context_weight, teacher)
         return finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, log, tools)
 
     def __call__(self, train: Sequence[Trajectory], inner_of: int | None = None,

@@ -202,9 +202,9 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     net = SentenceTransformer(str(teacher), device=device) if teacher is not None else None
     # the teacher's vectors of the pairs' texts the student embeds, [N, d] per column (a query student: anchors only)
     distilled = (pairs.anchors,) if cfg.fixed_tools else (pairs.anchors, pairs.positives)
-    targets = _unit_vectors(net, distilled, model.max_seq_length) if cfg.distill else None
+    targets = unit_vectors(net, distilled, model.max_seq_length) if cfg.distill else None
     if cfg.fixed_tools:  # the tool side as the teacher serves it: its own truncation
-        tool_vecs = _unit_vectors(net, (candidates,), net.max_seq_length)[0]           # [R, d]
+        tool_vecs = unit_vectors(net, (candidates,), net.max_seq_length)[0]           # [R, d]
         gold = torch.tensor([row[p] for p in pairs.positives], device=device)            # [N]
     teacher_seconds = round(time.perf_counter() - t_teacher, 2)
     per_epoch = [no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e) for e in range(cfg.epochs)]
@@ -257,7 +257,7 @@ def train(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | Path
     return model, info
 
 
-def _unit_vectors(net: SentenceTransformer, columns: Sequence[Sequence[str]], max_seq_length: int) -> list[torch.Tensor]:
+def unit_vectors(net: SentenceTransformer, columns: Sequence[Sequence[str]], max_seq_length: int) -> list[torch.Tensor]:
     """A (teacher) model's unit embeddings of each column's texts truncated at ``max_seq_length`` (the student's
     training length, or the model's own, as it serves), ``[N, d]`` per column; each distinct text encoded once."""
     own, net.max_seq_length = net.max_seq_length, min(max_seq_length, net.max_seq_length)

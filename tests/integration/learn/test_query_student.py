@@ -93,9 +93,12 @@ def test_a_query_recipe_is_refused_without_what_it_needs(tmp_path):
     assert len(set(pairs.positives) - set(TOOLS[:4])) == 2  # list_files and one more tool are left out
     with pytest.raises(ValueError, match=r"2 positives are not among the 4 candidates, e.g. 'list_files"):
         train(pairs, QUERY, device="cpu", teacher="unused", candidates=TOOLS[:4])
-    for bad in ({"negatives": "trie"}, {"kind": "static"}):
-        with pytest.raises(ValueError, match="fixed_tools ranks each context against every registry tool"):
-            FoldEncoders(Registry(TINY_TOOLS), {**dataclasses.asdict(QUERY), "layers": [], **bad}, embed_cache=None)
+    with pytest.raises(ValueError, match="fixed_tools ranks each context against every registry tool"):
+        FoldEncoders(Registry(TINY_TOOLS), {**dataclasses.asdict(QUERY), "layers": [], "negatives": "trie"},
+                     embed_cache=None)
+    with pytest.raises(ValueError, match="a static query encoder .* needs teacher"):  # test_static_query.py's
+        FoldEncoders(Registry(TINY_TOOLS), {**dataclasses.asdict(QUERY), "layers": [], "kind": "static"},
+                     embed_cache=None)
 
 
 def test_fold_resources_embed_tools_by_the_teacher_and_a_saved_index_rebuilds_both(enc_dir, native_dir, tmp_path):
