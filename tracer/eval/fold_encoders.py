@@ -41,7 +41,7 @@ class FoldEncoders:
         cfg: ``configs/encoder_training/*.yaml``: ``context`` (anchor rendering), ``successful_only``,
             ``base_model``, ``encoder_dir``, ``device``, ``inner_encoders`` (one more encoder per inner fold of
             tracer_plus's candidate model, trained without that fold: no step it is fitted on reached its
-            encoder; 5x the training), ``kind`` (``transformer``, or ``static``: a model2vec token table
+            encoder; 5x the training; a static query encoder's inner tables keep the outer fold's teacher), ``kind`` (``transformer``, or ``static``: a model2vec token table
             trained on the pairs, :mod:`tracer.learn.static_encoder`, with ``pca_dims``), ``negatives``
             (``in_batch``; ``registry``: each context ranked against every registry tool, static only; ``trie``: one
             hard negative per pair, another child of its trie state, transformer only,
@@ -116,15 +116,17 @@ class FoldEncoders:
         return training_pairs(train, self.registry, self.rendering, self.successful_only,
                               "trie" if self.negatives == "trie" else "in_batch", self.recipe.seed)
 
-    def checkpoint(self, pairs: Pairs, log: Callable[[dict], None] | None = None) -> Path:
+    def checkpoint(self, pairs: Pairs, log: Callable[[dict], None] | None = None,
+                   teacher: str | Path | None = None) -> Path:
         """The encoder trained on ``pairs`` by this recipe (its folder): trained on a miss, found in the cache on a
-        hit. ``log``: as the constructor's (default: it)."""
+        hit. ``log``: as the constructor's (default: it). ``teacher``: a static query encoder's teacher to rank
+        against instead of the one fine-tuned on ``pairs`` (an inner fold's table beside its outer fold's teacher)."""
         log = log or self.log
         # the registry's tool texts, for the recipes that rank each context against all of them
         tools = [t.search_text for t in self.registry] if self.negatives == "registry" or self.recipe.fixed_tools else None
         if self.kind == "static":
-            teacher = finetuned(pairs, self.teacher, self.base_model, self.encoder_dir, self.train_device, log) \
-                if self.teacher is not None else None
+            if self.teacher is not None and teacher is None:
+                teacher = finetuned(pairs, self.teacher, self.base_model, self.encoder_dir, self.train_device, log)
             return trained_static(pairs, self.recipe, self.base_model, self.pca_dims, self.encoder_dir, log,
                                   tools, self.context_weight, teacher)
         return finetuned(pairs, self.recipe, self.base_model, self.encoder_dir, self.train_device, log, tools)
@@ -135,7 +137,10 @@ class FoldEncoders:
         fine-tunes (or finds) an encoder on ``train`` minus those groups, for a scorer's inner folds
         (``inner_of``: the index in ``history`` of the outer call it serves; ``held``: the groups left out)."""
         pairs = self.pairs(train)
-        path = self.checkpoint(pairs)
+        # a static query encoder's inner tables are trained without their fold beside the outer fold's teacher: its
+        # one vector per tool cannot hold a context, and a teacher per inner fold would be 5x the fine-tuning
+        shared = self.history[inner_of]["teacher"] if inner_of is not None and self.teacher is not None else None
+        path = self.checkpoint(pairs, teacher=shared)
         serve = {"_target_": "tracer.encode.static.StaticEmbedder", "pca_dims": self.pca_dims,
                  "encoder_dir": str(self.encoder_dir)} if self.kind == "static" else self.serve_as
         info = train_info(path)

@@ -79,11 +79,14 @@ def test_fold_encoders_serve_the_table_beside_its_teacher(enc_dir):
     """kind static with fixed_tools: the teacher (``teacher``'s recipe on the same pairs) is trained first; the table
     starts from the teacher's own distillation at its width, lands the contexts nearer their gold tools among the
     teacher's vectors than it started, is cached under a key naming the teacher, and is served as a DualEmbedder:
-    contexts by the table, tools by the teacher."""
+    contexts by the table, tools by the teacher. With inner_encoders, an inner fold's table is trained on the outer
+    training data minus that fold beside the outer fold's teacher (no teacher is fine-tuned per inner fold)."""
     recipe = {**dataclasses.asdict(CFG), "kind": "static", "pca_dims": None, "encoder_dir": str(enc_dir),
-              "context": {"join_users": True}, "device": "cpu", "teacher": dataclasses.asdict(TEACHER)}
+              "context": {"join_users": True}, "device": "cpu", "teacher": dataclasses.asdict(TEACHER),
+              "inner_encoders": True}
     encoders = FoldEncoders(Registry(TINY_TOOLS), recipe, embed_cache=None, device="cpu")
-    res = encoders(tiny_trajectories())
+    train = tiny_trajectories()
+    res = encoders(train)
     teacher = checkpoint_dir(pairs(), TEACHER, None, enc_dir)
     (record,) = encoders.history
     path = record["checkpoint"]
@@ -106,6 +109,19 @@ def test_fold_encoders_serve_the_table_beside_its_teacher(enc_dir):
     assert str(trained_static(pairs(), CFG, None, None, enc_dir, candidates=TOOLS, teacher=teacher)) == path  # cached
     assert str(trained_static(pairs(), CFG, None, None, enc_dir, candidates=TOOLS[::-1] + ["x"],
                               teacher=teacher)) != path
+
+    held = frozenset({train[0].group})
+    inner = res.without(held)
+    teachers = sorted(p.name for p in enc_dir.glob("finetuned-*"))
+    assert teachers == [teacher.name]                                               # no teacher trained for it
+    _, record = encoders.history
+    assert (record["inner_of"], record["held_groups"], record["teacher"]) == (0, sorted(held), str(teacher))
+    rest = training_pairs([t for t in train if t.group not in held], Registry(TINY_TOOLS),
+                          ContextRendering(join_users=True))
+    assert record["checkpoint"] == str(trained_static(rest, CFG, None, None, enc_dir, candidates=TOOLS,
+                                                      teacher=teacher)) != path
+    assert set(record["trajectory_ids"]) == {t.id for t in train if t.group not in held}
+    assert inner.embedder.inner.tools.name == str(teacher)
 
 
 def test_a_static_query_recipe_is_refused_without_what_it_needs(tmp_path):
