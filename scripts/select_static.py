@@ -16,7 +16,7 @@ text, in training and in ranking alike: the question whether the embedded tool t
 for that (docs/encoders.md: registry negatives win it and lose inside tracer_plus).
 
 ``--config static_query --inner shared`` runs the recipes on the static *query* encoder instead (its teacher, the
-6-layer encoder, fine-tuned on the same 80 % first; 12-17 minutes on this machine, then cached), with tracer_plus's
+6-layer encoder, fine-tuned on the same 80 % first, then cached), with tracer_plus's
 inner folds sharing the encoder as the fast preset does (clean ones would fine-tune a teacher per inner fold).
 Each row then also holds plain vector search's figures under ``vector``.
 """
