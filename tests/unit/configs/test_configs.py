@@ -200,7 +200,11 @@ def test_every_encoder_training_recipe_is_one_fold_encoders_accepts(recipe):
                                  "mnrl_l4_ffn768_cut_int8": (0, 1, 4, 5)}.get(recipe, ())
     assert enc.recipe.ffn == {"mnrl_l4_ffn384_cut_int8": 384, "mnrl_l4_ffn768_cut_int8": 768}.get(recipe, 0)
     assert enc.recipe.from_teacher == (recipe in ("mnrl_l3_cut_int8", "mnrl_l4_ffn384_cut_int8", "mnrl_l4_ffn768_cut_int8"))
-    assert enc.recipe.fixed_tools == recipe.startswith("mnrl_l3_query")
+    assert enc.recipe.fixed_tools == (recipe.startswith("mnrl_l3_query") or recipe == "static_query")
+    if recipe == "static_query":  # its teacher is mnrl's recipe, so both find the one cached 6-layer checkpoint
+        mnrl = OmegaConf.to_container(evaluate("encoder_training=mnrl").encoder_training, resolve=True)
+        assert enc.teacher == FoldEncoders(Registry([Tool("a", "tool a")]), mnrl, embed_cache=None).recipe
+        assert enc.pca_dims is None and enc.inner_encoders
     assert enc.recipe.distill == (1.0 if "distill" in recipe else 0.0)
     assert enc.negatives == ("trie" if "trie" in recipe else "registry" if recipe == "static_registry" else "in_batch")
     assert (enc.kind == "static") == recipe.startswith("static")
