@@ -15,10 +15,10 @@ text, in training and in ranking alike: the question whether the embedded tool t
 ``inner_encoders: true``), teacher-forced on the validation steps at k = 5. Vector recall was the wrong proxy
 for that (docs/encoders.md: registry negatives win it and lose inside tracer_plus).
 
-``--config static_query --inner shared`` runs the recipes on the static *query* encoder instead (its teacher, the
-6-layer encoder, fine-tuned on the same 80 % first, then cached), with tracer_plus's
-inner folds sharing the encoder as the fast preset does (clean ones would fine-tune a teacher per inner fold).
-Each row then also holds plain vector search's figures under ``vector``.
+``--config static_query`` runs the recipes on the static *query* encoder instead (its teacher, the 6-layer
+encoder, fine-tuned on the same 80 % first, then cached); ``--inner shared`` lets tracer_plus's inner folds share
+the table, ``--inner clean`` trains each inner fold's table without it, beside that one teacher (as
+``static_query.yaml``'s ``inner_encoders: true``). Each row then also holds plain vector search's figures under ``vector``.
 """
 
 from __future__ import annotations
