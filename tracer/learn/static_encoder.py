@@ -83,7 +83,8 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel, log: Callabl
         missing = sorted(set(pairs.positives) - column.keys())
         if missing:
             raise ValueError(f"{len(missing)} positive tool texts are not among the candidates, e.g. {missing[0][:80]!r}")
-        bags = _bags(base, list(column), cfg.max_seq_length)  # tokenised once, re-embedded every batch
+        # tokenised once, re-embedded every batch (unless their vectors are fixed)
+        bags = _bags(base, list(column), cfg.max_seq_length) if fixed is None else None
     if fixed is not None and (candidates is None or tuple(fixed.shape) != (len(column), base.dim)):
         raise ValueError(f"static encoder training: fixed tool vectors must be [distinct candidates, table dim] = "
                          f"[{len(column) if candidates is not None else 'no candidates'}, {base.dim}], got "
@@ -152,9 +153,8 @@ def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
     base = StaticModel.from_pretrained(str(start / "model"))
     fixed, meta = None, {}
     if teacher is not None:  # the tool side as the teacher serves it: its own truncation
-        from sentence_transformers import (
-            SentenceTransformer,  # the full package: only a query encoder needs it
-        )
+        # the full package, imported here: only a query encoder needs it
+        from sentence_transformers import SentenceTransformer
 
         t0 = time.perf_counter()
         net = SentenceTransformer(str(teacher), device="cpu")
