@@ -58,8 +58,10 @@ def names(group: str) -> list[str]:
 def load_config(group: str, name: str, /, **overrides: Any) -> DictConfig:
     """``tracer/configs/<group>/<name>.yaml`` without Hydra, ``${paths.*}`` resolved from ``paths/default.yaml``,
     ``overrides`` merged in (nested mappings merge key by key, as ``scorer.head.max_epochs=1`` does on the
-    command line; lists are replaced)."""
+    command line; lists are replaced). A ``seed`` override also stands at the root, as in Hydra's composed config,
+    so a nested ``${seed}`` (a cascade's ``slow`` recipe) resolves to it."""
     root = OmegaConf.create({"paths": OmegaConf.load(CONFIG_DIR / "paths" / "default.yaml"),
+                             **({"seed": overrides["seed"]} if "seed" in overrides else {}),
                              group: OmegaConf.merge(_composed(group, name), overrides)})
     return OmegaConf.create(OmegaConf.to_container(root, resolve=True)[group])
 
@@ -67,7 +69,8 @@ def load_config(group: str, name: str, /, **overrides: Any) -> DictConfig:
 def _composed(group: str, name: str) -> DictConfig:
     """A group's YAML with its defaults list applied as Hydra applies it: each named config of the same
     group merged in order, the file's own keys at ``_self_`` (last when not listed); ``embedder/fast.yaml``
-    is ``onnx_int8`` this way, ``encoder_training/mnrl_static.yaml`` is ``mnrl`` plus ``serve_as``."""
+    is ``onnx_int8`` this way, ``encoder_training/mnrl_static.yaml`` is ``mnrl`` plus ``serve_as``; ``name@key`` puts
+    a config under ``key`` (:func:`_placed`)."""
     path = CONFIG_DIR / group / f"{name}.yaml"
     if not path.is_file():
         raise KeyError(f"unknown {group} {name!r}; valid names: {', '.join(names(group))}")
@@ -77,8 +80,17 @@ def _composed(group: str, name: str) -> DictConfig:
         defaults.append("_self_")
     for d in defaults:
         if not isinstance(d, str):
-            raise TypeError(f"{path}: defaults: only names of {group} configs are supported here, got {d!r}")
-    return OmegaConf.merge(*(own if d == "_self_" else _composed(group, d) for d in defaults))
+            raise TypeError(f"{path}: defaults: only names of {group} configs (``name`` or ``name@key``) are "
+                            f"supported here, got {d!r}")
+    return OmegaConf.merge(*(own if d == "_self_" else _placed(group, d) for d in defaults))
+
+
+def _placed(group: str, entry: str) -> DictConfig:
+    """A defaults entry of a group config: ``name`` merged at the top, ``name@key`` under ``key`` (Hydra's
+    package override, relative to the including config: ``scorer/cascade.yaml``'s ``tracer_plus@fast``)."""
+    name, _, key = entry.partition("@")
+    cfg = _composed(group, name)
+    return OmegaConf.create({key: cfg}) if key else cfg
 
 
 def node(group: str, cfg: str | Mapping, /, **overrides: Any) -> DictConfig:

@@ -125,8 +125,9 @@ class Retriever:
                 of ``tracer/configs/encoder_training/``: ``mnrl``, ``mnrl_trie`` (with trie hard
                 negatives), ``mnrl_static``, ``mnrl_int8``, ``mnrl_l3_int8`` (a 3-layer student in int8), ``mnrl_l3_cut_int8`` (the same cut from the fine-tuned
                 encoder: the fast preset), ``mnrl_l3_query_int8`` (a 3-layer query student in int8, tools by
-                the 6-layer encoder), ``static_mnrl``, ``static_contexts``, ``static_registry``, or its mapping; ``inner_encoders: true`` in it fits tracer_plus's inner folds
-                under encoders that never saw them, as ``experiment=preset/fastest`` does);
+                the 6-layer encoder), ``static_mnrl``, ``static_contexts``, ``static_registry``, ``cascade`` (two encoders, with ``scorer="cascade"``: the static one for every
+                step, the fine-tuned one in int8 where the first is unsure), or its mapping; ``inner_encoders: true`` in
+                it fits tracer_plus's inner folds under encoders that never saw them, as ``experiment=preset/fastest`` does);
                 the checkpoint is cached by content hash, and the saved index rebuilds the encoder on load.
             **scorer_cfg: overrides of the scorer's config (``tracer/configs/scorer/<name>.yaml``).
         """

@@ -56,7 +56,9 @@ class FoldEncoders:
             :class:`TrainConfig`), ``serve_as`` (the embedder config, ``_target_`` and arguments, that
             serves a checkpoint, completed with ``model=<checkpoint folder>``: ``encoder_training=mnrl_static``
             serves it as a ``StaticEmbedder``; absent: sentence-transformers, ``configs/embedder/finetuned.yaml``;
-            the embedder keeps its config, so an index saved with it loads it again) and the
+            the embedder keeps its config, so an index saved with it loads it again), ``slow`` (a second recipe,
+            trained on the same trajectories and returned as the resources' ``slow``: a cascade's second stage,
+            :class:`tracer.scorers.cascade.CascadeScorer`; ``encoder_training/cascade.yaml``) and the
             :class:`TrainConfig` fields.
         embed_cache: the embedding cache directory (the checkpoint's hash names its vectors there).
         device, seed, executor: as :meth:`Resources.build`.
@@ -90,6 +92,7 @@ class FoldEncoders:
         if self.context_weight < 0:
             raise ValueError(f"encoder_training.context_weight must be >= 0, got {self.context_weight}")
         serve_as = cfg.pop("serve_as", None)
+        slow = cfg.pop("slow", None)  # a cascade's second stage: another recipe, trained on the same trajectories
         # a transformer's recipe carries the weight (its key); the static trainer takes it beside its recipe
         self.recipe = TrainConfig(**cfg, **({"context_weight": self.context_weight} if self.kind == "transformer" else {}))
         if self.recipe.student and self.kind != "transformer":
@@ -111,6 +114,13 @@ class FoldEncoders:
         self.embed_cache, self.device, self.seed, self.executor, self.log = embed_cache, device, seed, executor, log
         self.serve_as = dict(serve_as) if serve_as is not None else plain(load_config("embedder", "finetuned"))
         self.history: list[dict] = []  # per call: checkpoint, training time, the trajectories the pairs came from
+        if slow is not None and not isinstance(slow, Mapping):
+            raise ValueError(f"encoder_training.slow must be a recipe (a mapping, e.g. '- mnrl_int8@slow' in a "
+                             f"defaults list), got {slow!r}")
+        if slow is not None and "slow" in slow:
+            raise ValueError("encoder_training.slow.slow: a cascade has two stages, its slow recipe has no slow stage")
+        self.slow = (FoldEncoders(registry, slow, embed_cache, device, seed, executor, log)
+                     if slow is not None else None)
 
     def pairs(self, train: Sequence[Trajectory]) -> Pairs:
         return training_pairs(train, self.registry, self.rendering, self.successful_only,
@@ -158,6 +168,9 @@ class FoldEncoders:
                              "inner_of": inner_of, "held_groups": sorted(held),
                              "trajectory_ids": sorted(set(pairs.trajectory_ids))})
         res = Resources.build(self.registry, embedder, device=self.device, seed=self.seed, executor=self.executor)
+        if self.slow is not None and inner_of is None:  # inner folds fit the fast stage only
+            res.slow = self.slow(train)
+            self.history[-1]["slow"] = {k: v for k, v in self.slow.history[-1].items() if k != "trajectory_ids"}
         if self.inner_encoders and inner_of is None:
             outer = len(self.history) - 1
             res.without = lambda groups: self([t for t in train if t.group not in groups], outer, groups)

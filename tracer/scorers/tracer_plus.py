@@ -34,7 +34,7 @@ Example::
 
     scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)
     sel = finalize(scorer.score(steps), k=5)            # batched
-    names = scorer.select(messages, k=5)                # one live conversation
+    ids = scorer.select_one(step, scorer.embed([step]), k=5)   # one live step (Retriever.select: from messages)
     scorer.save("index/"); TracerPlusScorer.load("index/", embedder)
 """
 
@@ -44,14 +44,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.folds import inner_seed
-from tracer.core.steps import step_from_messages
 from tracer.core.store import Verify, save_snapshot
 from tracer.core.types import Step, Trajectory
 from tracer.learn.candidate_features import Candidates, candidates, feature_names, keep_mask
@@ -121,6 +119,9 @@ class TracerPlusScorer(ScorerBase):
         self.index: PlusIndex | None = None
         self.model: CandidateModel | None = None
         self.history: dict = {}
+        # [S, C] the model's scores of its out-of-fold training candidates (-inf where masked), read by a cascade's
+        # gate at its fit; not saved (None after a load or a transfer)
+        self.inner_scores: torch.Tensor | None = None
 
     # ---- fitting -----------------------------------------------------------------------------
     def embed(self, steps: Sequence[Step], res: Resources | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,6 +153,8 @@ class TracerPlusScorer(ScorerBase):
             t2 = time.perf_counter()
             self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
                                            keep=self.keep, refit=bool(cfg["refit"]), members=self.members)
+            with torch.no_grad():
+                self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1, "seconds_fit": time.perf_counter() - t1}
@@ -182,10 +185,9 @@ class TracerPlusScorer(ScorerBase):
 
     @property
     def cold(self) -> bool:
-        """No logged call yet (a transferred model before any update): every step is ranked by the vector
-        query alone. The transferred weights were learned where the trie features carry most of the
-        signal; over vector candidates alone they reorder worse than the vector ranking itself
-        (tau2 recall@5 0.266 vs 0.333, docs/learning.md), so they wait for the first logged trajectories."""
+        """No logged call yet (a transferred model before any update): every step is ranked by the vector query
+        alone. The transferred weights were learned where the trie features carry most of the signal; over vector
+        candidates alone they reorder worse than the vector ranking (tau2 recall@5 0.266 vs 0.333, docs/learning.md)."""
         return not any(t.n_edges for t in self.tries)
 
     def _check_fitted(self) -> None:
@@ -223,7 +225,7 @@ class TracerPlusScorer(ScorerBase):
         return torch.where(gold >= 0, hit, -1.0)
 
     # ---- scoring (one live step: tracer.scoring.single_step and candidates_one) -----------------
-    def _one(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
+    def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
         """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
         self._check_fitted()
         mem = as_numpy(memory)
@@ -234,15 +236,18 @@ class TracerPlusScorer(ScorerBase):
         return one, s, vec
 
     def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
-        """The presented set of one step (``contexts = embed([step])``: memory and query contexts), as
-        :func:`finalize` would present them.
+        """The presented set of one step (``contexts = embed([step])``: memory and query contexts)."""
+        return self.select_scored(self.score_step(step, *contexts), k, pad)
 
-        Not :func:`finalize_one`: candidate scores are always finite and the vector order is already
-        at hand (``one.order``), so a lexsort of the candidates (score desc, vector score desc,
-        registry id) followed by that order gives the same set with less work on the per-step hot
-        path (``scripts/bench_step.py`` times it); tested equal to the batched path."""
+    def select_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], k: int, pad: bool | None = None
+                      ) -> tuple[int, ...]:
+        """:meth:`select_one` from the step's :meth:`score_step` (a cascade's gate reads its scores first), as
+        :func:`finalize` would present them. Not :func:`finalize_one`: candidate scores are always finite and the
+        vector order is at hand (``one.order``), so a lexsort of the candidates (score desc, vector score desc,
+        registry id) followed by that order gives the same set with less work on the per-step hot path
+        (``scripts/bench_step.py`` times it); tested equal to the batched path."""
         pad = self.pad if pad is None else pad
-        one, s, vec = self._one(step, *contexts)
+        one, s, vec = scored
         if not len(one.tool) or self.cold:
             return tuple(one.order[:k].tolist())
         head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
@@ -253,15 +258,11 @@ class TracerPlusScorer(ScorerBase):
 
     def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
-        one, s, vec = self._one(step, *contexts)
-        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.cold, top)
+        return self.rank_scored(self.score_step(step, *contexts), top)
 
-    def select(self, messages: Sequence[Mapping[str, Any]], k: int = 5) -> list[str]:
-        """Tool names to present for the next call of a live conversation (OpenAI chat messages)."""
-        self._check_fitted()
-        step = step_from_messages(messages)
-        names = self.res.registry.names
-        return [names[i] for i in self.select_one(step, self.embed([step]), k)]
+    def rank_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], top: int | None = None) -> np.ndarray:
+        one, s, vec = scored  # rank_one from the step's score_step
+        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.cold, top)
 
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:

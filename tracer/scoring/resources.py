@@ -26,6 +26,8 @@ class Resources:
     never saw those groups: what a scorer's inner folds need to stay clean; ``None``: a fixed encoder.
     ``removed``: names of registered tools masked out of every ranking and selection of a retriever (drift,
     :meth:`tracer.online.updater.Updater.remove_tool`); scorers ignore it, a saved index keeps it.
+    ``slow``: the same registry under a second, slower and better encoder, for a cascade's second stage
+    (:class:`tracer.scorers.cascade.CascadeScorer`; ``FoldEncoders`` with a ``slow`` recipe); ``None``: one encoder.
     """
 
     registry: Registry
@@ -36,6 +38,7 @@ class Resources:
     executor: Any = None
     without: Callable[[frozenset[str]], Resources] | None = None
     removed: frozenset[str] = frozenset()
+    slow: Resources | None = None
 
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat", device: str | None = None,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from builders import ROOT, call, result
+from builders import ROOT, KeywordEmbedder, call, result
 
 from tracer.build import build_scorer, load_config, names
 from tracer.core.steps import extract_all
@@ -46,9 +46,15 @@ def extra_trajectories() -> tuple[list[Trajectory], list[Trajectory]]:
 
 def build(name: str):
     cfg = load_config("scorer", name)
-    if isinstance(cfg.get("head"), Mapping):   # a trained head: fit it quickly on the tiny corpus
-        cfg.head.max_epochs, cfg.head.inner_folds = 20, 3
+    for node in (cfg, cfg.get("fast"), cfg.get("slow")):  # a cascade's stages too
+        if isinstance(node, Mapping) and isinstance(node.get("head"), Mapping):  # a trained head: fit it quickly
+            node.head.max_epochs, node.head.inner_folds = 20, 3
     return build_scorer(cfg)
+
+
+# a cascade's slow stage: the same registry under another encoder (fewer keywords: it tells flights from
+# bookings by "flight" alone), so the two stages rank differently
+SLOW_KEYWORDS = ("flight", "cancel", "weather", "email", "file")
 
 
 def snapshot(obj: Any, seen: set[int] | None = None, depth: int = 0) -> Any:
@@ -109,6 +115,7 @@ def corpus(tiny_trajs):
 
 def fitted(name: str, train, registry, embedder):
     res = Resources.build(registry, embedder, device="cpu", seed=0)
+    res.slow = Resources.build(registry, KeywordEmbedder(SLOW_KEYWORDS), device="cpu", seed=0)
     scorer = build(name)
     report = scorer.fit(train, res)  # a record of the fit, not the scorer
     assert isinstance(report, FitReport) and report.scorer == scorer.name and report.n_trajectories == len(train)

@@ -140,7 +140,8 @@ def test_openai_executor_builds_offline_with_a_model_named():
 def test_every_experiment_is_in_a_glob_sweep():
     loader = GlobalHydra.instance().config_loader()
     assert loader.get_group_options("experiment/tracer_plus_ablation") == sorted(SCRIPT_ROWS)
-    assert TABLE == names("scorer")
+    # the cascade needs two trained encoders (encoder_training=cascade): its rows are the encoder frontier's
+    assert TABLE == [n for n in names("scorer") if n != "cascade"]
 
 
 @pytest.mark.parametrize("preset,recipe,inner", [("best", "mnrl", False), ("fast", "mnrl_l3_cut_int8", False),
@@ -154,6 +155,14 @@ def test_presets_pick_tracer_plus_over_a_trained_encoder(preset, recipe, inner):
     # the fastest preset's static encoder trains in seconds, so its inner folds get clean encoders too
     assert cfg.encoder_training == evaluate(f"encoder_training={recipe}",
                                             f"encoder_training.inner_encoders={str(inner).lower()}").encoder_training
+
+
+def test_the_cascade_preset_pairs_the_cascade_scorer_with_its_two_encoders():
+    cfg = evaluate("experiment=preset/cascade")
+    assert cfg.scorer == evaluate("scorer=cascade").scorer and cfg.scorer.escalate == 0.3
+    assert cfg.scorer.fast.head == cfg.scorer.slow.head == evaluate("scorer=tracer_plus").scorer.head
+    assert cfg.encoder_training == evaluate("encoder_training=cascade").encoder_training
+    assert cfg.encoder_training.slow == evaluate("encoder_training=mnrl_int8").encoder_training
 
 
 @pytest.mark.parametrize("row", TABLE)
@@ -207,4 +216,12 @@ def test_every_encoder_training_recipe_is_one_fold_encoders_accepts(recipe):
         assert enc.pca_dims is None and enc.inner_encoders
     assert enc.recipe.distill == (1.0 if "distill" in recipe else 0.0)
     assert enc.negatives == ("trie" if "trie" in recipe else "registry" if recipe == "static_registry" else "in_batch")
-    assert (enc.kind == "static") == recipe.startswith("static")
+    assert (enc.kind == "static") == (recipe.startswith("static") or recipe == "cascade")
+    assert (enc.slow is not None) == (recipe == "cascade")
+    if recipe == "cascade":  # its fast stage is the fastest preset's encoder, its slow stage mnrl_int8's (one cache key)
+        for stage, name in ((enc, "static_contexts"), (enc.slow, "mnrl_int8")):
+            alone = OmegaConf.to_container(evaluate(f"encoder_training={name}").encoder_training, resolve=True)
+            alone = FoldEncoders(Registry([Tool("a", "tool a")]), alone, embed_cache=None)
+            assert (stage.recipe, stage.serve_as, stage.context_weight) == (alone.recipe, alone.serve_as,
+                                                                          alone.context_weight)
+        assert enc.inner_encoders and not enc.slow.inner_encoders

@@ -49,6 +49,7 @@ from tracer.learn.candidate_step import candidates_one
 from tracer.learn.plus_index import PlusIndex
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import StateKey, parse_key
+from tracer.retriever import Retriever
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, fallback_scores, training_steps
@@ -299,7 +300,7 @@ def test_ensemble_needs_an_mlp_and_at_least_one_member(tiny_resources):
 
 def test_select_from_messages(hand):
     scorer, step = hand
-    names = scorer.select(list(step.context), k=2)
+    names = [t["function"]["name"] for t in Retriever(scorer).select(list(step.context), k=2)]
     assert names[0] == "send_email" and len(names) == 2
     mem, q = scorer.embed([step])
     assert [scorer.res.registry.id(n) for n in names] == list(scorer.select_one(step, (mem[0], q[0]), 2))
@@ -321,7 +322,8 @@ def test_save_load_is_bit_identical(hand, tmp_path):
     assert before.diagnostics.keys() == after.diagnostics.keys()
     for d in before.diagnostics:
         assert torch.equal(before.diagnostics[d], after.diagnostics[d]), d
-    assert loaded.select(list(HAND_TEST.messages[:4]), 3) == scorer.select(list(HAND_TEST.messages[:4]), 3)
+    msgs = list(HAND_TEST.messages[:4])
+    assert Retriever(loaded).select_ids(msgs, 3) == Retriever(scorer).select_ids(msgs, 3)
     with pytest.raises(ValueError, match="embedder"):
         TracerPlusScorer.load(out, KeywordEmbedder(("flight", "book")))
 
