@@ -223,8 +223,8 @@ class Retriever:
         """Write the fitted index to ``directory`` atomically (tracer family only)."""
         if not self.scorer.can_save:
             raise TypeError(f"scorer {self.scorer.name!r} ({type(self.scorer).__name__}) cannot be saved: only "
-                            "scorers with can_save can (tracer_plus, tracer, tracer_fixed, tracer_g); rebuild this one with "
-                            "Retriever.from_dataset")
+                            "scorers with can_save can (tracer_plus, tracer, tracer_fixed, tracer_g, cascade); rebuild "
+                            "this one with Retriever.from_dataset")
         return self.scorer.save(directory)
 
     @classmethod
@@ -248,4 +248,7 @@ class Retriever:
                 scorer_cls = locate(meta.get("class", "tracer.scorers.tracer.TracerScorer"))
             except ValueError as e:
                 raise ValueError(f"{meta_path}: scorer class {e}") from None
-            return cls(scorer_cls.load(snap, embedder, device=device, verify="none"), k)
+            # a cascade's second encoder, from the config saved with it
+            slow = ({"slow_embedder": _saved_embedder(meta["slow_embedder"], meta_path, cache_dir, device)}
+                    if "slow_embedder" in meta else {})
+            return cls(scorer_cls.load(snap, embedder, device=device, verify="none", **slow), k)

@@ -170,3 +170,49 @@ def test_a_saved_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_p
     meta["embedder"]["config"] = {"_target_": dual, "query": st, "tools": st}  # nested encoders of tracer.encode
     meta_path.write_text(json.dumps(meta))
     assert read_meta(meta_path)["embedder"]["config"]["tools"] == st
+
+
+def test_a_cascade_with_two_trained_encoders_saves_and_loads_both_by_itself(tiny_dir, tmp_path):
+    """A cascade (scorer=cascade, encoder_training=cascade's mechanism): a static table for the fast stage and a
+    fine-tuned MiniLM for the slow one, both trained on the dataset; the saved index keeps both encoders' configs,
+    so load rebuilds the two (what `tracer serve --index` needs) and answers as before, escalating the same steps."""
+    from tracer.encode.static import distilled
+
+    start = distilled().resolve()  # the static table starts from MiniLM's distillation, built once in .cache/encoders
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / start.name).symlink_to(start)
+    common = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
+              "encoder_dir": str(tmp_path / "enc"), "batch_size": 6, "warmup": 0.1, "weight_decay": 0.0,
+              "epochs": 1, "scale": 20.0, "seed": 0}
+    recipe = {**common, "kind": "static", "lr": 1e-2, "max_seq_length": 512,
+              "slow": {**common, "lr": 1e-4, "max_seq_length": 48}}
+    head = {"head": {"max_epochs": 10, "inner_folds": 2}}
+    r = Retriever.from_dataset(tiny_dir, "cascade", device="cpu", cache_dir=None, encoder_training=recipe,
+                               fast=head, slow=head, escalate=0.5)
+    assert r.res.embedder.name.startswith("m2v-trained-") and "finetuned-" in r.res.slow.embedder.name
+    r.save(tmp_path / "index")
+    again = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)
+    assert (again.res.embedder.name, again.res.slow.embedder.name) == (r.res.embedder.name, r.res.slow.embedder.name)
+    assert again.scorer.threshold == r.scorer.threshold
+    convs = [conversation(), conversation("search_flights"), conversation("list_files", request="files"),
+             conversation(request="What's the weather in Oslo?"), conversation("get_weather", request="email it")]
+    for msgs in convs:
+        assert again.rank(msgs) == r.rank(msgs) and again.select_ids(msgs) == r.select_ids(msgs)
+    steps = [step_from_messages(m) for m in convs]
+    assert 0 < int(r.scorer.score(steps).diagnostics["escalated"].sum()) < len(steps)   # both stages answered
+
+
+def test_a_saved_slow_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_path):
+    from tracer.scoring.persist import read_meta
+
+    retriever.save(tmp_path / "index")
+    meta_path = next((tmp_path / "index").rglob("meta.json"))
+    meta = json.loads(meta_path.read_text())
+    meta["slow_embedder"] = {**meta["embedder"], "config": {"_target_": "os.system", "command": "echo pwned"}}
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="slow_embedder.config"):
+        read_meta(meta_path)
+    meta["slow_embedder"] = {"name": "x"}
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="malformed 'slow_embedder'"):
+        read_meta(meta_path)

@@ -30,6 +30,7 @@ from tracer.memory.host_rows import host_view, to_host
 from tracer.memory.priors import empirical_prior_np
 from tracer.memory.transitions import TransitionTable
 from tracer.memory.trie import ExecutionTrie
+from tracer.scorers.cascade import CascadeScorer
 from tracer.scorers.autotool import AutoToolScorer
 from tracer.scorers.toolnet import ToolNetScorer
 from tracer.scorers.tracer import TracerScorer
@@ -173,6 +174,9 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
     res = scorer.res if res is None else res
     if scorer.res is None:
         raise RuntimeError(f"scorer {scorer.name!r} is not fitted: fit or load it before updating it")
+    if isinstance(scorer, CascadeScorer):  # two stages over two encoders, and a gate calibrated on their fit
+        raise TypeError(f"scorer {scorer.name!r}: a cascade is not updated in place (Retriever.update); refit it on "
+                        f"the logs so far (Retriever.from_dataset(..., scorer='cascade', encoder_training='cascade'))")
     if res.registry is not scorer.res.registry and (len(res.registry) < len(scorer.res.registry) or any(
             a.name != b.name for a, b in zip(res.registry, scorer.res.registry))):
         raise ValueError("the new registry must extend the scorer's (same tools, same order, new ones at the end)")

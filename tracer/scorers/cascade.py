@@ -33,18 +33,30 @@ Example::
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from tracer.core.store import MANIFEST, Verify, open_snapshot, save_snapshot
 from tracer.core.types import Step, Trajectory
+from tracer.encode.embedders import Embedder
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scoring.fit import FitReport
+from tracer.scoring.persist import read_meta
 from tracer.scoring.protocol import Contexts, ScorerBase
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources
+
+FORMAT_VERSION = 1
+CLASS_PATH = "tracer.scorers.cascade.CascadeScorer"
+STAGES = ("fast", "slow")
 
 
 def gate_confidence(scores: np.ndarray, k: int) -> np.ndarray:
@@ -74,6 +86,8 @@ class CascadeScorer(ScorerBase):
         gate_k: the gate is the fast model's probability that the gold is among its ``gate_k`` best candidates
             (the k of the presented set it protects).
     """
+
+    can_save = True
 
     def __init__(self, *, name: str, fast: TracerPlusScorer, slow: TracerPlusScorer, escalate: float, gate_k: int):
         for arg, stage in (("fast", fast), ("slow", slow)):
@@ -171,3 +185,62 @@ class CascadeScorer(ScorerBase):
     def describe(self) -> dict:
         return {"scorer": self.name, "escalate": self.escalate, "gate_k": self.gate_k, "fit": dict(self.history),
                 "fast": self.fast.describe(), "slow": self.slow.describe()}
+
+    # ---- persistence -------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> Path:
+        """Write both stages as one new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`): a reader
+        sees the two stages of one save, never one stage of each. Files: ``meta.json`` (class, config, threshold,
+        fit summary, both embedders: ``embedder`` the fast one's, ``slow_embedder``) and each stage's index files
+        (:meth:`TracerPlusScorer.save`) under the prefix ``fast.`` / ``slow.`` (a snapshot is flat)."""
+        self._check_fitted()
+        out = Path(directory)
+        with save_snapshot(out) as tmp:
+            metas = {}
+            for stage in STAGES:
+                scratch = Path(tempfile.mkdtemp(prefix=".tmp-stage-", dir=tmp.parent))  # same disk: moves rename
+                try:
+                    with open_snapshot(getattr(self, stage).save(scratch / stage), "none") as snap:
+                        for f in sorted(snap.iterdir()):
+                            if f.name != MANIFEST:
+                                os.replace(f, tmp / f"{stage}.{f.name}")
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                metas[stage] = json.loads((tmp / f"{stage}.meta.json").read_text())["embedder"]
+            meta = {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "threshold": self.threshold,
+                    "scorer": {"name": self.name, "escalate": self.escalate, "gate_k": self.gate_k},
+                    "fit": self.history, "embedder": metas["fast"], "slow_embedder": metas["slow"]}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        return out
+
+    @classmethod
+    def load(cls, directory: str | Path, embedder: Embedder, device: str | None = None, verify: Verify = "sha256",
+             slow_embedder: Embedder | None = None) -> CascadeScorer:
+        """Load a saved cascade (its current snapshot, verified): ``embedder`` encodes for the fast stage,
+        ``slow_embedder`` for the slow one (``Retriever.load`` builds both from the configs saved with them); each
+        stage is checked as :meth:`TracerPlusScorer.load` checks an index."""
+        with open_snapshot(directory, verify) as snap:
+            meta = read_meta(snap / "meta.json")
+            if meta.get("format_version") != FORMAT_VERSION or meta.get("class") != CLASS_PATH:
+                raise ValueError(f"{snap / 'meta.json'}: format version {meta.get('format_version')} of class "
+                                 f"{meta.get('class')}, expected {FORMAT_VERSION} of {CLASS_PATH}; rebuild the index")
+            if slow_embedder is None:
+                raise ValueError(f"{snap / 'meta.json'}: a cascade's slow stage needs its embedder "
+                                 f"({meta['slow_embedder']['name']!r}): pass slow_embedder, or load with Retriever.load")
+            stages = {}
+            with tempfile.TemporaryDirectory(prefix="tracer-cascade-") as view:
+                for stage, emb in (("fast", embedder), ("slow", slow_embedder)):
+                    (Path(view) / stage).mkdir()  # the stage's files under their own names (links: nothing copied)
+                    for f in snap.glob(f"{stage}.*"):
+                        (Path(view) / stage / f.name.removeprefix(f"{stage}.")).symlink_to(f.resolve())
+                    try:
+                        stages[stage] = TracerPlusScorer.load(Path(view) / stage, emb, device, verify="none")
+                    except ValueError as e:  # name the saved file, not its link in the view
+                        e.args = tuple(str(a).replace(f"{Path(view) / stage}/", f"{snap}/{stage}.") for a in e.args)
+                        if hasattr(e, "path"):
+                            e.path = e.path.replace(f"{Path(view) / stage}/", f"{snap}/{stage}.")
+                        raise
+            obj = cls(**meta["scorer"], **stages)
+            obj.threshold, obj.history = float(meta["threshold"]), dict(meta.get("fit") or {})
+            obj.res = obj.fast.res
+            obj.res.slow = obj.slow.res
+        return obj

@@ -92,15 +92,18 @@ def read_meta(path: Path) -> dict[str, Any]:
     meta = read_json(path)
     if not isinstance(meta, dict):
         raise CorruptIndex(path, "expected a JSON object")
-    emb = meta.get("embedder")
-    if not isinstance(emb, dict) or not isinstance(emb.get("name"), str) or not isinstance(emb.get("dim"), int):
-        raise CorruptIndex(path, "missing or malformed 'embedder' ({'name': str, 'dim': int})", field="embedder")
-    cfg = emb.get("config")
-    if cfg is not None and not encoder_config(cfg):
-        # a saved file must not name arbitrary code: only encoders of tracer.encode, with plain arguments
-        raise CorruptIndex(path, "'embedder.config' must be a mapping whose _target_ is in tracer.encode, its "
-                           "arguments plain values or such mappings (a DualEmbedder's two encoders)",
-                           field="embedder.config")
+    for key in ("embedder", "slow_embedder"):  # slow_embedder: a cascade's second encoder, when it has one
+        emb = meta.get(key)
+        if key != "embedder" and emb is None:
+            continue
+        if not isinstance(emb, dict) or not isinstance(emb.get("name"), str) or not isinstance(emb.get("dim"), int):
+            raise CorruptIndex(path, f"missing or malformed '{key}' ({{'name': str, 'dim': int}})", field=key)
+        cfg = emb.get("config")
+        if cfg is not None and not encoder_config(cfg):
+            # a saved file must not name arbitrary code: only encoders of tracer.encode, with plain arguments
+            raise CorruptIndex(path, f"'{key}.config' must be a mapping whose _target_ is in tracer.encode, its "
+                               "arguments plain values or such mappings (a DualEmbedder's two encoders)",
+                               field=f"{key}.config")
     return meta
 
 

@@ -117,4 +117,5 @@ class ScorerBase:
 
     def save(self, directory: str | Path) -> Path:
         raise TypeError(f"scorer {self.name!r} ({type(self).__name__}) cannot be saved: only scorers with "
-                        "can_save (tracer_plus, tracer, tracer_fixed, tracer_g) can; rebuild this one from its data")
+                        "can_save (tracer_plus, tracer, tracer_fixed, tracer_g, cascade) can; rebuild this one from "
+                        "its data")

@@ -29,7 +29,7 @@ from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources
 
 SKIP_ATTRS = {"res", "executor"}   # shared resources (the embedder's cache grows as it encodes)
-SAVEABLE = {"tracer", "tracer_fixed", "tracer_g", "tracer_plus"}  # scorers with save/load
+SAVEABLE = {"tracer", "tracer_fixed", "tracer_g", "tracer_plus", "cascade"}  # scorers with save/load
 
 
 def extra_trajectories() -> tuple[list[Trajectory], list[Trajectory]]:

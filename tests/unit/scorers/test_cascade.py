@@ -151,3 +151,50 @@ def test_the_cascade_recipe_nests_its_slow_recipe_with_the_runs_seed():
     assert cfg.kind == "static" and cfg.inner_encoders and cfg.context_weight == 0.5     # static_contexts.yaml
     assert cfg.slow.serve_as["variant"] == "int8" and "kind" not in cfg.slow              # mnrl_int8.yaml
     assert load_config("encoder_training", "mnrl_int8", seed=3) == cfg.slow
+
+
+# ---- saving ----------------------------------------------------------------------------------------------------
+def test_a_saved_cascade_loads_to_the_same_stages_threshold_and_scores(stages, tmp_path):
+    res, trajs, steps = stages
+    sc = cascade(0.3)
+    sc.fit(trajs, res)
+    before = sc.score(steps)
+    sc.save(tmp_path / "idx")
+    loaded = CascadeScorer.load(tmp_path / "idx", res.embedder, slow_embedder=res.slow.embedder, device="cpu")
+    assert (loaded.threshold, loaded.escalate, loaded.gate_k, loaded.history) == (sc.threshold, 0.3, 5, sc.history)
+    assert loaded.res.slow is loaded.slow.res and loaded.fast.res.embedder is res.embedder
+    after = loaded.score(steps)
+    for field in ("primary", "fallback", "fell_back"):
+        assert torch.equal(getattr(after, field), getattr(before, field)), field
+    assert torch.equal(after.diagnostics["escalated"], before.diagnostics["escalated"])
+    for i, step in enumerate(steps):
+        assert loaded.select_one(step, loaded.embed([step]), 3) == sc.select_one(step, sc.embed([step]), 3), i
+    snap = next((tmp_path / "idx" / "snapshots").iterdir())
+    files = sorted(p.name for p in snap.iterdir())
+    assert "meta.json" in files and "fast.model.pt" in files and "slow.trie_0.pt" in files
+    assert all(p.is_file() for p in snap.iterdir())                      # flat: every file in the manifest
+
+
+def test_loading_a_cascade_without_its_slow_embedder_says_so(stages, tmp_path):
+    res, trajs, _ = stages
+    sc = cascade(0.3)
+    sc.fit(trajs, res)
+    sc.save(tmp_path / "idx")
+    with pytest.raises(ValueError, match=r"meta.json: a cascade's slow stage needs its embedder \('keyword:flight,"
+                                         r"cancel,weather,email,file'\)"):
+        CascadeScorer.load(tmp_path / "idx", res.embedder)
+    with pytest.raises(ValueError, match=r"snapshots/[^/]+/slow.meta.json: index was built with embedder "
+                                         r"'keyword:flight,cancel,weather,email,file' \(dim 6\), not 'keyword:flight,book"):
+        CascadeScorer.load(tmp_path / "idx", res.embedder, slow_embedder=res.embedder)  # the stages' encoders swapped
+
+
+def test_updating_a_cascade_in_place_is_refused_before_anything_changes(stages):
+    from tracer.retriever import Retriever
+
+    res, trajs, steps = stages
+    sc = cascade(0.3)
+    sc.fit(trajs, res)
+    before = sc.score(steps)
+    with pytest.raises(TypeError, match="a cascade is not updated in place"):
+        Retriever(sc).update(trajs[:2])
+    assert torch.equal(sc.score(steps).primary, before.primary)
