@@ -30,8 +30,8 @@ from tracer.memory.host_rows import host_view, to_host
 from tracer.memory.priors import empirical_prior_np
 from tracer.memory.transitions import TransitionTable
 from tracer.memory.trie import ExecutionTrie
-from tracer.scorers.cascade import CascadeScorer
 from tracer.scorers.autotool import AutoToolScorer
+from tracer.scorers.cascade import CascadeScorer
 from tracer.scorers.toolnet import ToolNetScorer
 from tracer.scorers.tracer import TracerScorer
 from tracer.scorers.tracer_plus import TracerPlusScorer
