@@ -126,7 +126,9 @@ class CascadeScorer(ScorerBase):
                           else float(np.quantile(conf, self.escalate)))
         self.res = res
         self.history = {"threshold": self.threshold, "inner_escalated": float((conf < self.threshold).mean()),
-                        "inner_steps": len(conf), "seconds_fast": t1 - t0, "seconds_slow": time.perf_counter() - t1}
+                        "inner_steps": len(conf), "seconds_fast": t1 - t0, "seconds_slow": time.perf_counter() - t1,
+                        # the threshold other shares would have set, on the same fit (scripts/cascade_curve.py)
+                        "thresholds": {f"{e:.2f}": float(np.quantile(conf, e)) for e in np.arange(1, 20) / 20}}
         return FitReport(self.name, len(trajectories), fast.n_steps, time.perf_counter() - t0,
                          {**self.history, **{f"fast.{k}": v for k, v in fast.history.items()},
                           **{f"slow.{k}": v for k, v in slow.history.items()}})

@@ -71,7 +71,8 @@ def test_threshold_is_the_escalate_quantile_of_the_fast_stages_out_of_fold_gate(
     report = sc.fit(trajs, res)
     conf = gate_confidence(sc.fast.inner_scores.numpy(), 5)          # [S] every training step, out of fold
     assert len(conf) == sc.history["inner_steps"] == report.n_steps
-    assert sc.threshold == float(np.quantile(conf, 0.3))
+    assert sc.threshold == float(np.quantile(conf, 0.3)) == sc.history["thresholds"]["0.30"]
+    assert sc.history["thresholds"]["0.05"] <= sc.threshold <= sc.history["thresholds"]["0.95"]
     assert sc.history["inner_escalated"] == float((conf < sc.threshold).mean()) > 0
     assert sc.fast.res is res and sc.slow.res is res.slow and sc.res is res
     assert report.history["threshold"] == sc.threshold and "slow.seconds_fit" in report.history
