@@ -70,7 +70,11 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
             "static_mnrl_ctx05_inner": ("static m2v trained per fold, + context loss 0.5, clean inner folds",
                                         "trained static m2v"),
             # timed in its own bench run (frontier_latency_static_query.json), not in this table's
-            "static_query": ("static m2v query encoder trained per fold, tools by the 6-layer encoder", None)}
+            "static_query": ("static m2v query encoder trained per fold, tools by the 6-layer encoder", None),
+            # scorer=cascade (run folder cascade_cascade): two encoders; timed in its own bench runs
+            # (frontier_latency_cascade*.json), paired against zero-shot MiniLM's tracer_plus
+            "cascade": (("cascade: static m2v trained per fold for every step, fine-tuned ONNX int8 where unsure "
+                         "(`preset/cascade`)"), None)}
 TRANSFER = "transfer"  # transfer_<scorer>: an encoder fine-tuned on the other datasets only
 
 
@@ -86,7 +90,7 @@ def row(run: Path, latency: dict) -> dict:
            "train_s": sum(trained) / len(trained) if trained else None,
            "p50": lat.get("e2e_p50_ms"), "p95": lat.get("e2e_p95_ms"), "tps": lat.get("texts_per_s_batch64"),
            "serve50": lat.get("serving_p50_ms"), "serve95": lat.get("serving_p95_ms")}
-    base = run.parent / f"minilm_{scorer}"
+    base = run.parent / f"minilm_{'tracer_plus' if scorer == 'cascade' else scorer}"  # a cascade is tracer_plus twice
     if enc != "minilm" and (run / "steps.jsonl").is_file() and (base / "steps.jsonl").is_file():
         out["paired"] = {m: paired(run, base, metric=m) for m in ("hit_at_k", "top1")}
     return out
@@ -132,7 +136,7 @@ def table(rows: list[dict], kept: dict[tuple[str, str], tuple[str, str]] | None 
 
 def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for scorer, marker in (("tracer_plus", "o"), ("vector", "s")):
+    for scorer, marker in (("tracer_plus", "o"), ("vector", "s"), ("cascade", "*")):
         pts = [r for r in rows if r["scorer"] == scorer and r["serve50"] is not None]
         ax.scatter([r["serve50"] for r in pts], [r["recall@5"] for r in pts], marker=marker, label=scorer)
         for r in pts:
