@@ -185,7 +185,7 @@ def test_a_cascade_with_two_trained_encoders_saves_and_loads_both_by_itself(tiny
               "encoder_dir": str(tmp_path / "enc"), "batch_size": 6, "warmup": 0.1, "weight_decay": 0.0,
               "epochs": 1, "scale": 20.0, "seed": 0}
     recipe = {**common, "kind": "static", "lr": 1e-2, "max_seq_length": 512,
-              "slow": {**common, "lr": 1e-4, "max_seq_length": 48}}
+              "slow": {**common, "lr": 1e-4, "max_seq_length": 48, "layers": [5]}}  # one layer: seconds
     head = {"head": {"max_epochs": 10, "inner_folds": 2}}
     r = Retriever.from_dataset(tiny_dir, "cascade", device="cpu", cache_dir=None, encoder_training=recipe,
                                fast=head, slow=head, escalate=0.5)
