@@ -83,7 +83,9 @@ def row(run: Path, latency: dict) -> dict:
     doc = json.loads((run / "metrics.json").read_text())
     enc, scorer = run.name.rsplit("_", 1) if not run.name.endswith("tracer_plus") else (run.name[:-12], "tracer_plus")
     label, bench = ENCODERS.get(enc, (f"fine-tuned on the other datasets ({enc})", None))
-    trained = [h["train_seconds"] for h in info.get("encoder_training") or [] if h.get("inner_of") is None]
+    # a cascade's fold trained both its encoders (the slow one's time under "slow")
+    trained = [h["train_seconds"] + (h.get("slow") or {}).get("train_seconds", 0)
+               for h in info.get("encoder_training") or [] if h.get("inner_of") is None]
     lat = latency.get((bench, scorer), {})
     out = {"encoder": enc, "label": label, "scorer": scorer, "steps": doc["n_steps"],
            "recall@1": info["recall_curve"][0], "recall@5": info["recall_curve"][4], "mrr": doc["mean"]["mrr"],
