@@ -119,3 +119,25 @@ def tool_call(name: str, cid: str, **args) -> dict:
 
 def user(text: str) -> dict:
     return {"role": "user", "content": text}
+
+
+# ---- a cascade with two real trained encoders (scorer=cascade): the retriever and gateway tests --------------------
+def cascade_retriever(data, enc_dir: Path):
+    """``Retriever.from_dataset(data, "cascade", ...)`` with both encoders trained on ``data`` in ``enc_dir``: a static
+    table for the fast stage (from MiniLM's distillation, built once in .cache/encoders and linked in) and MiniLM cut
+    to one layer and fine-tuned for the slow one (the real slow stage is 6 layers, mnrl_int8.yaml): seconds. Escalates
+    half the steps (``escalate=0.5``); both encoders' configs are saved with the index."""
+    from tracer.encode.static import distilled
+    from tracer.retriever import Retriever
+
+    start = distilled().resolve()
+    enc_dir.mkdir(parents=True, exist_ok=True)
+    (enc_dir / start.name).symlink_to(start)
+    common = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
+              "encoder_dir": str(enc_dir), "batch_size": 6, "warmup": 0.1, "weight_decay": 0.0, "epochs": 1,
+              "scale": 20.0, "seed": 0}
+    recipe = {**common, "kind": "static", "lr": 1e-2, "max_seq_length": 512,
+              "slow": {**common, "lr": 1e-4, "max_seq_length": 48, "layers": [5]}}
+    head = {"head": {"max_epochs": 10, "inner_folds": 2}}
+    return Retriever.from_dataset(data, "cascade", device="cpu", cache_dir=None, encoder_training=recipe,
+                                  fast=head, slow=head, escalate=0.5)

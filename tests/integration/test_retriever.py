@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from builders import cascade_retriever
 
 from tracer.core.errors import DataError
 from tracer.core.steps import extract_all
@@ -176,19 +177,7 @@ def test_a_cascade_with_two_trained_encoders_saves_and_loads_both_by_itself(tiny
     """A cascade (scorer=cascade, encoder_training=cascade's mechanism): a static table for the fast stage and a
     fine-tuned MiniLM for the slow one, both trained on the dataset; the saved index keeps both encoders' configs,
     so load rebuilds the two (what `tracer serve --index` needs) and answers as before, escalating the same steps."""
-    from tracer.encode.static import distilled
-
-    start = distilled().resolve()  # the static table starts from MiniLM's distillation, built once in .cache/encoders
-    (tmp_path / "enc").mkdir()
-    (tmp_path / "enc" / start.name).symlink_to(start)
-    common = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
-              "encoder_dir": str(tmp_path / "enc"), "batch_size": 6, "warmup": 0.1, "weight_decay": 0.0,
-              "epochs": 1, "scale": 20.0, "seed": 0}
-    recipe = {**common, "kind": "static", "lr": 1e-2, "max_seq_length": 512,
-              "slow": {**common, "lr": 1e-4, "max_seq_length": 48, "layers": [5]}}  # one layer: seconds
-    head = {"head": {"max_epochs": 10, "inner_folds": 2}}
-    r = Retriever.from_dataset(tiny_dir, "cascade", device="cpu", cache_dir=None, encoder_training=recipe,
-                               fast=head, slow=head, escalate=0.5)
+    r = cascade_retriever(tiny_dir, tmp_path / "enc")
     assert r.res.embedder.name.startswith("m2v-trained-") and "finetuned-" in r.res.slow.embedder.name
     r.save(tmp_path / "index")
     again = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)

@@ -253,3 +253,30 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
     assert events[0] == "started" and "reloaded" in events and events[-1] == "stopped"
     logged = load_native(tmp_path / "log").trajectories
     assert len(logged) == 1 and logged[0].metadata["outcome"] == "unreported"
+
+
+
+def test_a_cascade_index_is_served_each_step_by_the_stage_its_gate_picks(tmp_path):
+    """A saved cascade (two trained encoders, both rebuilt from the index's configs): the upstream receives exactly the
+    cascade's selection, for steps the fast stage answers and steps it escalates alike."""
+    from builders import cascade_retriever, tiny_trajectories
+
+    from tracer.core.steps import step_from_messages
+    from tracer.core.types import Registry
+    from tracer.data import write_native
+    from tracer.serve.gateway import Gateway, GatewayConfig
+
+    write_native(tmp_path / "data", Registry(TINY_TOOLS), tiny_trajectories())
+    cascade_retriever(tmp_path / "data", tmp_path / "enc").save(tmp_path / "index")
+    reference = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)
+    holder = IndexHolder(tmp_path / "index", lambda d: Retriever.load(d, device="cpu", cache_dir=None))
+    convs = [WEATHER, [{"role": "user", "content": "Find me a flight to Rome and book it"}],
+             [{"role": "user", "content": "Show the files here"}], [{"role": "user", "content": "cancel my booking"}],
+             [{"role": "user", "content": "Search flights to Oslo"}, call("search_flights", 0), result(0)]]
+    escalated = reference.scorer.score([step_from_messages(m) for m in convs]).diagnostics["escalated"]
+    assert 0 < int(escalated.sum()) < len(convs)                                 # both stages answer here
+    with StubOpenAIServer() as stub, serving(Gateway(holder, GatewayConfig(upstream=stub.url, k=2, sticky=False)).app) as url:
+        for i, msgs in enumerate(convs):
+            client(url).chat.completions.create(model="m", messages=msgs, tools=TOOLS)
+            want = [NAMES[j] for j in reference.select_ids(msgs, 2)]           # not sticky: in the index's order
+            assert [t["function"]["name"] for t in stub.requests[i]["tools"]] == want, i
