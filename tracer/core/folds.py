@@ -30,6 +30,15 @@ def assign_folds(groups: Sequence[str], k: int, seed: int = 0) -> dict[str, int]
     return {g: i % k for i, g in enumerate(uniq)}
 
 
+def check_folds(k: int, items: Sequence, group=lambda x: x.group, name: str = "folds") -> None:
+    """Refuse ``k`` outer folds over ``items`` before any work, naming the override: a group (task) never
+    straddles folds, so there can be no more folds than groups."""
+    n = len({group(x) for x in items})
+    if k > n:
+        raise ValueError(f"{name}={k} (override {name}=...): the dataset has {n} groups (tasks), and a group never "
+                         f"straddles folds; use at most {n}")
+
+
 @dataclass(frozen=True)
 class Split:
     fold: int

@@ -146,6 +146,8 @@ def read_trajectories(path: str | Path, registry: Registry) -> list[Trajectory]:
 def load_native(path: str | Path, name: str | None = None, **_) -> Dataset:
     """Read a dataset directory in the native format."""
     root = Path(path)
+    if root.is_file():
+        raise DataError(root, "is a file; a native dataset is a directory holding tools.json and trajectories.jsonl")
     if not root.is_dir():
         raise DataError(root, "dataset directory not found")
     registry = read_tools(root / "tools.json")

@@ -17,6 +17,7 @@ from tracer.build import (
     build_scorer,
     plain,
 )
+from tracer.core.folds import check_folds
 from tracer.core.validate import EVAL_INTS, check_config, check_int
 from tracer.eval import plots
 from tracer.eval.fold_encoders import FoldEncoders
@@ -72,6 +73,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         check_int(cfg["regime"]["max_steps_per_turn"], "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
     run_dir = Path(run_dir)
     ds = build_dataset(cfg["dataset"], cfg.get("registry"), cfg.get("seed", 0))
+    check_folds(cfg["folds"], ds.trajectories)
     embedder = build_embedder(cfg["embedder"])
     executor = build_executor(cfg["executor"])
     res = Resources.build(ds.registry, embedder, device=cfg.get("device"), seed=cfg.get("seed", 0),

@@ -18,6 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from tracer.build import build_dataset, build_embedder, build_logger, build_scorer, plain
+from tracer.core.folds import check_folds
 from tracer.core.io import atomic_save, atomic_write_text, write_json
 from tracer.core.validate import TRAIN_INTS, check_config
 from tracer.scoring.resources import Resources
@@ -35,12 +36,14 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
         raise ValueError(f"train.py fits the blend head: scorer {cfg.scorer.get('name')!r} has no learned blend "
                          "(blend: learned, as scorer=tracer has)")
     torch.manual_seed(cfg.seed)
+    ds = build_dataset(cfg.dataset, None, cfg.seed)
+    if cfg.folds:  # the held-out comparison runs after the fit: a folds override it cannot meet fails now
+        check_folds(cfg.folds, ds.trajectories)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     logger = build_logger(plain(cfg.get("logger")), out, run_name=f"train_{cfg.dataset.name}")
     logger.log_config(plain(cfg))
 
-    ds = build_dataset(cfg.dataset, None, cfg.seed)
     res = Resources.build(ds.registry, build_embedder(cfg.embedder), device=cfg.device, seed=cfg.seed)
     scorer = build_scorer(cfg.scorer)
     t0 = time.perf_counter()

@@ -86,3 +86,33 @@ def test_train_end_to_end(tmp_path, minilm):
     torch.testing.assert_close(scorer.head.w_head.weight, head.w_head.weight)
     sc = scorer.score(training_steps(tiny_trajectories(), scorer.res.registry))
     assert "w" in sc.diagnostics and ((sc.diagnostics["w"] > 0) & (sc.diagnostics["w"] < 1)).all()
+
+
+@pytest.mark.parametrize("script,overrides,message", [
+    # more outer folds than tasks: refused after loading, before the fit (it used to fit and save first)
+    ("train.py", ["folds=10000"], "folds=10000 (override folds=...): the dataset has 15 groups"),
+    ("evaluate.py", ["folds=10000"], "folds=10000 (override folds=...): the dataset has 15 groups"),
+])
+def test_a_bad_folds_override_is_named_and_leaves_no_run_directory(tmp_path, script, overrides, message):
+    data = _tiny_dataset(tmp_path / "tiny")
+    run_dir = tmp_path / "new" / "run"
+    cmd = [sys.executable, script, "dataset=jsonl", f"dataset.path={data}", "device=cpu", "embedder.device=cpu",
+           f"embedder.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}", *overrides]
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert not (tmp_path / "new").exists()  # the folders this run created are gone
+    assert not (tmp_path / "cache").exists()  # nothing was embedded: the check ran before any work
+
+
+def test_a_failed_run_in_an_existing_directory_removes_nothing_of_the_users(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "mine.txt").write_text("keep")
+    cmd = [sys.executable, "train.py", "dataset=jsonl", f"dataset.path={ROOT / 'README.md'}",
+           f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "README.md: is a file; a native dataset is a directory holding tools.json" in proc.stderr
+    assert (tmp_path / "run" / "mine.txt").read_text() == "keep"
