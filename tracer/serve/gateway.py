@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tracer.serve.guards import passthrough_path
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.reload import IndexHolder, freeze_long_lived
@@ -214,10 +215,11 @@ class Gateway:
 
     async def passthrough(self, request: Request) -> Response:
         try:
+            path = passthrough_path(request.scope["raw_path"])
             raw = await self._read_body(request) if request.method == "POST" else b""
         except RequestError as e:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
-        return await self._forward(request, "/" + request.path_params["path"], raw, False, [])
+        return await self._forward(request, path, raw, False, [])
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.config.max_body_bytes

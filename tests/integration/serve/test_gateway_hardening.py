@@ -1,0 +1,66 @@
+"""The gateway against hostile and broken traffic, on real servers over loopback (issue 32): paths that
+leave ``/v1``, client values echoed into logs, wrong-shaped upstream answers, secrets in logs and errors,
+the admin endpoints, a corrupt snapshot, slow (dripping) clients and clients that hang up mid-body.
+
+Raw sockets send what an HTTP client library would refuse or normalise (``..`` in a path, a body that
+stops half-way); everything else goes through httpx or the official ``openai`` client."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+from gateway_harness import make_gateway, save_test_index, serving
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory, minilm):
+    return save_test_index(tmp_path_factory.mktemp("hardening") / "index", minilm)
+
+
+def recording_upstream() -> Starlette:
+    """Answers every path with ``{"path": ...}`` and records (method, raw path, headers) of each request."""
+    seen: list[tuple[str, str, dict]] = []
+
+    async def anything(request: Request) -> JSONResponse:
+        seen.append((request.method, request.scope["raw_path"].decode("latin-1"), dict(request.headers)))
+        return JSONResponse({"path": request.url.path})
+
+    app = Starlette(routes=[Route("/{path:path}", anything, methods=["GET", "POST", "DELETE"])])
+    app.state.seen = seen
+    return app
+
+
+def raw_request(url: str, head: bytes, body: bytes = b"", timeout: float = 10.0) -> tuple[int, bytes]:
+    """Send ``head`` (request line and headers, ``\\r\\n\\r\\n`` added) and ``body`` as given on a raw
+    socket; the status and body of the answer (read until the server closes)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(head + b"\r\nconnection: close\r\n\r\n" + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, data.partition(b"\r\n\r\n")[2]
+
+
+# ---- 5: paths that leave /v1 -------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/v1/../admin", "/v1/%2e%2e/admin", "/v1/..%2fadmin", "/v1/x/../../../etc/passwd",
+                                  "/v1/%2E%2E%2Fadmin", "/v1/./models", "/v1/x%5c..%5cadmin", "/v1/x\\..\\admin",
+                                  "/v1/models%00", "/v1/a/%2e/b"])
+def test_a_passthrough_path_that_could_leave_v1_is_refused_and_never_forwarded(index_dir, minilm, path):
+    upstream = recording_upstream()
+    with serving(upstream) as up, serving(make_gateway(index_dir, minilm, up + "/v1").app) as url:
+        status, body = raw_request(url, f"GET {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-x".encode())
+        ok = httpx.get(url + "/v1/models/m%20n?a=1", headers={"authorization": "Bearer sk-x"})
+    assert status == 400, body
+    assert httpx.Response(400, content=body).json()["error"]["param"] == "path"
+    # only the well-formed request reached the upstream, its path as the client encoded it
+    assert [(m, p) for m, p, _ in upstream.state.seen] == [("GET", "/v1/models/m%20n")] and ok.status_code == 200
