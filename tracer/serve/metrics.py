@@ -14,6 +14,8 @@ from typing import ClassVar
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from tracer.serve.bounded import MESSAGE_CHARS, clip, clip_traceback, clip_value
+
 # seconds; selection is sub-millisecond to tens of ms, the upstream up to minutes
 _FAST = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 _SLOW = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -44,11 +46,12 @@ class JsonFormatter(logging.Formatter):
     _PLAIN: ClassVar[frozenset[str]] = frozenset(vars(logging.makeLogRecord({})))
 
     def format(self, record: logging.LogRecord) -> str:
+        """Every field bounded (:mod:`tracer.serve.bounded`): a client's value never makes a long line."""
         out = {"ts": round(record.created, 6), "level": record.levelname.lower(), "logger": record.name,
-               "msg": record.getMessage()}
-        out.update({k: v for k, v in vars(record).items() if k not in self._PLAIN and k != "message"})
+               "msg": clip(record.getMessage(), MESSAGE_CHARS)}
+        out.update({k: clip_value(v) for k, v in vars(record).items() if k not in self._PLAIN and k != "message"})
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = clip_traceback(self.formatException(record.exc_info))
         return json.dumps(out, default=str)
 
 

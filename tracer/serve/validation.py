@@ -10,12 +10,15 @@ from typing import Any
 
 import orjson
 
+from tracer.serve.bounded import MESSAGE_CHARS, clip
+
 
 class RequestError(ValueError):
     """A request the gateway refuses; ``param`` names the field (OpenAI's ``error.param``)."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400):
-        super().__init__(f"{param}: {message}" if param else message)
+        # a message may quote the client's value (a 2 MB tool name): bounded here, once for every error
+        super().__init__(clip(f"{param}: {message}" if param else message, MESSAGE_CHARS))
         self.param, self.status = param, status
 
 
@@ -49,7 +52,7 @@ def _check_tools(tools: Any) -> list[str]:
         if not isinstance(name, str) or not name:
             raise RequestError("missing or empty tool name", f"tools[{i}].function.name")
         if name in seen:
-            raise RequestError(f"duplicate tool name {name!r} (first at tools[{seen[name]}])", f"tools[{i}].function.name")
+            raise RequestError(f"duplicate tool name (first at tools[{seen[name]}]): {name!r}", f"tools[{i}].function.name")
         seen[name] = i
     return list(seen)
 

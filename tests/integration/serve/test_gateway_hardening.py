@@ -7,15 +7,25 @@ stops half-way); everything else goes through httpx or the official ``openai`` c
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import logging
 import socket
+import sys
+from collections.abc import Iterator
 
 import httpx
 import pytest
+from builders import TINY_TOOLS
 from gateway_harness import make_gateway, save_test_index, serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from stub_openai_server import StubOpenAIServer
+
+from tracer.serve.metrics import JsonFormatter
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -64,3 +74,55 @@ def test_a_passthrough_path_that_could_leave_v1_is_refused_and_never_forwarded(i
     assert httpx.Response(400, content=body).json()["error"]["param"] == "path"
     # only the well-formed request reached the upstream, its path as the client encoded it
     assert [(m, p) for m, p, _ in upstream.state.seen] == [("GET", "/v1/models/m%20n")] and ok.status_code == 200
+
+
+# ---- 8: client values in logs and errors are bounded --------------------------------------------------
+@contextlib.contextmanager
+def json_log_lines() -> Iterator[list[str]]:
+    """The ``tracer.serve`` records as the gateway's JSON formatter writes them (lines appended on exit)."""
+    stream, lines = io.StringIO(), []
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("tracer.serve")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        lines.extend(stream.getvalue().splitlines())
+
+
+def test_a_2mb_client_value_makes_a_short_error_and_short_log_lines(index_dir, minilm):
+    huge = "r" * 2 * 1024 * 1024
+    tools = [t.to_openai() for t in TINY_TOOLS]
+    dup = tools + [{"type": "function", "function": {"name": huge}}] * 2
+    odd_role = {**CHAT, "messages": [{"role": huge, "content": "the weather in Paris"}], "tools": tools}
+    with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url).app) as url, \
+            json_log_lines() as lines:
+        refused = httpx.post(url + "/v1/chat/completions", json={**CHAT, "tools": dup}, timeout=30)
+        answered = httpx.post(url + "/v1/chat/completions", json=odd_role, timeout=30)
+    error, first = refused.json()["error"], len(tools) + 1
+    assert refused.status_code == 400 and error["param"] == f"tools[{first}].function.name"
+    assert error["message"].startswith(f"tools[{first}].function.name: duplicate tool name (first at "
+                                       f"tools[{first - 1}]): 'rrr") and error["message"].endswith(" chars)")
+    assert len(error["message"]) < 1100
+    assert answered.status_code == 200 and len(stub.requests) == 1
+    assert lines and max(map(len, lines)) < 20_000, sorted(map(len, lines))[-3:]
+
+
+def test_the_json_formatter_bounds_every_field_and_the_traceback():
+    huge = "x" * 2 * 1024 * 1024
+    record = logging.LogRecord("tracer.serve", logging.ERROR, __file__, 1, "msg %s", (huge,), None)
+    record.conversation, record.nested = huge, {"a": [huge] * 3, huge: 1}
+    try:
+        raise ValueError(f"unknown role {huge!r}")
+    except ValueError:
+        record.exc_info = sys.exc_info()
+    out = json.loads(JsonFormatter().format(record))
+    marker = f"…({len(huge)} chars)"
+    assert out["conversation"] == "x" * 200 + marker and out["msg"] == "msg " + "x" * 996 + "…(2097156 chars)"
+    assert out["nested"]["a"] == ["x" * 200 + marker] * 3
+    assert len(out["exc"]) < 10_000 and out["exc"].startswith("Traceback") and "ValueError: unknown role" in out["exc"]
