@@ -32,6 +32,7 @@ import aiohttp
 import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -41,6 +42,7 @@ from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.reload import IndexHolder, freeze_long_lived
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose, conversation_id, forced_name
+from tracer.serve.status import CountStatus
 from tracer.serve.stream_reply import StreamCopy
 from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
 from tracer.serve.validation import RequestError, parse_chat_request
@@ -93,7 +95,7 @@ class Gateway:
             Route("/v1/tracer/outcome", self.outcome, methods=["POST"]),
             Route("/v1/tracer/reload", self.reload, methods=["POST"]),
             Route("/v1/{path:path}", self.passthrough, methods=["GET", "POST", "DELETE"]),
-        ], lifespan=self._lifespan)
+        ], lifespan=self._lifespan, middleware=[Middleware(CountStatus, counter=self.metrics.requests)])
 
     # ---- lifecycle -------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -172,7 +174,6 @@ class Gateway:
             raw = await self._read_body(request)
             body, names = parse_chat_request(raw)
         except RequestError as e:
-            self.metrics.requests.labels(str(e.status)).inc()
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
         messages, tools = body["messages"], body.get("tools") or []
         conv = conversation_id(messages, request.headers.get("x-tracer-conversation"))
@@ -248,7 +249,6 @@ class Gateway:
         except aiohttp.ClientError as e:
             return self._fail(502, "upstream_unreachable", f"cannot reach the upstream: {e!r}")
         self.metrics.upstream.observe(sw.seconds)
-        self.metrics.requests.labels(str(resp.status)).inc()
         headers = answer_headers(resp) + extra
         if stream:
             answer = StreamingResponse(chunks(resp), resp.status)
@@ -262,7 +262,6 @@ class Gateway:
 
     def _fail(self, status: int, kind: str, message: str) -> Response:
         self.metrics.errors.labels(kind).inc()
-        self.metrics.requests.labels(str(status)).inc()
         log.warning(message, extra={"event": kind})
         return openai_error(status, message, kind)
 
@@ -276,7 +275,7 @@ class Gateway:
                 and "content-encoding" not in response.headers:
             with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
                 reply = json.loads(response.body)["choices"][0]["message"]
-        self._log_exchange(conv, body, presented, reply, outcome)
+        self._log_exchange(conv, body, presented, reply if isinstance(reply, dict) else None, outcome)
 
     def _observe_stream(self, conv: str, body: dict, presented: list[str], response: StreamingResponse,
                         outcome: str | None) -> None:

@@ -25,6 +25,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from stub_openai_server import StubOpenAIServer
 
+from tracer.data import load_native
+from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import JsonFormatter
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -126,3 +128,19 @@ def test_the_json_formatter_bounds_every_field_and_the_traceback():
     assert out["conversation"] == "x" * 200 + marker and out["msg"] == "msg " + "x" * 996 + "…(2097156 chars)"
     assert out["nested"]["a"] == ["x" * 200 + marker] * 3
     assert len(out["exc"]) < 10_000 and out["exc"].startswith("Traceback") and "ValueError: unknown role" in out["exc"]
+
+
+# ---- 9: a wrong-shaped upstream answer is passed through, and /metrics counts what was sent ------------
+@pytest.mark.parametrize("message", ["hi", 5, ["a"], None])
+def test_an_answer_whose_message_is_not_an_object_passes_through_unchanged(index_dir, minilm, tmp_path, message):
+    answer = {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+    sink = ConversationLog(tmp_path / "log")
+    with StubOpenAIServer(reply=lambda n, body: answer) as stub, \
+            serving(make_gateway(index_dir, minilm, stub.url, sink=sink).app) as url:
+        r = httpx.post(url + "/v1/chat/completions", json={**CHAT, "tools": [t.to_openai() for t in TINY_TOOLS]},
+                       headers={"x-tracer-outcome": "success"})
+        metrics = httpx.get(url + "/metrics").text
+    assert r.status_code == 200 and r.content == stub.replies[0]
+    assert 'tracer_requests_total{status="200"} 1.0' in metrics and 'status="500"' not in metrics
+    logged = load_native(tmp_path / "log").trajectories
+    assert [m["role"] for m in logged[0].messages] == ["user"]  # the request, no reply
