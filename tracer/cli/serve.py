@@ -8,6 +8,7 @@ from pathlib import Path
 import uvicorn
 
 from tracer.retriever import Retriever
+from tracer.serve.bounded import safe_url
 from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.logging_sink import ConversationLog, load_callable
 from tracer.serve.metrics import setup_json_logging
@@ -40,7 +41,8 @@ def build(args: argparse.Namespace) -> Gateway:
     if args.k < 1:
         raise SystemExit(f"--k {args.k}: must be at least 1")
     if not args.upstream.startswith(("http://", "https://")):
-        raise SystemExit(f"--upstream {args.upstream!r}: expected an http(s) URL such as http://localhost:8000/v1")
+        raise SystemExit(f"--upstream {safe_url(args.upstream)!r}: expected an http(s) URL such as "
+                         "http://localhost:8000/v1")
     redact = load_callable(args.redact) if args.redact else None
     holder = IndexHolder(args.index, lambda d: Retriever.load(d, k=args.k, device=args.device))
     sink = ConversationLog(args.log, redact, args.log_idle) if args.log is not None else None

@@ -37,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tracer.serve.bounded import safe_url
 from tracer.serve.guards import passthrough_path
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
@@ -105,7 +106,7 @@ class Gateway:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not in the main thread
             loop.add_signal_handler(signal.SIGHUP, self._reload_soon, True)
         tasks = [asyncio.create_task(self._housekeeping())]
-        log.info("gateway started", extra={"event": "started", "upstream": self.upstream.base_url, "k": self.config.k,
+        log.info("gateway started", extra={"event": "started", "upstream": safe_url(self.config.upstream), "k": self.config.k,
                                            "index": str(self.holder.directory), "sticky": self.config.sticky})
         try:
             yield
@@ -247,7 +248,7 @@ class Gateway:
             return self._fail(504, "upstream_timeout", f"the upstream did not answer within "
                                                        f"{self.config.upstream_timeout_s} s")
         except aiohttp.ClientError as e:
-            return self._fail(502, "upstream_unreachable", f"cannot reach the upstream: {e!r}")
+            return self._fail(502, "upstream_unreachable", "cannot reach the upstream", repr(e))
         self.metrics.upstream.observe(sw.seconds)
         headers = answer_headers(resp) + extra
         if stream:
@@ -260,9 +261,10 @@ class Gateway:
         answer.raw_headers = headers + answer.raw_headers  # Response's own: content-length of what we send
         return answer
 
-    def _fail(self, status: int, kind: str, message: str) -> Response:
+    def _fail(self, status: int, kind: str, message: str, detail: str | None = None) -> Response:
+        """The client gets ``message``; ``detail`` (an internal address, say) goes only to the log."""
         self.metrics.errors.labels(kind).inc()
-        log.warning(message, extra={"event": kind})
+        log.warning(message, extra={"event": kind, "error": detail})
         return openai_error(status, message, kind)
 
     def _observe(self, conv: str, body: dict, presented: list[str], response: Response,

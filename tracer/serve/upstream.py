@@ -14,7 +14,10 @@ Latency). What the gateway needs of the client, all kept:
   reached it: the race between reusing an idle connection and the server closing it);
 - bytes pass through as they are: no decompression, no header added that the caller did not send
   beyond ``Host``, ``Content-Length`` and aiohttp's defaults for ``Accept``, ``Accept-Encoding`` and
-  ``User-Agent`` when the caller sent none.
+  ``User-Agent`` when the caller sent none;
+- credentials in the base URL (``http://user:password@host/v1``) are the gateway's own: they are kept
+  apart from :attr:`Upstream.base_url` (which is then safe to show) and sent as HTTP Basic auth in place
+  of the caller's ``Authorization`` (one request cannot carry both).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
+from yarl import URL
 
 # hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes
 _DROP_REQUEST = frozenset((b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding",
@@ -53,7 +57,10 @@ class Upstream:
 
     def __init__(self, base_url: str, timeout_s: float, on_retry: Callable[[], None] = lambda: None,
                  keepalive_s: float = 2.0):
-        self.base_url = base_url.rstrip("/")
+        url = URL(base_url)
+        auth = aiohttp.BasicAuth.from_url(url)
+        self.auth_header = None if auth is None else auth.encode()  # "Basic <base64 user:password>"
+        self.base_url = str(url.with_user(None)).rstrip("/")
         self.timeout_s, self.on_retry, self.keepalive_s = timeout_s, on_retry, keepalive_s
         self._session: aiohttp.ClientSession | None = None
 
@@ -85,6 +92,9 @@ class Upstream:
     async def _send(self, method: str, url: str, headers: list[tuple[str, str]],
                     body: bytes) -> aiohttp.ClientResponse:
         data = body or None
+        if self.auth_header is not None:
+            headers = [(k, v) for k, v in headers if k.lower() != "authorization"]
+            headers.append(("Authorization", self.auth_header))
         try:
             return await self._session.request(method, url, headers=headers, data=data, allow_redirects=False)
         except aiohttp.ServerDisconnectedError:

@@ -144,3 +144,31 @@ def test_an_answer_whose_message_is_not_an_object_passes_through_unchanged(index
     assert 'tracer_requests_total{status="200"} 1.0' in metrics and 'status="500"' not in metrics
     logged = load_native(tmp_path / "log").trajectories
     assert [m["role"] for m in logged[0].messages] == ["user"]  # the request, no reply
+
+
+# ---- 10: secrets: the upstream's password, the internal address ---------------------------------------
+def test_the_upstream_password_is_never_logged_and_is_sent_as_basic_auth(index_dir, minilm):
+    upstream = recording_upstream()
+    with serving(upstream) as up:
+        credentialed = up.replace("http://", "http://user:s3cret@") + "/v1"
+        with json_log_lines() as lines, serving(make_gateway(index_dir, minilm, credentialed).app) as url:
+            r = httpx.get(url + "/v1/models", headers={"authorization": "Bearer sk-client"})
+    started = [json.loads(line) for line in lines if '"started"' in line]
+    assert started and started[0]["upstream"] == up.replace("http://", "http://***@") + "/v1"
+    assert not any("s3cret" in line for line in lines)
+    # the URL's credentials authenticate the gateway to the upstream, in place of the client's header
+    assert r.status_code == 200 and upstream.state.seen[0][2]["authorization"] == "Basic dXNlcjpzM2NyZXQ="
+
+
+def test_an_unreachable_upstream_tells_the_client_nothing_of_its_address(index_dir, minilm):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once the socket is closed
+    gateway = make_gateway(index_dir, minilm, f"http://user:s3cret@127.0.0.1:{port}/v1")
+    with json_log_lines() as lines, serving(gateway.app) as url:
+        r = httpx.post(url + "/v1/chat/completions", json=CHAT)
+    error = r.json()["error"]
+    assert r.status_code == 502 and error == {"message": "cannot reach the upstream", "type": "upstream_unreachable",
+                                              "param": None, "code": None}
+    failed = [json.loads(line) for line in lines if '"upstream_unreachable"' in line]
+    assert str(port) in failed[0]["error"] and not any("s3cret" in line for line in lines)  # the detail: logged
