@@ -13,8 +13,8 @@ the field of a malformed request, 413 over the size limit, 502 when the upstream
 past the upstream deadline. A failure of the selection itself forwards the request with all its tools
 (fail open) and counts ``tracer_errors{kind="selection"}``.
 
-Also: ``GET /health``, ``GET /metrics`` (Prometheus), ``POST /v1/tracer/outcome`` (see
-:mod:`tracer.serve.logging_sink`), ``POST /v1/tracer/reload``.
+Also: ``GET /health``, ``GET /metrics`` (Prometheus), ``POST /v1/tracer/outcome`` and ``POST
+/v1/tracer/reload`` (who may call them: :mod:`tracer.serve.admin`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tracer.serve.admin import OUTCOME_TOKEN_HEADER, Admin, CoalescedReload
 from tracer.serve.bounded import safe_url
-from tracer.serve.guards import passthrough_path
+from tracer.serve.guards import ClientGone, passthrough_path, read_body
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.reload import IndexHolder, freeze_long_lived
@@ -46,7 +47,7 @@ from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose, 
 from tracer.serve.status import CountStatus
 from tracer.serve.stream_reply import StreamCopy
 from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
-from tracer.serve.validation import RequestError, parse_chat_request
+from tracer.serve.validation import RequestError, openai_error, parse_chat_request
 
 log = logging.getLogger("tracer.serve")
 
@@ -63,6 +64,10 @@ class GatewayConfig:
             chunk when streamed).
         reload_interval_s: how often the index directory's version token is checked (0: never).
         log_idle_s: a logged conversation idle this long is finished as unreported.
+        read_timeout_s: a request's headers, and then its body, must arrive within this.
+        admin_token: enables the admin endpoints (None: off); see :mod:`tracer.serve.admin`.
+        max_admin_body_bytes: body limit of ``/v1/tracer/*``.
+        reload_min_interval_s: ``POST /v1/tracer/reload`` starts a reload at most this often.
     """
 
     upstream: str
@@ -73,10 +78,10 @@ class GatewayConfig:
     upstream_timeout_s: float = 300.0
     reload_interval_s: float = 2.0
     log_idle_s: float = 600.0
-
-
-def openai_error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
+    read_timeout_s: float = 30.0
+    admin_token: str | None = None
+    max_admin_body_bytes: int = 16 * 1024
+    reload_min_interval_s: float = 10.0
 
 
 class Gateway:
@@ -89,12 +94,15 @@ class Gateway:
         self.unknown = UnknownToolVectors()
         self.upstream = Upstream(config.upstream, config.upstream_timeout_s,
                                  lambda: self.metrics.errors.labels("upstream_disconnect_retried").inc())
+        self._reload = CoalescedReload(self._load_fresh)  # SIGHUP, the poll and the endpoint share one
+        self.admin = Admin(config.admin_token, sink, self._reload, lambda: self.holder.reloads,
+                           config.max_admin_body_bytes, config.reload_min_interval_s, config.read_timeout_s)
         self.app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.render_metrics, methods=["GET"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
-            Route("/v1/tracer/outcome", self.outcome, methods=["POST"]),
-            Route("/v1/tracer/reload", self.reload, methods=["POST"]),
+            Route("/v1/tracer/outcome", self.admin.outcome, methods=["POST"]),
+            Route("/v1/tracer/reload", self.admin.reload, methods=["POST"]),
             Route("/v1/{path:path}", self.passthrough, methods=["GET", "POST", "DELETE"]),
         ], lifespan=self._lifespan, middleware=[Middleware(CountStatus, counter=self.metrics.requests)])
 
@@ -106,8 +114,9 @@ class Gateway:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not in the main thread
             loop.add_signal_handler(signal.SIGHUP, self._reload_soon, True)
         tasks = [asyncio.create_task(self._housekeeping())]
-        log.info("gateway started", extra={"event": "started", "upstream": safe_url(self.config.upstream), "k": self.config.k,
-                                           "index": str(self.holder.directory), "sticky": self.config.sticky})
+        log.info("gateway started", extra={"event": "started", "upstream": safe_url(self.config.upstream),
+                                           "k": self.config.k, "index": str(self.holder.directory),
+                                           "sticky": self.config.sticky})
         try:
             yield
         finally:  # uvicorn has stopped taking requests and drained those in flight
@@ -130,7 +139,7 @@ class Gateway:
     def _reload_soon(self, force: bool) -> None:
         asyncio.get_running_loop().create_task(self._reload(force))
 
-    async def _reload(self, force: bool) -> bool:
+    async def _load_fresh(self, force: bool) -> bool:
         swapped = await asyncio.get_running_loop().run_in_executor(None, self.holder.maybe_reload, force)
         if swapped:
             self.metrics.reloads.inc()
@@ -148,26 +157,6 @@ class Gateway:
 
     async def render_metrics(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=self.metrics.content_type)
-
-    async def reload(self, request: Request) -> Response:
-        return JSONResponse({"reloaded": await self._reload(True), "reloads": self.holder.reloads})
-
-    async def outcome(self, request: Request) -> Response:
-        try:
-            body = json.loads(await request.body())
-        except ValueError:
-            return openai_error(400, "body is not valid JSON", "invalid_request_error")
-        if not isinstance(body, dict) or not isinstance(body.get("conversation"), str):
-            return openai_error(400, "conversation must be a string", "invalid_request_error", "conversation")
-        if not isinstance(body.get("success"), bool):
-            return openai_error(400, "success must be true or false", "invalid_request_error", "success")
-        reward = body.get("reward")
-        if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
-            return openai_error(400, "reward must be a number", "invalid_request_error", "reward")
-        if self.sink is None:
-            return openai_error(409, "logging is off (start the gateway with --log DIR)", "invalid_request_error")
-        found = self.sink.finish(body["conversation"], body["success"], reward)
-        return JSONResponse({"conversation": body["conversation"], "logged": found}, 200 if found else 404)
 
     # ---- chat completions ----------------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
@@ -192,7 +181,7 @@ class Gateway:
                                                                                   "conversation": conv})
                 presented = names
         extra = [(b"x-tracer-conversation", conv.encode("latin-1")),
-                 (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode())]
+                 (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode()), *self._outcome_token(conv)]
         response = await self._forward(request, "/chat/completions", raw, bool(body.get("stream")), extra)
         if self.sink is not None:
             self._observe(conv, body, presented, response, request.headers.get("x-tracer-outcome"))
@@ -223,18 +212,21 @@ class Gateway:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
         return await self._forward(request, path, raw, False, [])
 
+    def _outcome_token(self, conv: str) -> list[tuple[bytes, bytes]]:
+        """The conversation's capability to report its outcome (only when conversations are logged)."""
+        if self.sink is None:
+            return []
+        return [(OUTCOME_TOKEN_HEADER.encode(), self.admin.tokens.issue(conv).encode())]
+
     async def _read_body(self, request: Request) -> bytes:
-        limit = self.config.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise RequestError(f"request body of {declared} bytes is over the limit of {limit}", status=413)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(f"request body is over the limit of {limit} bytes", status=413)
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            return await read_body(request, self.config.max_body_bytes, self.config.read_timeout_s)
+        except RequestError as e:  # a client that hung up or stalled: counted and logged, no traceback
+            if e.status in (408, 499):
+                kind = "client_disconnect" if isinstance(e, ClientGone) else "body_timeout"
+                self.metrics.errors.labels(kind).inc()
+                log.info(str(e), extra={"event": kind, "path": request.url.path})
+            raise
 
     async def _forward(self, request: Request, path: str, raw: bytes, stream: bool,
                        extra: list[tuple[bytes, bytes]]) -> Response:

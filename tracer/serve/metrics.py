@@ -49,7 +49,8 @@ class JsonFormatter(logging.Formatter):
         """Every field bounded (:mod:`tracer.serve.bounded`): a client's value never makes a long line."""
         out = {"ts": round(record.created, 6), "level": record.levelname.lower(), "logger": record.name,
                "msg": clip(record.getMessage(), MESSAGE_CHARS)}
-        out.update({k: clip_value(v) for k, v in vars(record).items() if k not in self._PLAIN and k != "message"})
+        out.update({k: clip_value(v) for k, v in vars(record).items()
+                    if k not in self._PLAIN and k != "message"})
         if record.exc_info:
             out["exc"] = clip_traceback(self.formatException(record.exc_info))
         return json.dumps(out, default=str)

@@ -9,8 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from starlette.responses import JSONResponse
 
 from tracer.serve.bounded import MESSAGE_CHARS, clip
+
+
+def openai_error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+    """An error answer in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
 
 
 class RequestError(ValueError):
@@ -52,7 +58,8 @@ def _check_tools(tools: Any) -> list[str]:
         if not isinstance(name, str) or not name:
             raise RequestError("missing or empty tool name", f"tools[{i}].function.name")
         if name in seen:
-            raise RequestError(f"duplicate tool name (first at tools[{seen[name]}]): {name!r}", f"tools[{i}].function.name")
+            raise RequestError(f"duplicate tool name (first at tools[{seen[name]}]): {name!r}",
+                               f"tools[{i}].function.name")
         seen[name] = i
     return list(seen)
 

@@ -164,8 +164,9 @@ def test_finished_conversations_are_logged_in_the_native_format(index_dir, minil
                                   extra_headers={"X-Tracer-Outcome": "success"})
         other = [{"role": "user", "content": "list the files"}]
         c.chat.completions.create(model="m", messages=other, tools=TOOLS)  # never reported
-        missing = httpx.post(url + "/v1/tracer/outcome", json={"conversation": "nope", "success": True})
-        assert missing.status_code == 404
+        missing = httpx.post(url + "/v1/tracer/outcome", json={"conversation": "nope", "success": True},
+                             headers={"x-tracer-outcome-token": first.headers["x-tracer-outcome-token"]})
+        assert missing.status_code == 403  # a conversation's token is good for that conversation only
         deadline = time.monotonic() + 10
         while sink.written < 1 and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -7,6 +7,7 @@ stops half-way); everything else goes through httpx or the official ``openai`` c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -172,3 +173,73 @@ def test_an_unreachable_upstream_tells_the_client_nothing_of_its_address(index_d
                                               "param": None, "code": None}
     failed = [json.loads(line) for line in lines if '"upstream_unreachable"' in line]
     assert str(port) in failed[0]["error"] and not any("s3cret" in line for line in lines)  # the detail: logged
+
+
+# ---- 11: the admin endpoints ---------------------------------------------------------------------------
+TOOLS = [t.to_openai() for t in TINY_TOOLS]
+
+
+def outcome(url: str, body: dict | bytes, **headers: str) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(url + "/v1/tracer/outcome", content=content, headers=headers, timeout=30)
+
+
+def test_only_the_conversations_owner_or_the_admin_can_report_its_outcome(index_dir, minilm, tmp_path):
+    sink = ConversationLog(tmp_path / "log")
+    with StubOpenAIServer() as stub, \
+            serving(make_gateway(index_dir, minilm, stub.url, sink=sink, admin_token="adm-1").app) as url:
+        answers = [httpx.post(url + "/v1/chat/completions", json={**CHAT, "tools": TOOLS},
+                              headers={"x-tracer-conversation": conv}) for conv in ("a", "b", "c")]
+        token = {a.headers["x-tracer-conversation"]: a.headers["x-tracer-outcome-token"] for a in answers}
+        no_token = outcome(url, {"conversation": "a", "success": True})
+        others = outcome(url, {"conversation": "a", "success": True}, **{"x-tracer-outcome-token": token["b"]})
+        wrong_admin = outcome(url, {"conversation": "a", "success": True}, authorization="Bearer adm-2")
+        owner = outcome(url, {"conversation": "a", "success": True, "reward": 0.5},
+                        **{"x-tracer-outcome-token": token["a"]})
+        admin = outcome(url, {"conversation": "b", "success": False}, authorization="Bearer adm-1")
+        again = outcome(url, {"conversation": "a", "success": True}, **{"x-tracer-outcome-token": token["a"]})
+    assert len(set(token.values())) == 3 and all(len(t) == 64 for t in token.values())
+    assert [r.status_code for r in (no_token, others, wrong_admin)] == [403] * 3
+    assert no_token.json()["error"]["type"] == "permission_error"
+    assert (owner.status_code, admin.status_code, again.status_code) == (200, 200, 404)
+    by_group = {t.group: t for t in load_native(tmp_path / "log").trajectories}
+    assert (by_group["a"].success, by_group["a"].reward, by_group["a"].metadata["outcome"]) == (True, 0.5, "reported")
+    assert (by_group["b"].success, by_group["b"].metadata["outcome"]) == (False, "reported")
+    assert by_group["c"].metadata["outcome"] == "unreported"
+
+
+@pytest.mark.parametrize("reward", [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"1" + b"0" * 400, b"true", b'"1"'])
+def test_a_reward_that_is_not_a_finite_number_is_a_400_naming_reward(index_dir, minilm, tmp_path, reward):
+    sink = ConversationLog(tmp_path / "log")
+    with serving(make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1", sink=sink, admin_token="t").app) as url:
+        r = outcome(url, b'{"conversation": "a", "success": true, "reward": %s}' % reward, authorization="Bearer t")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "reward"
+
+
+def test_the_outcome_body_is_limited_before_it_is_read(index_dir, minilm, tmp_path):
+    sink = ConversationLog(tmp_path / "log")
+    with serving(make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1", sink=sink).app) as url:
+        declared, _ = raw_request(url, b"POST /v1/tracer/outcome HTTP/1.1\r\nhost: x\r\n"
+                                       b"content-type: application/json\r\ncontent-length: 41943040")
+        chunked = httpx.post(url + "/v1/tracer/outcome", content=iter([b'{"conversation": "' + b"x" * 65536] * 8))
+    assert declared == 413 and chunked.status_code == 413  # 40 MB announced, 512 KiB streamed: 16 KiB at most
+
+
+def test_reload_is_off_without_the_admin_token_and_coalesced_and_rate_limited_with_it(index_dir, minilm):
+    async def flood(url: str, n: int, token: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as c:
+            return await asyncio.gather(*(c.post(url + "/v1/tracer/reload", headers={"authorization": token})
+                                          for _ in range(n)))
+
+    with serving(make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1").app) as url:
+        off = httpx.post(url + "/v1/tracer/reload", headers={"authorization": "Bearer x"})
+    assert off.status_code == 403 and "--admin-token" in off.json()["error"]["message"]
+    gateway = make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1", admin_token="adm", reload_interval_s=0)
+    with serving(gateway.app) as url:
+        assert asyncio.run(flood(url, 2, "Bearer wrong"))[0].status_code == 403
+        answers = asyncio.run(flood(url, 20, "Bearer adm"))
+        after = httpx.post(url + "/v1/tracer/reload", headers={"authorization": "Bearer adm"})
+    statuses = [a.status_code for a in answers]
+    assert gateway.holder.reloads == 1 and set(statuses) <= {200, 429} and statuses.count(200) >= 1
+    assert all(a.json() == {"reloaded": True, "reloads": 1} for a in answers if a.status_code == 200)
+    assert after.status_code == 429 and 1 <= int(after.headers["retry-after"]) <= 10

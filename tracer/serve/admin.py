@@ -1,0 +1,153 @@
+"""The gateway's own endpoints under ``/v1/tracer/`` and who may call them.
+
+- ``POST /v1/tracer/outcome`` finishes a logged conversation with its outcome. Only the conversation's
+  owner or an operator may: the request carries either ``X-Tracer-Outcome-Token``, the capability the
+  gateway sends back with every answer of that conversation (HMAC-SHA256 of the conversation id under a
+  key drawn at start-up, so it holds for this process's lifetime, as the pending conversations do), or
+  the admin token. The body is small (``max_body_bytes``, 16 KiB by default) and ``reward``, when
+  given, a finite number.
+- ``POST /v1/tracer/reload`` reloads the index now. Admin only: it is off unless the gateway was started
+  with an admin token (``--admin-token`` or ``TRACER_ADMIN_TOKEN``), sent as ``Authorization: Bearer
+  TOKEN``. Calls while a reload runs wait for it and get its result; a reload starts at most once per
+  ``reload_min_interval_s`` (429 with ``Retry-After`` before that): a full load and verification of an
+  index costs seconds of CPU, and a flood of calls must not queue them.
+
+Tokens are compared in constant time (:func:`hmac.compare_digest`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tracer.serve.guards import read_body
+from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.validation import RequestError, openai_error
+
+OUTCOME_TOKEN_HEADER = "x-tracer-outcome-token"
+
+
+class OutcomeTokens:
+    """Per-conversation capabilities: ``issue(conv)`` goes out with each answer, ``valid`` checks one."""
+
+    def __init__(self, key: bytes | None = None):
+        self._key = key or os.urandom(32)
+
+    def issue(self, conversation: str) -> str:
+        return hmac.new(self._key, conversation.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+    def valid(self, conversation: str, token: str | None) -> bool:
+        return token is not None and hmac.compare_digest(self.issue(conversation).encode(), token.encode())
+
+
+class CoalescedReload:
+    """One reload at a time: a call while one runs awaits that one and returns its result."""
+
+    def __init__(self, reload: Callable[[bool], Awaitable[bool]]):
+        self._reload = reload
+        self._running: asyncio.Future[bool] | None = None
+        self.started_at = -math.inf  # time.monotonic() of the last start
+
+    async def __call__(self, force: bool) -> bool:
+        if self._running is None:
+            self.started_at = time.monotonic()
+            self._running = asyncio.ensure_future(self._reload(force))
+            self._running.add_done_callback(self._done)
+        return await asyncio.shield(self._running)  # a caller that gives up leaves the reload running
+
+    def _done(self, future: asyncio.Future[bool]) -> None:
+        self._running = None
+
+    @property
+    def running(self) -> bool:
+        return self._running is not None
+
+
+class Admin:
+    """The handlers; see the module docstring.
+
+    Args:
+        token: the admin token (None: admin endpoints off).
+        sink: the conversation log (None: logging off, outcomes are a 409).
+        reload: the gateway's coalesced reload.
+        reloads: how many reloads swapped the index so far (for the answer).
+        max_body_bytes: body limit of ``/v1/tracer/*``.
+        reload_min_interval_s: a forced reload starts at most this often.
+        read_timeout_s: deadline of a request body.
+    """
+
+    def __init__(self, token: str | None, sink: ConversationLog | None, reload: CoalescedReload,
+                 reloads: Callable[[], int], max_body_bytes: int = 16 * 1024,
+                 reload_min_interval_s: float = 10.0, read_timeout_s: float = 30.0):
+        self._token = None if not token else token.encode()
+        self.sink, self._reload, self._reloads = sink, reload, reloads
+        self.max_body_bytes, self.reload_min_interval_s = max_body_bytes, reload_min_interval_s
+        self.read_timeout_s = read_timeout_s
+        self.tokens = OutcomeTokens()
+
+    def is_admin(self, request: Request) -> bool:
+        scheme, _, sent = request.headers.get("authorization", "").partition(" ")
+        return (self._token is not None and scheme.lower() == "bearer"
+                and hmac.compare_digest(sent.strip().encode("utf-8", "surrogateescape"), self._token))
+
+    async def reload(self, request: Request) -> Response:
+        if self._token is None:
+            return openai_error(403, "admin endpoints are off: start the gateway with --admin-token or "
+                                     "TRACER_ADMIN_TOKEN", "permission_error")
+        if not self.is_admin(request):
+            return openai_error(403, "needs Authorization: Bearer <admin token>", "permission_error")
+        wait = self._reload.started_at + self.reload_min_interval_s - time.monotonic()
+        if not self._reload.running and wait > 0:
+            answer = openai_error(429, f"one reload per {self.reload_min_interval_s} s; "
+                                       f"retry in {wait:.1f} s", "rate_limit_error")
+            answer.headers["retry-after"] = str(math.ceil(wait))
+            return answer
+        return JSONResponse({"reloaded": await self._reload(True), "reloads": self._reloads()})
+
+    async def outcome(self, request: Request) -> Response:
+        try:
+            body = _outcome_body(await read_body(request, self.max_body_bytes, self.read_timeout_s))
+        except RequestError as e:
+            return openai_error(e.status, str(e), "invalid_request_error", e.param)
+        conversation = body["conversation"]
+        if self.sink is None:
+            return openai_error(409, "logging is off (start the gateway with --log DIR)",
+                                "invalid_request_error")
+        if not (self.is_admin(request)
+                or self.tokens.valid(conversation, request.headers.get(OUTCOME_TOKEN_HEADER))):
+            return openai_error(403, "needs the conversation's X-Tracer-Outcome-Token (sent with each of its "
+                                     "answers) or Authorization: Bearer <admin token>", "permission_error")
+        found = self.sink.finish(conversation, body["success"], body.get("reward"))
+        return JSONResponse({"conversation": conversation, "logged": found}, 200 if found else 404)
+
+
+def _outcome_body(raw: bytes) -> dict:
+    """``{"conversation": str, "success": bool, "reward": finite number (optional)}`` or RequestError."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise RequestError("body is not valid JSON") from None
+    if not isinstance(body, dict) or not isinstance(body.get("conversation"), str):
+        raise RequestError("must be a string", "conversation")
+    if not isinstance(body.get("success"), bool):
+        raise RequestError("must be true or false", "success")
+    reward = body.get("reward")
+    if reward is not None and not _finite(reward):
+        raise RequestError("must be a finite number (not NaN, Infinity or out of range)", "reward")
+    return body
+
+
+def _finite(x: object) -> bool:
+    try:  # json reads NaN, Infinity and 1e999 (as inf); a huge integer overflows a float
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    except OverflowError:
+        return False
