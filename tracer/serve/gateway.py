@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import signal
@@ -42,7 +41,7 @@ from tracer.serve.bounded import safe_url
 from tracer.serve.guards import ClientGone, passthrough_path, read_body
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
-from tracer.serve.reload import IndexHolder, freeze_long_lived
+from tracer.serve.reload import IndexHolder, refreeze_long_lived
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose, conversation_id, forced_name
 from tracer.serve.status import CountStatus
 from tracer.serve.stream_reply import StreamCopy
@@ -140,19 +139,18 @@ class Gateway:
         asyncio.get_running_loop().create_task(self._reload(force))
 
     async def _load_fresh(self, force: bool) -> bool:
+        failed = self.holder.failed_loads
         swapped = await asyncio.get_running_loop().run_in_executor(None, self.holder.maybe_reload, force)
+        self.metrics.errors.labels("reload_failed").inc(self.holder.failed_loads - failed)
         if swapped:
             self.metrics.reloads.inc()
-            if gc.get_freeze_count():  # the process froze its long-lived objects (tracer serve): the new
-                gc.unfreeze()          # index's too, and the old one's cycles are collectable again
-                freeze_long_lived()
+            refreeze_long_lived()
         return swapped
 
     # ---- small endpoints ---------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        r = self.holder.retriever
-        return JSONResponse({"status": "ok", "tools": len(r.registry), "scorer": r.scorer.name,
-                             "index": str(self.holder.directory), "reloads": self.holder.reloads,
+        """200 even when degraded (:meth:`IndexHolder.health`)."""
+        return JSONResponse({**self.holder.health(),
                              "conversations_logged": None if self.sink is None else self.sink.written})
 
     async def render_metrics(self, request: Request) -> Response:

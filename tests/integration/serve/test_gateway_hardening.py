@@ -12,9 +12,12 @@ import contextlib
 import io
 import json
 import logging
+import shutil
 import socket
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -27,8 +30,11 @@ from starlette.routing import Route
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
+from tracer.retriever import Retriever
+from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import JsonFormatter
+from tracer.serve.reload import IndexHolder, version_name
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -243,3 +249,66 @@ def test_reload_is_off_without_the_admin_token_and_coalesced_and_rate_limited_wi
     assert gateway.holder.reloads == 1 and set(statuses) <= {200, 429} and statuses.count(200) >= 1
     assert all(a.json() == {"reloaded": True, "reloads": 1} for a in answers if a.status_code == 200)
     assert after.status_code == 429 and 1 <= int(after.headers["retry-after"]) <= 10
+
+
+# ---- 12: a corrupt snapshot is tried once per version, and /health says so -----------------------------
+def test_a_corrupt_snapshot_is_loaded_once_and_health_reports_it_until_a_good_one_is_published(index_dir, minilm,
+                                                                                               tmp_path):
+    served = tmp_path / "index"
+    shutil.copytree(index_dir, served)
+    loads: list[str] = []
+
+    def load(d: Path) -> Retriever:
+        loads.append((d / "CURRENT").read_text().strip())
+        return Retriever.load(d, embedder=minilm, device="cpu")
+
+    holder = IndexHolder(served, load)
+    good = loads[0]
+    gateway = Gateway(holder, GatewayConfig(upstream="http://127.0.0.1:9/v1", k=2, reload_interval_s=0.05))
+    holder.retriever.save(served)  # publish a snapshot, then flip one byte of it
+    bad = (served / "CURRENT").read_text().strip()
+    victim = max((served / bad).glob("*.npy"), key=lambda p: p.stat().st_size)
+    victim.chmod(0o644)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with serving(gateway.app) as url:
+        deadline = time.monotonic() + 10
+        while httpx.get(url + "/health").json()["status"] == "ok":
+            assert time.monotonic() < deadline, "the corrupt snapshot was never tried"
+            time.sleep(0.02)
+        time.sleep(1.0)  # 20 polls
+        degraded = httpx.get(url + "/health")
+        tries = loads.count(bad)
+        holder.retriever.save(served)  # a good snapshot again: a new version, loaded at the next poll
+        while httpx.get(url + "/health").json()["status"] != "ok":
+            assert time.monotonic() < deadline + 10, "the good snapshot was not loaded"
+            time.sleep(0.02)
+        healthy = httpx.get(url + "/health").json()
+        metrics = httpx.get(url + "/metrics").text
+    assert tries == 1 and degraded.status_code == 200
+    report = degraded.json()
+    assert report["status"] == "degraded" and report["version"] == good and report["failed_version"] == bad
+    assert victim.name in report["reload_error"] and "SHA-256" in report["reload_error"]
+    assert healthy["version"] == (served / "CURRENT").read_text().strip() and "reload_error" not in healthy
+    assert 'tracer_errors_total{kind="reload_failed"} 1.0' in metrics and holder.reloads == 1
+
+
+def test_a_version_that_failed_for_a_passing_reason_is_tried_again_with_backoff(index_dir, minilm, tmp_path):
+    served, now, loads = tmp_path / "index", [0.0], []
+    shutil.copytree(index_dir, served)
+
+    def load(d: Path) -> Retriever:
+        loads.append(now[0])
+        if len(loads) > 1 and now[0] < 15:
+            raise OSError(24, "Too many open files")
+        return Retriever.load(d, embedder=minilm, device="cpu")
+
+    holder = IndexHolder(served, load, clock=lambda: now[0])
+    holder.retriever.save(served)  # a new version
+    for now[0] in (0.0, 0.5, 1.0, 1.5, 2.9, 3.0, 6.9, 7.0, 14.0, 14.9):
+        assert not holder.maybe_reload()
+    assert loads[1:] == [0.0, 1.0, 3.0, 7.0] and holder.failure.attempts == 4  # after 1, 2, 4 s; next 8 s
+    assert "Too many open files" in holder.failure.error and holder.version != version_name(holder.failure.token)
+    now[0] = 15.0
+    assert holder.maybe_reload() and holder.failure is None and loads[-1] == 15.0
