@@ -215,7 +215,11 @@ class Retriever:
         """Add logged trajectories (successful ones count) and new tool definitions to the fitted index:
         every trie's counts, priors and edge memories now, as a rebuild on the union would give them;
         the learned weights on :attr:`updater`'s schedule (``retriever.updater.refit_every = N``,
-        or ``retriever.updater.refit()``). :meth:`save` writes the updated index."""
+        or ``retriever.updater.refit()``). :meth:`save` writes the updated index.
+
+        Each trajectory is learned once: an id applied before (this index's ledger, saved with it:
+        :mod:`tracer.core.applied`) or repeated in the call is left out and counted in the returned
+        ``already_applied``, so applying a growing log again adds only its new trajectories."""
         return self.updater.update(trajectories, tools)
 
     # ---- persistence ---------------------------------------------------------------------------

@@ -1,10 +1,20 @@
 """``tracer update``: add logged trajectories to a saved index and save it in place (atomically).
 
 ``--log`` is a ``trajectories.jsonl`` file (every call must name a tool of the index) or a native dataset
-directory (``tools.json`` + ``trajectories.jsonl``), whose tools not yet in the index are registered
-with their fallback vectors. ``--refit`` also refits the learned weights (blend head, candidate model)
-on ``--history`` (the dataset the index was built from: a native dataset directory or a loader name;
-the index does not keep its trajectories) plus the log, before saving.
+directory (``tools.json`` + ``trajectories.jsonl``, and the segments of a rotated gateway log), whose tools
+that the log's trajectories call and the index lacks are registered with their fallback vectors (a tool
+only offered to the model is not). ``--refit`` also refits the learned weights (blend head, candidate model)
+on ``--history`` (the dataset the index was built from: a native dataset directory or a loader name; the
+index does not keep its trajectories) plus the log, before saving.
+
+Each logged trajectory is learned once: the index keeps the ids it applied (:mod:`tracer.core.applied`), so
+a growing log can be applied again and again; an update with nothing new saves nothing (``"saved": false``).
+
+A bad line (not JSON, a field that breaks the rules of :mod:`tracer.core.validate`, a call to a tool neither
+the index nor ``tools.json`` knows, a repeated id) is skipped and listed in the report as ``file:line: field:
+problem``; the rest is applied. Exit status: 0 when the update ran (lines skipped or not), 1 when lines
+were skipped and none was valid (nothing learned, nothing saved: a wrong file, most likely), 2 on an error
+(no such log, a bad index or ``--history``; with ``--strict``, the first bad line, and nothing is applied).
 """
 
 from __future__ import annotations
@@ -15,26 +25,46 @@ import sys
 from pathlib import Path
 
 from tracer.core.errors import DataError
+from tracer.core.steps import iter_calls
+from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import load_dataset, load_native
-from tracer.data.native import read_tools, read_trajectories
+from tracer.data.native import read_log_trajectories, read_tools, read_trajectories
 from tracer.retriever import Retriever
 
+SHOWN_PROBLEMS = 100  # the report lists this many skipped lines (and counts them all)
+PROBLEM_CHARS = 300
 
-def read_log(path: Path, registry) -> tuple[list, list]:
-    """(trajectories, tools) of a log file or dataset directory, validated against the index's registry
-    extended by the directory's tools."""
-    if path.is_dir():
-        tools = list(read_tools(path / "tools.json"))
-        known = registry.extend(t for t in tools if t.name not in registry)
-        return read_trajectories(path / "trajectories.jsonl", known), tools
+
+def read_log(path: Path, registry: Registry, problems: list[DataError] | None) -> tuple[list[Trajectory], list[Tool]]:
+    """(trajectories, tools to register) of a log file or dataset directory, validated against the index's
+    registry extended by the directory's tools; ``problems`` (a list) collects the bad lines, which are
+    skipped (None: the first one raises)."""
     if not path.exists():
         raise DataError(path, "no such log file or dataset directory")
-    return read_trajectories(path, registry), []
+    if not path.is_dir():
+        return read_trajectories(path, registry, problems), []
+    offered = [t for t in read_tools(path / "tools.json", problems=problems) if t.name not in registry]
+    trajectories = read_log_trajectories(path, registry.extend(offered), problems)
+    called = {name for t in trajectories for _, _, name, _ in iter_calls(t.messages)}
+    return trajectories, [t for t in offered if t.name in called]
+
+
+def problem_line(e: DataError) -> str:
+    """``file:line: field: problem`` (``-`` for no field; a tools.json entry by its ``#index``)."""
+    at = e.line if e.line is not None else (e.record or "-")
+    text = f"{e.path}:{at}: {e.field or '-'}: {e.problem}"
+    return text if len(text) <= PROBLEM_CHARS else text[:PROBLEM_CHARS] + f"…({len(text)} chars)"
 
 
 def update(args: argparse.Namespace) -> int:
     retriever = Retriever.load(args.index, cache_dir=args.cache_dir)
-    trajectories, tools = read_log(Path(args.log), retriever.registry)
+    problems: list[DataError] | None = None if args.strict else []
+    trajectories, tools = read_log(Path(args.log), retriever.registry, problems)
+    skipped = {"skipped": len(problems or ()), "problems": [problem_line(e) for e in (problems or ())[:SHOWN_PROBLEMS]]}
+    if problems and not trajectories:
+        print(f"tracer update: {args.log}: no valid line, {len(problems)} skipped; nothing applied", file=sys.stderr)
+        print(json.dumps({"trajectories": 0, "saved": False, **skipped}))
+        return 1
     up = retriever.updater
     up.background = False
     if args.refit:
@@ -45,10 +75,13 @@ def update(args: argparse.Namespace) -> int:
     report = up.update(trajectories, tools)
     if args.refit:
         report["refit"] = up.refit(wait=True)
-    retriever.save(args.index)
-    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}))
+    report["saved"] = bool(report["trajectories"] or report["new_tools"] or args.refit)
+    if report["saved"]:
+        retriever.save(args.index)
+    if problems:
+        print(f"tracer update: {args.log}: skipped {len(problems)} bad lines (listed in the report)", file=sys.stderr)
+    print(json.dumps({**{k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}, **skipped}))
     return 0
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +89,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", required=True, help="trajectories.jsonl, or a dataset directory with tools.json")
     p.add_argument("--refit", action="store_true", help="refit the learned weights on --history plus the log")
     p.add_argument("--history", help="dataset the index was built from (directory or loader name), for --refit")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse the whole log at its first bad line (exit 2) instead of skipping bad lines")
     p.add_argument("--cache-dir", default=".cache/embeddings", help="embedding cache ('' for none)")
 
 

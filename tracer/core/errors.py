@@ -11,6 +11,7 @@ class DataError(ValueError):
     def __init__(self, path: str | Path, problem: str, *, line: int | None = None, record: str | None = None,
                  field: str | None = None):
         self.path = str(path)
+        self.problem = problem
         self.line = line
         self.record = record
         self.field = field

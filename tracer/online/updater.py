@@ -91,18 +91,22 @@ class Updater:
 
     # ---- trajectories ------------------------------------------------------------------------
     def update(self, trajectories: Sequence[Trajectory], tools: Sequence[Tool] = ()) -> dict:
-        """Register ``tools`` not yet known (a removed one comes back), add the trajectories' successful
-        steps to every trie, and start a refit when the schedule says so. Returns what was done."""
+        """Register ``tools`` not yet known (a removed one comes back), add the successful steps of the
+        trajectories not applied before (by id: the ledger ``res.applied``, :mod:`tracer.core.applied`) to
+        every trie, and start a refit when the schedule says so. Returns what was done: ``trajectories``
+        applied now, ``already_applied`` (left out: applied before, or an id repeated in this call)."""
         t0 = time.perf_counter()
         with self._lock:
+            fresh, n_seen = self.scorer.res.applied.split(trajectories)
             res = grow_resources(self.scorer.res, tools)
-            res = dataclasses.replace(res, removed=res.removed - {t.name for t in tools})
+            res = dataclasses.replace(res, removed=res.removed - {t.name for t in tools},
+                                      applied=res.applied.adding(t.id for t in fresh))
             n_new_tools = len(res.registry) - len(self.scorer.res.registry)
-            n_steps = update_scorer(self.scorer, trajectories, res)
-            self.trajectories.extend(trajectories)
-            self.since_refit += len(trajectories)
+            n_steps = update_scorer(self.scorer, fresh, res)
+            self.trajectories.extend(fresh)
+            self.since_refit += len(fresh)
             due = self.refit_every is not None and self.since_refit >= self.refit_every
-        out = {"trajectories": len(trajectories), "steps": n_steps, "new_tools": n_new_tools,
+        out = {"trajectories": len(fresh), "already_applied": n_seen, "steps": n_steps, "new_tools": n_new_tools,
                "seconds": time.perf_counter() - t0, "refit_started": False}
         if due and self.refits_anything:
             out["refit_started"] = self.refit(wait=not self.background)
@@ -162,7 +166,8 @@ class Updater:
         with self._lock:
             now = self.scorer.res
             grown = grow_resources(fresh.res, list(now.registry)[len(fresh.res.registry):])
-            update_scorer(fresh, self.trajectories[len(trajectories):], dataclasses.replace(grown, removed=now.removed))
+            update_scorer(fresh, self.trajectories[len(trajectories):],
+                          dataclasses.replace(grown, removed=now.removed, applied=now.applied))
             self.scorer = fresh                                    # one assignment: the swap is atomic
             if self.on_swap is not None:
                 self.on_swap(fresh)

@@ -2,7 +2,8 @@
 
 A saved index directory holds ``meta.json`` (format version, scorer class and config, embedder name
 and dimension, the tools masked out by drift: ``removed``), ``tools.json`` (the registry), ``tools.faiss`` + ``tools_idmap.json`` +
-``tool_vectors.npy`` (the fallback index and its id map), plus the scorer's own tensors.
+``tool_vectors.npy`` (the fallback index and its id map), ``applied.npy`` (the ledger of logged trajectories
+already learned: :mod:`tracer.core.applied`), plus the scorer's own tensors.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from tracer.core.applied import Applied
 from tracer.core.store import CorruptIndex, Verify, open_snapshot, read_json
 from tracer.core.types import Registry, Tool
 from tracer.encode.embedders import CachedEmbedder, Embedder, default_device
@@ -39,13 +41,14 @@ def saved_config(saved: dict[str, Any], reference: str) -> dict[str, Any]:
 
 def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:
     """Write meta.json (with the embedder's name, dimension and, when known, the config that builds it, and the
-    removed tools), the registry and the tool index into ``tmp``."""
+    removed tools), the registry, the tool index and the applied ledger into ``tmp``."""
     config = res.embedder.config if isinstance(res.embedder, CachedEmbedder) else None
     meta = {**meta, "embedder": {"name": res.embedder.name, "dim": res.embedder.dim}
             | ({"config": config} if config is not None else {}), "removed": sorted(res.removed)}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     (tmp / "tools.json").write_text(json.dumps([{**t.to_openai(), "source": t.source} for t in res.registry]))
     res.tool_index.save(tmp)
+    res.applied.save(tmp)
 
 
 def open_common(directory: str | Path, embedder: Embedder, class_path: str, format_version: int,
@@ -75,7 +78,8 @@ def open_common(directory: str | Path, embedder: Embedder, class_path: str, form
     removed = meta.get("removed", [])  # absent from an index saved before the mask was: nothing removed
     if not isinstance(removed, list) or not all(isinstance(n, str) and n in registry for n in removed):
         raise CorruptIndex(d / "meta.json", f"expected a list of registered tool names, got {removed!r}", field="removed")
-    return meta, Resources(registry, embedder, tool_index, device or default_device(), removed=frozenset(removed))
+    return meta, Resources(registry, embedder, tool_index, device or default_device(), removed=frozenset(removed),
+                           applied=Applied.load(d))
 
 
 @contextmanager

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from tracer.core.applied import Applied
 from tracer.core.context import ContextRendering
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Step, Trajectory
@@ -28,6 +29,8 @@ class Resources:
     :meth:`tracer.online.updater.Updater.remove_tool`); scorers ignore it, a saved index keeps it.
     ``slow``: the same registry under a second, slower and better encoder, for a cascade's second stage
     (:class:`tracer.scorers.cascade.CascadeScorer`; ``FoldEncoders`` with a ``slow`` recipe); ``None``: one encoder.
+    ``applied``: the ids of the logged trajectories updates have added (:mod:`tracer.core.applied`), so a log
+    applied again is not counted twice; scorers ignore it, a saved index keeps it.
     """
 
     registry: Registry
@@ -39,6 +42,7 @@ class Resources:
     without: Callable[[frozenset[str]], Resources] | None = None
     removed: frozenset[str] = frozenset()
     slow: Resources | None = None
+    applied: Applied = field(default_factory=Applied)
 
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat", device: str | None = None,
