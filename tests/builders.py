@@ -141,3 +141,31 @@ def cascade_retriever(data, enc_dir: Path):
     head = {"head": {"max_epochs": 10, "inner_folds": 2}}
     return Retriever.from_dataset(data, "cascade", device="cpu", cache_dir=None, encoder_training=recipe,
                                   fast=head, slow=head, escalate=0.5)
+
+
+# ---- a tiny BERT for the encoder-artifact tests: MiniLM's tokenizer, 4,000 word pieces, one 32-wide layer ----------
+def tiny_bert(out: Path, vocab: int = 4000) -> Path:
+    """A sentence-transformers folder at ``out``: MiniLM's own tokenizer cut to its first ``vocab`` word pieces and a
+    seeded random one-layer BERT of width 32 over them. It exports to ONNX in ~2 s and distils with model2vec in ~1 s
+    (MiniLM: minutes), so the tests of what is cached from a model (exports, tables, checkpoints) can rebuild."""
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    from tracer.encode.embedders import minilm_path
+
+    src = minilm_path()
+    out.mkdir(parents=True)
+    doc = json.loads((src / "tokenizer.json").read_text())
+    doc["model"]["vocab"] = {t: i for t, i in doc["model"]["vocab"].items() if i < vocab}
+    (out / "tokenizer.json").write_text(json.dumps(doc))
+    (out / "vocab.txt").write_text("".join(t + "\n" for t in sorted(doc["model"]["vocab"], key=doc["model"]["vocab"].get)))
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "modules.json", "sentence_bert_config.json"):
+        shutil.copy(src / name, out / name)
+    (out / "1_Pooling").mkdir()
+    pooling = json.loads((src / "1_Pooling" / "config.json").read_text()) | {"word_embedding_dimension": 32}
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64)).save_pretrained(str(out))
+    return out

@@ -33,6 +33,9 @@ class DualEmbedder:
         self.query, self.tools = query, tools
         self.name = f"{query.name}+tools:{tools.name}"
         self.dim = query.dim
+        # both encoders' content, for the embedding cache's keys (empty when neither has one)
+        sides = [str(getattr(e, "fingerprint", "") or "") for e in (query, tools)]
+        self.fingerprint = "+tools:".join(sides) if any(sides) else ""
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         return self.query.encode(texts)                 # [N, d]

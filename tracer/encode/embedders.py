@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
-import zipfile
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -16,12 +16,16 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from tracer.core.io import atomic_write
+from tracer.encode.manifest import fingerprint
+from tracer.encode.shards import read_shards, write_shard
 
 # Characters kept per word piece the encoder can see. Our datasets average 2.5-4.5 characters per word piece
 # (scripts/text_lengths.py), so 64 is a >14x margin: the first max_seq_length * 64 characters hold
 # every word piece the encoder keeps unless a text is mostly whitespace or 100+-character "words".
 CHARS_PER_PIECE = 64
+# vectors a CachedEmbedder keeps in memory beyond those on disk: 15 MB of 384-d float32 rows, room for every context
+# of a few hundred live conversations' steps; a batch run that wants more persists them (cache_dir)
+MEMORY_ENTRIES = 10_000
 
 
 def clip_texts(texts: Sequence[str], max_pieces: int) -> list[str]:
@@ -69,6 +73,9 @@ class SentenceTransformerEmbedder:
         batch_size: texts per forward pass.
         device: ``cuda``/``cpu``; default CUDA when present.
         progress: show a progress bar for long encodes (more than ``progress`` texts); 0 disables it.
+
+    ``fingerprint`` is the folder's content hash (a tracer artifact's manifest digest, its files verified first: a
+    damaged fine-tuned checkpoint is an error naming the file), which the embedding cache keys vectors by.
     """
 
     def __init__(self, model: str | None = None, batch_size: int = 64, device: str | None = None,
@@ -78,6 +85,8 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         path = minilm_path() if model in (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2") else model
+        # before loading: a damaged checkpoint is named as such, not met as whatever torch makes of its bytes
+        self.fingerprint = fingerprint(path) if Path(path).is_dir() else ""
         self.device = device or default_device()
         self.model = SentenceTransformer(str(path), device=self.device)
         self.name = name or ("all-MiniLM-L6-v2" if model in (None, "all-MiniLM-L6-v2",
@@ -98,86 +107,100 @@ class SentenceTransformerEmbedder:
 
 
 class CachedEmbedder:
-    """Content-addressed cache around any embedder, in memory and (optionally) on disk.
+    """Content-addressed cache around any embedder: a bounded LRU in memory and, optionally, shards on disk.
 
-    The key of a text is ``sha256(model name, text)``: a text is encoded once per model, ever. Around an
-    embedder with a tool side (``encode_tools``, a :class:`tracer.encode.dual.DualEmbedder`) the tool texts'
-    keys carry a second tag, so the same text embedded as a context and as a tool has two entries.
-    New vectors are appended to the disk cache as one shard per ``encode`` call, each written to a
-    temporary file and renamed, so a crash never leaves a half-written shard. A shard that cannot be
-    read anyway (truncated or corrupted on disk) is reported with a warning and renamed aside to
-    ``<name>.npz.corrupt`` (never deleted); its texts are simply encoded again.
+    The key of a text is ``sha256(model name, content fingerprint, text)``: a text is encoded once per model and per
+    set of files the model is built from. The fingerprint is the inner embedder's ``fingerprint`` (an artifact's
+    manifest digest or a model folder's hash, :mod:`tracer.encode.manifest`; an embedder without one is keyed by
+    its name), so vectors computed under one set of weights or tokenizer are never served for another, whatever the
+    name says. Around an embedder with a tool side (``encode_tools``, a :class:`tracer.encode.dual.DualEmbedder`)
+    the tool texts' keys carry a second tag, so the same text embedded as a context and as a tool has two entries.
 
-    ``n_encoded`` counts the texts actually sent to the model (a warm second run shows 0).
+    Memory holds every vector on disk (read once, at start-up) and at most ``max_entries`` others, least recently
+    used first out (default ``MEMORY_ENTRIES``). On disk (:mod:`tracer.encode.shards`) new vectors are appended as
+    one verified shard per ``encode`` call, and many shards are compacted into one when the cache opens. With
+    ``persist_contexts=False`` only tool texts (``encode_tools``) are written to disk, contexts stay in memory:
+    what a process that answers live conversations wants (:meth:`tracer.retriever.Retriever.load`), each context
+    being new; a serving process without ``cache_dir`` writes nothing.
+
+    ``n_encoded`` counts the texts actually sent to the model (a warm second run shows 0); ``len()`` the vectors held.
     ``config`` is the embedder config that builds ``inner`` again (``_target_`` and arguments), when it was
     built from one: a saved index keeps it, so that loading the index rebuilds its encoder.
     """
 
-    def __init__(self, inner: Embedder, cache_dir: str | Path | None = None, config: Mapping[str, Any] | None = None):
+    def __init__(self, inner: Embedder, cache_dir: str | Path | None = None, config: Mapping[str, Any] | None = None,
+                 *, persist_contexts: bool = True, max_entries: int = MEMORY_ENTRIES):
+        if not isinstance(max_entries, int) or max_entries < 0:
+            raise ValueError(f"CachedEmbedder max_entries must be an integer >= 0, got {max_entries!r}")
         self.inner = inner
         self.config = dict(config) if config is not None else None
         self.name = inner.name
         self.dim = inner.dim
+        self.fingerprint = str(getattr(inner, "fingerprint", "") or "")
+        self.persist_contexts = persist_contexts
+        self.max_entries = max_entries
         self.n_encoded = 0
-        self._mem: dict[bytes, np.ndarray] = {}
+        # name + fingerprint: an embedder without a fingerprint keeps the keys (and folder) it always had
+        self._prefix = self.name.encode() + (b"\0" + self.fingerprint.encode() if self.fingerprint else b"")
+        self._disk: dict[bytes, np.ndarray] = {}              # every vector on disk
+        self._lru: OrderedDict[bytes, np.ndarray] = OrderedDict()  # the others, newest last
+        self._lock = threading.Lock()                          # the gateway encodes from several threads
         self.cache_dir = None
         if cache_dir is not None:
-            slug = hashlib.sha256(self.name.encode()).hexdigest()[:16]
+            slug = hashlib.sha256(self._prefix).hexdigest()[:16]
             self.cache_dir = Path(cache_dir) / f"{slug}-{self.dim}"
             self.cache_dir.mkdir(parents=True, exist_ok=True)
-            self._load_shards()
+            self._disk = read_shards(self.cache_dir, self.dim)
+
+    def __len__(self) -> int:
+        return len(self._disk) + len(self._lru)
 
     def _key(self, text: str, side: bytes = b"") -> bytes:
-        return hashlib.sha256(self.name.encode() + side + b"\0" + text.encode()).digest()
-
-    def _load_shards(self) -> None:
-        for shard in sorted(self.cache_dir.glob("*.npz")):
-            try:
-                with np.load(shard) as z:
-                    keys, vecs = z["keys"], z["vecs"]
-                    bad = z.zip.testzip()  # numpy stops reading before the CRC check: a flipped byte passes it
-                if bad is not None:
-                    raise ValueError(f"member {bad} fails its CRC")
-                if keys.shape != (len(vecs),) or vecs.dtype != np.float32:
-                    raise ValueError(f"{len(keys)} keys for {len(vecs)} vectors of {vecs.dtype}")
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
-                aside = shard.with_name(shard.name + ".corrupt")
-                os.replace(shard, aside)
-                warnings.warn(f"{shard}: corrupt embedding-cache shard ({type(e).__name__}: {e}); moved to {aside.name}, "
-                              "its texts will be encoded again", RuntimeWarning, stacklevel=3)
-                continue
-            if vecs.shape[1:] != (self.dim,):
-                raise ValueError(f"{shard}: cached vectors have dimension {vecs.shape[1:]} but the embedder has {self.dim}")
-            for k, v in zip(keys, vecs):
-                # numpy's fixed-width bytes drop trailing NULs; keys are 32-byte digests, so pad back
-                self._mem[bytes(k).ljust(32, b"\0")] = v
-
-    def _save_shard(self, keys: list[bytes], vecs: np.ndarray) -> None:
-        name = hashlib.sha256(b"".join(keys)).hexdigest()[:20]
-        atomic_write(self.cache_dir / f"{name}.npz",
-                     lambda f: np.savez(f, keys=np.array(keys, dtype="S32"), vecs=vecs))
+        return hashlib.sha256(self._prefix + side + b"\0" + text.encode()).digest()
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
-        return self._cached(texts, b"", self.inner.encode)
+        return self._cached(texts, b"", self.inner.encode, self.persist_contexts)
 
     def encode_tools(self, texts: Sequence[str]) -> torch.Tensor:
         if getattr(self.inner, "encode_tools", None) is None:  # one encoder for both: one entry per text
-            return self.encode(texts)
-        return self._cached(texts, b"\0tools", self.inner.encode_tools)
+            return self._cached(texts, b"", self.inner.encode, True)
+        return self._cached(texts, b"\0tools", self.inner.encode_tools, True)
 
-    def _cached(self, texts: Sequence[str], side: bytes, encode: Callable[[list[str]], torch.Tensor]) -> torch.Tensor:
+    def _lookup(self, key: bytes) -> np.ndarray | None:
+        vec = self._disk.get(key)
+        if vec is None and (vec := self._lru.get(key)) is not None:
+            self._lru.move_to_end(key)
+        return vec
+
+    def _cached(self, texts: Sequence[str], side: bytes, encode: Callable[[list[str]], torch.Tensor],
+                persist: bool) -> torch.Tensor:
         keys = [self._key(t, side) for t in texts]
+        found: dict[bytes, np.ndarray] = {}    # this call's rows: the LRU may evict them before they are returned
         missing: dict[bytes, str] = {}
-        for k, t in zip(keys, texts):
-            if k not in self._mem and k not in missing:
-                missing[k] = t
+        with self._lock:
+            for k, t in zip(keys, texts):
+                if k not in found and k not in missing:
+                    if (vec := self._lookup(k)) is None:
+                        missing[k] = t
+                    else:
+                        found[k] = vec
         if missing:
-            vecs = encode(list(missing.values())).numpy().astype(np.float32)
+            vecs = encode(list(missing.values())).numpy().astype(np.float32)  # [M, d]
+            found.update(zip(missing, vecs))
+        with self._lock:
             self.n_encoded += len(missing)
-            for k, v in zip(missing, vecs):
-                self._mem[k] = v
-            if self.cache_dir is not None:
-                self._save_shard(list(missing), vecs)
+            if persist and self.cache_dir is not None:
+                new = [k for k in found if k not in self._disk]  # a context kept in memory, now seen as a tool too
+                if new:
+                    write_shard(self.cache_dir, new, np.stack([found[k] for k in new]))
+                    for k in new:
+                        self._disk[k] = found[k]
+                        self._lru.pop(k, None)
+            else:
+                for k in missing:
+                    self._lru[k] = found[k].copy()  # a row of its own: the batch's array is not kept alive
+                while len(self._lru) > self.max_entries:
+                    self._lru.popitem(last=False)
         if not keys:
             return torch.zeros(0, self.dim)
-        return torch.from_numpy(np.stack([self._mem[k] for k in keys]))  # [N, d]
+        return torch.from_numpy(np.stack([found[k] for k in keys]))  # [N, d]

@@ -36,8 +36,8 @@ from onnxruntime.transformers.optimizer import optimize_model
 from tokenizers import Tokenizer
 from transformers import AutoModel, AutoTokenizer
 
-from tracer.core.io import atomic_new_dir
-from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash, short_name
+from tracer.encode.manifest import new_artifact, reuse, verify
+from tracer.encode.source import DEFAULT_CACHE, recipe_hash, short_name, source_hash
 
 VARIANTS = ("fp32", "int8")
 OPSET = 17
@@ -95,18 +95,25 @@ def max_seq_length(folder: Path) -> int:
 
 def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
            skip_layer_norm: bool = False) -> Path:
-    """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused when present.
+    """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused when it
+    matches its manifest, exported again when it does not (:mod:`tracer.encode.manifest`).
 
     ``skip_layer_norm=True`` fuses the residual adds into SkipLayerNormalization as the optimizer does by
     default: the slower graph (module docstring), kept for scripts/profile_onnx.py to compare with."""
-    folder = model_folder(model)
-    key = recipe_hash(kind="onnx", weights=folder_hash(folder), opset=OPSET,
+    return exported(model, encoder_dir, skip_layer_norm)[0]
+
+
+def exported(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
+             skip_layer_norm: bool = False) -> tuple[Path, str]:
+    """:func:`export`'s folder and its manifest digest (the export's content fingerprint), its files hashed once."""
+    folder, weights = source_hash(model)
+    key = recipe_hash(kind="onnx", weights=weights, opset=OPSET,
                       graph="bert-fused" if skip_layer_norm else "bert-fused-no-skip-layernorm",
                       quant="dynamic-matmul-attention-perchannel-qint8")
     out = Path(encoder_dir) / f"onnx-{key[:16]}"
-    if (out / "int8.onnx").is_file():
-        return out
-    with atomic_new_dir(out) as tmp:
+    if (digest := reuse(out)) is not None:
+        return out, digest
+    with new_artifact(out, {"kind": "onnx", "key": key}) as tmp:
         # eager attention: the exported graph then has the pattern the optimizer fuses (SDPA's has not)
         net = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
         tok = AutoTokenizer.from_pretrained(str(folder))
@@ -128,7 +135,7 @@ def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CA
         tok.save_pretrained(str(tmp / "tokenizer"))
         (tmp / "source.json").write_text(json.dumps({"model": str(folder), "max_seq_length": max_seq_length(folder),
                                                       "name": short_name(model), "key": key}))
-    return out
+    return out, verify(out)
 
 
 class OnnxEmbedder:
@@ -154,7 +161,8 @@ class OnnxEmbedder:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"OnnxEmbedder batch_size must be an integer >= 1, got {batch_size!r}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        self.dir = export(model, encoder_dir)
+        # the export's manifest digest: what the embedding cache keys these vectors by, beside the name
+        self.dir, self.fingerprint = exported(model, encoder_dir)
         meta = json.loads((self.dir / "source.json").read_text())
         # int8 vectors of one text differ with the batch it ran in: the batch size is part of what made them
         self.name = f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}" + (f"-batch{batch_size}" if variant == "int8" else "")

@@ -3,7 +3,8 @@
 Exports (ONNX), distillations (model2vec) and fine-tuned checkpoints are built offline from a local
 sentence-transformers folder into ``<encoder_dir>/<kind>-<hash>/`` and never committed. The hash covers
 the source folder's weights, tokenizer and configs plus the recipe, so a new base model or a new
-recipe gets a new directory and a new embedding-cache name, and an existing one is reused as is.
+recipe gets a new directory and a new embedding-cache name. An existing one is reused once it matches the manifest
+written when it was built, and built again when it does not (:mod:`tracer.encode.manifest`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from tracer.encode.embedders import minilm_path
+from tracer.encode.manifest import MANIFEST, fingerprint, folder_hash
+
+__all__ = ["DEFAULT_CACHE", "MINILM_NAMES", "folder_hash", "model_folder", "recipe_hash", "short_name", "source_hash"]
 
 MINILM_NAMES = (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 DEFAULT_CACHE = ".cache/encoders"
-# files whose bytes decide what a sentence-transformers folder computes (README and the like do not)
-_HASHED_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
 
 
 def model_folder(model: str | Path | None) -> Path:
@@ -29,17 +31,14 @@ def model_folder(model: str | Path | None) -> Path:
     return path
 
 
-def folder_hash(folder: str | Path) -> str:
-    """sha256 over the relative paths and bytes of the files that define a model folder."""
-    folder = Path(folder)
-    h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _HASHED_SUFFIXES
-                    and not p.name.startswith(".") and p.name != "train_info.json"):
-        h.update(str(f.relative_to(folder)).encode() + b"\0")
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
+def source_hash(model: str | Path | None) -> tuple[Path, str]:
+    """The local model folder of ``model`` and the hash its derived artifacts' keys carry (:func:`folder_hash`). A
+    folder that is itself a tracer artifact (a fine-tuned checkpoint exported or distilled in turn) is verified
+    against its manifest first: a damaged one is an error naming the file, never the source of a new artifact."""
+    folder = model_folder(model)
+    if (folder / MANIFEST).is_file():
+        fingerprint(folder)
+    return folder, folder_hash(folder)
 
 
 def recipe_hash(**parts: Any) -> str:

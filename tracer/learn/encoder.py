@@ -14,7 +14,8 @@ query encoder only: each anchor is ranked against a teacher's frozen vectors of 
 present (not run here), else the CPU, where a run is deterministic.
 
 The checkpoint lands atomically in ``<encoder_dir>/finetuned-<hash>/``, the hash covering the pairs,
-the recipe and the base weights: a rerun on the same training data loads it instead of training.
+the recipe and the base weights: a rerun on the same training data loads it instead of training, once it matches
+the manifest written with it (a damaged one is moved aside and trained again, :mod:`tracer.encode.manifest`).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tracer.core.io import atomic_new_dir, write_json
+from tracer.core.io import write_json
 from tracer.encode.embedders import default_device
-from tracer.encode.source import DEFAULT_CACHE, folder_hash, model_folder, recipe_hash
+from tracer.encode.manifest import new_artifact, reuse
+from tracer.encode.source import DEFAULT_CACHE, model_folder, recipe_hash, source_hash
 from tracer.learn.pairs import Pairs, context_partners, no_duplicate_batches, texts_digest
 from tracer.learn.student import keep_layers, narrow_ffn
 
@@ -276,7 +278,7 @@ def checkpoint_dir(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
     (content-addressed)."""
     extra = {"candidates": texts_digest(candidates or ())} if cfg.fixed_tools else {}
     key = recipe_hash(kind="finetune-mnrl", pairs=pairs.digest(), config=cfg.key(),
-                      weights=folder_hash(model_folder(base_model)), **extra)
+                      weights=source_hash(base_model)[1], **extra)
     return Path(encoder_dir) / f"finetuned-{key[:16]}"
 
 
@@ -293,13 +295,19 @@ def finetuned(pairs: Pairs, cfg: TrainConfig = TrainConfig(), base_model: str | 
     if cfg.fixed_tools and not candidates:
         raise ValueError("encoder training with fixed_tools needs the candidate tool texts (the registry)")
     out = checkpoint_dir(pairs, cfg, base_model, encoder_dir, candidates)
-    if (out / "train_info.json").is_file():
+    cached = reuse(out) is not None  # a damaged or unfinished one is moved aside and trained again
+    if cached and not cfg.fixed_tools:
         return out
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # a query encoder is served beside its teacher: that one is verified (or trained again) even on a hit
     teacher = finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) if cfg.needs_teacher else None
+    if cached:
+        return out
     model, info = train(pairs, cfg, teacher if cfg.from_teacher else base_model, device, log,
                         teacher if cfg.distill or cfg.fixed_tools else None, candidates)
-    with atomic_new_dir(out) as tmp:  # config.from_teacher says when the teacher is also where the layers came from
+    # sealed with the checkpoint's key (tracer.encode.manifest); config.from_teacher says when the teacher is also
+    # where the layers came from
+    with new_artifact(out, {"kind": "finetune-mnrl", "key": out.name}) as tmp:
         model.save(str(tmp))
         write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))}
                    | ({"teacher": str(teacher)} if teacher else {}))

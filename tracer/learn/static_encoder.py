@@ -15,7 +15,8 @@ while the tool side keeps the transformer's quality, which is computed once per 
 
 The result is saved atomically as a model2vec folder in ``<encoder_dir>/m2v-trained-<hash>/`` (the
 layout :class:`tracer.encode.static.StaticEmbedder` loads), the hash covering the pairs, the recipe and
-the starting table; a rerun loads it.
+the starting table; a rerun loads it once it matches the manifest written with it (a damaged one is moved aside
+and trained again, :mod:`tracer.encode.manifest`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from model2vec import StaticModel
 
-from tracer.core.io import atomic_new_dir, write_json
-from tracer.encode.source import DEFAULT_CACHE, folder_hash, recipe_hash
+from tracer.core.io import write_json
+from tracer.encode.manifest import folder_hash, new_artifact, reuse
+from tracer.encode.source import DEFAULT_CACHE, recipe_hash, source_hash
 from tracer.encode.static import distilled
 from tracer.learn.encoder import TrainConfig, unit_vectors
 from tracer.learn.pairs import Pairs, context_partners, no_duplicate_batches, texts_digest
@@ -144,11 +146,11 @@ def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
     if context_weight > 0:
         extra["context_weight"] = float(context_weight)
     if teacher is not None:
-        extra["teacher"] = folder_hash(Path(teacher))
+        extra["teacher"] = source_hash(teacher)[1]
     key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=cfg.key(), start=folder_hash(start / "model"),
                       **extra)  # in-batch keys stay those of the runs already cached
     out = Path(encoder_dir) / f"m2v-trained-{key[:16]}"
-    if (out / "source.json").is_file():
+    if reuse(out) is not None:  # a damaged or unfinished one is moved aside and trained again
         return out
     base = StaticModel.from_pretrained(str(start / "model"))
     fixed, meta = None, {}
@@ -161,7 +163,7 @@ def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
         fixed = unit_vectors(net, (list(dict.fromkeys(candidates)),), net.max_seq_length)[0]       # [N, d]
         meta = {"teacher": str(teacher), "teacher_vectors_seconds": round(time.perf_counter() - t0, 2)}
     table, info = train_static(pairs, cfg, base, log, candidates, context_weight, fixed)
-    with atomic_new_dir(out) as tmp:
+    with new_artifact(out, {"kind": "static-mnrl", "key": key}) as tmp:
         StaticModel(table, base.tokenizer, config=base.config, normalize=True).save_pretrained(str(tmp / "model"))
         (tmp / "source.json").write_text(json.dumps({"model": str(start), "name": out.name, "key": key}))
         write_json(tmp / "train_info.json", info | meta)
