@@ -123,11 +123,13 @@ def build_dataset(dataset: str | Mapping, registry: str | Mapping | None = None,
     return build(node("registry", registry))(dataset_cfg["name"], ds, seed=seed)
 
 
-def build_embedder(embedder: str | Mapping = "minilm", /, **overrides: Any) -> CachedEmbedder:
-    """The embedder of an ``embedder`` node (or name) behind the content-addressed disk cache at its ``cache_dir``."""
+def build_embedder(embedder: str | Mapping = "minilm", /, *, persist_contexts: bool = True,
+                   **overrides: Any) -> CachedEmbedder:
+    """The embedder of an ``embedder`` node (or name) behind the content-addressed disk cache at its ``cache_dir``
+    (``persist_contexts=False``: only tool texts go to disk, :class:`CachedEmbedder`)."""
     cfg = dict(plain(node("embedder", embedder, **overrides)))
     cache_dir = cfg.pop("cache_dir")
-    return CachedEmbedder(build(cfg), cache_dir, config=cfg)
+    return CachedEmbedder(build(cfg), cache_dir, config=cfg, persist_contexts=persist_contexts)
 
 
 def build_executor(executor: str | Mapping = "oracle", /, **overrides: Any) -> Executor:

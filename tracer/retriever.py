@@ -62,14 +62,15 @@ def _dataset(data: Dataset | str | Path, options: Mapping[str, Any]) -> Dataset:
 
 def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | Path | None,
                     device: str | None) -> Embedder:
-    """The embedder an index was built with: from the config saved with it, else the bundled MiniLM."""
+    """The embedder an index was built with: from the config saved with it, else the bundled MiniLM. Its contexts
+    (live or logged conversations, each new) stay in its bounded memory; only tool texts may go to ``cache_dir``."""
     cfg = saved.get("config")
     if cfg is None:
         if saved["name"] != MINILM:
             raise ValueError(f"{meta_path}: the index was built with embedder {saved['name']!r}; "
                              "pass that embedder to Retriever.load")
-        return build_embedder("minilm", cache_dir=cache_dir, device=device)
-    return build_embedder(_on_device(cfg, device), cache_dir=cache_dir)
+        return build_embedder("minilm", cache_dir=cache_dir, device=device, persist_contexts=False)
+    return build_embedder(_on_device(cfg, device), cache_dir=cache_dir, persist_contexts=False)
 
 
 def _on_device(cfg: Mapping[str, Any], device: str | None) -> dict[str, Any]:
@@ -233,13 +234,16 @@ class Retriever:
 
     @classmethod
     def load(cls, directory: str | Path, embedder: Embedder | None = None, *, k: int = 5,
-             device: str | None = None, cache_dir: str | Path | None = ".cache/embeddings",
+             device: str | None = None, cache_dir: str | Path | None = None,
              verify: Verify = "sha256") -> Retriever:
         """Load the current snapshot of a saved index (resolved once; see docs/storage.md), every file
         checked against the manifest's SHA-256 (``verify="size"`` checks sizes only, ``"none"`` nothing).
         ``embedder`` defaults to the one the index was built with, rebuilt from the config saved with it (an
         index whose embedder was built from a config: ``build_embedder``, ``encoder_training``), else the bundled
-        MiniLM; an index built with another embedder needs it passed in (another model or dimension is refused)."""
+        MiniLM; an index built with another embedder needs it passed in (another model or dimension is refused).
+        That embedder keeps its vectors in a bounded memory (``CachedEmbedder.max_entries``) and writes none to disk:
+        the index's tool vectors are in the snapshot and a live context is new each time. ``cache_dir``: a disk cache
+        for the tool texts it embeds later (``update``), never for contexts."""
         k = check_k(k)
         with open_snapshot(directory, verify) as snap:
             meta_path = snap / "meta.json"
