@@ -28,10 +28,11 @@ def make_gateway(index_dir, minilm, upstream: str, sink=None, **config) -> Gatew
 
 
 @contextlib.contextmanager
-def serving(app, timeout_s: float = 20.0) -> Iterator[str]:
-    """Run ``app`` on 127.0.0.1 (an ephemeral port) and yield its ``http://127.0.0.1:PORT`` root."""
+def serving(app, timeout_s: float = 20.0, **options) -> Iterator[str]:
+    """Run ``app`` on 127.0.0.1 (an ephemeral port) and yield its ``http://127.0.0.1:PORT`` root;
+    ``options`` go to ``uvicorn.Config`` (``http=`` a protocol class, ...)."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                           access_log=False, lifespan="on"))
+                                           access_log=False, lifespan="on", **options))
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

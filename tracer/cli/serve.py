@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import uvicorn
 
 from tracer.retriever import Retriever
 from tracer.serve.bounded import safe_url
+from tracer.serve.deadline import deadline_protocol
 from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.logging_sink import ConversationLog, load_callable
 from tracer.serve.metrics import setup_json_logging
@@ -32,6 +34,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--upstream-timeout", type=float, default=300.0, help="per-request upstream deadline (s)")
     p.add_argument("--reload-interval", type=float, default=2.0,
                    help="seconds between checks of the index's version (0: only on SIGHUP)")
+    p.add_argument("--read-timeout", type=float, default=30.0,
+                   help="seconds for a request's headers, and then its body, to arrive (408 past it)")
+    p.add_argument("--limit-concurrency", type=int, default=None,
+                   help="connections and requests at once before new requests get a 503 (off by default)")
+    p.add_argument("--admin-token", default=None,
+                   help="enables POST /v1/tracer/reload and admin outcomes; prefer $TRACER_ADMIN_TOKEN, "
+                        "which ps does not show (off when neither is set)")
+    p.add_argument("--max-admin-body-bytes", type=int, default=16 * 1024,
+                   help="body limit of POST /v1/tracer/* (413 beyond)")
+    p.add_argument("--reload-min-interval", type=float, default=10.0,
+                   help="POST /v1/tracer/reload starts a reload at most this often (429 before)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--log-level", default="info")
 
@@ -48,7 +61,11 @@ def build(args: argparse.Namespace) -> Gateway:
     sink = ConversationLog(args.log, redact, args.log_idle) if args.log is not None else None
     config = GatewayConfig(upstream=args.upstream, k=args.k, sticky=args.sticky, max_presented=args.max_presented,
                            max_body_bytes=args.max_body_bytes, upstream_timeout_s=args.upstream_timeout,
-                           reload_interval_s=args.reload_interval, log_idle_s=args.log_idle)
+                           reload_interval_s=args.reload_interval, log_idle_s=args.log_idle,
+                           read_timeout_s=args.read_timeout,
+                           admin_token=args.admin_token or os.environ.get("TRACER_ADMIN_TOKEN") or None,
+                           max_admin_body_bytes=args.max_admin_body_bytes,
+                           reload_min_interval_s=args.reload_min_interval)
     return Gateway(holder, config, sink)
 
 
@@ -61,5 +78,8 @@ def run(args: argparse.Namespace) -> None:
     freeze_long_lived()
     # uvicorn handles SIGINT/SIGTERM: stops accepting, drains requests in flight, then runs the lifespan exit
     # keep-alive longer than clients' own (httpx: 5 s), so a client never reuses a connection we just closed
+    # uvicorn has no deadline on reading a request: the protocol adds one (tracer/serve/deadline.py)
+    http = deadline_protocol(args.read_timeout, lambda kind: gateway.metrics.errors.labels(kind).inc())
     uvicorn.run(gateway.app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,
-                timeout_graceful_shutdown=30, timeout_keep_alive=75)
+                timeout_graceful_shutdown=30, timeout_keep_alive=75, http=http,
+                limit_concurrency=args.limit_concurrency)

@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tracer.serve.guards import read_body
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.validation import RequestError, openai_error
 
@@ -80,18 +79,17 @@ class Admin:
         sink: the conversation log (None: logging off, outcomes are a 409).
         reload: the gateway's coalesced reload.
         reloads: how many reloads swapped the index so far (for the answer).
-        max_body_bytes: body limit of ``/v1/tracer/*``.
+        read_body: the gateway's body reader with the admin endpoints' limit
+            (:func:`tracer.serve.guards.read_body`: 413, 408, a hang-up counted).
         reload_min_interval_s: a forced reload starts at most this often.
-        read_timeout_s: deadline of a request body.
     """
 
     def __init__(self, token: str | None, sink: ConversationLog | None, reload: CoalescedReload,
-                 reloads: Callable[[], int], max_body_bytes: int = 16 * 1024,
-                 reload_min_interval_s: float = 10.0, read_timeout_s: float = 30.0):
+                 reloads: Callable[[], int], read_body: Callable[[Request], Awaitable[bytes]],
+                 reload_min_interval_s: float = 10.0):
         self._token = None if not token else token.encode()
-        self.sink, self._reload, self._reloads = sink, reload, reloads
-        self.max_body_bytes, self.reload_min_interval_s = max_body_bytes, reload_min_interval_s
-        self.read_timeout_s = read_timeout_s
+        self.sink, self._reload, self._reloads, self._read_body = sink, reload, reloads, read_body
+        self.reload_min_interval_s = reload_min_interval_s
         self.tokens = OutcomeTokens()
 
     def is_admin(self, request: Request) -> bool:
@@ -115,7 +113,7 @@ class Admin:
 
     async def outcome(self, request: Request) -> Response:
         try:
-            body = _outcome_body(await read_body(request, self.max_body_bytes, self.read_timeout_s))
+            body = _outcome_body(await self._read_body(request))
         except RequestError as e:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
         conversation = body["conversation"]

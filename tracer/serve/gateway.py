@@ -95,7 +95,7 @@ class Gateway:
                                  lambda: self.metrics.errors.labels("upstream_disconnect_retried").inc())
         self._reload = CoalescedReload(self._load_fresh)  # SIGHUP, the poll and the endpoint share one
         self.admin = Admin(config.admin_token, sink, self._reload, lambda: self.holder.reloads,
-                           config.max_admin_body_bytes, config.reload_min_interval_s, config.read_timeout_s)
+                           lambda r: self._read_body(r, config.max_admin_body_bytes), config.reload_min_interval_s)
         self.app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.render_metrics, methods=["GET"]),
@@ -216,9 +216,9 @@ class Gateway:
             return []
         return [(OUTCOME_TOKEN_HEADER.encode(), self.admin.tokens.issue(conv).encode())]
 
-    async def _read_body(self, request: Request) -> bytes:
+    async def _read_body(self, request: Request, limit: int | None = None) -> bytes:
         try:
-            return await read_body(request, self.config.max_body_bytes, self.config.read_timeout_s)
+            return await read_body(request, limit or self.config.max_body_bytes, self.config.read_timeout_s)
         except RequestError as e:  # a client that hung up or stalled: counted and logged, no traceback
             if e.status in (408, 499):
                 kind = "client_disconnect" if isinstance(e, ClientGone) else "body_timeout"

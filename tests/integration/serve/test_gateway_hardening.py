@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -31,6 +32,7 @@ from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
 from tracer.retriever import Retriever
+from tracer.serve.deadline import deadline_protocol
 from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import JsonFormatter
@@ -149,8 +151,8 @@ def test_an_answer_whose_message_is_not_an_object_passes_through_unchanged(index
         metrics = httpx.get(url + "/metrics").text
     assert r.status_code == 200 and r.content == stub.replies[0]
     assert 'tracer_requests_total{status="200"} 1.0' in metrics and 'status="500"' not in metrics
-    logged = load_native(tmp_path / "log").trajectories
-    assert [m["role"] for m in logged[0].messages] == ["user"]  # the request, no reply
+    logged = [json.loads(line) for line in (tmp_path / "log" / "trajectories.jsonl").read_text().splitlines()]
+    assert [m["role"] for m in logged[0]["messages"]] == ["user"]  # the request, no reply
 
 
 # ---- 10: secrets: the upstream's password, the internal address ---------------------------------------
@@ -312,3 +314,112 @@ def test_a_version_that_failed_for_a_passing_reason_is_tried_again_with_backoff(
     assert "Too many open files" in holder.failure.error and holder.version != version_name(holder.failure.token)
     now[0] = 15.0
     assert holder.maybe_reload() and holder.failure is None and loads[-1] == 15.0
+
+
+# ---- 13: read deadlines: dripping clients are dropped, others are served meanwhile ----------------------
+def drip(url: str, first: bytes, rest: bytes, n: int, every_s: float = 0.1,
+         give_up_s: float = 8.0) -> list[tuple[float, bytes]]:
+    """``n`` connections each send ``first`` at once, then ``rest`` one byte every ``every_s``; for each,
+    (seconds until the server closed it, or inf past ``give_up_s``; the bytes it answered)."""
+    host, port = url.removeprefix("http://").split(":")
+    socks = [socket.create_connection((host, int(port))) for _ in range(n)]
+    t0, got, closed = time.monotonic(), {s: b"" for s in socks}, {}
+    for s in socks:
+        if first:
+            s.sendall(first)
+        s.setblocking(False)
+    i = 0
+    while len(closed) < n and time.monotonic() - t0 < give_up_s:
+        for s in (s for s in socks if s not in closed):
+            with contextlib.suppress(BlockingIOError):
+                try:
+                    while chunk := s.recv(65536):
+                        got[s] += chunk
+                    closed[s] = time.monotonic() - t0  # EOF
+                    continue
+                except ConnectionResetError:
+                    closed[s] = time.monotonic() - t0
+                    continue
+            if i < len(rest):
+                try:
+                    s.send(rest[i:i + 1])
+                except (BrokenPipeError, ConnectionResetError):
+                    closed[s] = time.monotonic() - t0
+        i += 1
+        time.sleep(every_s)
+    for s in socks:
+        s.close()
+    return [(closed.get(s, float("inf")), got[s]) for s in socks]
+
+
+CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+
+
+@pytest.mark.parametrize(("case", "first", "rest", "answer"), [
+    ("headers dripped", b"", CHAT_HEAD + b"x-pad: " + b"a" * 200, b"HTTP/1.1 408 "),
+    ("body dripped", CHAT_HEAD + b"content-length: 500\r\n\r\n", b"{" * 500, b"HTTP/1.1 408 "),
+    ("nothing sent", b"", b"", b""),
+    ("answered, body dripped", b"GET /health HTTP/1.1\r\nhost: x\r\ncontent-length: 500\r\n\r\n", b"x" * 500,
+     b"HTTP/1.1 200 "),
+])
+def test_a_request_that_does_not_arrive_within_the_deadline_is_dropped(index_dir, minilm, case, first, rest,
+                                                                       answer):
+    gateway = make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1", read_timeout_s=1.0)
+    protocol = deadline_protocol(1.0, lambda kind: gateway.metrics.errors.labels(kind).inc())
+    with serving(gateway.app, http=protocol) as url, ThreadPoolExecutor(1) as pool:
+        dripping = pool.submit(drip, url, first, rest, 20)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        health = httpx.get(url + "/health", timeout=5)  # served meanwhile
+        served_s = time.monotonic() - t0
+        results = dripping.result()
+        metrics = httpx.get(url + "/metrics").text
+    assert health.status_code == 200 and served_s < 0.5
+    assert all(1.0 <= t < 2.5 for t, _ in results), sorted(t for t, _ in results)
+    assert all(got.startswith(answer) for _, got in results), results[0][1][:200]
+    if answer == b"HTTP/1.1 408 ":
+        assert all(b"connection: close" in got for _, got in results)
+        kind = "header_timeout" if case == "headers dripped" else "body_timeout"
+        assert f'tracer_errors_total{{kind="{kind}"}} 20.0' in metrics
+
+
+# ---- 14: a client that hangs up mid-body -----------------------------------------------------------------
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/files", "/v1/tracer/outcome"])
+def test_a_client_that_hangs_up_mid_body_is_counted_and_logged_without_a_traceback(index_dir, minilm, path):
+    caught = Records()
+    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "tracer.serve")]
+    with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url).app) as url:
+        levels = [logger.level for logger in loggers]
+        for logger in loggers:
+            logger.addHandler(caught)
+            logger.setLevel(logging.INFO)
+        try:
+            with socket.create_connection(url.removeprefix("http://").split(":")) as s:
+                s.sendall(f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n".encode() + b"{" * 300)
+                time.sleep(0.2)
+            deadline = time.monotonic() + 5
+            while "client_disconnect" not in httpx.get(url + "/metrics").text:
+                assert time.monotonic() < deadline, "the hang-up was not counted"
+                time.sleep(0.05)
+            time.sleep(0.2)
+            served = httpx.post(url + "/v1/chat/completions", json=CHAT)
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.removeHandler(caught)
+                logger.setLevel(level)
+        metrics = httpx.get(url + "/metrics").text
+    assert served.status_code == 200 and not any(r.exc_info for r in caught.records), \
+        [r.getMessage() for r in caught.records]
+    events = [getattr(r, "event", None) for r in caught.records]
+    assert events.count("client_disconnect") == 1 and 'tracer_errors_total{kind="client_disconnect"} 1.0' in metrics
+    if path != "/v1/tracer/outcome":  # the gateway's own endpoints are not in tracer_requests_total
+        assert 'tracer_requests_total{status="499"} 1.0' in metrics
