@@ -13,9 +13,11 @@ Example::
 
 ``messages`` is the conversation so far as OpenAI chat dicts; the model is about to make its next
 tool call. The turn-local prefix (calls since the last user message) and the history (all calls)
-are read off the messages (:func:`tracer.core.steps.step_from_messages`). Any registered scorer works for
-selection (the default is ``tracer_plus``); saving needs a scorer that declares ``can_save``
-(``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). A live step goes through the scorer's declared
+are read off the messages leniently (:func:`tracer.core.live.read_live`: a live conversation is ranked,
+not refused, when it holds a ``developer`` message, calls of tools the index does not know, a tool message
+whose call was trimmed or malformed arguments; :meth:`Retriever.read` also reports what it forgave). Any
+registered scorer works for selection (the default is ``tracer_plus``); saving needs a scorer that
+declares ``can_save`` (``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). A live step goes through the scorer's declared
 ``select_one`` / ``rank_one`` (:class:`tracer.scoring.protocol.Scorer`): the single-step path for the tracer
 family, the batched path with a batch of one for the others.
 """
@@ -30,11 +32,12 @@ import numpy as np
 
 from tracer.build import build_embedder, build_scorer, node, plain
 from tracer.core.errors import DataError
+from tracer.core.live import LiveStep, read_live
 from tracer.core.locate import locate
 from tracer.core.steps import step_from_messages
 from tracer.core.store import Verify, open_snapshot
 from tracer.core.types import Message, Registry, Step, Tool, Trajectory
-from tracer.core.validate import InvalidField, check_k, check_messages
+from tracer.core.validate import InvalidField, check_k
 from tracer.data import LOADERS, Dataset, load_dataset, load_native
 from tracer.encode.embedders import Embedder
 from tracer.eval.fold_encoders import FoldEncoders
@@ -147,19 +150,25 @@ class Retriever:
         return cls(sc, k)
 
     # ---- selecting -----------------------------------------------------------------------------
-    def context_embedding(self, messages: Sequence[Message]) -> np.ndarray:
-        """The embedded context of a conversation under the scorer's rendering, ``[d]`` float32."""
+    def context_embedding(self, messages: Sequence[Message] | LiveStep) -> np.ndarray:
+        """The embedded context of a conversation (or of a step :meth:`read` gave) under the scorer's rendering,
+        ``[d]`` float32."""
         if self.scorer.rendering is None:
             raise TypeError(f"scorer {self.scorer.name!r} has no context rendering")
-        return self.res.embedder.encode([self.scorer.rendering.render(messages)])[0].numpy()
+        step = messages.step if isinstance(messages, LiveStep) else self.read(messages).step
+        return self.res.embedder.encode([self.scorer.rendering.render(step.context)])[0].numpy()
 
-    def _step(self, messages: Sequence[Message], name: str = "messages") -> Step:
-        """The decision step of a conversation, after the rules of :mod:`tracer.core.validate`."""
+    def read(self, messages: Sequence[Message], name: str = "messages") -> LiveStep:
+        """The decision step at the end of a live conversation, read leniently (:mod:`tracer.core.live`), with
+        the count of each leniency applied. Only what cannot be read at all raises a ``ValueError`` naming the
+        field (``messages[1]: must be a dict, got str``)."""
         try:
-            check_messages(messages, self.registry)
+            return read_live(messages, self.registry.positions)
         except InvalidField as e:
             raise ValueError(f"{name}{e.field.removeprefix('messages')}: {e.problem}") from None
-        return step_from_messages(messages)
+
+    def _step(self, messages: Sequence[Message], name: str = "messages") -> Step:
+        return self.read(messages, name).step
 
     def select_ids(self, messages: Sequence[Message], k: int | None = None) -> tuple[int, ...]:
         """Registry ids of the tools to present for the next call (k, plus Tracer+G's global set); a k
@@ -191,10 +200,11 @@ class Retriever:
             presented = [self.updater.live(r.tolist(), k) + always for r in sel.ranking]
         return [[scorer.res.registry[i].to_openai() for i in ids] for ids in presented]
 
-    def rank(self, messages: Sequence[Message]) -> list[str]:
-        """Every tool name, best first (removed tools left out)."""
+    def rank(self, messages: Sequence[Message] | LiveStep) -> list[str]:
+        """Every tool name, best first (removed tools left out), for a conversation or a step :meth:`read` gave."""
         names = self.registry.names
-        return [names[i] for i in self.updater.live(self._ranking(self._step(messages)))]
+        step = messages.step if isinstance(messages, LiveStep) else self._step(messages)
+        return [names[i] for i in self.updater.live(self._ranking(step))]
 
     def _ranking(self, step: Step, top: int | None = None, scorer: Scorer | None = None) -> np.ndarray:
         """Registry ids best first: the whole ranking, or its first ``top``."""

@@ -7,7 +7,7 @@ calls in their listed order; the turn-local prefix resets at each user message.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tracer.core.types import Message, Step, ToolCall, Trajectory
@@ -95,12 +95,13 @@ def turns_of(traj: Trajectory) -> list[list[str]]:
 
 
 def step_from_messages(messages: Sequence[Message], trajectory_id: str = "live", group: str = "live",
-                       gold: str = "", index: int | None = None) -> Step:
+                       gold: str = "", index: int | None = None, known: Container[str] | None = None) -> Step:
     """The decision step at the end of a live conversation (``gold`` empty when the next call is unknown).
 
     Same fields as :func:`extract_steps` gives the step whose context is ``messages``: every user
     message opens a turn; ``prefix`` holds the calls made since the last user message, ``history``
-    every call so far.
+    every call so far. ``known``: when given, calls of other names stay in ``context`` only (a live
+    conversation may call tools the index never saw: :mod:`tracer.core.live`).
     """
     turn, prefix, history = -1, [], []
     for m in messages:
@@ -110,8 +111,9 @@ def step_from_messages(messages: Sequence[Message], trajectory_id: str = "live",
         elif role == "assistant":
             for call in m.get("tool_calls") or ():
                 name = call.get("function", call)["name"]
-                prefix.append(name)
-                history.append(name)
+                if known is None or name in known:
+                    prefix.append(name)
+                    history.append(name)
     return Step(trajectory_id=trajectory_id, group=group, turn=max(turn, 0), position=len(prefix),
                 prefix=tuple(prefix), history=tuple(history), gold=gold, context=tuple(messages),
                 index=len(history) if index is None else index)

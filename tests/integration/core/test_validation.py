@@ -134,14 +134,28 @@ def test_k_larger_than_the_registry_presents_the_registry(retriever):
     ([USER, {"role": "assistant", "tool_calls": [{"function": {}}]}],
      r"messages\[1\].tool_calls\[0\].function.name: tool call without a function name"),
     ([USER, "hello"], r"messages\[1\]: must be a dict, got str"),
-    ([{"role": "user", "content": 5}], r"messages\[0\].content: must be a string, null or a list"),
+    ([{"content": "hi"}], r"messages\[0\].role: must be a string, got NoneType"),
 ])
-def test_bad_messages_are_named(retriever, messages, msg):
+def test_messages_that_cannot_be_read_are_named(retriever, messages, msg):
     for f in (retriever.select, retriever.rank, retriever.select_ids):
         with pytest.raises(ValueError, match=msg):
             f(messages)
     with pytest.raises(ValueError, match="conversations\\[1\\]" + msg.removeprefix("messages")):
         retriever.select_batch([[USER], messages])
+
+
+@pytest.mark.parametrize(("live", "tidy"), [
+    ([{"role": "developer", "content": "Be brief"}, USER], [{"role": "system", "content": "Be brief"}, USER]),
+    ([{"role": "user", "content": 5}], [{"role": "user", "content": "5"}]),
+    ([USER, with_args("{oops"), result(9)], [USER, with_args("{}"), result(9)]),
+    ([USER, result(7), call("search_flights", 0)], [USER, call("search_flights", 0)]),  # results: not rendered
+])
+def test_a_live_conversation_the_dataset_rules_refuse_is_ranked_as_its_tidy_reading(retriever, live, tidy):
+    """The dataset loader refuses these records (BAD_LINES); a live call ranks them (tracer.core.live)."""
+    assert retriever.rank(live) == retriever.rank(tidy)
+    assert retriever.select(live, k=3) == retriever.select(tidy, k=3)
+    assert retriever.select_batch([live, tidy], k=3) == [retriever.select(tidy, k=3)] * 2
+    assert retriever.read(live).lenient and not retriever.read(tidy).lenient
 
 
 # ---- evaluate.py / train.py overrides ---------------------------------------------------------------------
