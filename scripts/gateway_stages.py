@@ -138,13 +138,14 @@ def summary(records: list[dict], collections: list[tuple[int, float]], encoded: 
 def quiet_loop(bodies: list[bytes], index: Path) -> dict:
     """CPU per request of parsing and choosing in one plain loop (no HTTP), after a warm-up pass."""
     from tracer.retriever import Retriever
-    from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose, conversation_id
+    from tracer.serve.conversations import ConversationIds
+    from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose
     from tracer.serve.validation import parse_chat_request
 
     r = Retriever.load(index, k=5, device="cpu")
     gc.collect()
     gc.freeze()
-    unknown, presenter = UnknownToolVectors(), StickyPresenter(True, 20)
+    unknown, presenter, conversations = UnknownToolVectors(), StickyPresenter(True, 20), ConversationIds()
     parsed = [parse_chat_request(b) for b in bodies]
     for body, names in parsed[:200]:
         choose(r, body["messages"], body["tools"], 5, unknown, None, names)
@@ -153,7 +154,7 @@ def quiet_loop(bodies: list[bytes], index: Path) -> dict:
         parse_chat_request(b)
     t1 = time.process_time()
     for body, names in parsed:
-        presenter.present(conversation_id(body["messages"]),
+        presenter.present(conversations.assign(body["messages"]).id,
                           choose(r, body["messages"], body["tools"], 5, unknown, None, names), names)
     t2 = time.process_time()
     for body, _ in parsed:

@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="body limit of POST /v1/tracer/* (413 beyond)")
     p.add_argument("--reload-min-interval", type=float, default=10.0,
                    help="POST /v1/tracer/reload starts a reload at most this often (429 before)")
+    p.add_argument("--max-unknown-embed", type=int, default=256,
+                   help="new texts of tools the index does not know embedded per request (the rest rank last)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--log-level", default="info")
 
@@ -65,7 +67,8 @@ def build(args: argparse.Namespace) -> Gateway:
                            read_timeout_s=args.read_timeout,
                            admin_token=args.admin_token or os.environ.get("TRACER_ADMIN_TOKEN") or None,
                            max_admin_body_bytes=args.max_admin_body_bytes,
-                           reload_min_interval_s=args.reload_min_interval)
+                           reload_min_interval_s=args.reload_min_interval,
+                           max_unknown_embed=args.max_unknown_embed)
     return Gateway(holder, config, sink)
 
 

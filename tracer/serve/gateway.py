@@ -25,7 +25,6 @@ import json
 import logging
 import signal
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import orjson
@@ -38,11 +37,13 @@ from starlette.routing import Route
 
 from tracer.serve.admin import OUTCOME_TOKEN_HEADER, Admin, CoalescedReload
 from tracer.serve.bounded import safe_url
+from tracer.serve.conversations import ConversationIds, reply_message
 from tracer.serve.guards import ClientGone, passthrough_path, read_body
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.reload import IndexHolder, refreeze_long_lived
-from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose, conversation_id, forced_name
+from tracer.serve.select_stage import SelectionStage
+from tracer.serve.selection import StickyPresenter, UnknownToolVectors
 from tracer.serve.status import CountStatus
 from tracer.serve.stream_reply import StreamCopy
 from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
@@ -67,6 +68,7 @@ class GatewayConfig:
         admin_token: enables the admin endpoints (None: off); see :mod:`tracer.serve.admin`.
         max_admin_body_bytes: body limit of ``/v1/tracer/*``.
         reload_min_interval_s: ``POST /v1/tracer/reload`` starts a reload at most this often.
+        max_unknown_embed: new texts of tools the index does not know embedded per request at most.
     """
 
     upstream: str
@@ -81,6 +83,7 @@ class GatewayConfig:
     admin_token: str | None = None
     max_admin_body_bytes: int = 16 * 1024
     reload_min_interval_s: float = 10.0
+    max_unknown_embed: int = 256
 
 
 class Gateway:
@@ -89,8 +92,10 @@ class Gateway:
     def __init__(self, holder: IndexHolder, config: GatewayConfig, sink: ConversationLog | None = None):
         self.holder, self.config, self.sink = holder, config, sink
         self.metrics = GatewayMetrics()
-        self.presenter = StickyPresenter(config.sticky, config.max_presented or 4 * config.k)
-        self.unknown = UnknownToolVectors()
+        presenter = StickyPresenter(config.sticky, config.max_presented or 4 * config.k)
+        unknown = UnknownToolVectors(max_new=config.max_unknown_embed)
+        self.selection = SelectionStage(config.k, presenter, unknown, self.metrics)
+        self.conversations = ConversationIds()
         self.upstream = Upstream(config.upstream, config.upstream_timeout_s,
                                  lambda: self.metrics.errors.labels("upstream_disconnect_retried").inc())
         self._reload = CoalescedReload(self._load_fresh)  # SIGHUP, the poll and the endpoint share one
@@ -164,12 +169,15 @@ class Gateway:
         except RequestError as e:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
         messages, tools = body["messages"], body.get("tools") or []
-        conv = conversation_id(messages, request.headers.get("x-tracer-conversation"))
+        turn = self.conversations.assign(messages, request.headers.get("authorization"),
+                                         request.headers.get("x-tracer-conversation"))
+        conv = turn.id
+        self.metrics.conversations.labels(turn.how).inc()
         presented, selection_s = names, 0.0
         if len(tools) > self.config.k:
             try:
                 with Stopwatch() as stage:
-                    presented = self._select(conv, body, names)
+                    presented = await self.selection(self.holder.retriever, conv, body, names)
                 selection_s = stage.seconds
                 by_name = dict(zip(names, tools))
                 raw = orjson.dumps({**body, "tools": [by_name[n] for n in presented]})
@@ -181,6 +189,7 @@ class Gateway:
         extra = [(b"x-tracer-conversation", conv.encode("latin-1")),
                  (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode()), *self._outcome_token(conv)]
         response = await self._forward(request, "/chat/completions", raw, bool(body.get("stream")), extra)
+        self.conversations.answered(turn, reply_message(response))
         if self.sink is not None:
             self._observe(conv, body, presented, response, request.headers.get("x-tracer-outcome"))
         if log.isEnabledFor(logging.INFO):
@@ -188,19 +197,6 @@ class Gateway:
                                     "tools_in": len(tools), "presented": len(presented),
                                     "selection_ms": round(selection_s * 1e3, 3)})
         return response
-
-    def _select(self, conv: str, body: dict[str, Any], names: list[str]) -> list[str]:
-        """The presented names (their time is ``tracer_selection_seconds``).
-
-        Runs on the event loop: choosing costs well under a millisecond of CPU for a 128-tool request,
-        and a worker thread measured slower (every hand-off waits for the GIL while the loop does I/O).
-        """
-        with Stopwatch() as sw:
-            chosen = choose(self.holder.retriever, body["messages"], body["tools"], self.config.k, self.unknown,
-                            forced_name(body.get("tool_choice")), names)
-            presented = self.presenter.present(conv, chosen, names)
-        self.metrics.selection.observe(sw.seconds)
-        return presented
 
     async def passthrough(self, request: Request) -> Response:
         try:

@@ -35,6 +35,13 @@ class GatewayMetrics:
         self.upstream = Histogram("tracer_upstream_seconds", "Upstream time to response headers",
                                   buckets=_SLOW, registry=self.registry)
         self.reloads = Counter("tracer_index_reloads", "Index reloads", registry=self.registry)
+        self.lenient = Counter("tracer_lenient", "Leniencies applied reading a live conversation "
+                               "(tracer.core.live), by kind", ["kind"], registry=self.registry)
+        self.unknown_tools = Counter("tracer_unknown_tools", "Request tools the index does not know, by fate: "
+                                     "embedded now, or over_cap (--max-unknown-embed; ranked last)",
+                                     ["fate"], registry=self.registry)
+        self.conversations = Counter("tracer_conversations", "Chat requests by how their conversation was "
+                                     "found: header, continued, new", ["how"], registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

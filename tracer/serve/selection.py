@@ -13,6 +13,15 @@ with the conversation's context embedding. The rule that merges the two:
 So an index trained without a tool never hides it when the conversation plainly asks for it, and
 never lets untrained tools crowd out what it learned. A tool named by ``tool_choice`` is always kept.
 
+**Bounded work per request.** At most ``max_new`` (``--max-unknown-embed``, default 256) texts of unknown
+tools not yet cached are embedded per request, the first in the request's order; the others get no
+vector this time and rank after every tool that has one (in the request's order; they fill slots only
+when too few tools have a vector). Their vectors come on later requests, ``max_new`` at a time, so an
+agent that keeps its tools converges to the uncapped choice. The cache holds ``max_size`` vectors (LRU).
+
+The conversation is read leniently (:meth:`Retriever.read`); :func:`choose_tools` reports the leniencies
+applied and what the unknown tools cost, for the gateway's metrics.
+
 **Prompt-cache-stable presentation** (:class:`StickyPresenter`). Within a conversation, tools already
 presented stay where they are and newly chosen ones are appended in canonical order (their order in
 the request's ``tools``, which an agent keeps fixed), so the tool block of the prompt only grows at its
@@ -24,15 +33,16 @@ rank order at every step.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tracer.core.types import Message, Tool
+from tracer.core.validate import check_int
 from tracer.encode.embedders import encode_tools
 from tracer.retriever import Retriever
 
@@ -42,28 +52,67 @@ def tool_name(obj: Mapping[str, Any]) -> str:
 
 
 class UnknownToolVectors:
-    """Embeddings of tools the index does not know, by search text (embedded once, bounded LRU)."""
+    """Embeddings of tools the index does not know, by a digest of their search text (a bounded LRU).
 
-    def __init__(self, max_size: int = 65536):
-        self.max_size = max_size
-        self._vecs: OrderedDict[str, np.ndarray] = OrderedDict()
+    Args:
+        max_size: vectors kept (least recently used first out).
+        max_new: texts not yet cached embedded per :meth:`lookup` at most (None: all).
+    """
+
+    def __init__(self, max_size: int = 8192, max_new: int | None = 256):
+        check_int(max_size, "UnknownToolVectors max_size", 1)
+        if max_new is not None:
+            check_int(max_new, "max_new (tracer serve --max-unknown-embed)", 0)
+        self.max_size, self.max_new = max_size, max_new
+        self._vecs: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
+    @staticmethod
+    def _keys(tools: Sequence[Mapping[str, Any]]) -> list[bytes]:
+        # the key, not the text, is kept: a tool's description may be megabytes
+        return [hashlib.blake2b(Tool.from_openai(t).search_text.encode("utf-8", "replace"),
+                                digest_size=16).digest() for t in tools]
+
+    def missing(self, tools: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether :meth:`lookup` of ``tools`` would embed anything (then the gateway leaves the loop)."""
+        keys = self._keys(tools)
+        with self._lock:
+            return not all(k in self._vecs for k in keys)
+
+    def lookup(self, retriever: Retriever, tools: Sequence[Mapping[str, Any]], max_new: int | None = -1
+               ) -> tuple[np.ndarray, list[int], int]:
+        """``([E, d] float32 rows, positions in tools of those E, texts embedded now)``: every cached tool and
+        the first ``max_new`` new texts (default: the instance's cap); the others have no row."""
+        cap = self.max_new if max_new == -1 else max_new
+        keys = self._keys(tools)
+        with self._lock:
+            new = [i for i, k in enumerate(keys) if k not in self._vecs]
+        first = {keys[i]: i for i in reversed(new)}                    # a text repeated: embedded once
+        todo = sorted(first.values())[:cap] if cap is not None else sorted(first.values())
+        if todo:
+            texts = [Tool.from_openai(tools[i]).search_text for i in todo]
+            vecs = encode_tools(retriever.res.embedder, texts).numpy().astype(np.float32)  # [M, d]
+            got = dict(zip((keys[i] for i in todo), vecs))
+        else:
+            got = {}
+        with self._lock:
+            self._vecs.update(got)
+            rows, have = [], []
+            for i, k in enumerate(keys):
+                v = got.get(k)
+                if v is None and (v := self._vecs.get(k)) is not None:
+                    self._vecs.move_to_end(k)
+                if v is not None:
+                    rows.append(v)
+                    have.append(i)
+            while len(self._vecs) > self.max_size:
+                self._vecs.popitem(last=False)
+        dim = retriever.res.embedder.dim
+        return (np.stack(rows) if rows else np.zeros((0, dim), np.float32)), have, len(todo)
+
     def get(self, retriever: Retriever, tools: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        """``[U, d]`` float32 rows for ``tools`` (OpenAI tool objects)."""
-        texts = [Tool.from_openai(t).search_text for t in tools]
-        with self._lock:
-            missing = [t for t in dict.fromkeys(texts) if t not in self._vecs]
-        if missing:
-            vecs = encode_tools(retriever.res.embedder, missing).numpy().astype(np.float32)  # [M, d]
-            with self._lock:
-                for t, v in zip(missing, vecs):
-                    self._vecs[t] = v
-                while len(self._vecs) > self.max_size:
-                    self._vecs.popitem(last=False)
-        with self._lock:
-            rows = [self._vecs[t] for t in texts]
-        return np.stack(rows) if rows else np.zeros((0, retriever.res.embedder.dim), np.float32)
+        """``[U, d]`` float32 rows for every one of ``tools`` (OpenAI tool objects), whatever the cap."""
+        return self.lookup(retriever, tools, None)[0]
 
 
 def forced_name(tool_choice: Any) -> str | None:
@@ -74,34 +123,58 @@ def forced_name(tool_choice: Any) -> str | None:
     return None
 
 
+@dataclass
+class Choice:
+    """What :func:`choose_tools` chose and what it cost: ``lenient`` (kind -> count, :mod:`tracer.core.live`),
+    ``embedded`` (unknown tools' texts embedded now), ``over_cap`` (unknown tools left without a vector)."""
+
+    names: list[str]
+    lenient: Mapping[str, int] = field(default_factory=dict)
+    embedded: int = 0
+    over_cap: int = 0
+
+
 def choose(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]], k: int,
            unknown_vectors: UnknownToolVectors, must: str | None = None,
            names: Sequence[str] | None = None) -> list[str]:
-    """Names of the k request tools to present, best first (see the module docstring for the rule).
+    """Names of the k request tools to present, best first (see the module docstring for the rule)."""
+    return choose_tools(retriever, messages, tools, k, unknown_vectors, must, names).names
 
-    ``names``: the tools' names when the caller has them already (the gateway's validation does).
-    """
+
+def choose_tools(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]],
+                 k: int, unknown_vectors: UnknownToolVectors, must: str | None = None,
+                 names: Sequence[str] | None = None) -> Choice:
+    """:func:`choose` with its report. ``names``: the tools' names when the caller has them already (the
+    gateway's validation does)."""
     names = [tool_name(t) for t in tools] if names is None else list(names)
     if len(names) <= k:
-        return names
+        return Choice(names)
     registry = retriever.registry
     known = registry.positions
     requested = set(names)
-    known_ranked = [n for n in retriever.rank(messages) if n in requested]
+    live = retriever.read(messages)
+    known_ranked = [n for n in retriever.rank(live) if n in requested]
     unknown = [] if requested.issubset(known.keys()) else [t for t, n in zip(tools, names) if n not in known]
     chosen_unknown: list[str] = []
+    choice = Choice([], live.lenient)
     if unknown:
-        ctx = retriever.context_embedding(messages).astype(np.float64)               # [d]
+        ctx = retriever.context_embedding(live).astype(np.float64)                   # [d]
         known_ids = [registry.id(n) for n in known_ranked]
         known_vecs = retriever.res.tool_index.vectors[known_ids]                     # [K, d]
-        vecs = np.concatenate([known_vecs, unknown_vectors.get(retriever, unknown)])  # [K + U, d]
-        cos = vecs.astype(np.float64) @ ctx                                          # [K + U]
+        rows, have, choice.embedded = unknown_vectors.lookup(retriever, unknown)     # [E, d]
+        choice.over_cap = len(unknown) - len(have)
+        cos = np.concatenate([known_vecs, rows]).astype(np.float64) @ ctx           # [K + E]
         order = np.argsort(-cos, kind="stable")[:k]                                   # ties: known first
-        chosen_unknown = [tool_name(unknown[i - len(known_ids)]) for i in order.tolist() if i >= len(known_ids)]
+        chosen_unknown = [tool_name(unknown[have[i - len(known_ids)]]) for i in order.tolist()
+                          if i >= len(known_ids)]
     chosen = known_ranked[:k - len(chosen_unknown)] + chosen_unknown
+    if len(chosen) < k:  # too few tools with a vector: unknown ones without, in the request's order
+        taken = set(chosen)
+        chosen += [n for n in (tool_name(t) for t in unknown) if n not in taken][:k - len(chosen)]
     if must is not None and must in requested and must not in chosen:
         chosen = [must] + chosen[:k - 1]
-    return chosen
+    choice.names = chosen
+    return choice
 
 
 class StickyPresenter:
@@ -135,14 +208,3 @@ class StickyPresenter:
             while len(self._state) > self.max_conversations:
                 self._state.popitem(last=False)
         return shown
-
-
-def conversation_id(messages: Sequence[Message], header: str | None = None) -> str:
-    """The conversation a request belongs to: the ``X-Tracer-Conversation`` header when given, else a hash
-    of the system message(s) and the first user message (what stays fixed as a conversation grows)."""
-    if header:
-        return header
-    system = [m.get("content") for m in messages if m.get("role") == "system"]
-    first_user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
-    blob = json.dumps([system, first_user], sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:32]

@@ -1,0 +1,140 @@
+"""Which conversation a chat request continues, without asking the client for a header.
+
+An agent resends its whole conversation at every step: the messages it sent last time, the assistant
+message the gateway returned, then what happened since (tool results, a new user message). So a request
+continues the conversation whose remembered prefix it extends. The rule (:class:`ConversationIds`):
+
+- ``X-Tracer-Conversation``, when sent, is the id (authoritative; nothing is remembered for it).
+- Else the messages are hashed as a chain, ``h[i] = H(h[i-1], message i)``, starting from a hash of the
+  client's ``Authorization`` value (two API keys never share a conversation; the credential itself is never
+  stored or logged: only a keyed digest, whose key is random per process, is kept).
+- Each conversation remembers two points: the hash of the last request's messages and, when the answer
+  was a plain JSON completion, of those messages plus the assistant message returned. A request continues
+  the conversation of the longest remembered point that is a *proper* prefix of its messages (it adds at
+  least one message); that conversation then remembers the new request's points instead of the old ones,
+  so two requests that extend the same point get two conversations (the first continues, the second starts
+  anew: a fork, or a second agent).
+- A request that extends no point, or repeats one exactly (a second agent whose first request is
+  the same system and user message as another's, or a retry), starts a new conversation with a random id.
+
+A message's hash reads its role, content, tool calls (id, name, arguments) and ``tool_call_id``, not the
+fields clients add or drop when they send an answer back (``refusal: null``, ``annotations``). What is
+remembered is bounded: ``max_conversations`` conversations, least recently used first out, two 16-byte
+points each. After a restart, or on another replica, a conversation's next request starts a new id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from tracer.core.types import Message
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A request's conversation id, how it was found (``header``, ``continued``, ``new``) and its point."""
+
+    id: str
+    how: str
+    point: bytes | None = None
+
+
+def _canonical(m: Any) -> bytes:
+    if not isinstance(m, Mapping):
+        return orjson.dumps(repr(m))
+    calls = m.get("tool_calls") or ()
+    fns = [(c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+           if isinstance(c, Mapping) else repr(c) for c in calls] if isinstance(calls, list) else repr(calls)
+    canon = [m.get("role"), m.get("content") or "", fns, m.get("tool_call_id")]
+    try:
+        return orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # not JSON data (a caller from Python): its repr still tells messages apart
+        return repr(canon).encode()
+
+
+class ConversationIds:
+    """Conversation ids by continuation (see the module docstring); thread-safe."""
+
+    def __init__(self, max_conversations: int = 10000):
+        self.max_conversations = max_conversations
+        self._key = secrets.token_bytes(32)                 # digests mean nothing outside this process
+        self._points: dict[bytes, deque[str]] = {}          # point -> conversations holding it, oldest first
+        self._held: OrderedDict[str, list[bytes]] = OrderedDict()  # conversation -> its points, LRU order
+        self._lock = threading.Lock()
+
+    def _chain(self, start: bytes, messages: Sequence[Message]) -> list[bytes]:
+        out, h = [], start
+        for m in messages:
+            h = hashlib.blake2b(h + _canonical(m), digest_size=16, key=self._key).digest()
+            out.append(h)
+        return out
+
+    def assign(self, messages: Sequence[Message], authorization: str | None = None,
+               header: str | None = None) -> Turn:
+        """The conversation of a request (its messages, the client's ``Authorization`` value, the header)."""
+        if header:
+            return Turn(header, "header")
+        start = hashlib.blake2b((authorization or "").encode("utf-8", "replace"), digest_size=16,
+                                key=self._key, person=b"tracer-auth").digest()
+        chain = self._chain(start, messages)
+        with self._lock:
+            conv = next((q[0] for h in reversed(chain[:-1]) if (q := self._points.get(h))), None)
+            how = "new" if conv is None else "continued"
+            if conv is None:
+                conv = secrets.token_hex(16)
+            self._remember(conv, [chain[-1]] if chain else [])
+        return Turn(conv, how, chain[-1] if chain else None)
+
+    def answered(self, turn: Turn, reply: Mapping[str, Any] | None) -> None:
+        """Remember the point after the assistant message ``reply`` returned for ``turn`` (when known)."""
+        if turn.point is None or reply is None:
+            return
+        point = self._chain(turn.point, [reply])[0]
+        with self._lock:
+            held = self._held.get(turn.id)
+            if held is not None and turn.point in held and point not in held:
+                held.append(point)
+                self._points.setdefault(point, deque()).append(turn.id)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def _remember(self, conv: str, points: list[bytes]) -> None:
+        """``conv`` now holds ``points`` only (under the lock)."""
+        self._forget(conv)
+        self._held[conv] = points
+        for p in points:
+            self._points.setdefault(p, deque()).append(conv)
+        while len(self._held) > self.max_conversations:
+            self._forget(next(iter(self._held)))
+
+    def _forget(self, conv: str) -> None:
+        for p in self._held.pop(conv, ()):
+            q = self._points.get(p)
+            if q is not None:
+                with contextlib.suppress(ValueError):
+                    q.remove(conv)
+                if not q:
+                    del self._points[p]
+
+
+def reply_message(response: Response) -> dict[str, Any] | None:
+    """The assistant message of a plain JSON completion (``choices[0].message``), else None."""
+    if isinstance(response, StreamingResponse) or response.status_code != 200 \
+            or "content-encoding" in response.headers:
+        return None
+    try:
+        message = orjson.loads(response.body)["choices"][0]["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+    return message if isinstance(message, dict) else None
