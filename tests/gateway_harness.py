@@ -1,9 +1,11 @@
-"""Serving an ASGI app on a loopback port from a test (uvicorn in a thread, stopped on exit), and the
-gateway the tests serve: a small real index (MiniLM, ``tracer_fixed`` on ``data/example``)."""
+"""Serving an ASGI app on a loopback port from a test (uvicorn in a thread, stopped on exit), the
+gateway the tests serve: a small real index (MiniLM, ``tracer_fixed`` on ``data/example``), and
+:func:`drip`, clients that send a request one byte at a time (raw sockets)."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -46,3 +48,38 @@ def serving(app, timeout_s: float = 20.0, **options) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout_s)
+
+
+def drip(url: str, first: bytes, rest: bytes, n: int, every_s: float = 0.1,
+         give_up_s: float = 8.0) -> list[tuple[float, bytes]]:
+    """``n`` connections each send ``first`` at once, then ``rest`` one byte every ``every_s``; for each,
+    (seconds until the server closed it, or inf past ``give_up_s``; the bytes it answered)."""
+    host, port = url.removeprefix("http://").split(":")
+    socks = [socket.create_connection((host, int(port))) for _ in range(n)]
+    t0, got, closed = time.monotonic(), {s: b"" for s in socks}, {}
+    for s in socks:
+        if first:
+            s.sendall(first)
+        s.setblocking(False)
+    i = 0
+    while len(closed) < n and time.monotonic() - t0 < give_up_s:
+        for s in (s for s in socks if s not in closed):
+            with contextlib.suppress(BlockingIOError):
+                try:
+                    while chunk := s.recv(65536):
+                        got[s] += chunk
+                    closed[s] = time.monotonic() - t0  # EOF
+                    continue
+                except ConnectionResetError:
+                    closed[s] = time.monotonic() - t0
+                    continue
+            if i < len(rest):
+                try:
+                    s.send(rest[i:i + 1])
+                except (BrokenPipeError, ConnectionResetError):
+                    closed[s] = time.monotonic() - t0
+        i += 1
+        time.sleep(every_s)
+    for s in socks:
+        s.close()
+    return [(closed.get(s, float("inf")), got[s]) for s in socks]

@@ -8,9 +8,10 @@
   given, a finite number.
 - ``POST /v1/tracer/reload`` reloads the index now. Admin only: it is off unless the gateway was started
   with an admin token (``--admin-token`` or ``TRACER_ADMIN_TOKEN``), sent as ``Authorization: Bearer
-  TOKEN``. Calls while a reload runs wait for it and get its result; a reload starts at most once per
-  ``reload_min_interval_s`` (429 with ``Retry-After`` before that): a full load and verification of an
-  index costs seconds of CPU, and a flood of calls must not queue them.
+  TOKEN``. Calls while a reload runs (whoever started it: the endpoint, the poll, SIGHUP) wait for it
+  and get its result; the endpoint starts a reload at most once per ``reload_min_interval_s`` (429 with
+  ``Retry-After`` before that): a full load and verification of an index costs seconds of CPU, and a
+  flood of calls must not queue them.
 
 Tokens are compared in constant time (:func:`hmac.compare_digest`).
 """
@@ -54,11 +55,9 @@ class CoalescedReload:
     def __init__(self, reload: Callable[[bool], Awaitable[bool]]):
         self._reload = reload
         self._running: asyncio.Future[bool] | None = None
-        self.started_at = -math.inf  # time.monotonic() of the last start
 
     async def __call__(self, force: bool) -> bool:
         if self._running is None:
-            self.started_at = time.monotonic()
             self._running = asyncio.ensure_future(self._reload(force))
             self._running.add_done_callback(self._done)
         return await asyncio.shield(self._running)  # a caller that gives up leaves the reload running
@@ -81,7 +80,7 @@ class Admin:
         reloads: how many reloads swapped the index so far (for the answer).
         read_body: the gateway's body reader with the admin endpoints' limit
             (:func:`tracer.serve.guards.read_body`: 413, 408, a hang-up counted).
-        reload_min_interval_s: a forced reload starts at most this often.
+        reload_min_interval_s: this endpoint starts a reload at most this often.
     """
 
     def __init__(self, token: str | None, sink: ConversationLog | None, reload: CoalescedReload,
@@ -90,6 +89,7 @@ class Admin:
         self._token = None if not token else token.encode()
         self.sink, self._reload, self._reloads, self._read_body = sink, reload, reloads, read_body
         self.reload_min_interval_s = reload_min_interval_s
+        self._reload_started = -math.inf  # time.monotonic() when this endpoint last started a reload
         self.tokens = OutcomeTokens()
 
     def is_admin(self, request: Request) -> bool:
@@ -103,12 +103,14 @@ class Admin:
                                      "TRACER_ADMIN_TOKEN", "permission_error")
         if not self.is_admin(request):
             return openai_error(403, "needs Authorization: Bearer <admin token>", "permission_error")
-        wait = self._reload.started_at + self.reload_min_interval_s - time.monotonic()
-        if not self._reload.running and wait > 0:
-            answer = openai_error(429, f"one reload per {self.reload_min_interval_s} s; "
-                                       f"retry in {wait:.1f} s", "rate_limit_error")
-            answer.headers["retry-after"] = str(math.ceil(wait))
-            return answer
+        if not self._reload.running:  # else: wait for the running reload and answer its result
+            wait = self._reload_started + self.reload_min_interval_s - time.monotonic()
+            if wait > 0:
+                answer = openai_error(429, f"one reload per {self.reload_min_interval_s} s; "
+                                           f"retry in {wait:.1f} s", "rate_limit_error")
+                answer.headers["retry-after"] = str(math.ceil(wait))
+                return answer
+            self._reload_started = time.monotonic()
         return JSONResponse({"reloaded": await self._reload(True), "reloads": self._reloads()})
 
     async def outcome(self, request: Request) -> Response:

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 from builders import ROOT, TINY_TOOLS, call, result
-from gateway_harness import make_gateway, save_test_index, serving
+from gateway_harness import drip, make_gateway, save_test_index, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
@@ -211,7 +211,9 @@ def test_the_index_reloads_when_its_version_changes(index_dir, minilm, tmp_path)
 
 
 def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_dir, tmp_path):
-    """``python -m tracer.cli serve`` as a real process: /health, SIGHUP reload, SIGTERM flushes the log."""
+    """``python -m tracer.cli serve`` as a real process: /health, SIGHUP reload, SIGTERM flushes the log; its
+    flags and environment reach the gateway: ``--read-timeout`` drops a client dripping its headers (408),
+    ``TRACER_ADMIN_TOKEN`` enables the reload endpoint, the upstream's password is sent, never logged."""
     import shutil
     import signal
     import socket
@@ -226,10 +228,12 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
     root = ROOT
     with StubOpenAIServer() as stub:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tracer.cli", "serve", "--index", str(served), "--upstream", stub.url,
-             "--port", str(port), "--k", "2", "--log", str(tmp_path / "log"), "--reload-interval", "0"],
+            [sys.executable, "-m", "tracer.cli", "serve", "--index", str(served), "--port", str(port), "--k", "2",
+             "--upstream", stub.url.replace("http://", "http://user:s3cret@"), "--log", str(tmp_path / "log"),
+             "--reload-interval", "0", "--read-timeout", "1"],
             cwd=root, env={"PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                           "PATH": "/usr/bin:/bin"}, stderr=subprocess.PIPE, text=True)
+                           "PATH": "/usr/bin:/bin", "TRACER_ADMIN_TOKEN": "adm-env"},
+            stderr=subprocess.PIPE, text=True)
         try:
             url = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 120
@@ -246,12 +250,19 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
             while httpx.get(url + "/health").json()["reloads"] != 1:
                 assert time.monotonic() < deadline, "no reload after SIGHUP"
                 time.sleep(0.05)
+            dripped = drip(url, b"", b"POST /v1/chat/completions HTTP/1.1\r\nx-pad: " + b"a" * 100, 2)
+            reload = httpx.post(url + "/v1/tracer/reload", headers={"authorization": "Bearer adm-env"}, timeout=60)
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM  # uvicorn re-raises the signal once it has shut down cleanly
-    events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    events = [r["event"] for r in records]
     assert events[0] == "started" and "reloaded" in events and events[-1] == "stopped"
+    assert all(1.0 <= t < 2.5 and got.startswith(b"HTTP/1.1 408 ") for t, got in dripped), dripped
+    assert reload.status_code == 200 and reload.json() == {"reloaded": True, "reloads": 2}
+    assert stub.headers[0]["Authorization"] == "Basic dXNlcjpzM2NyZXQ="  # in place of the client's key
+    assert records[0]["upstream"] == stub.url.replace("http://", "http://***@") and "s3cret" not in err
     logged = load_native(tmp_path / "log").trajectories
     assert len(logged) == 1 and logged[0].metadata["outcome"] == "unreported"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from builders import TINY_TOOLS
-from gateway_harness import make_gateway, save_test_index, serving
+from gateway_harness import drip, make_gateway, save_test_index, serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -73,18 +73,34 @@ def raw_request(url: str, head: bytes, body: bytes = b"", timeout: float = 10.0)
 
 
 # ---- 5: paths that leave /v1 -------------------------------------------------------------------------
-@pytest.mark.parametrize("path", ["/v1/../admin", "/v1/%2e%2e/admin", "/v1/..%2fadmin", "/v1/x/../../../etc/passwd",
-                                  "/v1/%2E%2E%2Fadmin", "/v1/./models", "/v1/x%5c..%5cadmin", "/v1/x\\..\\admin",
-                                  "/v1/models%00", "/v1/a/%2e/b"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/../admin",
+        "/v1/%2e%2e/admin",
+        "/v1/..%2fadmin",
+        "/v1/x/../../../etc/passwd",
+        "/v1/%2E%2E%2Fadmin",
+        "/v1/./models",
+        "/v1/x%5c..%5cadmin",
+        "/v1/x\\..\\admin",
+        "/v1/models%00",
+        "/v1/a/%2e/b",
+    ],
+)
 def test_a_passthrough_path_that_could_leave_v1_is_refused_and_never_forwarded(index_dir, minilm, path):
     upstream = recording_upstream()
     with serving(upstream) as up, serving(make_gateway(index_dir, minilm, up + "/v1").app) as url:
-        status, body = raw_request(url, f"GET {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-x".encode())
+        status, body = raw_request(
+            url, f"GET {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-x".encode()
+        )
         ok = httpx.get(url + "/v1/models/m%20n?a=1", headers={"authorization": "Bearer sk-x"})
     assert status == 400, body
     assert httpx.Response(400, content=body).json()["error"]["param"] == "path"
     # only the well-formed request reached the upstream, its path as the client encoded it
-    assert [(m, p) for m, p, _ in upstream.state.seen] == [("GET", "/v1/models/m%20n")] and ok.status_code == 200
+    assert [(m, p) for m, p, _ in upstream.state.seen] == [
+        ("GET", "/v1/models/m%20n")
+    ] and ok.status_code == 200
 
 
 # ---- 8: client values in logs and errors are bounded --------------------------------------------------
@@ -111,14 +127,18 @@ def test_a_2mb_client_value_makes_a_short_error_and_short_log_lines(index_dir, m
     tools = [t.to_openai() for t in TINY_TOOLS]
     dup = tools + [{"type": "function", "function": {"name": huge}}] * 2
     odd_role = {**CHAT, "messages": [{"role": huge, "content": "the weather in Paris"}], "tools": tools}
-    with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url).app) as url, \
-            json_log_lines() as lines:
+    with (
+        StubOpenAIServer() as stub,
+        serving(make_gateway(index_dir, minilm, stub.url).app) as url,
+        json_log_lines() as lines,
+    ):
         refused = httpx.post(url + "/v1/chat/completions", json={**CHAT, "tools": dup}, timeout=30)
         answered = httpx.post(url + "/v1/chat/completions", json=odd_role, timeout=30)
     error, first = refused.json()["error"], len(tools) + 1
     assert refused.status_code == 400 and error["param"] == f"tools[{first}].function.name"
-    assert error["message"].startswith(f"tools[{first}].function.name: duplicate tool name (first at "
-                                       f"tools[{first - 1}]): 'rrr") and error["message"].endswith(" chars)")
+    assert error["message"].startswith(
+        f"tools[{first}].function.name: duplicate tool name (first at tools[{first - 1}]): 'rrr"
+    ) and error["message"].endswith(" chars)")
     assert len(error["message"]) < 1100
     assert answered.status_code == 200 and len(stub.requests) == 1
     assert lines and max(map(len, lines)) < 20_000, sorted(map(len, lines))[-3:]
@@ -136,18 +156,29 @@ def test_the_json_formatter_bounds_every_field_and_the_traceback():
     marker = f"…({len(huge)} chars)"
     assert out["conversation"] == "x" * 200 + marker and out["msg"] == "msg " + "x" * 996 + "…(2097156 chars)"
     assert out["nested"]["a"] == ["x" * 200 + marker] * 3
-    assert len(out["exc"]) < 10_000 and out["exc"].startswith("Traceback") and "ValueError: unknown role" in out["exc"]
+    assert (
+        len(out["exc"]) < 10_000
+        and out["exc"].startswith("Traceback")
+        and "ValueError: unknown role" in out["exc"]
+    )
 
 
 # ---- 9: a wrong-shaped upstream answer is passed through, and /metrics counts what was sent ------------
 @pytest.mark.parametrize("message", ["hi", 5, ["a"], None])
-def test_an_answer_whose_message_is_not_an_object_passes_through_unchanged(index_dir, minilm, tmp_path, message):
+def test_an_answer_whose_message_is_not_an_object_passes_through_unchanged(
+    index_dir, minilm, tmp_path, message
+):
     answer = {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
     sink = ConversationLog(tmp_path / "log")
-    with StubOpenAIServer(reply=lambda n, body: answer) as stub, \
-            serving(make_gateway(index_dir, minilm, stub.url, sink=sink).app) as url:
-        r = httpx.post(url + "/v1/chat/completions", json={**CHAT, "tools": [t.to_openai() for t in TINY_TOOLS]},
-                       headers={"x-tracer-outcome": "success"})
+    with (
+        StubOpenAIServer(reply=lambda n, body: answer) as stub,
+        serving(make_gateway(index_dir, minilm, stub.url, sink=sink).app) as url,
+    ):
+        r = httpx.post(
+            url + "/v1/chat/completions",
+            json={**CHAT, "tools": [t.to_openai() for t in TINY_TOOLS]},
+            headers={"x-tracer-outcome": "success"},
+        )
         metrics = httpx.get(url + "/metrics").text
     assert r.status_code == 200 and r.content == stub.replies[0]
     assert 'tracer_requests_total{status="200"} 1.0' in metrics and 'status="500"' not in metrics
@@ -177,10 +208,16 @@ def test_an_unreachable_upstream_tells_the_client_nothing_of_its_address(index_d
     with json_log_lines() as lines, serving(gateway.app) as url:
         r = httpx.post(url + "/v1/chat/completions", json=CHAT)
     error = r.json()["error"]
-    assert r.status_code == 502 and error == {"message": "cannot reach the upstream", "type": "upstream_unreachable",
-                                              "param": None, "code": None}
+    assert r.status_code == 502 and error == {
+        "message": "cannot reach the upstream",
+        "type": "upstream_unreachable",
+        "param": None,
+        "code": None,
+    }
     failed = [json.loads(line) for line in lines if '"upstream_unreachable"' in line]
-    assert str(port) in failed[0]["error"] and not any("s3cret" in line for line in lines)  # the detail: logged
+    assert str(port) in failed[0]["error"] and not any(
+        "s3cret" in line for line in lines
+    )  # the detail: logged
 
 
 # ---- 11: the admin endpoints ---------------------------------------------------------------------------
@@ -194,16 +231,29 @@ def outcome(url: str, body: dict | bytes, **headers: str) -> httpx.Response:
 
 def test_only_the_conversations_owner_or_the_admin_can_report_its_outcome(index_dir, minilm, tmp_path):
     sink = ConversationLog(tmp_path / "log")
-    with StubOpenAIServer() as stub, \
-            serving(make_gateway(index_dir, minilm, stub.url, sink=sink, admin_token="adm-1").app) as url:
-        answers = [httpx.post(url + "/v1/chat/completions", json={**CHAT, "tools": TOOLS},
-                              headers={"x-tracer-conversation": conv}) for conv in ("a", "b", "c")]
+    with (
+        StubOpenAIServer() as stub,
+        serving(make_gateway(index_dir, minilm, stub.url, sink=sink, admin_token="adm-1").app) as url,
+    ):
+        answers = [
+            httpx.post(
+                url + "/v1/chat/completions",
+                json={**CHAT, "tools": TOOLS},
+                headers={"x-tracer-conversation": conv},
+            )
+            for conv in ("a", "b", "c")
+        ]
         token = {a.headers["x-tracer-conversation"]: a.headers["x-tracer-outcome-token"] for a in answers}
         no_token = outcome(url, {"conversation": "a", "success": True})
-        others = outcome(url, {"conversation": "a", "success": True}, **{"x-tracer-outcome-token": token["b"]})
+        others = outcome(
+            url, {"conversation": "a", "success": True}, **{"x-tracer-outcome-token": token["b"]}
+        )
         wrong_admin = outcome(url, {"conversation": "a", "success": True}, authorization="Bearer adm-2")
-        owner = outcome(url, {"conversation": "a", "success": True, "reward": 0.5},
-                        **{"x-tracer-outcome-token": token["a"]})
+        owner = outcome(
+            url,
+            {"conversation": "a", "success": True, "reward": 0.5},
+            **{"x-tracer-outcome-token": token["a"]},
+        )
         admin = outcome(url, {"conversation": "b", "success": False}, authorization="Bearer adm-1")
         again = outcome(url, {"conversation": "a", "success": True}, **{"x-tracer-outcome-token": token["a"]})
     assert len(set(token.values())) == 3 and all(len(t) == 64 for t in token.values())
@@ -211,33 +261,49 @@ def test_only_the_conversations_owner_or_the_admin_can_report_its_outcome(index_
     assert no_token.json()["error"]["type"] == "permission_error"
     assert (owner.status_code, admin.status_code, again.status_code) == (200, 200, 404)
     by_group = {t.group: t for t in load_native(tmp_path / "log").trajectories}
-    assert (by_group["a"].success, by_group["a"].reward, by_group["a"].metadata["outcome"]) == (True, 0.5, "reported")
+    assert (by_group["a"].success, by_group["a"].reward, by_group["a"].metadata["outcome"]) == (
+        True,
+        0.5,
+        "reported",
+    )
     assert (by_group["b"].success, by_group["b"].metadata["outcome"]) == (False, "reported")
     assert by_group["c"].metadata["outcome"] == "unreported"
 
 
-@pytest.mark.parametrize("reward", [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"1" + b"0" * 400, b"true", b'"1"'])
+@pytest.mark.parametrize(
+    "reward", [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"1" + b"0" * 400, b"true", b'"1"']
+)
 def test_a_reward_that_is_not_a_finite_number_is_a_400_naming_reward(index_dir, minilm, tmp_path, reward):
     sink = ConversationLog(tmp_path / "log")
-    with serving(make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1", sink=sink, admin_token="t").app) as url:
-        r = outcome(url, b'{"conversation": "a", "success": true, "reward": %s}' % reward, authorization="Bearer t")
+    with serving(
+        make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1", sink=sink, admin_token="t").app
+    ) as url:
+        r = outcome(
+            url, b'{"conversation": "a", "success": true, "reward": %s}' % reward, authorization="Bearer t"
+        )
     assert r.status_code == 400 and r.json()["error"]["param"] == "reward"
 
 
 def test_the_outcome_body_is_limited_before_it_is_read(index_dir, minilm, tmp_path):
     sink = ConversationLog(tmp_path / "log")
     with serving(make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1", sink=sink).app) as url:
-        declared, _ = raw_request(url, b"POST /v1/tracer/outcome HTTP/1.1\r\nhost: x\r\n"
-                                       b"content-type: application/json\r\ncontent-length: 41943040")
-        chunked = httpx.post(url + "/v1/tracer/outcome", content=iter([b'{"conversation": "' + b"x" * 65536] * 8))
+        declared, _ = raw_request(
+            url,
+            b"POST /v1/tracer/outcome HTTP/1.1\r\nhost: x\r\n"
+            b"content-type: application/json\r\ncontent-length: 41943040",
+        )
+        chunked = httpx.post(
+            url + "/v1/tracer/outcome", content=iter([b'{"conversation": "' + b"x" * 65536] * 8)
+        )
     assert declared == 413 and chunked.status_code == 413  # 40 MB announced, 512 KiB streamed: 16 KiB at most
 
 
 def test_reload_is_off_without_the_admin_token_and_coalesced_and_rate_limited_with_it(index_dir, minilm):
     async def flood(url: str, n: int, token: str) -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=60) as c:
-            return await asyncio.gather(*(c.post(url + "/v1/tracer/reload", headers={"authorization": token})
-                                          for _ in range(n)))
+            return await asyncio.gather(
+                *(c.post(url + "/v1/tracer/reload", headers={"authorization": token}) for _ in range(n))
+            )
 
     with serving(make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1").app) as url:
         off = httpx.post(url + "/v1/tracer/reload", headers={"authorization": "Bearer x"})
@@ -254,8 +320,9 @@ def test_reload_is_off_without_the_admin_token_and_coalesced_and_rate_limited_wi
 
 
 # ---- 12: a corrupt snapshot is tried once per version, and /health says so -----------------------------
-def test_a_corrupt_snapshot_is_loaded_once_and_health_reports_it_until_a_good_one_is_published(index_dir, minilm,
-                                                                                               tmp_path):
+def test_a_corrupt_snapshot_is_loaded_once_and_health_reports_it_until_a_good_one_is_published(
+    index_dir, minilm, tmp_path
+):
     served = tmp_path / "index"
     shutil.copytree(index_dir, served)
     loads: list[str] = []
@@ -311,59 +378,34 @@ def test_a_version_that_failed_for_a_passing_reason_is_tried_again_with_backoff(
     for now[0] in (0.0, 0.5, 1.0, 1.5, 2.9, 3.0, 6.9, 7.0, 14.0, 14.9):
         assert not holder.maybe_reload()
     assert loads[1:] == [0.0, 1.0, 3.0, 7.0] and holder.failure.attempts == 4  # after 1, 2, 4 s; next 8 s
-    assert "Too many open files" in holder.failure.error and holder.version != version_name(holder.failure.token)
+    assert "Too many open files" in holder.failure.error and holder.version != version_name(
+        holder.failure.token
+    )
     now[0] = 15.0
     assert holder.maybe_reload() and holder.failure is None and loads[-1] == 15.0
 
 
 # ---- 13: read deadlines: dripping clients are dropped, others are served meanwhile ----------------------
-def drip(url: str, first: bytes, rest: bytes, n: int, every_s: float = 0.1,
-         give_up_s: float = 8.0) -> list[tuple[float, bytes]]:
-    """``n`` connections each send ``first`` at once, then ``rest`` one byte every ``every_s``; for each,
-    (seconds until the server closed it, or inf past ``give_up_s``; the bytes it answered)."""
-    host, port = url.removeprefix("http://").split(":")
-    socks = [socket.create_connection((host, int(port))) for _ in range(n)]
-    t0, got, closed = time.monotonic(), {s: b"" for s in socks}, {}
-    for s in socks:
-        if first:
-            s.sendall(first)
-        s.setblocking(False)
-    i = 0
-    while len(closed) < n and time.monotonic() - t0 < give_up_s:
-        for s in (s for s in socks if s not in closed):
-            with contextlib.suppress(BlockingIOError):
-                try:
-                    while chunk := s.recv(65536):
-                        got[s] += chunk
-                    closed[s] = time.monotonic() - t0  # EOF
-                    continue
-                except ConnectionResetError:
-                    closed[s] = time.monotonic() - t0
-                    continue
-            if i < len(rest):
-                try:
-                    s.send(rest[i:i + 1])
-                except (BrokenPipeError, ConnectionResetError):
-                    closed[s] = time.monotonic() - t0
-        i += 1
-        time.sleep(every_s)
-    for s in socks:
-        s.close()
-    return [(closed.get(s, float("inf")), got[s]) for s in socks]
-
-
 CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
 
 
-@pytest.mark.parametrize(("case", "first", "rest", "answer"), [
-    ("headers dripped", b"", CHAT_HEAD + b"x-pad: " + b"a" * 200, b"HTTP/1.1 408 "),
-    ("body dripped", CHAT_HEAD + b"content-length: 500\r\n\r\n", b"{" * 500, b"HTTP/1.1 408 "),
-    ("nothing sent", b"", b"", b""),
-    ("answered, body dripped", b"GET /health HTTP/1.1\r\nhost: x\r\ncontent-length: 500\r\n\r\n", b"x" * 500,
-     b"HTTP/1.1 200 "),
-])
-def test_a_request_that_does_not_arrive_within_the_deadline_is_dropped(index_dir, minilm, case, first, rest,
-                                                                       answer):
+@pytest.mark.parametrize(
+    ("case", "first", "rest", "answer"),
+    [
+        ("headers dripped", b"", CHAT_HEAD + b"x-pad: " + b"a" * 200, b"HTTP/1.1 408 "),
+        ("body dripped", CHAT_HEAD + b"content-length: 500\r\n\r\n", b"{" * 500, b"HTTP/1.1 408 "),
+        ("nothing sent", b"", b"", b""),
+        (
+            "answered, body dripped",
+            b"GET /health HTTP/1.1\r\nhost: x\r\ncontent-length: 500\r\n\r\n",
+            b"x" * 500,
+            b"HTTP/1.1 200 ",
+        ),
+    ],
+)
+def test_a_request_that_does_not_arrive_within_the_deadline_is_dropped(
+    index_dir, minilm, case, first, rest, answer
+):
     gateway = make_gateway(index_dir, minilm, "http://127.0.0.1:9/v1", read_timeout_s=1.0)
     protocol = deadline_protocol(1.0, lambda kind: gateway.metrics.errors.labels(kind).inc())
     with serving(gateway.app, http=protocol) as url, ThreadPoolExecutor(1) as pool:
@@ -404,7 +446,9 @@ def test_a_client_that_hangs_up_mid_body_is_counted_and_logged_without_a_traceba
             logger.setLevel(logging.INFO)
         try:
             with socket.create_connection(url.removeprefix("http://").split(":")) as s:
-                s.sendall(f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n".encode() + b"{" * 300)
+                s.sendall(
+                    f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n".encode() + b"{" * 300
+                )
                 time.sleep(0.2)
             deadline = time.monotonic() + 5
             while "client_disconnect" not in httpx.get(url + "/metrics").text:
@@ -417,9 +461,13 @@ def test_a_client_that_hangs_up_mid_body_is_counted_and_logged_without_a_traceba
                 logger.removeHandler(caught)
                 logger.setLevel(level)
         metrics = httpx.get(url + "/metrics").text
-    assert served.status_code == 200 and not any(r.exc_info for r in caught.records), \
-        [r.getMessage() for r in caught.records]
+    assert served.status_code == 200 and not any(r.exc_info for r in caught.records), [
+        r.getMessage() for r in caught.records
+    ]
     events = [getattr(r, "event", None) for r in caught.records]
-    assert events.count("client_disconnect") == 1 and 'tracer_errors_total{kind="client_disconnect"} 1.0' in metrics
+    assert (
+        events.count("client_disconnect") == 1
+        and 'tracer_errors_total{kind="client_disconnect"} 1.0' in metrics
+    )
     if path != "/v1/tracer/outcome":  # the gateway's own endpoints are not in tracer_requests_total
         assert 'tracer_requests_total{status="499"} 1.0' in metrics
