@@ -17,6 +17,9 @@ The rules (docs/storage.md, "Bad input"):
 
 A broken rule raises :class:`InvalidField` (a ``ValueError``) naming the field; the dataset reader
 turns it into a :class:`~tracer.core.errors.DataError` with file, line and record.
+
+The message rules are for records that become training data. A live conversation (the Retriever, the
+gateway, the MCP server) is read leniently by :mod:`tracer.core.live`, which refuses only what it cannot read.
 """
 
 from __future__ import annotations
