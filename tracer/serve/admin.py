@@ -92,6 +92,12 @@ class Admin:
         self._reload_started = -math.inf  # time.monotonic() when this endpoint last started a reload
         self.tokens = OutcomeTokens()
 
+    def outcome_headers(self, conversation: str) -> list[tuple[bytes, bytes]]:
+        """The answer header carrying the conversation's outcome token (none when logging is off)."""
+        if self.sink is None:
+            return []
+        return [(OUTCOME_TOKEN_HEADER.encode(), self.tokens.issue(conversation).encode())]
+
     def is_admin(self, request: Request) -> bool:
         scheme, _, sent = request.headers.get("authorization", "").partition(" ")
         return (self._token is not None and scheme.lower() == "bearer"

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tracer.serve.admin import OUTCOME_TOKEN_HEADER, Admin, CoalescedReload
+from tracer.serve.admin import Admin, CoalescedReload
 from tracer.serve.bounded import safe_url
 from tracer.serve.conversations import ConversationIds, reply_message
 from tracer.serve.guards import ClientGone, passthrough_path, read_body
@@ -100,7 +100,8 @@ class Gateway:
                                  lambda: self.metrics.errors.labels("upstream_disconnect_retried").inc())
         self._reload = CoalescedReload(self._load_fresh)  # SIGHUP, the poll and the endpoint share one
         self.admin = Admin(config.admin_token, sink, self._reload, lambda: self.holder.reloads,
-                           lambda r: self._read_body(r, config.max_admin_body_bytes), config.reload_min_interval_s)
+                           lambda r: self._read_body(r, config.max_admin_body_bytes),
+                           config.reload_min_interval_s)
         self.app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.render_metrics, methods=["GET"]),
@@ -187,7 +188,8 @@ class Gateway:
                                                                                   "conversation": conv})
                 presented = names
         extra = [(b"x-tracer-conversation", conv.encode("latin-1")),
-                 (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode()), *self._outcome_token(conv)]
+                 (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode()),
+                 *self.admin.outcome_headers(conv)]
         response = await self._forward(request, "/chat/completions", raw, bool(body.get("stream")), extra)
         self.conversations.answered(turn, reply_message(response))
         if self.sink is not None:
@@ -205,12 +207,6 @@ class Gateway:
         except RequestError as e:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
         return await self._forward(request, path, raw, False, [])
-
-    def _outcome_token(self, conv: str) -> list[tuple[bytes, bytes]]:
-        """The conversation's capability to report its outcome (only when conversations are logged)."""
-        if self.sink is None:
-            return []
-        return [(OUTCOME_TOKEN_HEADER.encode(), self.admin.tokens.issue(conv).encode())]
 
     async def _read_body(self, request: Request, limit: int | None = None) -> bytes:
         try:
