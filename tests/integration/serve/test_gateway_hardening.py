@@ -134,14 +134,18 @@ def test_a_2mb_client_value_makes_a_short_error_and_short_log_lines(index_dir, m
     ):
         refused = httpx.post(url + "/v1/chat/completions", json={**CHAT, "tools": dup}, timeout=30)
         answered = httpx.post(url + "/v1/chat/completions", json=odd_role, timeout=30)
+        long_id = {"x-tracer-conversation": "c" * 10_000}
+        named = httpx.post(url + "/v1/chat/completions", json=CHAT, headers=long_id)
     error, first = refused.json()["error"], len(tools) + 1
     assert refused.status_code == 400 and error["param"] == f"tools[{first}].function.name"
     assert error["message"].startswith(
         f"tools[{first}].function.name: duplicate tool name (first at tools[{first - 1}]): 'rrr"
     ) and error["message"].endswith(" chars)")
     assert len(error["message"]) < 1100
-    assert answered.status_code == 200 and len(stub.requests) == 1
+    assert answered.status_code == named.status_code == 200 and len(stub.requests) == 2
     assert lines and max(map(len, lines)) < 20_000, sorted(map(len, lines))[-3:]
+    chat = [json.loads(line) for line in lines if '"event": "chat"' in line]
+    assert chat[-1]["conversation"] == "c" * 200 + "…(10000 chars)"
 
 
 def test_the_json_formatter_bounds_every_field_and_the_traceback():
