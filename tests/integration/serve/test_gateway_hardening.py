@@ -406,6 +406,7 @@ CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: app
             b"HTTP/1.1 200 ",
         ),
     ],
+    ids=["headers-dripped", "body-dripped", "nothing-sent", "answered-body-dripped"],
 )
 def test_a_request_that_does_not_arrive_within_the_deadline_is_dropped(
     index_dir, minilm, case, first, rest, answer
