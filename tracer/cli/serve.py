@@ -12,7 +12,7 @@ from tracer.retriever import Retriever
 from tracer.serve.bounded import safe_url
 from tracer.serve.deadline import deadline_protocol
 from tracer.serve.gateway import Gateway, GatewayConfig
-from tracer.serve.logging_sink import ConversationLog, load_callable
+from tracer.serve.logging_sink import ConversationLog, LogLimits, load_callable
 from tracer.serve.metrics import setup_json_logging
 from tracer.serve.reload import IndexHolder, freeze_long_lived
 
@@ -30,6 +30,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", type=Path, default=None, help="log finished conversations here (off by default)")
     p.add_argument("--log-idle", type=float, default=600.0, help="seconds idle before a conversation is finished")
     p.add_argument("--redact", default=None, help="module:function run on each record before it is written")
+    p.add_argument("--log-max-pending", type=int, default=LogLimits.max_pending,
+                   help="unfinished conversations held; over it the least recently seen is dropped")
+    p.add_argument("--log-max-pending-bytes", type=int, default=LogLimits.max_pending_bytes,
+                   help="their JSON in all (128 MiB); also the bound on records waiting for the writer")
+    p.add_argument("--log-max-record-bytes", type=int, default=LogLimits.max_record_bytes,
+                   help="a larger conversation is neither held nor written (1 MiB)")
+    p.add_argument("--log-max-bytes", type=int, default=LogLimits.max_bytes,
+                   help="the log directory's files in all (1 GiB); records past it are dropped and counted")
+    p.add_argument("--log-segment-bytes", type=int, default=LogLimits.segment_bytes,
+                   help="trajectories.jsonl is rotated into trajectories-NNNNNN.jsonl past this (64 MiB)")
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     p.add_argument("--upstream-timeout", type=float, default=300.0, help="per-request upstream deadline (s)")
     p.add_argument("--reload-interval", type=float, default=2.0,
@@ -60,7 +70,12 @@ def build(args: argparse.Namespace) -> Gateway:
                          "http://localhost:8000/v1")
     redact = load_callable(args.redact) if args.redact else None
     holder = IndexHolder(args.index, lambda d: Retriever.load(d, k=args.k, device=args.device))
-    sink = ConversationLog(args.log, redact, args.log_idle) if args.log is not None else None
+    try:
+        limits = LogLimits(args.log_max_pending, args.log_max_pending_bytes, args.log_max_record_bytes,
+                           args.log_max_bytes, args.log_segment_bytes)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    sink = ConversationLog(args.log, redact, args.log_idle, limits=limits) if args.log is not None else None
     config = GatewayConfig(upstream=args.upstream, k=args.k, sticky=args.sticky, max_presented=args.max_presented,
                            max_body_bytes=args.max_body_bytes, upstream_timeout_s=args.upstream_timeout,
                            reload_interval_s=args.reload_interval, log_idle_s=args.log_idle,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 from dataclasses import dataclass
@@ -29,7 +28,6 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -38,6 +36,7 @@ from starlette.routing import Route
 from tracer.serve.admin import Admin, CoalescedReload
 from tracer.serve.bounded import safe_url
 from tracer.serve.conversations import ConversationIds, reply_message
+from tracer.serve.exchange_log import log_exchange
 from tracer.serve.guards import ClientGone, passthrough_path, read_body
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
@@ -45,7 +44,6 @@ from tracer.serve.reload import IndexHolder, refreeze_long_lived
 from tracer.serve.select_stage import SelectionStage
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors
 from tracer.serve.status import CountStatus
-from tracer.serve.stream_reply import StreamCopy
 from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
 from tracer.serve.validation import RequestError, openai_error, parse_chat_request
 
@@ -251,34 +249,5 @@ class Gateway:
 
     def _observe(self, conv: str, body: dict, presented: list[str], response: Response,
                  outcome: str | None) -> None:
-        if isinstance(response, StreamingResponse) and response.status_code == 200:
-            self._observe_stream(conv, body, presented, response, outcome)
-            return
-        reply = None
-        if response.status_code == 200 and not isinstance(response, StreamingResponse) \
-                and "content-encoding" not in response.headers:
-            with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-                reply = json.loads(response.body)["choices"][0]["message"]
-        self._log_exchange(conv, body, presented, reply if isinstance(reply, dict) else None, outcome)
-
-    def _observe_stream(self, conv: str, body: dict, presented: list[str], response: StreamingResponse,
-                        outcome: str | None) -> None:
-        """A streamed answer: its bytes pass through untouched while a copy is kept; once the answer has
-        been sent (a background task), the rebuilt assistant message is logged and the outcome applied.
-        A stream cut short (client gone, upstream error) logs the request without the reply."""
-        self.sink.observe(conv, body["messages"], body.get("tools") or [], presented, None)
-        copy = StreamCopy(self.config.max_body_bytes)
-        compressed = "content-encoding" in response.headers
-        response.body_iterator = copy.tee(response.body_iterator,
-                                          lambda: self._log_exchange(conv, body, presented, None, outcome))
-
-        async def after() -> None:  # on the event loop (a sync task would take a thread for a short parse)
-            if copy.complete:
-                self._log_exchange(conv, body, presented, None if compressed else copy.reply(), outcome)
-        response.background = BackgroundTask(after)
-
-    def _log_exchange(self, conv: str, body: dict, presented: list[str], reply: dict | None,
-                      outcome: str | None) -> None:
-        self.sink.observe(conv, body["messages"], body.get("tools") or [], presented, reply)
-        if outcome in ("success", "failure"):
-            self.sink.finish(conv, outcome == "success")
+        """Log the exchange; the outcome header applies only to an answer sent whole (:mod:`.exchange_log`)."""
+        log_exchange(self.sink, conv, body, presented, response, outcome, self.config.max_body_bytes)

@@ -1,26 +1,36 @@
 """Logging conversations for learning (``tracer serve --log DIR``; off by default).
 
-``DIR`` becomes a native dataset directory (``tools.json`` + ``trajectories.jsonl``) that
-:func:`tracer.data.load_native` reads and :meth:`Retriever.from_dataset` fits on.
+``DIR`` becomes a native dataset directory (``tools.json`` + ``trajectories.jsonl``, and the segments it
+rotated: :mod:`tracer.serve.log_files`) that :func:`tracer.data.load_native` reads and ``tracer update``
+learns from.
 
 **When a conversation is finished.** A conversation (see :func:`tracer.serve.selection.conversation_id`)
 is finished when the caller reports its outcome, either with the header ``X-Tracer-Outcome:
-success|failure`` on its last chat request (after that request's answer is seen) or with ``POST
-/v1/tracer/outcome {"conversation": ID, "success": true|false, "reward": 1.0}`` (the ID is sent back in
-every answer's ``X-Tracer-Conversation`` header); or when it has been idle for ``idle_s`` seconds, or the
-gateway shuts down: those are written with ``success: false, reward: 0`` and
-``metadata.outcome: "unreported"``, so fitting on successful trajectories (the default) ignores them.
+success|failure`` on its last chat request (applied once that request's answer has been sent whole: an
+upstream error or a stream cut short leaves the conversation pending) or with ``POST /v1/tracer/outcome``
+(:mod:`tracer.serve.admin`); or when it has been idle for ``idle_s`` seconds, or the gateway shuts down:
+those are written with ``success: false, reward: 0`` and ``metadata.outcome: "unreported"``, so fitting on
+successful trajectories (the default) ignores them.
 
 **What is written.** The messages of the conversation's last request plus the assistant message of its
-answer: a plain JSON completion's ``choices[0].message``, or, for a streamed answer (SSE), the message
-rebuilt from its chunks once the stream has ended (:mod:`tracer.serve.stream_reply`; a stream cut short
-adds no reply), ``metadata.called`` (the tools called, in order) and ``metadata.presented``. The
-redaction hook (``--redact module:function``, called with the record as a dict; return the record to
-write, or None to drop it) runs before anything is written.
+answer (a plain JSON completion's ``choices[0].message``, or the message rebuilt from a stream that ended:
+:mod:`tracer.serve.stream_reply`), ``metadata.called`` (the tools called, in order) and
+``metadata.presented``, brought to the loader's rules first (:mod:`tracer.serve.log_record`: what is
+written is valid by construction). ``tools.json`` holds only the tools some written record calls, with the
+schema a request offered for it (a placeholder without description when none did). The redaction hook
+(``--redact module:function``, called with the record as a dict; return the record to write, or None to
+drop it) runs before anything is written.
 
-**How.** A background thread writes; a request only enqueues. Each record is one ``write`` of one
-line on a file opened for appending, then fsync; ``tools.json`` (every tool schema seen, by name) is
-replaced atomically before a line that needs a new tool. A line torn by a crash is cut off at start.
+**Caps** (:class:`LogLimits`, each a ``tracer serve`` flag). Pending conversations are held as the JSON of
+their messages: at most ``max_pending`` of them and ``max_pending_bytes`` in all; over either, the least
+recently seen is dropped (a client sends the whole history with each request, so a conversation that goes
+on is whole again at its next request). A conversation whose record would exceed ``max_record_bytes`` is
+not held (nor written). Finished records wait for the writer within another ``max_pending_bytes`` (over it,
+a finished conversation is dropped). The files stay within ``max_bytes`` (:mod:`tracer.serve.log_files`).
+Every drop is counted in :attr:`ConversationLog.dropped` by reason (``evicted``, ``oversized``,
+``backlog``, ``log_full``, ``invalid``) and logged (at most once per reason every 10 s).
+
+**How.** A background thread writes; a request only enqueues.
 """
 
 from __future__ import annotations
@@ -28,20 +38,25 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import os
+import math
 import queue
 import threading
 import time
-import uuid
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracer.core.io import write_json
-from tracer.core.steps import iter_calls
+import orjson
+
+from tracer.serve.log_files import LogFiles
+from tracer.serve.log_record import build_record, called_names, tool_schema, valid_record
 
 log = logging.getLogger("tracer.serve")
 Redactor = Callable[[dict[str, Any]], "dict[str, Any] | None"]
+BATCH = 256        # records written per fsync
+WARN_EVERY_S = 10.0
 
 
 def load_callable(spec: str) -> Redactor:
@@ -55,52 +70,144 @@ def load_callable(spec: str) -> Redactor:
     return fn
 
 
+@dataclass(frozen=True)
+class LogLimits:
+    """The log's caps; the ``tracer serve`` flag of each is in its comment."""
+
+    max_pending: int = 10_000             # --log-max-pending: conversations held until finished
+    max_pending_bytes: int = 128 << 20    # --log-max-pending-bytes: their JSON, in all (and the writer's backlog)
+    max_record_bytes: int = 1 << 20       # --log-max-record-bytes: one written line
+    max_bytes: int = 1 << 30              # --log-max-bytes: the log directory's files, in all
+    segment_bytes: int = 64 << 20         # --log-segment-bytes: trajectories.jsonl is rotated past this
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"--log-{name.replace('_', '-')} {value!r}: must be a positive integer")
+        if self.max_record_bytes > min(self.max_pending_bytes, self.segment_bytes, self.max_bytes):
+            raise ValueError(f"--log-max-record-bytes {self.max_record_bytes}: must not exceed "
+                             "--log-max-pending-bytes, --log-segment-bytes or --log-max-bytes")
+        if self.segment_bytes > self.max_bytes:
+            raise ValueError(f"--log-segment-bytes {self.segment_bytes}: must not exceed --log-max-bytes")
+
+
+@dataclass(slots=True)
+class _Pending:
+    messages: bytes                   # the JSON of the latest messages (the answer's message included)
+    tools: dict[str, Any]             # name -> the schema a request offered, for the tools called so far
+    presented: list[str]
+    seen: float
+    size: int
+
+
+@dataclass(slots=True)
+class _Finished:
+    conversation: str
+    rec: _Pending
+    success: bool
+    reward: float
+    outcome: str
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # an integer past 64 bits or a lone surrogate (json.loads of an answer reads both)
+        return json.dumps(obj, default=str).encode()
+
+
+def _reward(success: bool, reward: float | None) -> float:
+    """The reward to write; a non-finite one is a ValueError (the loader refuses it, and so would update)."""
+    if reward is None:
+        return 1.0 if success else 0.0
+    try:
+        value = float(reward)
+    except (TypeError, ValueError, OverflowError):
+        value = math.nan
+    if isinstance(reward, bool) or not math.isfinite(value):
+        raise ValueError(f"reward must be a finite number, got {reward!r}")
+    return value
+
+
 class ConversationLog:
-    """Pending conversations in memory; finished ones appended by a writer thread."""
+    """Pending conversations in memory, within :class:`LogLimits`; finished ones appended by a writer thread."""
 
     def __init__(self, directory: str | Path, redact: Redactor | None = None, idle_s: float = 600.0,
-                 domain: str = "gateway"):
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / "trajectories.jsonl"
+                 domain: str = "gateway", limits: LogLimits | None = None):
+        self.limits = limits or LogLimits()
+        self.files = LogFiles(directory, self.limits.max_bytes, self.limits.segment_bytes)
+        self.directory, self.path = self.files.directory, self.files.active
         self.redact, self.idle_s, self.domain = redact, idle_s, domain
-        self._tools: dict[str, dict] = self._read_tools()
-        self._pending: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._pending: OrderedDict[str, _Pending] = OrderedDict()  # least recently seen first
+        self.pending_bytes = 0
+        self.queued_bytes = 0
         self.written = 0
-        self._cut_torn_line()
+        self.dropped: Counter[str] = Counter()
+        self._warned: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[_Finished | None] = queue.Queue()
         self._thread = threading.Thread(target=self._write_loop, name="tracer-log", daemon=True)
         self._thread.start()
+
+    def stats(self) -> dict[str, Any]:
+        """What the log holds and has dropped (its own accounting: JSON bytes, not the process's memory)."""
+        with self._lock:
+            return {"pending": len(self._pending), "pending_bytes": self.pending_bytes,
+                    "queued_bytes": self.queued_bytes, "written": self.written, "log_bytes": self.files.size,
+                    "dropped": dict(self.dropped)}
 
     # ---- called by requests (never block on disk) ----------------------------------------------
     def observe(self, conversation: str, messages: Sequence[Mapping], tools: Sequence[Mapping],
                 presented: Sequence[str], reply: Mapping | None) -> None:
-        """Remember the conversation's latest state (messages, the answer's message, tools seen)."""
-        msgs = [dict(m) for m in messages] + ([dict(reply)] if reply else [])
+        """Remember the conversation's latest state (messages, the answer's message, the called tools' schemas)."""
+        msgs = [*messages, {"role": "assistant", **reply}] if reply else list(messages)
+        body = _dumps(msgs)
+        names = list(dict.fromkeys(called_names(msgs)))
+        wanted = set(names)
+        offered = {t["function"]["name"]: t for t in tools if t["function"]["name"] in wanted}
         with self._lock:
-            rec = self._pending.setdefault(conversation, {"tools": {}, "presented": []})
-            rec["messages"], rec["seen"] = msgs, time.monotonic()
-            rec["tools"].update({t["function"]["name"]: dict(t) for t in tools})
-            rec["presented"] = list(dict.fromkeys([*rec["presented"], *presented]))
+            old = self._pending.pop(conversation, None)
+            if old is not None:
+                self.pending_bytes -= old.size
+            schemas = {n: offered.get(n) or (old.tools.get(n) if old else None) for n in names}
+            shown = list(dict.fromkeys([*(old.presented if old else ()), *presented]))
+            size = len(body) + sum(len(_dumps(s)) for s in schemas.values() if s) + sum(len(p) + 3 for p in shown)
+            if size > self.limits.max_record_bytes:
+                self._drop("oversized", conversation, size)
+                return
+            self._pending[conversation] = _Pending(body, schemas, shown, time.monotonic(), size)
+            self.pending_bytes += size
+            while len(self._pending) > self.limits.max_pending or self.pending_bytes > self.limits.max_pending_bytes:
+                victim, rec = self._pending.popitem(last=False)
+                self.pending_bytes -= rec.size
+                self._drop("evicted", victim, rec.size)
 
     def finish(self, conversation: str, success: bool, reward: float | None = None,
                outcome: str = "reported") -> bool:
-        """Queue the conversation for writing; False if it is unknown (never seen, or already written)."""
+        """Queue the conversation for writing; False if it is unknown (never seen, already written, or
+        dropped by a cap). A reward that is not a finite number is a ValueError (nothing changes)."""
+        value = _reward(success, reward)
         with self._lock:
             rec = self._pending.pop(conversation, None)
-        if rec is None:
-            return False
-        reward = (1.0 if success else 0.0) if reward is None else float(reward)
-        self._queue.put({**rec, "conversation": conversation, "success": bool(success), "reward": reward,
-                         "outcome": outcome})
+            if rec is None:
+                return False
+            self.pending_bytes -= rec.size
+            if self.queued_bytes + rec.size > self.limits.max_pending_bytes:
+                self._drop("backlog", conversation, rec.size)
+                return False
+            self.queued_bytes += rec.size
+        self._queue.put(_Finished(conversation, rec, bool(success), value, outcome))
         return True
 
     def sweep(self, now: float | None = None) -> int:
         """Finish conversations idle for ``idle_s`` as unreported; the number finished."""
         now = time.monotonic() if now is None else now
+        idle = []
         with self._lock:
-            idle = [c for c, r in self._pending.items() if now - r["seen"] >= self.idle_s]
+            for c, r in self._pending.items():  # least recently seen first: stop at the first still active
+                if now - r.seen < self.idle_s:
+                    break
+                idle.append(c)
         return sum(self.finish(c, False, 0.0, outcome="unreported") for c in idle)
 
     def close(self) -> None:
@@ -112,58 +219,67 @@ class ConversationLog:
         self._queue.put(None)
         self._thread.join()
 
+    def _drop(self, reason: str, conversation: str, size: int) -> None:
+        """Count a conversation not logged (the caller holds the lock or is the writer)."""
+        self.dropped[reason] += 1
+        now = time.monotonic()
+        if now - self._warned.get(reason, -math.inf) >= WARN_EVERY_S:
+            self._warned[reason] = now
+            log.warning("conversation not logged", extra={"event": "log_dropped", "reason": reason, "bytes": size,
+                                                          "conversation": conversation,
+                                                          "dropped_total": self.dropped[reason]})
+
     # ---- the writer thread -----------------------------------------------------------------------
     def _write_loop(self) -> None:
-        while (rec := self._queue.get()) is not None:
+        while True:
+            batch = [self._queue.get()]
+            while batch[-1] is not None and len(batch) < BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
             try:
-                self._write(rec)
-            except Exception:  # a bad record or a redactor error must not stop the log
-                log.exception("conversation not logged", extra={"event": "log_failed",
-                                                                 "conversation": rec.get("conversation")})
+                self._write([f for f in batch if f is not None])
+            except Exception:  # a disk error must not stop the log
+                log.exception("conversations not logged", extra={"event": "log_failed", "records": len(batch)})
+            if batch[-1] is None:
+                return
 
-    def _write(self, rec: dict[str, Any]) -> None:
-        called = [name for _, _, name, _ in iter_calls(rec["messages"])]
-        record: dict[str, Any] | None = {
-            "id": f"{rec['conversation']}-{uuid.uuid4().hex[:8]}", "group": rec["conversation"],
-            "domain": self.domain, "messages": rec["messages"], "reward": rec["reward"],
-            "success": rec["success"],
-            "metadata": {"called": called, "presented": rec["presented"], "outcome": rec["outcome"]}}
+    def _write(self, batch: list[_Finished]) -> None:
+        lines, owners = [], []
+        for f in batch:
+            with self._lock:
+                self.queued_bytes -= f.rec.size
+            try:
+                line = self._line(f)
+            except Exception:  # a redactor's error or what it returned: this record only
+                log.exception("conversation not logged", extra={"event": "log_failed", "conversation": f.conversation})
+                with self._lock:
+                    self._drop("invalid", f.conversation, f.rec.size)
+                continue
+            if line is None:
+                continue
+            if len(line[0]) > self.limits.max_record_bytes:
+                with self._lock:
+                    self._drop("oversized", f.conversation, len(line[0]))
+                continue
+            lines.append(line)
+            owners.append(f)
+        for f, ok in zip(owners, self.files.write(lines)):
+            with self._lock:
+                if ok:
+                    self.written += 1
+                else:
+                    self._drop("log_full", f.conversation, f.rec.size)
+
+    def _line(self, f: _Finished) -> tuple[bytes, dict[str, dict]] | None:
+        """(the record's line, the tools.json entries of the tools it calls); None when redacted away."""
+        record: dict[str, Any] | None = build_record(f.conversation, json.loads(f.rec.messages), f.rec.presented,
+                                                     f.success, f.reward, f.outcome, self.domain)
         if self.redact is not None:
             record = self.redact(record)
             if record is None:
-                return
-        new = {n: t for n, t in rec["tools"].items() if n not in self._tools}
-        for _, _, name, _ in iter_calls(record["messages"]):  # a call to a tool no request offered
-            if name not in self._tools and name not in new:
-                new[name] = {"type": "function", "function": {"name": name, "description": "",
-                                                              "parameters": {"type": "object", "properties": {}}}}
-        if new:
-            self._tools.update(new)
-            write_json(self.directory / "tools.json", list(self._tools.values()), indent=1)
-        line = (json.dumps(record) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(line)
-            while view:  # one line, one writer: a short write continues where it stopped
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self.written += 1
-
-    def _read_tools(self) -> dict[str, dict]:
-        path = self.directory / "tools.json"
-        if not path.exists():
-            return {}
-        return {t["function"]["name"]: t for t in json.loads(path.read_text())}
-
-    def _cut_torn_line(self) -> None:
-        """A crash during a write can leave a last line without its newline: cut it off (it is ours)."""
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            return
-        data = self.path.read_bytes()
-        if data.endswith(b"\n"):
-            return
-        with open(self.path, "r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
-        log.warning("cut a torn last line", extra={"event": "log_repaired", "path": str(self.path)})
+                return None
+        record = valid_record(record)
+        calls = {n: tool_schema(n, f.rec.tools.get(n)) for n in dict.fromkeys(called_names(record["messages"]))}
+        return (json.dumps(record) + "\n").encode(), calls

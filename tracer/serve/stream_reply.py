@@ -88,12 +88,32 @@ def assemble_reply(stream: bytes) -> dict[str, Any] | None:
     return {"role": "assistant", **message, "content": message.get("content"), **({"tool_calls": calls} if calls else {})}
 
 
+def stream_finished(stream: bytes) -> bool:
+    """Whether a streamed chat completion said it was done: a ``data: [DONE]`` event, or a finish reason on
+    choice 0 (a server may end without ``[DONE]``). A body that merely stopped (a close-delimited answer
+    whose upstream died) has neither."""
+    for data in sse_data(stream):
+        if data == b"[DONE]":
+            return True
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0 and choice.get("finish_reason"):
+                return True
+    return False
+
+
 class StreamCopy:
     """Passes a streamed body through unchanged while keeping a copy of its bytes (up to ``limit``)."""
+
+    TAIL = 64  # bytes kept past the limit: enough to see the closing ``data: [DONE]``
 
     def __init__(self, limit: int):
         self.limit = limit
         self.parts: list[bytes] = []
+        self.tail = b""
         self.size = 0
         self.complete = False  # the source ended by itself (not cut by the client or an upstream error)
 
@@ -104,11 +124,22 @@ class StreamCopy:
                 self.size += len(chunk)
                 if self.size <= self.limit:
                     self.parts.append(chunk)
+                else:
+                    self.tail = (self.tail + chunk)[-self.TAIL:]
                 yield chunk
             self.complete = True
         finally:
             if not self.complete:
                 on_cut()
+
+    def finished(self) -> bool:
+        """The stream ended by itself and said it was done (:func:`stream_finished`; past ``limit``, a
+        ``[DONE]`` at its end)."""
+        if not self.complete:
+            return False
+        if self.size > self.limit:
+            return b"[DONE]" in self.tail
+        return stream_finished(b"".join(self.parts))
 
     def reply(self) -> dict[str, Any] | None:
         """The rebuilt assistant message of a stream that reached its end within ``limit``, else None."""

@@ -1,0 +1,200 @@
+"""A logged conversation's record, valid by construction: what the dataset loader's strict rules accept.
+
+A live request is not a training record: clients send ``developer`` messages, content that is a number,
+arguments that are not JSON, tool messages whose call was trimmed from the history. The gateway forwards
+them as they came, but the log is read back by :func:`tracer.data.load_native` and ``tracer update``, so
+before a record is written its messages are brought to the rules of :mod:`tracer.core.validate`:
+
+- a ``developer`` message is a system message; a message that is not an object, or whose role is none of
+  system/user/assistant/tool, is left out;
+- ``content`` that is not a string, null or a list of content parts is written as its JSON text; a content
+  part that is not ``{"type": ...}`` (or a text part whose ``text`` is not a string) likewise;
+- a tool call without a function name is left out, and so is ``tool_calls`` on a message that is not the
+  assistant's; ``arguments`` given as an object is written as its JSON text; arguments that are not JSON
+  encoding an object are written as ``"{}"`` and the raw text is kept in ``metadata.raw_arguments`` (by
+  position, ``messages[i].tool_calls[j]``, its first :data:`RAW_CHARS` characters);
+- a tool message that answers no earlier call is left out;
+- a lone surrogate in a checked string becomes ``?``.
+
+What was changed is counted in ``metadata.normalised`` (by rule). :func:`valid_record` applies the same
+rules again after the redaction hook, and checks the record's own fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from tracer.core.validate import ROLES
+
+RAW_CHARS = 1000
+EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+
+
+def _text(s: str) -> str:
+    """``s`` as valid Unicode (a lone surrogate, which UTF-8 cannot encode, becomes ``?``)."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _json_text(value: Any) -> str:
+    return _text(json.dumps(value, default=str))
+
+
+def _content(content: Any, fixes: Counter) -> Any:
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return _text(content)
+    if not isinstance(content, list):
+        fixes["content_as_text"] += 1
+        return _json_text(content)
+    parts = []
+    for part in content:
+        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+            fixes["content_part_as_text"] += 1
+            parts.append({"type": "text", "text": _json_text(part)})
+        elif part["type"] == "text" and not isinstance(part.get("text"), str):
+            fixes["content_part_as_text"] += 1
+            parts.append({**part, "text": _json_text(part.get("text"))})
+        else:
+            parts.append({**part, "text": _text(part["text"])} if part["type"] == "text" else dict(part))
+    return parts
+
+
+def _arguments(args: Any, fixes: Counter) -> tuple[Any, str | None]:
+    """(arguments as the rules want them, the raw text when it was replaced by ``"{}"``)."""
+    if args is None or args == "":
+        return args, None
+    if isinstance(args, Mapping):
+        fixes["arguments_object_as_text"] += 1
+        return _json_text(args), None
+    raw = _text(args) if isinstance(args, str) else _json_text(args)
+    try:
+        if isinstance(args, str) and isinstance(json.loads(raw), dict):
+            return raw, None
+    except ValueError:
+        pass
+    fixes["arguments_replaced"] += 1
+    return "{}", raw[:RAW_CHARS]
+
+
+def _call(call: Any, fixes: Counter, raw: dict[str, str], at: str) -> dict | None:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        fixes["call_dropped"] += 1
+        return None
+    args, replaced = _arguments(fn.get("arguments"), fixes)
+    if replaced is not None:
+        raw[at] = replaced
+    return {**call, "function": {**fn, "name": _text(fn["name"]), "arguments": args}}
+
+
+def normalise(messages: Sequence[Any]) -> tuple[list[dict], Counter, dict[str, str]]:
+    """(messages under the loader's rules, what was changed by rule, raw arguments replaced by position)."""
+    out: list[dict] = []
+    fixes: Counter = Counter()
+    raw: dict[str, str] = {}
+    call_ids: set[str] = set()
+    for m in messages:
+        if not isinstance(m, Mapping) or m.get("role") not in (*ROLES, "developer"):
+            fixes["message_dropped"] += 1
+            continue
+        m = dict(m)
+        if m["role"] == "developer":
+            fixes["developer_as_system"] += 1
+            m["role"] = "system"
+        if "content" in m:
+            m["content"] = _content(m["content"], fixes)
+        calls = m.pop("tool_calls", None)
+        if calls and (m["role"] != "assistant" or not isinstance(calls, list)):
+            fixes["tool_calls_dropped"] += 1
+        elif calls:
+            kept: list[dict] = []
+            for c in calls:  # raw arguments are keyed by the call's position in what is written
+                made = _call(c, fixes, raw, f"messages[{len(out)}].tool_calls[{len(kept)}]")
+                if made is not None:
+                    kept.append(made)
+            m["tool_calls"] = kept
+            call_ids.update(c["id"] for c in kept if isinstance(c.get("id"), str) and c["id"])
+        if m["role"] == "tool" and not (isinstance(m.get("tool_call_id"), str) and m["tool_call_id"] in call_ids):
+            fixes["orphan_tool_message_dropped"] += 1
+            continue
+        out.append(m)
+    return out, fixes, raw
+
+
+def called_names(messages: Sequence[Any]) -> Iterator[str]:
+    """The names of the tool calls in (possibly malformed) messages, in order."""
+    for m in messages:
+        if isinstance(m, Mapping) and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list):
+            for c in m["tool_calls"]:
+                fn = c.get("function") if isinstance(c, Mapping) else None
+                if isinstance(fn, Mapping) and isinstance(fn.get("name"), str) and fn["name"]:
+                    yield _text(fn["name"])
+
+
+def tool_schema(name: str, offered: Any = None) -> dict:
+    """The tools.json entry of a called tool: the schema a request offered for it (its description and
+    parameters when they have the right types), else a placeholder with no description."""
+    fn = offered.get("function") if isinstance(offered, Mapping) else None
+    fn = fn if isinstance(fn, Mapping) else {}
+    desc = fn.get("description")
+    params = fn.get("parameters")
+    return {"type": "function", "function": {"name": name, "description": _text(desc) if isinstance(desc, str) else "",
+                                             "parameters": params if isinstance(params, dict) else EMPTY_PARAMETERS}}
+
+
+def build_record(conversation: str, messages: Sequence[Any], presented: Sequence[str], success: bool,
+                 reward: float, outcome: str, domain: str) -> dict[str, Any]:
+    """The record of a finished conversation; its ``id`` is unique (a random 64-bit suffix), since the
+    index's ledger learns each id once (:mod:`tracer.core.applied`)."""
+    msgs, fixes, raw = normalise(messages)
+    group = _text(conversation) if conversation.strip() else "-"
+    meta: dict[str, Any] = {"called": list(called_names(msgs)), "presented": list(presented), "outcome": outcome}
+    if fixes:
+        meta["normalised"] = dict(fixes)
+    if raw:
+        meta["raw_arguments"] = raw
+    return {"id": f"{group}-{uuid.uuid4().hex[:16]}", "group": group, "domain": domain, "messages": msgs,
+            "reward": reward, "success": success, "metadata": meta}
+
+
+class InvalidRecord(ValueError):
+    """A record the redaction hook returned that breaks the loader's rules beyond repair."""
+
+
+def _record_problem(record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return f"record: expected an object, got {type(record).__name__}"
+    for key in ("id", "group", "domain"):
+        if not isinstance(record.get(key), str) or (key != "domain" and not record[key].strip()):
+            return f"{key}: must be a non-empty string"
+    reward = record.get("reward", 1.0)
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        return f"reward: must be a finite number, got {reward!r}"
+    for key, typ, what in (("messages", list, "a list"), ("success", bool, "true or false"),
+                           ("metadata", dict, "an object")):
+        if (key == "messages" or record.get(key) is not None) and not isinstance(record.get(key), typ):
+            return f"{key}: must be {what}"
+    return None
+
+
+def valid_record(record: Any) -> dict[str, Any]:
+    """``record`` (as the redaction hook returned it) under the loader's rules, or :class:`InvalidRecord`
+    naming the field."""
+    problem = _record_problem(record)
+    if problem is not None:
+        raise InvalidRecord(problem)
+    msgs, fixes, _ = normalise(record["messages"])
+    out = {**record, "id": _text(record["id"]), "group": _text(record["group"]), "messages": msgs}
+    if fixes:
+        out["metadata"] = {**(record.get("metadata") or {}), "normalised_after_redaction": dict(fixes)}
+    return out
