@@ -240,7 +240,8 @@ def load_native(path: str | Path, name: str | None = None, problems: Problems | 
     if len(registry) == 0 and problems is None:
         raise DataError(root / "tools.json", "empty registry: no tools")
     trajs = read_log_trajectories(root, registry, problems)
-    return Dataset(name=name or root.name, registry=registry, trajectories=tuple(trajs))
+    return Dataset(name=name or root.name, registry=registry, trajectories=tuple(trajs),
+                   skipped={"bad_lines": len(problems)} if problems else {})
 
 
 def write_native(path: str | Path, registry: Registry, trajectories: Iterable[Trajectory]) -> Path:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tracer.core.io import atomic_write_text, fsync_dir
+from tracer.core.io import atomic_write, fsync_dir
 from tracer.data.native import SEGMENT, trajectory_files
 
 log = logging.getLogger("tracer.serve")
@@ -58,12 +58,12 @@ class LogFiles:
         try:
             for line, calls in lines:
                 new = {n: t for n, t in calls.items() if n not in self.tools}
-                tools_growth = sum(len(json.dumps(t, indent=1)) + 3 for t in new.values())
-                if not self._room(len(line) + tools_growth):
+                tools = self._tools_text(new) if new else None
+                if not self._room(len(line) + (len(tools) - self._tools_size() if tools else 0)):
                     written.append(False)
                     continue
-                if new:
-                    self._add_tools(new)
+                if tools:
+                    self._write_tools(new, tools)
                 if os.fstat(fd).st_size and os.fstat(fd).st_size + len(line) > self.segment_bytes:
                     os.fsync(fd)
                     os.close(fd)
@@ -105,12 +105,18 @@ class LogFiles:
         fsync_dir(self.directory)
         log.info("log rotated", extra={"event": "log_rotated", "segment": n, "path": str(self.directory)})
 
-    def _add_tools(self, new: Mapping[str, dict]) -> None:
-        before = (self.directory / "tools.json").stat().st_size if (self.directory / "tools.json").exists() else 0
+    def _tools_size(self) -> int:
+        path = self.directory / "tools.json"
+        return path.stat().st_size if path.exists() else 0
+
+    def _tools_text(self, new: Mapping[str, dict]) -> bytes:
+        return (json.dumps([*self.tools.values(), *new.values()], indent=1) + "\n").encode()
+
+    def _write_tools(self, new: Mapping[str, dict], text: bytes) -> None:
+        before = self._tools_size()
+        atomic_write(self.directory / "tools.json", lambda f: f.write(text), fsync=True)
         self.tools.update(new)
-        atomic_write_text(self.directory / "tools.json", json.dumps(list(self.tools.values()), indent=1) + "\n",
-                          fsync=True)
-        self.size += (self.directory / "tools.json").stat().st_size - before
+        self.size += len(text) - before
 
     def _read_tools(self) -> dict[str, dict]:
         path = self.directory / "tools.json"

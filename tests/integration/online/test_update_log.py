@@ -17,9 +17,10 @@ from builders import TINY_TOOLS, KeywordEmbedder, call, fitted_scorer, result, t
 
 from tracer.build import build_scorer
 from tracer.cli import main as tracer_cli
+from tracer.core.errors import DataError
 from tracer.core.store import CorruptIndex, current_snapshot
 from tracer.core.types import Registry, Tool, Trajectory
-from tracer.data import write_native
+from tracer.data import load_native, write_native
 from tracer.online.updates import scorer_tries
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
@@ -137,6 +138,14 @@ def test_bad_lines_are_reported_and_skipped_and_only_called_tools_are_registered
     offered = [*TINY_TOOLS, NEW_TOOL, *(Tool(f"never_called_{i}", "offered, never called") for i in range(50))]
     (log / "tools.json").write_text(json.dumps([t.to_openai() for t in offered]))
     (log / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
+    problems: list = []
+    lenient = load_native(log, problems=problems)  # the same reading from Python
+    assert [t.id for t in lenient.trajectories] == ["t3", "n2", "t4"] and lenient.skipped == {"bad_lines": 5}
+    assert [(p.line, p.field) for p in problems] == [(2, None), (3, "messages[0].tool_calls[0].function.arguments"),
+                                                     (4, "reward"), (5, "messages[0].tool_calls[0].function.name"),
+                                                     (6, "id")]
+    with pytest.raises(DataError, match=r"trajectories.jsonl, line 2: not valid JSON"):
+        load_native(log)  # strict, the default for datasets
     assert tracer_cli(cli(tmp_path / "index", log, "--strict")) == 2  # today's behaviour, on request
     assert str(log / "trajectories.jsonl") in capsys.readouterr().err
     assert current_snapshot(tmp_path / "index") == snapshot
