@@ -2,13 +2,17 @@
 
 ``python tests/mcp_upstream.py travel`` serves search_flights, book_flight and cancel_booking;
 ``office`` serves get_weather, send_email and list_files (the tools of ``data/example``). Each tool
-answers ``"<server>.<tool>(<arguments as JSON>)"`` so a test can see which upstream ran it.
+answers ``"<server>.<tool>(<arguments as JSON>)"`` so a test can see which upstream ran it. With
+``MCP_UPSTREAM_PIDFILE`` set it writes its process id there first (a test that kills it reads it), and
+with ``MCP_UPSTREAM_REFUSE`` naming a file that exists it exits at once (an upstream that cannot restart).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
 from mcp.server import MCPServer
 
@@ -37,4 +41,8 @@ def build(family: str) -> MCPServer:
 
 
 if __name__ == "__main__":
+    if os.environ.get("MCP_UPSTREAM_REFUSE") and Path(os.environ["MCP_UPSTREAM_REFUSE"]).exists():
+        sys.exit(3)
+    if os.environ.get("MCP_UPSTREAM_PIDFILE"):
+        Path(os.environ["MCP_UPSTREAM_PIDFILE"]).write_text(str(os.getpid()))
     build(sys.argv[1]).run("stdio")
