@@ -10,6 +10,7 @@ import uvicorn
 
 from tracer.retriever import Retriever
 from tracer.serve.mcp_server import ToolRouter, serve_stdio
+from tracer.serve.mcp_sessions import SessionCaps
 from tracer.serve.reload import IndexHolder
 
 
@@ -22,17 +23,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="with --transport http")
     p.add_argument("--port", type=int, default=8081, help="with --transport http (path /mcp)")
     p.add_argument("--device", default="cpu")
+    caps = SessionCaps()
+    p.add_argument("--max-sessions", type=int, default=caps.max_sessions,
+                   help="sessions kept (least recently used dropped; on HTTP new ones get 503 beyond it)")
+    p.add_argument("--session-idle", type=float, default=caps.idle_s,
+                   help="seconds after which an idle session is dropped (HTTP: the SDK ends it too)")
+    p.add_argument("--max-messages", type=int, default=caps.max_messages,
+                   help="messages of a session's activity kept for ranking (the oldest dropped)")
+    p.add_argument("--max-text", type=int, default=caps.max_text,
+                   help="characters kept of each query, call's arguments (JSON) and result")
+    p.add_argument("--upstream-retries", type=int, default=5,
+                   help="reconnection attempts in a row for a lost upstream (0: none)")
+    p.add_argument("--upstream-retry-delay", type=float, default=1.0,
+                   help="seconds before the first reconnection attempt, doubling up to 60")
 
 
 def build(args: argparse.Namespace) -> ToolRouter:
     if args.k < 1:
         raise SystemExit(f"--k {args.k}: must be at least 1")
+    try:
+        caps = SessionCaps(max_sessions=args.max_sessions, idle_s=args.session_idle,
+                           max_messages=args.max_messages, max_text=args.max_text)
+        if args.upstream_retries < 0 or not args.upstream_retry_delay > 0:
+            raise ValueError("--upstream-retries must be >= 0 and --upstream-retry-delay > 0")
+    except ValueError as e:
+        raise SystemExit(f"tracer mcp: {e}") from None
     holder = IndexHolder(args.index, lambda d: Retriever.load(d, k=args.k, device=args.device))
-    return ToolRouter(args.config, holder, k=args.k, sticky=args.sticky)
+    return ToolRouter(args.config, holder, k=args.k, sticky=args.sticky, caps=caps,
+                      retries=args.upstream_retries, retry_delay_s=args.upstream_retry_delay)
 
 
 async def _serve_http(router: ToolRouter, host: str, port: int) -> None:
-    app = router.server.streamable_http_app(host=host)
+    app = router.http_app(host=host)
     async with router:
         await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).serve()
 

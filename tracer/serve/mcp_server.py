@@ -9,37 +9,43 @@ Upstream MCP servers are configured in a JSON file in the shape MCP hosts use::
 (``command``: stdio, launched by the SDK; ``url``: streamable HTTP.) Their tools are aggregated in
 canonical order (servers in file order, each server's own order); a name served twice is refused.
 
-Per session (a streamable-HTTP ``Mcp-Session-Id``; a stdio server serves one client, so one session;
-a 2026-07-28 HTTP client without a session shares ``default``) the server keeps its activity: the calls made through it (name,
-arguments, result text) and the queries, in order. A query comes from a ``find_tools`` call (free text:
-it answers with the best tools' names and descriptions) or from ``tools/list``'s
+Per session (a handshake-era connection: a streamable-HTTP ``Mcp-Session-Id``, a stdio or in-memory
+client; 2026-07-28 requests, which carry no session, share ``default``) the server keeps its recent
+activity, bounded and forgotten when the session ends (:mod:`tracer.serve.mcp_sessions`): the calls made
+through it (name, arguments, result text) and the queries, in order. A query comes from a ``find_tools``
+call (free text: it answers with the best tools' names and descriptions) or from ``tools/list``'s
 ``_meta["io.tracer/query"]``. ``tools/list`` answers ``find_tools`` plus the k tools the index
 chooses for that activity (read as a chat: each query a user message, each call an assistant tool
 call and its result; :func:`tracer.serve.selection.choose`), kept stable and appended to as the
 gateway does. When a call or a query changes that set the server sends ``notifications/tools/list_changed``
 (on handshake-era connections directly; on 2026-07-28 connections to ``subscriptions/listen`` streams).
-``tools/call`` of any aggregated tool, presented or not, is proxied to the server that owns it.
+``tools/call`` of any aggregated tool, presented or not, is proxied to the server that owns it. An
+upstream that is lost (its process exits, its connection fails) has its tools leave both lists, with a
+``list_changed`` to every session, until it is reconnected (:mod:`tracer.serve.mcp_upstreams`); a call
+to one of them is an ``is_error`` result naming the server.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import logging
 from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp import Client, StdioServerParameters, types
+from mcp import types
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 from tracer.core.errors import DataError
 from tracer.data.native import read_json
+from tracer.serve.mcp_sessions import Activity, SessionCaps, Sessions
+from tracer.serve.mcp_upstreams import Upstream
 from tracer.serve.reload import IndexHolder
-from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose
+from tracer.serve.selection import UnknownToolVectors, choose
+
+logger = logging.getLogger(__name__)
 
 QUERY_META = "io.tracer/query"
 FIND_TOOLS = types.Tool(
@@ -65,13 +71,6 @@ def read_config(path: str | Path) -> dict[str, dict[str, Any]]:
     return servers
 
 
-def _transport(spec: Mapping[str, Any], base: Path) -> StdioServerParameters | str:
-    if "url" in spec:
-        return spec["url"]
-    return StdioServerParameters(command=spec["command"], args=[str(a) for a in spec.get("args", [])],
-                                 env=spec.get("env"), cwd=spec.get("cwd", base))
-
-
 def openai_tool(tool: types.Tool) -> dict[str, Any]:
     return {"type": "function", "function": {"name": tool.name, "description": tool.description or "",
                                              "parameters": tool.input_schema}}
@@ -86,58 +85,37 @@ class _ListChangingServer(Server):
             notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
 
 
-@dataclass
-class Activity:
-    """What one session did, as the chat the index reads: each query a user message, each call an
-    assistant tool call followed by its result (the last ``max_messages`` kept)."""
-
-    chat: list[dict[str, Any]] = field(default_factory=list)
-    presented: list[str] = field(default_factory=list)
-    max_messages: int = 200
-
-    def ask(self, query: str) -> None:
-        self._add({"role": "user", "content": query})
-
-    def called(self, name: str, args: Mapping[str, Any], text: str) -> None:
-        i = sum(m["role"] == "tool" for m in self.chat)
-        self._add({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(dict(args))}}]})
-        self._add({"role": "tool", "tool_call_id": f"c{i}", "content": text[:2000]})
-
-    def _add(self, message: dict[str, Any]) -> None:
-        self.chat = (self.chat + [message])[-self.max_messages:]
-
-    def messages(self) -> list[dict[str, Any]]:
-        return self.chat if self.chat and self.chat[0]["role"] == "user" else \
-            [{"role": "user", "content": ""}] + self.chat
-
-
 class ToolRouter:
-    """Aggregates upstream servers (``async with``) and serves the filtered server (:attr:`server`)."""
+    """Aggregates upstream servers (``async with``) and serves the filtered server (:attr:`server`).
 
-    def __init__(self, config_path: str | Path, holder: IndexHolder, k: int = 5, sticky: bool = True):
+    ``caps`` bound what is kept per session (:mod:`tracer.serve.mcp_sessions`); ``retries`` and
+    ``retry_delay_s`` how a lost upstream is reconnected (:mod:`tracer.serve.mcp_upstreams`)."""
+
+    def __init__(self, config_path: str | Path, holder: IndexHolder, k: int = 5, sticky: bool = True,
+                 caps: SessionCaps | None = None, retries: int = 5, retry_delay_s: float = 1.0):
         self.config_path = Path(config_path)
         self.specs = read_config(self.config_path)
         self.holder, self.k = holder, k
-        self.presenter = StickyPresenter(sticky, 4 * k)
+        self.caps = caps or SessionCaps()
         self.unknown = UnknownToolVectors()
-        self.tools: dict[str, types.Tool] = {}
-        self.owner: dict[str, Client] = {}
-        self.sessions: dict[str, Activity] = {}
+        self.upstreams = {name: Upstream(name, spec, self.config_path.parent, self._upstreams_changed, retries,
+                                         retry_delay_s) for name, spec in self.specs.items()}
+        self.tools: dict[str, types.Tool] = {}  # the live upstreams' tools, in canonical order
+        self.owner: dict[str, Upstream] = {}  # every tool ever listed, live or not: who serves it
+        self.sessions = Sessions(self.caps, sticky, 4 * k)
         self.bus = InMemorySubscriptionBus()
         self._stack = contextlib.AsyncExitStack()
         self.server = _ListChangingServer("tracer", on_list_tools=self.list_tools, on_call_tool=self.call_tool,
-                             on_subscriptions_listen=ListenHandler(self.bus))
+                                          on_subscriptions_listen=ListenHandler(self.bus))
 
     async def __aenter__(self) -> ToolRouter:  # noqa: PYI034
+        self._stack = contextlib.AsyncExitStack()
+        tasks = await self._stack.enter_async_context(anyio.create_task_group())  # the upstreams' tasks
+        self._stack.callback(tasks.cancel_scope.cancel)  # unwound first: leaving the group cancels them
         try:
-            for name, spec in self.specs.items():
-                client = await self._stack.enter_async_context(Client(_transport(spec, self.config_path.parent)))
-                for tool in await self._all_tools(client):
-                    if tool.name in self.tools or tool.name == FIND_TOOLS.name:
-                        raise DataError(self.config_path, f"tool {tool.name!r} is served twice (again by {name!r})",
-                                        field=f"mcpServers.{name}")
-                    self.tools[tool.name], self.owner[tool.name] = tool, client
+            for upstream in self.upstreams.values():
+                await tasks.start(upstream.run)
+            self._index_tools(strict=True)
         except BaseException:
             await self._stack.aclose()
             raise
@@ -146,28 +124,46 @@ class ToolRouter:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    @staticmethod
-    async def _all_tools(client: Client) -> list[types.Tool]:
-        tools, cursor = [], None
-        while True:
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            if not (cursor := page.next_cursor):
-                return tools
+    def http_app(self, host: str = "127.0.0.1"):
+        """The streamable-HTTP app (path ``/mcp``), its SDK session limits set from :attr:`caps`."""
+        return self.server.streamable_http_app(host=host, session_idle_timeout=self.caps.idle_s,
+                                               max_sessions=self.caps.max_sessions)
+
+    def _index_tools(self, strict: bool = False) -> None:
+        """Rebuild :attr:`tools` and :attr:`owner` from the upstreams, in file order. A name served twice is
+        refused at start (``strict``); later (an upstream reconnected with other tools) the first one keeps it."""
+        tools: dict[str, types.Tool] = {}
+        owner: dict[str, Upstream] = {}
+        for name, upstream in self.upstreams.items():
+            for tool in upstream.tools:
+                if tool.name in owner or tool.name == FIND_TOOLS.name:
+                    if strict:
+                        raise DataError(self.config_path, f"tool {tool.name!r} is served twice (again by {name!r})",
+                                        field=f"mcpServers.{name}")
+                    logger.warning("upstream %r: tool %r is served already; ignored", name, tool.name)
+                    continue
+                owner[tool.name] = upstream
+                if upstream.alive:
+                    tools[tool.name] = tool
+        self.tools, self.owner = tools, owner
+
+    async def _upstreams_changed(self) -> None:
+        """An upstream was lost or came back: relist, and tell every session its list may have changed."""
+        self._index_tools()
+        await self.bus.publish(ToolsListChanged())  # 2026-07-28: listen streams
+        for activity in self.sessions.activities():
+            if activity.connection is not None:  # handshake era; notify never raises
+                await activity.connection.send_tool_list_changed()
 
     # ---- selection -------------------------------------------------------------------------------
-    def _activity(self, ctx) -> tuple[str, Activity]:
-        """The session's activity: by ``Mcp-Session-Id`` over streamable HTTP; a stdio server has one client."""
-        headers = getattr(ctx.request, "headers", None)
-        key = (headers.get("mcp-session-id") if headers is not None else None) or "default"
-        return key, self.sessions.setdefault(key, Activity())
+    async def _choose(self, activity: Activity, tools: dict[str, types.Tool]) -> list[str]:
+        return await anyio.to_thread.run_sync(choose, self.holder.retriever, activity.messages(),
+                                              [openai_tool(t) for t in tools.values()], self.k, self.unknown)
 
-    async def _present(self, key: str, activity: Activity) -> bool:
+    async def _present(self, activity: Activity) -> bool:
         """Recompute the session's presented tools; True when they changed."""
-        tools = [openai_tool(t) for t in self.tools.values()]
-        chosen = await anyio.to_thread.run_sync(
-            choose, self.holder.retriever, activity.messages(), tools, self.k, self.unknown)
-        shown = self.presenter.present(key, chosen, list(self.tools))
+        tools = self.tools  # one snapshot: an upstream may come or go while the index ranks
+        shown = activity.presenter.present("session", await self._choose(activity, tools), list(tools))
         changed, activity.presented = shown != activity.presented, shown
         return changed
 
@@ -178,35 +174,37 @@ class ToolRouter:
 
     # ---- handlers --------------------------------------------------------------------------------
     async def list_tools(self, ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        key, activity = self._activity(ctx)
+        _, activity = self.sessions.get(ctx)
         query = (params.meta or {}).get(QUERY_META) if params is not None and params.meta else None
         if isinstance(query, str) and query.strip():
             activity.ask(query)
-        await self._present(key, activity)
-        return types.ListToolsResult(tools=[FIND_TOOLS] + [self.tools[n] for n in activity.presented])
+        await self._present(activity)
+        return types.ListToolsResult(tools=[FIND_TOOLS] + [self.tools[n] for n in activity.presented
+                                                           if n in self.tools])
 
     async def call_tool(self, ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        key, activity = self._activity(ctx)
+        _, activity = self.sessions.get(ctx)
         args = dict(params.arguments or {})
         if params.name == FIND_TOOLS.name:
             query = args.get("query")
             if not isinstance(query, str) or not query.strip():
                 return _error("find_tools: query must be a non-empty string")
             activity.ask(query)
-            tools = [openai_tool(t) for t in self.tools.values()]
-            found = await anyio.to_thread.run_sync(
-                choose, self.holder.retriever, activity.messages(), tools, self.k, self.unknown)
+            tools = self.tools
+            found = await self._choose(activity, tools)
             result = types.CallToolResult(
                 content=[types.TextContent(type="text", text="\n".join(
-                    f"{n}: {self.tools[n].description or ''}" for n in found))],
+                    f"{n}: {tools[n].description or ''}" for n in found))],
                 structured_content={"tools": found})
-        elif params.name in self.tools:
-            result = await self.owner[params.name].call_tool(params.name, args)
+        elif params.name in self.owner:
+            result = await self.owner[params.name].call(params.name, args)
+            if not self.owner[params.name].alive:
+                return result
             text = " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
             activity.called(params.name, args, text)
         else:
             return _error(f"unknown tool {params.name!r}; find_tools lists what is available")
-        if await self._present(key, activity):
+        if await self._present(activity):
             await self._announce(ctx)
         return result
 
