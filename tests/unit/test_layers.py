@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"learn"},
     {"scorers"},
     {"online", "envs"},
-    {"eval", "train", "retriever", "build"},
+    {"eval", "train", "retriever", "build", "run_dir"},
     {"serve"},
     {"cli"},
 ]

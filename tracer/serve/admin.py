@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tracer.serve.logging_sink import ConversationLog
-from tracer.serve.validation import RequestError, openai_error
+from tracer.serve.validation import RequestError, check_conversation_id, openai_error
 
 OUTCOME_TOKEN_HEADER = "x-tracer-outcome-token"
 
@@ -144,6 +144,7 @@ def _outcome_body(raw: bytes) -> dict:
         raise RequestError("body is not valid JSON") from None
     if not isinstance(body, dict) or not isinstance(body.get("conversation"), str):
         raise RequestError("must be a string", "conversation")
+    check_conversation_id(body["conversation"], "conversation")
     if not isinstance(body.get("success"), bool):
         raise RequestError("must be true or false", "success")
     reward = body.get("reward")

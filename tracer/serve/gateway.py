@@ -45,7 +45,7 @@ from tracer.serve.select_stage import SelectionStage
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors
 from tracer.serve.status import CountStatus
 from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
-from tracer.serve.validation import RequestError, openai_error, parse_chat_request
+from tracer.serve.validation import RequestError, check_conversation_id, openai_error, parse_chat_request
 
 log = logging.getLogger("tracer.serve")
 
@@ -90,6 +90,8 @@ class Gateway:
     def __init__(self, holder: IndexHolder, config: GatewayConfig, sink: ConversationLog | None = None):
         self.holder, self.config, self.sink = holder, config, sink
         self.metrics = GatewayMetrics()
+        if sink is not None:
+            self.metrics.watch_log(sink.stats)
         presenter = StickyPresenter(config.sticky, config.max_presented or 4 * config.k)
         unknown = UnknownToolVectors(max_new=config.max_unknown_embed)
         self.selection = SelectionStage(config.k, presenter, unknown, self.metrics)
@@ -165,11 +167,11 @@ class Gateway:
         try:
             raw = await self._read_body(request)
             body, names = parse_chat_request(raw)
+            header = check_conversation_id(request.headers.get("x-tracer-conversation"), "X-Tracer-Conversation")
         except RequestError as e:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
         messages, tools = body["messages"], body.get("tools") or []
-        turn = self.conversations.assign(messages, request.headers.get("authorization"),
-                                         request.headers.get("x-tracer-conversation"))
+        turn = self.conversations.assign(messages, request.headers.get("authorization"), header)
         conv = turn.id
         self.metrics.conversations.labels(turn.how).inc()
         presented, selection_s = names, 0.0

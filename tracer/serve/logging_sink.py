@@ -4,7 +4,7 @@
 rotated: :mod:`tracer.serve.log_files`) that :func:`tracer.data.load_native` reads and ``tracer update``
 learns from.
 
-**When a conversation is finished.** A conversation (see :func:`tracer.serve.selection.conversation_id`)
+**When a conversation is finished.** A conversation (its id: :mod:`tracer.serve.conversations`)
 is finished when the caller reports its outcome, either with the header ``X-Tracer-Outcome:
 success|failure`` on its last chat request (applied once that request's answer has been sent whole: an
 upstream error or a stream cut short leaves the conversation pending) or with ``POST /v1/tracer/outcome``

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import ClassVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from tracer.serve.bounded import MESSAGE_CHARS, clip, clip_traceback, clip_value
 
@@ -43,8 +46,33 @@ class GatewayMetrics:
         self.conversations = Counter("tracer_conversations", "Chat requests by how their conversation was "
                                      "found: header, continued, new", ["how"], registry=self.registry)
 
+    def watch_log(self, stats: Callable[[], Mapping[str, Any]]) -> None:
+        """Export the conversation log's own accounting (:meth:`ConversationLog.stats`) at each scrape."""
+        self.registry.register(_LogCollector(stats))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _LogCollector(Collector):
+    """``tracer_log_*``: what ``--log`` holds, has written and has dropped (by reason), read at scrape time."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, Any]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats()
+        yield GaugeMetricFamily("tracer_log_pending", "Unfinished conversations held", value=s["pending"])
+        yield GaugeMetricFamily("tracer_log_pending_bytes", "JSON bytes of the unfinished conversations held",
+                                value=s["pending_bytes"])
+        yield GaugeMetricFamily("tracer_log_queued_bytes", "JSON bytes of finished records awaiting the writer",
+                                value=s["queued_bytes"])
+        yield GaugeMetricFamily("tracer_log_bytes", "Bytes of the log files on disk", value=s["log_bytes"])
+        yield CounterMetricFamily("tracer_log_written", "Conversations written to the log", value=s["written"])
+        dropped = CounterMetricFamily("tracer_log_dropped", "Conversations not logged, by reason", labels=["reason"])
+        for reason, n in sorted(s["dropped"].items()):
+            dropped.add_metric([reason], n)
+        yield dropped
 
 
 class JsonFormatter(logging.Formatter):

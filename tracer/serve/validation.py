@@ -64,6 +64,20 @@ def _check_tools(tools: Any) -> list[str]:
     return list(seen)
 
 
+# a conversation id keys the sticky lists, the pending log and the outcome tokens: bounded, printable
+MAX_CONVERSATION_ID = 256
+
+
+def check_conversation_id(value: str | None, where: str) -> str | None:
+    """``value`` if it is a usable conversation id (1-256 printable ASCII characters) or None; else RequestError."""
+    if value is None:
+        return None
+    if not 0 < len(value) <= MAX_CONVERSATION_ID or not value.isascii() or not value.isprintable():
+        raise RequestError(f"a conversation id is 1 to {MAX_CONVERSATION_ID} printable ASCII characters "
+                           f"(got {len(value)} characters)", where)
+    return value
+
+
 def parse_chat_request(raw: bytes) -> tuple[dict[str, Any], list[str]]:
     """The request body as a dict and its tools' names (in order), or :class:`RequestError` naming the
     first bad field."""

@@ -142,10 +142,13 @@ def test_a_2mb_client_value_makes_a_short_error_and_short_log_lines(index_dir, m
         f"tools[{first}].function.name: duplicate tool name (first at tools[{first - 1}]): 'rrr"
     ) and error["message"].endswith(" chars)")
     assert len(error["message"]) < 1100
-    assert answered.status_code == named.status_code == 200 and len(stub.requests) == 2
+    assert answered.status_code == 200 and len(stub.requests) == 1
+    # a conversation id keys the sticky lists, the pending log and the outcome tokens: refused, not kept
+    assert named.status_code == 400 and named.json()["error"] == {
+        "message": "X-Tracer-Conversation: a conversation id is 1 to 256 printable ASCII characters "
+                   "(got 10000 characters)", "type": "invalid_request_error", "param": "X-Tracer-Conversation",
+        "code": None}
     assert lines and max(map(len, lines)) < 20_000, sorted(map(len, lines))[-3:]
-    chat = [json.loads(line) for line in lines if '"event": "chat"' in line]
-    assert chat[-1]["conversation"] == "c" * 200 + "…(10000 chars)"
 
 
 def test_the_json_formatter_bounds_every_field_and_the_traceback():

@@ -164,6 +164,9 @@ def test_pending_conversations_and_the_log_files_stay_within_their_caps(index_di
             held.append(sink.stats())
         assert max(s["pending"] for s in held) == 4 and max(s["pending_bytes"] for s in held) <= 250_000
         assert held[-1]["dropped"] == {"evicted": 8}
+        scraped = httpx.get(url + "/metrics").text.splitlines()  # the log's accounting, read at each scrape
+        assert {'tracer_log_dropped_total{reason="evicted"} 8.0', "tracer_log_pending 4.0",
+                f"tracer_log_pending_bytes {float(held[-1]['pending_bytes'])}"} <= set(scraped)
         chat(url, [{"role": "user", "content": "many " * 18_000 + "call:get_weather"}], "huge", outcome="success")
         assert sink.stats()["dropped"]["oversized"] == 1 and sink.stats()["pending"] == 4  # not held
         for i in range(8, 12):  # the four still held are finished and written
