@@ -153,9 +153,10 @@ def tool_schema(name: str, offered: Any = None) -> dict:
 
 
 def build_record(conversation: str, messages: Sequence[Any], presented: Sequence[str], success: bool,
-                 reward: float, outcome: str, domain: str) -> dict[str, Any]:
+                 reward: float, outcome: str, domain: str, unoffered: Sequence[str] = ()) -> dict[str, Any]:
     """The record of a finished conversation; its ``id`` is unique (a random 64-bit suffix), since the
-    index's ledger learns each id once (:mod:`tracer.core.applied`)."""
+    index's ledger learns each id once (:mod:`tracer.core.applied`). ``unoffered``: the tools it calls that
+    no request of the conversation offered (a model's invented name; ``tracer update`` does not learn them)."""
     msgs, fixes, raw = normalise(messages)
     group = _text(conversation) if conversation.strip() else "-"
     meta: dict[str, Any] = {"called": list(called_names(msgs)), "presented": list(presented), "outcome": outcome}
@@ -163,6 +164,8 @@ def build_record(conversation: str, messages: Sequence[Any], presented: Sequence
         meta["normalised"] = dict(fixes)
     if raw:
         meta["raw_arguments"] = raw
+    if unoffered:
+        meta["unoffered"] = list(unoffered)
     return {"id": f"{group}-{uuid.uuid4().hex[:16]}", "group": group, "domain": domain, "messages": msgs,
             "reward": reward, "success": success, "metadata": meta}
 

@@ -17,7 +17,8 @@ answer (a plain JSON completion's ``choices[0].message``, or the message rebuilt
 :mod:`tracer.serve.stream_reply`), ``metadata.called`` (the tools called, in order) and
 ``metadata.presented``, brought to the loader's rules first (:mod:`tracer.serve.log_record`: what is
 written is valid by construction). ``tools.json`` holds only the tools some written record calls, with the
-schema a request offered for it (a placeholder without description when none did). The redaction hook
+schema a request offered for it (a placeholder without description when none did: a name the model
+invented, listed in the record's ``metadata.unoffered``, which ``tracer update`` does not learn). The redaction hook
 (``--redact module:function``, called with the record as a dict; return the record to write, or None to
 drop it) runs before anything is written.
 
@@ -274,8 +275,9 @@ class ConversationLog:
 
     def _line(self, f: _Finished) -> tuple[bytes, dict[str, dict]] | None:
         """(the record's line, the tools.json entries of the tools it calls); None when redacted away."""
+        unoffered = [n for n, schema in f.rec.tools.items() if schema is None]
         record: dict[str, Any] | None = build_record(f.conversation, json.loads(f.rec.messages), f.rec.presented,
-                                                     f.success, f.reward, f.outcome, self.domain)
+                                                     f.success, f.reward, f.outcome, self.domain, unoffered)
         if self.redact is not None:
             record = self.redact(record)
             if record is None:
