@@ -6,14 +6,14 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-bfcl.txt | c
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test install describe bench reproduce lint clean
+.PHONY: demo test test-all install describe bench reproduce lint clean
 
 $(STAMP): pyproject.toml requirements-bfcl.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU wheel of torch that lies on this disk; a plain `torch` would pull a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,fast]'
+	$(PY) -m pip install -q -e '.[dev]'  # dev = serve, fast, wandb and the test tools
 	# BFCL's data and backends, without its own dependency pins (see requirements-bfcl.txt)
 	$(PY) -m pip install -q --no-deps -r requirements-bfcl.txt
 	rm -f $(VENV)/.installed-*; touch $@
@@ -23,9 +23,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) evaluate.py
 
-# two workers (pytest-xdist), one per core of this machine: ~5 min serial, ~3.5-4 min so; work-stealing
-# keeps the long tests from ending up queued on one worker
+# two workers (pytest-xdist), one per core; work-stealing keeps the long tests off one queue.
+# `make test` leaves out the tests marked slow (encoder training, long runs); `make test-all` runs them too.
 test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist worksteal -m "not slow"
+
+test-all: $(STAMP)
 	$(PY) -m pytest -n 2 --dist worksteal
 
 describe: $(STAMP)

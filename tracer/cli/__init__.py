@@ -1,30 +1,53 @@
 """The ``tracer`` command: a small dispatcher over subcommands, each a module with
 ``add_arguments(parser)`` and ``run(args)``.
 
-    tracer serve --index DIR --upstream http://localhost:8000/v1     # docs/gateway.md
-    tracer mcp --config servers.json --index DIR                     # docs/gateway.md
+    tracer serve --index DIR --upstream http://localhost:8000/v1     # docs/gateway.md    (extra: serve)
+    tracer mcp --config servers.json --index DIR                     # docs/gateway.md    (extra: serve)
     tracer update --index DIR --log FILE_OR_DIR [--refit --history DATASET]   # docs/learning.md
+
+A subcommand whose extra is not installed stays listed; running it says which extra to install.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Sequence
+from types import ModuleType
 
-from tracer.cli import mcp, serve, update
-
-SUBCOMMANDS = {
-    "serve": (serve, "OpenAI-compatible gateway that presents each request's best k tools"),
-    "mcp": (mcp, "MCP server aggregating upstream MCP servers, tools/list filtered to the best k"),
-    "update": (update, "add logged trajectories to a saved index"),
+SUBCOMMANDS = {  # name -> (module, help, the pip extra it needs)
+    "serve": ("tracer.cli.serve", "OpenAI-compatible gateway that presents each request's best k tools", "serve"),
+    "mcp": ("tracer.cli.mcp", "MCP server aggregating upstream MCP servers, tools/list filtered to the best k",
+            "serve"),
+    "update": ("tracer.cli.update", "add logged trajectories to a saved index", None),
 }
+
+
+def _load(module: str, extra: str | None) -> ModuleType | str:
+    """The subcommand's module, or why it cannot run (its extra is missing)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        if extra is None:
+            raise
+        return f"needs the [{extra}] extra ({e.name} is not installed): pip install 'tracer-toolret[{extra}]'"
+
+
+# imported here, once: a subcommand's heavy dependencies load with the command, not per call
+MODULES = {name: _load(module, extra) for name, (module, _, extra) in SUBCOMMANDS.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tracer", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (module, help_text) in SUBCOMMANDS.items():
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
-    args = parser.parse_args(argv)
-    return SUBCOMMANDS[args.command][0].run(args) or 0
-
+    for name, (_, help_text, _) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if not isinstance(MODULES[name], str):
+            MODULES[name].add_arguments(p)
+    args, rest = parser.parse_known_args(argv)
+    module = MODULES[args.command]
+    if isinstance(module, str):
+        parser.error(f"tracer {args.command} {module}")
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return module.run(args) or 0
