@@ -12,8 +12,8 @@ a growing log can be applied again and again; an update with nothing new saves n
 
 A bad line (not JSON, a field that breaks the rules of :mod:`tracer.core.validate`, a call to a tool neither
 the index nor ``tools.json`` knows, a repeated id) is skipped, and so is a gateway record that calls a tool
-the index lacks and no request offered (``metadata.unoffered``: a name the model invented; learning it
-would rank the invention among real tools) and listed in the report as ``file:line: field:
+the index lacks and no request of any logged conversation offered (``metadata.unoffered``: a name the model
+invented; learning it would rank the invention among real tools) and listed in the report as ``file:line: field:
 problem``; the rest is applied. Exit status: 0 when the update ran (lines skipped or not), 1 when lines
 were skipped and none was valid (nothing learned, nothing saved: a wrong file, most likely), 2 on an error
 (no such log, a bad index or ``--history``; with ``--strict``, the first bad line, and nothing is applied).
@@ -47,7 +47,11 @@ def read_log(path: Path, registry: Registry, problems: list[DataError] | None) -
         return read_trajectories(path, registry, problems), []
     offered = [t for t in read_tools(path / "tools.json", problems=problems) if t.name not in registry]
     trajectories = read_log_trajectories(path, registry.extend(offered), problems)
-    invented = {t.id: sorted(n for n in _names(t.metadata.get("unoffered")) if n not in registry) for t in trajectories}
+    # a name some record called with a request offering it is a real tool (registered now), wherever it is
+    # called; one that no record's requests offered and the index lacks is an invention
+    unoffered = {t.id: set(_names(t.metadata.get("unoffered"))) for t in trajectories}
+    real = {n for t in trajectories for _, _, n, _ in iter_calls(t.messages) if n not in unoffered[t.id]}
+    invented = {t.id: sorted(n for n in unoffered[t.id] if n not in registry and n not in real) for t in trajectories}
     for t in trajectories:
         if invented[t.id]:
             e = DataError(path / "trajectories.jsonl", f"calls {', '.join(invented[t.id])}, which no request offered "

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.exchange_log import OutcomeGate
 from tracer.serve.validation import RequestError, check_conversation_id, openai_error
 
 OUTCOME_TOKEN_HEADER = "x-tracer-outcome-token"
@@ -83,7 +83,7 @@ class Admin:
         reload_min_interval_s: this endpoint starts a reload at most this often.
     """
 
-    def __init__(self, token: str | None, sink: ConversationLog | None, reload: CoalescedReload,
+    def __init__(self, token: str | None, sink: OutcomeGate | None, reload: CoalescedReload,
                  reloads: Callable[[], int], read_body: Callable[[Request], Awaitable[bytes]],
                  reload_min_interval_s: float = 10.0):
         self._token = None if not token else token.encode()

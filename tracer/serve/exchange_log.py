@@ -10,14 +10,19 @@ was kept.
 An upstream error, a stream the client or the upstream cut, or a body that stopped early leaves the
 conversation pending with its request (finished later by the outcome endpoint, or as unreported): the
 outcome a client announced for a step whose answer it never got is not evidence of that step.
+
+An outcome that arrives while the conversation's streamed answer is still going out (a client reads
+``data: [DONE]`` and posts ``/v1/tracer/outcome`` at once) waits for that stream (:class:`OutcomeGate`):
+finishing first would write the record without its last answer, and the stream's end would then open the
+conversation again, to be written a second time as unreported.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
-from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from tracer.serve.conversations import reply_message
@@ -27,42 +32,80 @@ from tracer.serve.stream_reply import StreamCopy
 log = logging.getLogger("tracer.serve")
 
 
-def log_exchange(sink: ConversationLog, conv: str, body: dict[str, Any], presented: list[str], response: Response,
+class OutcomeGate:
+    """``finish`` of the conversation log, held back while the conversation has a stream going out.
+
+    Bounded by the streams in flight: an entry lives from a stream's start to its end (:meth:`stream_ended`
+    runs when the stream's iterator ends, whole, cut, or closed on a client's disconnect)."""
+
+    def __init__(self, sink: ConversationLog):
+        self.sink = sink
+        self._lock = threading.Lock()
+        self._streams: dict[str, int] = {}
+        self._held: dict[str, tuple[bool, float | None]] = {}
+
+    def stream_started(self, conv: str) -> None:
+        with self._lock:
+            self._streams[conv] = self._streams.get(conv, 0) + 1
+
+    def stream_ended(self, conv: str) -> None:
+        with self._lock:
+            left = self._streams.pop(conv, 1) - 1
+            if left > 0:
+                self._streams[conv] = left
+                return
+            held = self._held.pop(conv, None)
+        if held is not None:
+            self.sink.finish(conv, *held)
+
+    def finish(self, conv: str, success: bool, reward: float | None = None) -> bool:
+        """As :meth:`ConversationLog.finish`; True when held for a stream of the conversation still going out."""
+        with self._lock:
+            if conv in self._streams:
+                if self.sink.pending(conv) or conv in self._held:
+                    self._held[conv] = (success, reward)
+                    return True
+                return False
+        return self.sink.finish(conv, success, reward)
+
+
+def log_exchange(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: list[str], response: Response,
                  outcome: str | None, max_copy_bytes: int) -> None:
-    """Log a request and its answer (a streamed one once it has been sent: a background task of ``response``).
+    """Log a request and its answer (a streamed one once it has been sent: when its iterator ends).
 
     Args:
         outcome: the request's ``X-Tracer-Outcome`` header (None when absent).
         max_copy_bytes: the most of a streamed answer copied to rebuild its message.
     """
     if isinstance(response, StreamingResponse) and response.status_code == 200:
-        _log_stream(sink, conv, body, presented, response, outcome, max_copy_bytes)
+        _log_stream(gate, conv, body, presented, response, outcome, max_copy_bytes)
         return
-    _observe(sink, conv, body, presented, reply_message(response), outcome if response.status_code == 200 else None)
+    _observe(gate, conv, body, presented, reply_message(response), outcome if response.status_code == 200 else None)
 
 
-def _log_stream(sink: ConversationLog, conv: str, body: dict[str, Any], presented: list[str],
+def _log_stream(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: list[str],
                 response: StreamingResponse, outcome: str | None, max_copy_bytes: int) -> None:
-    sink.observe(conv, body["messages"], body.get("tools") or [], presented, None)  # the request, whatever comes
+    gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, None)  # the request, whatever comes
     copy = StreamCopy(max_copy_bytes)
     compressed = "content-encoding" in response.headers
 
     def cut() -> None:
         log.info("stream cut short; outcome not applied", extra={"event": "stream_cut", "conversation": conv})
-    response.body_iterator = copy.tee(response.body_iterator, cut)
 
-    async def after() -> None:  # on the event loop (a sync task would take a thread for a short parse)
-        if not copy.complete:
-            return
-        if compressed or copy.finished():
-            _observe(sink, conv, body, presented, None if compressed else copy.reply(), outcome)
-        else:
-            cut()
-    response.background = BackgroundTask(after)
+    def ended(complete: bool) -> None:  # on the event loop, as the stream's iterator ends
+        try:
+            if complete and (compressed or copy.finished()):
+                _observe(gate, conv, body, presented, None if compressed else copy.reply(), outcome)
+            else:
+                cut()
+        finally:
+            gate.stream_ended(conv)
+    gate.stream_started(conv)
+    response.body_iterator = copy.tee(response.body_iterator, ended)
 
 
-def _observe(sink: ConversationLog, conv: str, body: dict[str, Any], presented: list[str], reply: dict | None,
+def _observe(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: list[str], reply: dict | None,
              outcome: str | None) -> None:
-    sink.observe(conv, body["messages"], body.get("tools") or [], presented, reply)
+    gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, reply)
     if outcome in ("success", "failure"):
-        sink.finish(conv, outcome == "success")
+        gate.finish(conv, outcome == "success")

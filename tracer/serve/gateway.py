@@ -36,7 +36,7 @@ from starlette.routing import Route
 from tracer.serve.admin import Admin, CoalescedReload
 from tracer.serve.bounded import safe_url
 from tracer.serve.conversations import ConversationIds, reply_message
-from tracer.serve.exchange_log import log_exchange
+from tracer.serve.exchange_log import OutcomeGate, log_exchange
 from tracer.serve.guards import ClientGone, passthrough_path, read_body
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
@@ -99,7 +99,8 @@ class Gateway:
         self.upstream = Upstream(config.upstream, config.upstream_timeout_s,
                                  lambda: self.metrics.errors.labels("upstream_disconnect_retried").inc())
         self._reload = CoalescedReload(self._load_fresh)  # SIGHUP, the poll and the endpoint share one
-        self.admin = Admin(config.admin_token, sink, self._reload, lambda: self.holder.reloads,
+        self.gate = None if sink is None else OutcomeGate(sink)  # outcomes wait for a stream going out
+        self.admin = Admin(config.admin_token, self.gate, self._reload, lambda: self.holder.reloads,
                            lambda r: self._read_body(r, config.max_admin_body_bytes),
                            config.reload_min_interval_s)
         self.app = Starlette(routes=[
@@ -252,4 +253,4 @@ class Gateway:
     def _observe(self, conv: str, body: dict, presented: list[str], response: Response,
                  outcome: str | None) -> None:
         """Log the exchange; the outcome header applies only to an answer sent whole (:mod:`.exchange_log`)."""
-        log_exchange(self.sink, conv, body, presented, response, outcome, self.config.max_body_bytes)
+        log_exchange(self.gate, conv, body, presented, response, outcome, self.config.max_body_bytes)

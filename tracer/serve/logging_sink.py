@@ -183,6 +183,10 @@ class ConversationLog:
                 self.pending_bytes -= rec.size
                 self._drop("evicted", victim, rec.size)
 
+    def pending(self, conversation: str) -> bool:
+        with self._lock:
+            return conversation in self._pending
+
     def finish(self, conversation: str, success: bool, reward: float | None = None,
                outcome: str = "reported") -> bool:
         """Queue the conversation for writing; False if it is unknown (never seen, already written, or

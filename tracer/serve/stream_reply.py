@@ -117,8 +117,9 @@ class StreamCopy:
         self.size = 0
         self.complete = False  # the source ended by itself (not cut by the client or an upstream error)
 
-    async def tee(self, source: AsyncIterator[bytes], on_cut: Callable[[], None]) -> AsyncIterator[bytes]:
-        """``source``'s chunks as they come; ``on_cut`` runs when the stream stops before its end."""
+    async def tee(self, source: AsyncIterator[bytes], on_end: Callable[[bool], None]) -> AsyncIterator[bytes]:
+        """``source``'s chunks as they come; ``on_end(complete)`` runs when the iterator ends: complete when
+        ``source`` was exhausted, not when the stream was cut or closed before its end."""
         try:
             async for chunk in source:
                 self.size += len(chunk)
@@ -129,8 +130,7 @@ class StreamCopy:
                 yield chunk
             self.complete = True
         finally:
-            if not self.complete:
-                on_cut()
+            on_end(self.complete)
 
     def finished(self) -> bool:
         """The stream ended by itself and said it was done (:func:`stream_finished`; past ``limit``, a

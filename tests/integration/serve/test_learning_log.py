@@ -111,7 +111,8 @@ def event(delta: dict, finish: str | None = None) -> bytes:
 
 def cutting_upstream() -> Starlette:
     """Streams a tool call; the last user message says how it ends: ``whole``, ``abort`` (the connection is
-    broken mid-stream) or ``short`` (the body ends cleanly but before the finish reason and ``[DONE]``)."""
+    broken mid-stream), ``short`` (the body ends cleanly but before the finish reason and ``[DONE]``) or
+    ``linger`` (whole, then the body stays open 1 s before it ends)."""
     async def completions(request: Request) -> StreamingResponse:
         how = (await request.json())["messages"][-1]["content"]
 
@@ -122,8 +123,10 @@ def cutting_upstream() -> Starlette:
                                          "function": {"name": "get_weather", "arguments": "{}"}}]})
             if how == "abort":
                 raise RuntimeError("upstream died mid-stream")
-            if how == "whole":
+            if how in ("whole", "linger"):
                 yield event({}, "tool_calls") + b"data: [DONE]\n\n"
+            if how == "linger":  # done, but the connection stays open a while before it ends
+                await asyncio.sleep(1.0)
         return StreamingResponse(body(), media_type="text/event-stream")
 
     return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
@@ -149,6 +152,27 @@ def test_a_cut_stream_leaves_its_conversation_pending_whatever_its_outcome_heade
     for cut in ("abort", "short"):  # finished at shutdown as unreported, without a reply
         assert (by_group[cut].success, by_group[cut].metadata["outcome"]) == (False, "unreported")
         assert [m["role"] for m in by_group[cut].messages] == ["user"]
+
+
+def test_an_outcome_posted_while_its_stream_is_still_open_is_applied_once_with_the_answer(index_dir, minilm,
+                                                                                         tmp_path):
+    """A client reads ``[DONE]`` and posts the outcome at once, before the gateway's stream has ended: the
+    outcome waits for the stream, so the record holds the streamed answer and is written once."""
+    sink = ConversationLog(tmp_path / "log")
+    with serving(cutting_upstream()) as up, serving(make_gateway(index_dir, minilm, up + "/v1", sink=sink).app) as url:
+        body = {"model": "m", "messages": [{"role": "user", "content": "linger"}], "tools": TOOLS, "stream": True}
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as r:
+            conv, token = r.headers["x-tracer-conversation"], r.headers["x-tracer-outcome-token"]
+            for line in r.iter_lines():
+                if line == "data: [DONE]":
+                    posted = httpx.post(url + "/v1/tracer/outcome", json={"conversation": conv, "success": True},
+                                        headers={"x-tracer-outcome-token": token}, timeout=30)
+                    assert posted.status_code == 200 and posted.json()["logged"] is True
+                    assert sink.written == 0  # held: the stream is still open
+        wait_written(sink, 1)
+    records = load_native(tmp_path / "log").trajectories  # the gateway has stopped: anything pending is written
+    assert len(records) == 1 and records[0].success and records[0].metadata["outcome"] == "reported"
+    assert records[0].messages[-1]["tool_calls"][0]["id"] == "s0"
 
 
 # ---- defect 7: caps on what is held and what is written ---------------------------------------------

@@ -62,11 +62,11 @@ def policy(body: dict) -> dict:
                                              "function": {"name": name, "arguments": "{}"}}]}
 
 
-def run_agent(client: openai.OpenAI, messages: list[dict]) -> list[str]:
+def run_agent(client: openai.OpenAI, messages: list[dict], tools: list[dict] = TOOLS) -> list[str]:
     """Step until the model answers in text, then report success. Returns each answer's conversation id."""
     ids = []
     for _ in range(5):
-        raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=TOOLS)
+        raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=tools)
         reply = raw.parse().choices[0].message
         ids.append(raw.headers["x-tracer-conversation"])
         messages.append(reply.model_dump(exclude_none=True))
@@ -74,7 +74,7 @@ def run_agent(client: openai.OpenAI, messages: list[dict]) -> list[str]:
             break
         messages.append({"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": "ok"})
     # the outcome goes with one more request (the client's report of the finished task)
-    raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=TOOLS,
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=tools,
                                                            extra_headers={"X-Tracer-Outcome": "success"})
     return [*ids, raw.headers["x-tracer-conversation"]]
 
@@ -93,18 +93,22 @@ def test_traffic_is_filtered_logged_learned_once_and_ranked(minilm, tmp_path):
         client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
         ids = run_agent(client, [*HISTORY])
         invented = run_agent(client, [{"role": "user", "content": "Please teleport the files"}])
+        # an agent whose requests never offer archive_files calls it: not offered here, offered elsewhere: real
+        run_agent(client, [{"role": "user", "content": "Show the files here and archive them"}],
+                  [t.to_openai() for t in TINY_TOOLS] + UNUSED)
         metrics = httpx.get(url + "/metrics").text
     # no request fell back to the whole list: k tools at a conversation's start, then its sticky list (the
     # tools presented before stay, so the prompt prefix stays cacheable) grows by at most k a step
     shown = [[t["function"]["name"] for t in r["tools"]] for r in stub.requests]
-    assert [len(s) for s in shown] == [3, 4, 4, 4, 3, 4, 4] and len(TOOLS) == 17
+    assert [len(s) for s in shown] == [3, 4, 4, 4, 3, 4, 4, 3, 3, 3, 3] and len(TOOLS) == 17
     assert "archive_files" in shown[0]  # a tool the index has never seen, chosen for what it says
     assert 'tracer_errors_total{kind="selection"}' not in metrics
     assert len(set(ids)) == 1 and len(set(invented)) == 1 and ids != invented  # continuation, no header
 
     code, report, err = update(index, tmp_path / "log", tmp_path / "cache")
     assert code == 0, err
-    assert (report["trajectories"], report["new_tools"], report["saved"], report["skipped"]) == (1, 1, True, 1)
+    # archive_files, offered to the first agent, is real where the third agent called it unoffered: learned
+    assert (report["trajectories"], report["new_tools"], report["saved"], report["skipped"]) == (2, 1, True, 1)
     assert report["problems"][0].endswith(
         "metadata.unoffered: calls teleport_files, which no request offered and the index lacks: not learned")
     learned = Retriever.load(index, embedder=minilm, device="cpu")
