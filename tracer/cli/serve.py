@@ -99,5 +99,6 @@ def run(args: argparse.Namespace) -> None:
     # uvicorn has no deadline on reading a request: the protocol adds one (tracer/serve/deadline.py)
     http = deadline_protocol(args.read_timeout, lambda kind: gateway.metrics.errors.labels(kind).inc())
     uvicorn.run(gateway.app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,
+                log_config=None,  # uvicorn's own records go through setup_json_logging's handler
                 timeout_graceful_shutdown=30, timeout_keep_alive=75, http=http,
                 limit_concurrency=args.limit_concurrency)

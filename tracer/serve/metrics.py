@@ -92,13 +92,16 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_json_logging(level: str = "info") -> None:
-    """Send the ``tracer.serve`` logger's records to stderr as JSON lines."""
+    """Send the ``tracer.serve`` logger's records, and uvicorn's own (``uvicorn.error``: start-up, shutdown, an
+    exception in a stream the upstream broke), to stderr as bounded JSON lines; run uvicorn with
+    ``log_config=None`` so it keeps them."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("tracer.serve")
-    logger.handlers[:] = [handler]
-    logger.setLevel(level.upper())
-    logger.propagate = False
+    for name in ("tracer.serve", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False
 
 
 class Stopwatch:

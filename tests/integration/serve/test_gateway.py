@@ -258,12 +258,16 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
             _, err = proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM  # uvicorn re-raises the signal once it has shut down cleanly
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    events = [r["event"] for r in records]
+    events = [r["event"] for r in records if "event" in r]
     assert events[0] == "started" and "reloaded" in events and events[-1] == "stopped"
+    # uvicorn's own records (start-up, shutdown) are JSON lines too, never a bare line or traceback
+    assert any(r["logger"] == "uvicorn.error" and r["msg"].startswith("Uvicorn running on") for r in records)
+    assert not [line for line in err.splitlines() if "uvicorn" in line.lower() and not line.startswith("{")]
     assert all(1.0 <= t < 2.5 and got.startswith(b"HTTP/1.1 408 ") for t, got in dripped), dripped
     assert reload.status_code == 200 and reload.json() == {"reloaded": True, "reloads": 2}
     assert stub.headers[0]["Authorization"] == "Basic dXNlcjpzM2NyZXQ="  # in place of the client's key
-    assert records[0]["upstream"] == stub.url.replace("http://", "http://***@") and "s3cret" not in err
+    started = next(r for r in records if r.get("event") == "started")
+    assert started["upstream"] == stub.url.replace("http://", "http://***@") and "s3cret" not in err
     logged = load_native(tmp_path / "log").trajectories
     assert len(logged) == 1 and logged[0].metadata["outcome"] == "unreported"
 
