@@ -13,7 +13,8 @@ logger gets the run's directory and name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from tracer.core.loggers import MetricLogger, NullLogger
+from tracer.core.types import Registry
 from tracer.data import Dataset
 from tracer.encode.embedders import CachedEmbedder
 from tracer.executors import Executor
+from tracer.learn.encoders import EncoderRecipe, FoldEncoders
 from tracer.scoring.protocol import Scorer
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -69,8 +72,8 @@ def load_config(group: str, name: str, /, **overrides: Any) -> DictConfig:
 def _composed(group: str, name: str) -> DictConfig:
     """A group's YAML with its defaults list applied as Hydra applies it: each named config of the same
     group merged in order, the file's own keys at ``_self_`` (last when not listed); ``embedder/fast.yaml``
-    is ``onnx_int8`` this way, ``encoder_training/mnrl_static.yaml`` is ``mnrl`` plus ``serve_as``; ``name@key`` puts
-    a config under ``key`` (:func:`_placed`)."""
+    is ``onnx_int8`` this way, ``encoder_training/mnrl_int8.yaml`` is ``mnrl`` plus ``serve_as``; ``name@key``
+    puts a config under ``key`` (:func:`_placed`)."""
     path = CONFIG_DIR / group / f"{name}.yaml"
     if not path.is_file():
         raise KeyError(f"unknown {group} {name!r}; valid names: {', '.join(names(group))}")
@@ -130,6 +133,19 @@ def build_embedder(embedder: str | Mapping = "minilm", /, *, persist_contexts: b
     cfg = dict(plain(node("embedder", embedder, **overrides)))
     cache_dir = cfg.pop("cache_dir")
     return CachedEmbedder(build(cfg), cache_dir, config=cfg, persist_contexts=persist_contexts)
+
+
+def build_fold_encoders(registry: Registry, recipe: str | Mapping, /,
+                        cache_dir: str | Path | None = ".cache/embeddings", *, device: str | None = None,
+                        seed: int = 0, executor: Any = None,
+                        log: Callable[[dict], None] | None = None) -> FoldEncoders:
+    """Per-fold encoders for a recipe of ``tracer/configs/encoder_training/`` (a name, loaded with the run's
+    ``seed``, or a composed node), typed and checked by :meth:`EncoderRecipe.from_config`; each fold's
+    checkpoint is served by an embedder behind the embedding cache at ``cache_dir``."""
+    cfg = plain(node("encoder_training", recipe, **({} if isinstance(recipe, Mapping) else {"seed": seed})))
+    serve = partial(build_embedder, cache_dir=cache_dir)
+    return FoldEncoders(registry, EncoderRecipe.from_config(cfg), serve, device=device, seed=seed,
+                        executor=executor, log=log)
 
 
 def build_executor(executor: str | Mapping = "oracle", /, **overrides: Any) -> Executor:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.build import build_embedder, build_scorer, node, plain
+from tracer.build import build_embedder, build_fold_encoders, build_scorer
 from tracer.core.errors import DataError
 from tracer.core.live import LiveStep, read_live
 from tracer.core.locate import locate
@@ -40,7 +40,6 @@ from tracer.core.types import Message, Registry, Step, Tool, Trajectory
 from tracer.core.validate import InvalidField, check_k
 from tracer.data import LOADERS, Dataset, load_dataset, load_native
 from tracer.encode.embedders import Embedder
-from tracer.eval.fold_encoders import FoldEncoders
 from tracer.online.updater import Updater
 from tracer.scoring.persist import read_meta
 from tracer.scoring.protocol import Scorer
@@ -77,7 +76,7 @@ def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | 
 
 
 def _on_device(cfg: Mapping[str, Any], device: str | None) -> dict[str, Any]:
-    """``cfg`` with every ``device`` in it (a DualEmbedder's two encoders included) set to ``device``: where an
+    """``cfg`` with every ``device`` in it (nested encoder configs included) set to ``device``: where an
     encoder runs is this machine's choice, not the saved one."""
     return {k: _on_device(v, device) if isinstance(v, Mapping) else device if k == "device" else v
             for k, v in cfg.items()}
@@ -125,23 +124,21 @@ class Retriever:
             device: where tensors live (default CUDA when present).
             factory: FAISS index factory for the fallback (``Flat`` = exact).
             dataset_options: passed to the loader (e.g. ``{"execute": False}`` for BFCL).
-            encoder_training: fine-tune the encoder on the dataset's trajectories first and serve with it (a recipe
-                of ``tracer/configs/encoder_training/``: ``mnrl``, ``mnrl_trie`` (with trie hard
-                negatives), ``mnrl_static``, ``mnrl_int8``, ``mnrl_l3_int8`` (a 3-layer student in int8), ``mnrl_l3_cut_int8`` (the same cut from the fine-tuned
-                encoder: the fast preset), ``mnrl_l3_query_int8`` (a 3-layer query student in int8, tools by
-                the 6-layer encoder), ``static_mnrl``, ``static_contexts``, ``static_registry``, ``cascade`` (two encoders, with ``scorer="cascade"``: the static one for every
-                step, the fine-tuned one in int8 where the first is unsure), or its mapping; ``inner_encoders: true`` in
-                it fits tracer_plus's inner folds under encoders that never saw them, as ``experiment=preset/fastest`` does);
-                the checkpoint is cached by content hash, and the saved index rebuilds the encoder on load.
+            encoder_training: train an encoder on the dataset's trajectories first and serve with it: a
+                recipe of ``tracer/configs/encoder_training/`` (``mnrl``: MiniLM fine-tuned, the best
+                preset's; ``mnrl_int8``: served in ONNX int8; ``mnrl_l3_cut_int8``: a 3-layer student, the
+                fast preset's; ``static_contexts``: a static table, the fastest preset's; ``cascade``: two
+                encoders, with ``scorer="cascade"``), or its mapping; ``inner_encoders: true`` in it fits tracer_plus's
+                inner folds under encoders that never saw them. The checkpoint is cached by content hash, and
+                the saved index rebuilds the encoder on load.
             **scorer_cfg: overrides of the scorer's config (``tracer/configs/scorer/<name>.yaml``).
         """
         ds = _dataset(data, dict(dataset_options or {}))
         if encoder_training is not None:
             if embedder is not None:
                 raise ValueError("from_dataset: pass embedder or encoder_training, not both")
-            recipe = plain(node("encoder_training", encoder_training, **({} if isinstance(encoder_training, Mapping)
-                                                                           else {"seed": 0})))
-            res = FoldEncoders(ds.registry, recipe, cache_dir, device=device)(ds.trajectories)
+            encoders = build_fold_encoders(ds.registry, encoder_training, cache_dir, device=device)
+            res = encoders(ds.trajectories)
         else:
             emb = embedder if embedder is not None else build_embedder("minilm", cache_dir=cache_dir, device=device)
             res = Resources.build(ds.registry, emb, factory=factory, device=device)

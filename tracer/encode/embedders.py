@@ -50,8 +50,8 @@ class Embedder(Protocol):
 
 
 def encode_tools(embedder: Embedder, texts: Sequence[str]) -> torch.Tensor:
-    """Tool texts' rows, ``[N, d]``: the embedder's tool side where it has one (a
-    :class:`tracer.encode.dual.DualEmbedder`, or a cache around one), else its ``encode``."""
+    """Tool texts' rows, ``[N, d]``: the embedder's tool side where it has one (an ``encode_tools`` method: a
+    second encoder for tool texts in the same space, or a cache around such an embedder), else its ``encode``."""
     side = getattr(embedder, "encode_tools", None)
     return side(texts) if side is not None else embedder.encode(texts)
 
@@ -113,8 +113,8 @@ class CachedEmbedder:
     set of files the model is built from. The fingerprint is the inner embedder's ``fingerprint`` (an artifact's
     manifest digest or a model folder's hash, :mod:`tracer.encode.manifest`; an embedder without one is keyed by
     its name), so vectors computed under one set of weights or tokenizer are never served for another, whatever the
-    name says. Around an embedder with a tool side (``encode_tools``, a :class:`tracer.encode.dual.DualEmbedder`)
-    the tool texts' keys carry a second tag, so the same text embedded as a context and as a tool has two entries.
+    name says. Around an embedder with a tool side (``encode_tools``, :func:`encode_tools`) the tool texts' keys
+    carry a second tag, so the same text embedded as a context and as a tool has two entries.
 
     Memory holds every vector on disk (read once, at start-up) and at most ``max_entries`` others, least recently
     used first out (default ``MEMORY_ENTRIES``). On disk (:mod:`tracer.encode.shards`) new vectors are appended as

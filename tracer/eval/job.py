@@ -12,6 +12,7 @@ from tracer.build import (
     build_dataset,
     build_embedder,
     build_executor,
+    build_fold_encoders,
     build_insight_memory,
     build_logger,
     build_scorer,
@@ -20,7 +21,6 @@ from tracer.build import (
 from tracer.core.folds import check_folds
 from tracer.core.validate import EVAL_INTS, check_config, check_int
 from tracer.eval import plots
-from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.metrics import METRICS, StepRecord, outcome_rates
 from tracer.eval.outputs import metrics_document, write_json, write_jsonl
 from tracer.eval.runner import EvalConfig, Evaluator
@@ -91,9 +91,9 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     # encoder_training: each outer fold fine-tunes its own encoder on its training trajectories only
     fold_encoders = None
     if cfg.get("encoder_training"):
-        fold_encoders = FoldEncoders(ds.registry, cfg["encoder_training"],
-                                     (cfg.get("embedder") or {}).get("cache_dir", ".cache/embeddings"),
-                                     device=res.device, seed=res.seed, executor=res.executor)
+        fold_encoders = build_fold_encoders(ds.registry, cfg["encoder_training"],
+                                            (cfg.get("embedder") or {}).get("cache_dir", ".cache/embeddings"),
+                                            device=res.device, seed=res.seed, executor=res.executor)
     result = Evaluator(ds, lambda: build_scorer(scorer_cfg), res, executor, ecfg, insight_factory,
                        fold_resources=fold_encoders).run()
 

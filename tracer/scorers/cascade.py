@@ -18,15 +18,15 @@ expected to pay for the slow encoder (a test set, scored by tries built on every
 surer: the share escalated is reported per step, ``Scores.diagnostics["escalated"]``, and per fit).
 
 Stages: ``fast`` is fitted on the resources passed to :meth:`fit`, ``slow`` on their ``slow`` (the same
-registry under the second encoder): ``FoldEncoders`` builds both from ``encoder_training=cascade``
-(``encoder_training.slow``, a second recipe trained on the same trajectories).
+registry under the second encoder): ``FoldEncoders`` (:mod:`tracer.learn.encoders`) builds both from
+``encoder_training=cascade`` (``encoder_training.slow``, a second recipe trained on the same trajectories).
 
 References: cascade ranking (Wang, Lin and Metzler, "A cascade ranking model for efficient ranked
 retrieval", SIGIR 2011); confidence-gated early exits (Schwartz et al., "The right tool for the job", ACL 2020).
 
 Example::
 
-    res = FoldEncoders(registry, load_config("encoder_training", "cascade", seed=0))(trajectories)
+    res = build_fold_encoders(registry, "cascade")(trajectories)          # tracer.build
     scorer = build_scorer("cascade"); scorer.fit(trajectories, res)     # res.slow: the second encoder
     ids = scorer.select_one(step, scorer.embed([step]), k=5)            # the slow encoder runs only if unsure
 """

@@ -106,7 +106,7 @@ def read_meta(path: Path) -> dict[str, Any]:
         if cfg is not None and not encoder_config(cfg):
             # a saved file must not name arbitrary code: only encoders of tracer.encode, with plain arguments
             raise CorruptIndex(path, f"'{key}.config' must be a mapping whose _target_ is in tracer.encode, its "
-                               "arguments plain values or such mappings (a DualEmbedder's two encoders)",
+                               "arguments plain values or such mappings (nested encoder configs)",
                                field=f"{key}.config")
     return meta
 

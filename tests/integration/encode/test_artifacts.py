@@ -20,8 +20,7 @@ from tracer.core.context import ContextRendering
 from tracer.core.errors import DataError
 from tracer.core.types import Registry
 from tracer.encode.embedders import CachedEmbedder, SentenceTransformerEmbedder
-from tracer.learn.encoder import TrainConfig, finetuned
-from tracer.learn.pairs import training_pairs
+from tracer.learn.encoders import TrainConfig, finetuned, training_pairs
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("model2vec")
@@ -190,24 +189,3 @@ def test_an_unsealed_model_folder_is_fingerprinted_by_its_content(tiny, tmp_path
     ca.encode(TEXTS)
     cb.encode(TEXTS)
     assert cb.n_encoded == len(TEXTS) and ca.cache_dir != cb.cache_dir
-
-
-def test_a_query_encoders_damaged_teacher_is_trained_again_when_the_student_is_found(tiny, enc):
-    """A ``fixed_tools`` student is served beside its teacher (the tool side): finding the student checks the
-    teacher too, so a damaged teacher is trained again rather than met when the index is served."""
-    import dataclasses
-
-    from tracer.learn.encoder import train_info
-
-    tools = [t.search_text for t in TINY_TOOLS]
-    recipe = dataclasses.replace(RECIPE, fixed_tools=True)
-    student = finetuned(_pairs(), recipe, tiny, enc, device="cpu", candidates=tools)
-    teacher = type(student)(train_info(student)["teacher"])
-    want = SentenceTransformerEmbedder(str(teacher), device="cpu", progress=0).encode(TEXTS)
-    _flip(teacher / "model.safetensors")
-    stamps = _stamps(student)
-    with pytest.warns(RuntimeWarning, match=rf"{teacher.name}/model.safetensors: .*SHA-256.*moved aside"):
-        assert finetuned(_pairs(), recipe, tiny, enc, device="cpu", candidates=tools) == student
-    assert _stamps(student) == stamps                              # the student itself was intact: kept
-    got = SentenceTransformerEmbedder(str(teacher), device="cpu", progress=0).encode(TEXTS)
-    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 from builders import TINY_TOOLS, tiny_trajectories
 
-from tracer.build import build_scorer
+from tracer.build import build_fold_encoders, build_scorer
 from tracer.core.types import Registry
 from tracer.data import Dataset
 from tracer.encode.static import distilled
-from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.oracle import OracleExecutor
-from tracer.learn.encoder import TrainConfig
+from tracer.learn.encoders import TrainConfig
 
 HEAD = {"max_epochs": 10, "inner_folds": 2}
 # a few dozen pairs, short texts, one layer of MiniLM (the real slow stage is 6, mnrl_int8.yaml): seconds on the CPU
@@ -39,7 +38,7 @@ def test_both_stages_are_trained_on_the_outer_folds_training_trajectories_only(r
     # the tiny corpus twice (10 conversations): every inner fold of every outer fold holds pairs to train on
     trajs = tiny_trajectories() + [dataclasses.replace(t, id=f"{t.id}b", group=f"{t.group}b") for t in tiny_trajectories()]
     ds = Dataset("tiny", Registry(TINY_TOOLS), tuple(trajs))
-    fold_encoders = FoldEncoders(ds.registry, recipe, embed_cache=None, device="cpu")
+    fold_encoders = build_fold_encoders(ds.registry, recipe, None, device="cpu")
     ev = Evaluator(ds, lambda: build_scorer("cascade", fast={"head": HEAD}, slow={"head": HEAD}), tiny_resources,
                    OracleExecutor(), EvalConfig(k=2, folds=2, seed=0, latency_sample=0, progress=False),
                    fold_resources=fold_encoders)
@@ -65,6 +64,7 @@ def test_both_stages_are_trained_on_the_outer_folds_training_trajectories_only(r
 
 def test_a_slow_recipe_must_be_a_recipe_without_its_own_slow_stage(recipe):
     with pytest.raises(ValueError, match="encoder_training.slow must be a recipe"):
-        FoldEncoders(Registry(TINY_TOOLS), {**recipe, "slow": "mnrl_int8"})
+        build_fold_encoders(Registry(TINY_TOOLS), {**recipe, "slow": "mnrl_int8"})
     with pytest.raises(ValueError, match="encoder_training.slow.slow"):
-        FoldEncoders(Registry(TINY_TOOLS), {**recipe, "slow": {**recipe["slow"], "slow": recipe["slow"]}})
+        build_fold_encoders(Registry(TINY_TOOLS),
+                            {**recipe, "slow": {**recipe["slow"], "slow": recipe["slow"]}})

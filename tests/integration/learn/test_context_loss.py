@@ -15,9 +15,9 @@ from builders import TINY_TOOLS, tiny_trajectories
 from tracer.core.context import ContextRendering
 from tracer.core.types import Registry
 from tracer.encode.embedders import minilm_path
-from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import TrainConfig, checkpoint_dir, train
-from tracer.learn.pairs import context_partners, no_duplicate_batches, training_pairs
+from tracer.learn.encoders import EncoderRecipe, TrainConfig
+from tracer.learn.encoders.pairs import context_partners, no_duplicate_batches, training_pairs
+from tracer.learn.encoders.transformer import checkpoint_dir, train
 
 RENDERING = ContextRendering(join_users=True)
 # a 2-layer student, a few dozen pairs: seconds on the CPU; lr 0, so every step's loss is the base model's
@@ -47,7 +47,7 @@ def test_each_step_adds_the_weighted_cross_entropy_of_anchors_against_their_part
     untrained student with the partners drawn again each epoch (:func:`context_partners`, the static trainer's)."""
     from sentence_transformers import SentenceTransformer
 
-    from tracer.learn.student import keep_layers
+    from tracer.learn.encoders.student import keep_layers
 
     pairs = _pairs()
     _, info = train(pairs, FROZEN, no_dropout, device="cpu")
@@ -78,7 +78,7 @@ def test_each_step_adds_the_weighted_cross_entropy_of_anchors_against_their_part
 
 def test_the_weight_is_in_the_key_not_in_the_teacher_and_checked(tmp_path):
     """The weight enters the checkpoint's key only when set (recipes without it keep theirs); a student with it
-    shares its teacher with the students without it; FoldEncoders hands it to a transformer's recipe."""
+    shares its teacher with the students without it; a recipe hands it to its TrainConfig."""
     pairs = _pairs()
     plain = dataclasses.replace(FROZEN, context_weight=0.0)
     assert FROZEN.key()["context_weight"] == 0.5 and "context_weight" not in plain.key()
@@ -86,11 +86,9 @@ def test_the_weight_is_in_the_key_not_in_the_teacher_and_checked(tmp_path):
     cut = dataclasses.replace(FROZEN, from_teacher=True)
     assert cut.teacher() == dataclasses.replace(plain, layers=()) and cut.teacher().context_weight == 0.0
     recipe = {**dataclasses.asdict(plain), "context_weight": 0.5, "encoder_dir": str(tmp_path)}
-    assert FoldEncoders(Registry(TINY_TOOLS), recipe, embed_cache=None).recipe == FROZEN
-    with pytest.raises(ValueError, match="context_weight must be >= 0, and 0 with fixed_tools"):
-        TrainConfig(context_weight=-1.0)
-    with pytest.raises(ValueError, match="context_weight must be >= 0, and 0 with fixed_tools"):
-        TrainConfig(layers=(4, 5), fixed_tools=True, context_weight=0.5)
+    assert EncoderRecipe.from_config(recipe).train == FROZEN
     with pytest.raises(ValueError, match="encoder_training.context_weight must be >= 0"):
-        FoldEncoders(Registry(TINY_TOOLS), {**recipe, "context_weight": -0.5}, embed_cache=None)
+        TrainConfig(context_weight=-1.0)
+    with pytest.raises(ValueError, match="encoder_training.context_weight must be >= 0"):
+        EncoderRecipe.from_config({**recipe, "context_weight": -0.5})
     assert not any(tmp_path.iterdir())  # nothing was trained or written by the checks

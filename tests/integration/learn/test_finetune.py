@@ -1,4 +1,5 @@
-"""Encoder fine-tuning (tracer/learn/encoder.py) on the real MiniLM, and per-fold training without leakage."""
+"""Encoder fine-tuning (tracer/learn/encoders/transformer.py) on the real MiniLM, and per-fold training
+without leakage."""
 
 from __future__ import annotations
 
@@ -9,17 +10,16 @@ import pytest
 import torch
 from builders import TINY_TOOLS, tiny_trajectories
 
-from tracer.build import build_scorer
+from tracer.build import build_fold_encoders, build_scorer
 from tracer.core.context import ContextRendering
 from tracer.core.types import Registry
 from tracer.data import Dataset
 from tracer.encode.embedders import SentenceTransformerEmbedder
-from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.oracle import OracleExecutor
-from tracer.learn.encoder import TrainConfig, checkpoint_dir, finetuned, train, train_info
-from tracer.learn.pairs import Pairs, no_duplicate_batches, training_pairs, trie_negatives
-from tracer.scoring.resources import training_steps
+from tracer.learn.encoders import EncoderRecipe, TrainConfig, finetuned, train_info
+from tracer.learn.encoders.pairs import Pairs, no_duplicate_batches, training_pairs
+from tracer.learn.encoders.transformer import checkpoint_dir, train
 
 RENDERING = ContextRendering(join_users=True)
 # a few dozen pairs, short texts: seconds on the CPU. A high learning rate so that 4 epochs show a trend.
@@ -49,45 +49,6 @@ def test_batches_never_repeat_an_anchor_or_a_tool():
     used = [i for b in batches for i in b]
     assert len(used) == len(set(used))
     assert batches == no_duplicate_batches(pairs, 4, seed=0) != no_duplicate_batches(pairs, 4, seed=1)
-
-
-def test_trie_negatives_are_the_other_children_of_the_state():
-    # the tiny trajectories' turn-local states: () -> search_flights x3, cancel_booking, get_weather x2, list_files;
-    # (search_flights,) -> book_flight only; (get_weather,) -> send_email only
-    reg = Registry(TINY_TOOLS)
-    steps = training_steps(tiny_trajectories(), reg)
-    negs = trie_negatives(steps, reg, seed=0)
-    root = {"search_flights", "cancel_booking", "get_weather", "list_files"}
-    assert len(negs) == len(steps) == 10
-    for s, n in zip(steps, negs):
-        assert n != s.gold and n in reg
-        if not s.prefix:
-            assert n in root - {s.gold}  # another branch out of the same node
-    assert negs == trie_negatives(steps, reg, seed=0)
-    assert any(trie_negatives(steps, reg, seed=i) != negs for i in range(1, 5))
-    hard = training_pairs(tiny_trajectories(), reg, RENDERING, negatives="trie")
-    assert hard.negatives == tuple(reg.get(n).search_text for n in negs)
-    assert hard.anchors == _pairs().anchors and hard.digest() != _pairs().digest()
-    assert _pairs().negatives is None
-    with pytest.raises(ValueError, match="negatives must be in_batch or trie"):
-        training_pairs(tiny_trajectories(), reg, RENDERING, negatives="vector")
-    with pytest.raises(ValueError, match="at least 2 tools, got 1"):  # the fallback could only draw the gold
-        trie_negatives(steps, Registry(TINY_TOOLS[:1]), seed=0)
-
-
-def test_batches_keep_a_negative_from_being_another_pairs_positive(trained):
-    pairs = training_pairs(tiny_trajectories(), Registry(TINY_TOOLS), RENDERING, negatives="trie")
-    batches = no_duplicate_batches(pairs, 4, seed=0)
-    assert batches
-    for b in batches:
-        positives = {pairs.positives[i] for i in b}
-        assert len(positives) == len(b) and not positives & {pairs.negatives[i] for i in b}
-    # trained with its negatives as MNRL's third column: the loss falls and a rerun repeats it
-    _, info = train(pairs, FAST, device="cpu")
-    loss = torch.tensor(info["loss"])  # [steps] (the clashes leave epochs of unequal batch counts)
-    q = len(loss) // 4
-    assert loss[-q:].mean() < 0.7 * loss[:q].mean()
-    assert info["loss"] != trained[1]["loss"]  # the same pairs and recipe without the negatives
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +89,7 @@ def test_per_fold_encoders_never_train_on_held_out_trajectories(tmp_path, tiny_r
     ds = Dataset("tiny", Registry(TINY_TOOLS), tuple(trajs))
     cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
            **dataclasses.asdict(dataclasses.replace(FAST, epochs=1))}
-    fold_encoders = FoldEncoders(ds.registry, cfg, embed_cache=None, device="cpu")
+    fold_encoders = build_fold_encoders(ds.registry, cfg, None, device="cpu")
     ecfg = EvalConfig(k=2, folds=2, seed=0, latency_sample=0, progress=False)
     ev = Evaluator(ds, lambda: build_scorer("vector"), tiny_resources, OracleExecutor(), ecfg,
                    fold_resources=fold_encoders)
@@ -146,7 +107,7 @@ def test_per_fold_encoders_never_train_on_held_out_trajectories(tmp_path, tiny_r
 
 
 def test_a_fold_checkpoint_served_through_onnx_encodes_as_the_checkpoint(tmp_path):
-    """``serve_as`` (encoder_training=mnrl_static's mechanism): the fold's checkpoint is built into another
+    """``serve_as`` (encoder_training=mnrl_int8's mechanism): the fold's checkpoint is built into another
     embedder; here its ONNX fp32 export, which must encode as the fine-tuned torch model does."""
     pytest.importorskip("onnxruntime")
     from tracer.encode.onnx import OnnxEmbedder
@@ -155,7 +116,7 @@ def test_a_fold_checkpoint_served_through_onnx_encodes_as_the_checkpoint(tmp_pat
              "encoder_dir": str(tmp_path / "enc")}
     cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
            "serve_as": serve, **dataclasses.asdict(dataclasses.replace(FAST, epochs=1, layers=(5,)))}  # 1 layer: seconds
-    res = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None, device="cpu")(tiny_trajectories())
+    res = build_fold_encoders(Registry(TINY_TOOLS), cfg, None, device="cpu")(tiny_trajectories())
     served = res.embedder.inner
     assert isinstance(served, OnnxEmbedder) and served.name.startswith("finetuned-")
     assert res.embedder.config == {**serve, "model": res.embedder.config["model"]}  # what a saved index keeps
@@ -174,8 +135,8 @@ def test_pairs_of_several_datasets_concatenate_in_order():
 def test_inner_fold_encoders_never_saw_their_inner_fold(tmp_path):
     """inner_encoders: tracer_plus's candidate model is fitted on inner folds, each scored under an encoder
     fine-tuned without that fold's trajectories (the outer encoder saw them all). The static kind trains in
-    milliseconds where the transformer takes seconds; which trainer runs is one branch of FoldEncoders.__call__,
-    the leak logic (Resources.without, the held groups) is the same for both."""
+    milliseconds where the transformer takes seconds; which trainer runs is one branch of
+    FoldEncoders.checkpoint, the leak logic (Resources.without, the held groups) is the same for both."""
     from tracer.encode.static import distilled
 
     start = distilled().resolve()  # built once in .cache/encoders; linked into a fresh encoder_dir
@@ -185,7 +146,7 @@ def test_inner_fold_encoders_never_saw_their_inner_fold(tmp_path):
     cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
            "inner_encoders": True, "kind": "static",
            **dataclasses.asdict(dataclasses.replace(FAST, epochs=1, lr=1e-2, max_seq_length=512))}
-    fold_encoders = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None, device="cpu")
+    fold_encoders = build_fold_encoders(Registry(TINY_TOOLS), cfg, None, device="cpu")
     res = fold_encoders(trajs)
     scorer = build_scorer("tracer_plus", head={"inner_folds": 3, "max_epochs": 5})
     scorer.fit(trajs, res)
@@ -208,7 +169,7 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
     from sentence_transformers import SentenceTransformer
 
     from tracer.encode.embedders import minilm_path
-    from tracer.learn.student import keep_layers
+    from tracer.learn.encoders.student import keep_layers
 
     texts = list(_pairs().anchors[:4]) + [t.search_text for t in TINY_TOOLS[:3]]
     full = SentenceTransformer(str(minilm_path()), device="cpu")
@@ -240,44 +201,11 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
     torch.testing.assert_close(reloaded, model.encode(texts, convert_to_tensor=True, normalize_embeddings=True),
                                atol=1e-6, rtol=0)
     assert path != checkpoint_dir(_pairs(), dataclasses.replace(recipe, layers=()), None, tmp_path)
-    # a full-depth recipe's key is what it was before the fields existed (no layers, distillation, fixed tools or
-    # context term)
+    # a full-depth recipe's key is what it was before the fields existed (no layers, cut or context term)
     assert FAST.key() == {k: v for k, v in dataclasses.asdict(FAST).items()
-                          if k not in ("layers", "distill", "fixed_tools", "from_teacher", "ffn", "context_weight")}
+                          if k not in ("layers", "from_teacher", "context_weight")}
     with pytest.raises(ValueError, match="kind 'static' has no layers"):
-        FoldEncoders(Registry(TINY_TOOLS), {"kind": "static", **dataclasses.asdict(recipe)}, embed_cache=None)
-
-
-def test_distillation_pulls_a_student_towards_its_full_depth_teacher(tmp_path):
-    """``distill``: the teacher is the same recipe at full depth fine-tuned on the same pairs (trained first,
-    then found in the cache), and the term brings the student's embeddings of the training texts closer to
-    the teacher's than the same student trained without it; the term's weight is in the student's key."""
-    from sentence_transformers import SentenceTransformer
-
-    pairs = _pairs()
-    student = dataclasses.replace(FAST, epochs=2, layers=(4, 5))
-    distilled = dataclasses.replace(student, distill=1.0)
-    path = finetuned(pairs, distilled, encoder_dir=tmp_path, device="cpu")
-    assert distilled.teacher() == dataclasses.replace(student, layers=())  # no layers cut, no distillation
-    teacher = checkpoint_dir(pairs, distilled.teacher(), None, tmp_path)
-    assert train_info(path)["teacher"] == str(teacher) and (teacher / "train_info.json").is_file()
-    assert json.loads((teacher / "config.json").read_text())["num_hidden_layers"] == 6
-    plain = finetuned(pairs, student, encoder_dir=tmp_path, device="cpu")
-    assert plain != path and distilled.key()["distill"] == 1.0 and "distill" not in student.key()
-    texts = sorted(set(pairs.anchors + pairs.positives))
-
-    def vecs(p):
-        return SentenceTransformer(str(p), device="cpu").encode(texts, convert_to_tensor=True, normalize_embeddings=True)
-
-    target = vecs(teacher)                                                                    # [T, d]
-    gap = {name: float((vecs(p) - target).pow(2).sum(1).mean()) for name, p in (("plain", plain), ("distilled", path))}
-    assert gap["distilled"] < 0.8 * gap["plain"], gap  # 0.61 against 0.84 (seeded, CPU-deterministic)
-    with pytest.raises(ValueError, match="only for a student"):
-        TrainConfig(distill=1.0)
-    with pytest.raises(ValueError, match="must be >= 0"):
-        TrainConfig(layers=(4, 5), distill=-1.0)
-    with pytest.raises(ValueError, match="a teacher goes with distill > 0"):
-        train(pairs, distilled, device="cpu")
+        EncoderRecipe.from_config({"kind": "static", **dataclasses.asdict(recipe)})
 
 
 def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_layers(tmp_path):

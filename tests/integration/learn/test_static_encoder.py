@@ -1,4 +1,5 @@
-"""The static encoder trained on trajectories (tracer/learn/static_encoder.py), on the real model2vec distillation."""
+"""The static encoder trained on trajectories (tracer/learn/encoders/static.py), on the real model2vec
+distillation."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from builders import TINY_TOOLS, tiny_trajectories
 from tracer.core.context import ContextRendering
 from tracer.core.types import Registry
 from tracer.encode.static import StaticEmbedder, distilled
-from tracer.learn.encoder import TrainConfig, train_info
-from tracer.learn.pairs import training_pairs
-from tracer.learn.static_encoder import encode, trained_static
+from tracer.learn.encoders import TrainConfig, train_info, trained_static
+from tracer.learn.encoders.pairs import training_pairs
+from tracer.learn.encoders.static import encode
 
-# a few dozen steps on 10 pairs: a high rate so that the trend shows (the real recipe: configs/encoder_training/static_mnrl.yaml)
+# a few dozen steps on 10 pairs: a high rate so that the trend shows (the real recipe:
+# configs/encoder_training/static_mnrl.yaml)
 CFG = TrainConfig(batch_size=6, lr=2e-2, warmup=0.0, epochs=10, max_seq_length=512, seed=0)
 
 
@@ -60,68 +62,18 @@ def test_other_pairs_train_another_model(encoder_dir):
     assert trained_static(fewer, CFG, encoder_dir=encoder_dir) != one
 
 
-def test_registry_negatives_rank_each_context_against_every_tool(encoder_dir):
-    """``candidates``: each batch's loss is the cross-entropy of its contexts over the whole registry's tool
-    texts (checked against a hand computation with the table frozen), it trains, and it is cached apart."""
-    from dataclasses import replace
-
-    from model2vec import StaticModel
-
-    from tracer.learn.pairs import no_duplicate_batches
-    from tracer.learn.static_encoder import train_static
-
-    tools = [t.search_text for t in TINY_TOOLS]
-    base = StaticModel.from_pretrained(str(next(p for p in encoder_dir.iterdir() if p.is_symlink()) / "model"))
-    frozen = replace(CFG, lr=0.0, epochs=1)
-    _, info = train_static(pairs(), frozen, base, candidates=tools)
-    table = torch.tensor(base.embedding.astype("float32"))
-    t = encode(table, base, tools, 512)                                                         # [N, d]
-    expected = []
-    for batch in no_duplicate_batches(pairs(), frozen.batch_size, frozen.seed):
-        q = encode(table, base, [pairs().anchors[i] for i in batch], 512)                       # [B, d]
-        gold = torch.tensor([tools.index(pairs().positives[i]) for i in batch])
-        expected.append(float(torch.nn.functional.cross_entropy(frozen.scale * q @ t.T, gold)))
-    assert info["loss"] == pytest.approx(expected, abs=1e-5) and info["negatives"] == len(tools)
-
-    trained = trained_static(pairs(), CFG, encoder_dir=encoder_dir, candidates=tools)
-    assert trained != trained_static(pairs(), CFG, encoder_dir=encoder_dir)                   # another cache key
-    losses = train_info(trained)["loss"]
-    assert sum(losses[-3:]) < 0.8 * sum(losses[:3])
-    with pytest.raises(ValueError, match="1 positive tool texts are not among the candidates"):
-        train_static(pairs(), frozen, base, candidates=[x for x in tools if x != pairs().positives[0]])
-
-
-def test_fold_encoders_pass_the_registry_as_negatives(encoder_dir):
-    from dataclasses import asdict
-
-    from tracer.eval.fold_encoders import FoldEncoders
-
-    cfg = {**asdict(CFG), "kind": "static", "negatives": "registry", "encoder_dir": str(encoder_dir),
-           "context": {"join_users": True}}
-    enc = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None)
-    enc(tiny_trajectories())
-    expected = trained_static(pairs(), CFG, encoder_dir=encoder_dir, candidates=[t.search_text for t in TINY_TOOLS])
-    assert enc.history[-1]["checkpoint"] == str(expected)
-    with pytest.raises(ValueError, match="negatives must be in_batch, registry with kind static"):
-        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "kind": "transformer"})
-    with pytest.raises(ValueError, match="or trie with kind transformer, got 'trie' with kind 'static'"):
-        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "negatives": "trie"})
-    with pytest.raises(ValueError, match="got 'hard'"):
-        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "negatives": "hard"})
-
-
 def test_context_positives_add_a_context_to_context_loss(encoder_dir):
     """``context_weight``: each batch's loss is the context-to-tool loss plus the weight times the cross-entropy
     of each context over the batch's partner contexts (another context that called the same tool), checked
     against a hand computation with the table frozen; partners share the tool and never the text; the
-    weight enters the cache key and a transformer refuses it."""
+    weight enters the cache key beside the recipe's (the keys of checkpoints without it stay)."""
     from dataclasses import asdict, replace
 
     from model2vec import StaticModel
 
-    from tracer.eval.fold_encoders import FoldEncoders
-    from tracer.learn.pairs import no_duplicate_batches
-    from tracer.learn.static_encoder import context_partners, train_static
+    from tracer.build import build_fold_encoders
+    from tracer.learn.encoders.pairs import context_partners, no_duplicate_batches
+    from tracer.learn.encoders.static import train_static
 
     p = pairs()
     partners = context_partners(p, 0)
@@ -132,7 +84,7 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir):
 
     base = StaticModel.from_pretrained(str(next(x for x in encoder_dir.iterdir() if x.is_symlink()) / "model"))
     frozen = replace(CFG, lr=0.0, epochs=1)
-    _, info = train_static(p, frozen, base, context_weight=0.5)
+    _, info = train_static(p, replace(frozen, context_weight=0.5), base)
     table = torch.tensor(base.embedding.astype("float32"))
     ce = torch.nn.functional.cross_entropy
     expected = []
@@ -148,13 +100,13 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir):
     assert info["loss"] == pytest.approx(expected, abs=1e-5) and info["context_weight"] == 0.5
     assert expected != pytest.approx(train_static(p, frozen, base)[1]["loss"], abs=1e-5)         # the term is there
 
-    trained = trained_static(p, CFG, encoder_dir=encoder_dir, context_weight=0.5)
+    trained = trained_static(p, replace(CFG, context_weight=0.5), encoder_dir=encoder_dir)
     assert trained != trained_static(p, CFG, encoder_dir=encoder_dir)                           # another cache key
+    assert train_info(trained)["config"] == CFG.key() and train_info(trained)["context_weight"] == 0.5
     cfg = {**asdict(CFG), "kind": "static", "context_weight": 0.5, "encoder_dir": str(encoder_dir),
            "context": {"join_users": True}}
-    enc = FoldEncoders(Registry(TINY_TOOLS), cfg, embed_cache=None)
+    enc = build_fold_encoders(Registry(TINY_TOOLS), cfg, None)
     enc(tiny_trajectories())
     assert enc.history[-1]["checkpoint"] == str(trained)
-    assert enc.recipe.context_weight == 0.0  # the static trainer takes the weight beside its recipe (its key as before)
     with pytest.raises(ValueError, match="context_weight must be >= 0"):
-        FoldEncoders(Registry(TINY_TOOLS), {**cfg, "context_weight": -0.5})
+        build_fold_encoders(Registry(TINY_TOOLS), {**cfg, "context_weight": -0.5})

@@ -15,14 +15,13 @@ import pytest
 import torch
 from builders import TINY_TOOLS, KeywordEmbedder, call, fitted_scorer, result, tiny_trajectories
 
-from tracer.build import build_scorer
+from tracer.build import build_fold_encoders, build_scorer
 from tracer.cli import main as tracer_cli
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
 from tracer.core.store import CorruptIndex, current_snapshot, write_manifest
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
-from tracer.eval.fold_encoders import FoldEncoders
 from tracer.learn.candidate_model import CandidateModel, save_candidate_model
 from tracer.learn.plus_index import PlusIndex
 from tracer.memory.trie import ExecutionTrie
@@ -191,7 +190,7 @@ def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm,
     late = []  # logged from inside a refit, after it took its snapshot of the trajectories
 
     def encoder(trajectories, registry):
-        out = FoldEncoders(registry, recipe, embed_cache=None, device="cpu")(trajectories)
+        out = build_fold_encoders(registry, recipe, None, device="cpu")(trajectories)
         while late:
             r.update([late.pop()])
         return out

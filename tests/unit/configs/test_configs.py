@@ -194,34 +194,53 @@ def test_ablation_experiment_is_the_script_row(row):
 
 
 @pytest.mark.parametrize("recipe", names("encoder_training"))
-def test_every_encoder_training_recipe_is_one_fold_encoders_accepts(recipe):
-    """FoldEncoders checks a recipe when it is built (kind, negatives, context weight, layers), before any
-    training: every shipped recipe passes, and the students cut MiniLM to the layers and widths their files name."""
-    from tracer.core.types import Registry, Tool
-    from tracer.eval.fold_encoders import FoldEncoders
+def test_every_encoder_training_recipe_is_a_typed_recipe(recipe):
+    """A recipe is checked when it is read (EncoderRecipe.from_config: its keys, kind, layers, context weight,
+    slow stage), before any training: every shipped recipe passes, and the students cut MiniLM to the layers
+    their files name."""
+    from tracer.learn.encoders import EncoderRecipe
 
     cfg = OmegaConf.to_container(evaluate(f"encoder_training={recipe}").encoder_training, resolve=True)
-    enc = FoldEncoders(Registry([Tool("a", "tool a")]), cfg, embed_cache=None)
-    assert enc.recipe.layers == {"mnrl_l4_int8": (0, 1, 4, 5), "mnrl_l3_int8": (0, 1, 5), "mnrl_l3_trie_int8": (0, 1, 5),
-                                 "mnrl_l3_distill_int8": (0, 1, 5), "mnrl_l3_query_int8": (0, 1, 5),
-                                 "mnrl_l3_query_distill_int8": (0, 1, 5), "mnrl_l3_cut_int8": (0, 1, 5),
-                                 "mnrl_l2_int8": (4, 5), "mnrl_l4_ffn384_cut_int8": (0, 1, 4, 5),
-                                 "mnrl_l4_ffn768_cut_int8": (0, 1, 4, 5)}.get(recipe, ())
-    assert enc.recipe.ffn == {"mnrl_l4_ffn384_cut_int8": 384, "mnrl_l4_ffn768_cut_int8": 768}.get(recipe, 0)
-    assert enc.recipe.from_teacher == (recipe in ("mnrl_l3_cut_int8", "mnrl_l4_ffn384_cut_int8", "mnrl_l4_ffn768_cut_int8"))
-    assert enc.recipe.fixed_tools == (recipe.startswith("mnrl_l3_query") or recipe == "static_query")
-    if recipe == "static_query":  # its teacher is mnrl's recipe, so both find the one cached 6-layer checkpoint
-        mnrl = OmegaConf.to_container(evaluate("encoder_training=mnrl").encoder_training, resolve=True)
-        assert enc.teacher == FoldEncoders(Registry([Tool("a", "tool a")]), mnrl, embed_cache=None).recipe
-        assert enc.pca_dims is None and enc.inner_encoders
-    assert enc.recipe.distill == (1.0 if "distill" in recipe else 0.0)
-    assert enc.negatives == ("trie" if "trie" in recipe else "registry" if recipe == "static_registry" else "in_batch")
-    assert (enc.kind == "static") == (recipe.startswith("static") or recipe == "cascade")
-    assert (enc.slow is not None) == (recipe == "cascade")
+    r = EncoderRecipe.from_config(cfg)
+    assert r.train.layers == {"mnrl_l3_int8": (0, 1, 5), "mnrl_l3_cut_int8": (0, 1, 5)}.get(recipe, ())
+    assert r.train.from_teacher == (recipe == "mnrl_l3_cut_int8")
+    assert (r.kind == "static") == (recipe.startswith("static") or recipe == "cascade")
+    assert r.train.context_weight == (0.5 if recipe in ("static_contexts", "cascade") else 0.0)
+    assert (r.slow is not None) == (recipe == "cascade")
     if recipe == "cascade":  # its fast stage is the fastest preset's encoder, its slow stage mnrl_int8's (one cache key)
-        for stage, name in ((enc, "static_contexts"), (enc.slow, "mnrl_int8")):
+        for stage, name in ((r, "static_contexts"), (r.slow, "mnrl_int8")):
             alone = OmegaConf.to_container(evaluate(f"encoder_training={name}").encoder_training, resolve=True)
-            alone = FoldEncoders(Registry([Tool("a", "tool a")]), alone, embed_cache=None)
-            assert (stage.recipe, stage.serve_as, stage.context_weight) == (alone.recipe, alone.serve_as,
-                                                                          alone.context_weight)
-        assert enc.inner_encoders and not enc.slow.inner_encoders
+            alone = EncoderRecipe.from_config(alone)
+            assert (stage.train, stage.serve_as, stage.kind) == (alone.train, alone.serve_as, alone.kind)
+        assert r.inner_encoders and not r.slow.inner_encoders
+
+
+def test_a_recipe_names_the_key_it_refuses():
+    from tracer.learn.encoders import EncoderRecipe
+
+    cfg = OmegaConf.to_container(evaluate("encoder_training=mnrl").encoder_training, resolve=True)
+    with pytest.raises(ValueError, match=r"encoder_training.distill: not a recipe key; the keys are .*batch"):
+        EncoderRecipe.from_config({**cfg, "distill": 1.0})
+    with pytest.raises(ValueError, match="encoder_training.slow.negatives: not a recipe key"):
+        EncoderRecipe.from_config({**cfg, "slow": {**cfg, "negatives": "trie"}})
+    with pytest.raises(ValueError, match="encoder_training.kind must be one of transformer, static, got 't"):
+        EncoderRecipe.from_config({**cfg, "kind": "table"})
+    with pytest.raises(ValueError, match="encoder_training.layers must be distinct"):
+        EncoderRecipe.from_config({**cfg, "layers": [1, 1]})
+    with pytest.raises(ValueError, match="kind 'static' has no layers"):
+        EncoderRecipe.from_config({**cfg, "kind": "static", "layers": [0]})
+
+
+EXPERIMENTS = CONFIG_DIR.parents[1] / "experiments" / "configs"
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in (EXPERIMENTS / "encoder_training").glob("*.yaml")))
+def test_archived_recipes_compose_through_the_search_path(recipe):
+    """experiments/configs/encoder_training/ holds recipes no preset uses; they build on the library's through
+    Hydra's search path (the command each file opens with) and are still recipes the trainers accept."""
+    from tracer.learn.encoders import EncoderRecipe
+
+    cfg = evaluate(f"hydra.searchpath=[file://{EXPERIMENTS}]", f"encoder_training={recipe}").encoder_training
+    r = EncoderRecipe.from_config(OmegaConf.to_container(cfg, resolve=True))
+    assert r.kind == "transformer"
+    assert r.train.layers == {"mnrl_l2_int8": (4, 5), "mnrl_l4_int8": (0, 1, 4, 5)}.get(recipe, ())

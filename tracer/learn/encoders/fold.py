@@ -1,0 +1,96 @@
+"""Per-fold encoders: each outer fold's scorer sees an encoder trained on that fold's training trajectories
+only, so no held-out step ever reached the encoder's training pairs.
+
+``Evaluator(..., fold_resources=FoldEncoders(registry, recipe, build_embedder))`` calls it once per outer fold
+with the fold's training trajectories; it trains (or finds the cached checkpoint) and returns fresh
+:class:`Resources` whose embedder, tool index and hence memories, queries and tool vectors all use it.
+``tracer.build.build_fold_encoders`` builds one from a recipe of ``tracer/configs/encoder_training/``;
+``Retriever.from_dataset(encoder_training=...)`` runs one on a whole dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tracer.core.types import Registry, Trajectory
+from tracer.encode.embedders import CachedEmbedder
+from tracer.learn.encoders.pairs import Pairs, training_pairs
+from tracer.learn.encoders.recipe import EncoderRecipe
+from tracer.learn.encoders.static import trained_static
+from tracer.learn.encoders.transformer import finetuned, train_info
+from tracer.scoring.resources import Resources
+
+
+class FoldEncoders:
+    """Builds one fold's :class:`Resources` around an encoder trained on that fold's training data.
+
+    Args:
+        registry: the dataset's registry (tool texts are its ``search_text``).
+        recipe: what to train and how to serve it (:class:`EncoderRecipe`,
+            ``configs/encoder_training/*.yaml``).
+        build_embedder: builds the embedder that serves a checkpoint, called as ``build_embedder(config,
+            model=...)`` with the recipe's :meth:`EncoderRecipe.served` (``tracer.build.build_embedder`` with
+            the run's embedding cache; the embedder keeps its config, so an index saved with it loads it
+            again).
+        device, seed, executor: as :meth:`Resources.build`.
+        log: called with each training step's loss and learning rate, or None (the curve is in ``history``).
+    """
+
+    def __init__(self, registry: Registry, recipe: EncoderRecipe,
+                 build_embedder: Callable[..., CachedEmbedder], device: str | None = None, seed: int = 0,
+                 executor: Any = None, log: Callable[[dict], None] | None = None):
+        self.registry, self.recipe, self.build_embedder = registry, recipe, build_embedder
+        self.device, self.seed, self.executor, self.log = device, seed, executor, log
+        # per call: checkpoint, training time, the trajectories the pairs came from
+        self.history: list[dict] = []
+        self.slow = (FoldEncoders(registry, recipe.slow, build_embedder, device, seed, executor, log)
+                     if recipe.slow is not None else None)
+
+    def pairs(self, train: Sequence[Trajectory]) -> Pairs:
+        return training_pairs(train, self.registry, self.recipe.context, self.recipe.successful_only)
+
+    def checkpoint(self, pairs: Pairs, log: Callable[[dict], None] | None = None) -> Path:
+        """The encoder trained on ``pairs`` by this recipe (its folder): trained on a miss, found in the cache
+        on a hit. ``log``: as the constructor's (default: it)."""
+        r, log = self.recipe, log or self.log
+        if r.kind == "static":
+            return trained_static(pairs, r.train, r.base_model, r.pca_dims, r.encoder_dir, log)
+        return finetuned(pairs, r.train, r.base_model, r.encoder_dir, r.device, log)
+
+    def __call__(self, train: Sequence[Trajectory], inner_of: int | None = None,
+                 held: frozenset[str] = frozenset()) -> Resources:
+        """Resources around the encoder trained on ``train``. With ``inner_encoders``, their
+        ``without(groups)`` trains (or finds) an encoder on ``train`` minus those groups, for a scorer's inner
+        folds (``inner_of``: the index in ``history`` of the outer call it serves; ``held``: the groups left
+        out)."""
+        pairs = self.pairs(train)
+        path = self.checkpoint(pairs)
+        config, arguments = self.recipe.served(str(path))
+        embedder = self.build_embedder(config, **arguments)
+        info = train_info(path)
+        # a student's own time leaves out its teacher's (trained first, or found), which its cost includes
+        teacher = info.get("teacher")
+        self.history.append({
+            "checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
+            "teacher": teacher,
+            "teacher_train_seconds": train_info(teacher)["train_seconds"] if teacher else None,
+            "final_loss": info["loss"][-1], "loss": info["loss"], "served_as": embedder.inner.name,
+            "inner_of": inner_of, "held_groups": sorted(held),
+            "trajectory_ids": sorted(set(pairs.trajectory_ids))})
+        res = Resources.build(self.registry, embedder, device=self.device, seed=self.seed,
+                              executor=self.executor)
+        if self.slow is not None and inner_of is None:  # inner folds fit the fast stage only
+            res.slow = self.slow(train)
+            self.history[-1]["slow"] = {k: v for k, v in self.slow.history[-1].items()
+                                        if k != "trajectory_ids"}
+        if self.recipe.inner_encoders and inner_of is None:
+            outer = len(self.history) - 1
+            res.without = lambda groups: self([t for t in train if t.group not in groups], outer, groups)
+        return res
+
+    @property
+    def outer(self) -> list[dict]:
+        """The history of the outer folds' encoders (the inner folds' left out), one per outer fold."""
+        return [h for h in self.history if h["inner_of"] is None]
