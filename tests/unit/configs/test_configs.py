@@ -229,6 +229,10 @@ def test_a_recipe_names_the_key_it_refuses():
         EncoderRecipe.from_config({**cfg, "layers": [1, 1]})
     with pytest.raises(ValueError, match="kind 'static' has no layers"):
         EncoderRecipe.from_config({**cfg, "kind": "static", "layers": [0]})
+    with pytest.raises(ValueError, match="encoder_training.epochs must be int, got '2'"):
+        EncoderRecipe.from_config({**cfg, "epochs": "2"})
+    with pytest.raises(ValueError, match="encoder_training.inner_encoders must be bool, got 1"):
+        EncoderRecipe.from_config({**cfg, "inner_encoders": 1})
 
 
 EXPERIMENTS = CONFIG_DIR.parents[1] / "experiments" / "configs"

@@ -19,6 +19,19 @@ from tracer.encode.source import DEFAULT_CACHE
 # the fields that enter a checkpoint's key only when set, so that the keys of full-size, one-term recipes stay
 OPTIONAL_FIELDS = ("layers", "from_teacher", "context_weight")
 KINDS = ("transformer", "static")
+# scalar field types checked when a record is built (a YAML value of another type: an error naming the key)
+SCALARS = {"int": (int,), "float": (int, float), "bool": (bool,), "int | None": (int, type(None))}
+
+
+def check_types(record: Any) -> None:
+    """Each scalar field of a dataclass ``record`` holds a value of its type (a bool is not an int here)."""
+    for f in fields(record):
+        kinds = SCALARS.get(str(f.type))
+        if kinds is None:
+            continue
+        value = getattr(record, f.name)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ValueError(f"encoder_training.{f.name} must be {f.type}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,7 @@ class TrainConfig:
     context_weight: float = 0.0
 
     def __post_init__(self):
+        check_types(self)
         # a YAML list arrives as a list; sorted, since the cut keeps the base's order ([5, 0] is [0, 5])
         object.__setattr__(self, "layers", tuple(sorted(int(i) for i in self.layers)))
         if len(set(self.layers)) != len(self.layers) or any(i < 0 for i in self.layers):
@@ -127,6 +141,7 @@ class EncoderRecipe:
     slow: EncoderRecipe | None = None
 
     def __post_init__(self):
+        check_types(self)
         if self.kind not in KINDS:
             raise ValueError(f"encoder_training.kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.kind == "static" and self.train.layers:
@@ -166,8 +181,7 @@ class EncoderRecipe:
 
     def served(self, checkpoint: str) -> tuple[str | dict[str, Any], dict[str, Any]]:
         """The embedder config that serves ``checkpoint`` (a name or a mapping) and the arguments it is
-        completed
-        with: what ``tracer.build.build_embedder(config, **arguments)`` builds."""
+        completed with: what ``tracer.build.build_embedder(config, **arguments)`` builds."""
         if self.kind == "static":
             return ({"_target_": "tracer.encode.static.StaticEmbedder", "pca_dims": self.pca_dims,
                      "encoder_dir": str(self.encoder_dir)}, {"model": checkpoint})

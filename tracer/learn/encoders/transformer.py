@@ -61,8 +61,8 @@ def print_progress(every: int = 10) -> Callable[[dict], None]:
 def losses_for(cfg: TrainConfig, model: SentenceTransformer) -> list[EncoderLoss]:
     """The recipe's loss terms, summed each step: the ranking loss, then the context term when it has a
     weight."""
-    return [MultipleNegativesRanking(model, cfg.scale)] + ([ContextRanking(cfg.context_weight, cfg.scale)]
-                                                           if cfg.context_weight else [])
+    context = [ContextRanking(cfg.context_weight, cfg.scale)] if cfg.context_weight else []
+    return [MultipleNegativesRanking(model, cfg.scale), *context]
 
 
 def _features(model: SentenceTransformer, texts: Sequence[str], device: str) -> dict[str, torch.Tensor]:
@@ -71,8 +71,7 @@ def _features(model: SentenceTransformer, texts: Sequence[str], device: str) -> 
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
 
 
-def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None,
-          device: str | None = None,
+def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, device: str | None = None,
           log: Callable[[dict], None] | None = None) -> tuple[SentenceTransformer, dict]:
     """Fine-tune ``base_model`` (cut to ``cfg.layers``) on ``pairs``; returns the model (eval mode) and a
     summary with the loss per step."""
