@@ -34,15 +34,16 @@ test-all: $(STAMP)
 describe: $(STAMP)
 	$(PY) -m tracer.data.describe bfcl tau2 apibank
 
+# the retriever's build, step, batch and memory costs on BFCL; the other benchmarks: benchmarks/README.md
 bench: $(STAMP)
-	$(PY) scripts/bench_retriever.py
+	$(PY) -m benchmarks.bench_retriever
 
 # rerun the BFCL table and the tracer_plus ablation (~40 min) and diff against the committed metrics
 reproduce: $(STAMP)
-	$(PY) scripts/reproduce_results.py
+	$(PY) -m experiments.reproduce.reproduce_results
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check tracer tests train.py evaluate.py scripts
+	$(VENV)/bin/ruff check tracer tests train.py evaluate.py benchmarks experiments
 
 clean:
 	rm -rf outputs multirun .pytest_cache

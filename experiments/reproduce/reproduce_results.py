@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # experiments/reproduce/ -> the repository
 EXPERIMENTS = ROOT / "tracer" / "configs" / "experiment"
 PARTS = {"table": "bfcl_table", "ablation": "tracer_plus_ablation"}
 QUALITY = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens", "cic_reduction",

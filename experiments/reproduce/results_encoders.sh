@@ -6,7 +6,7 @@
 # fine-tuning, mnrl_static: the same checkpoints served as static models, static_mnrl: a static model trained on the pairs), the checkpoints cached by content hash.
 #   DATASETS="tau2 apibank" ENCODERS="minilm mnrl" SCORERS=vector bash scripts/results_encoders.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${1:-results/encoders}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -45,4 +45,4 @@ for ds in ${DATASETS:-bfcl tau2 apibank}; do
     echo "$ds ${enc}_mlp10 tracer_plus: ${SECONDS} s wall"
   done
 done
-$PY scripts/frontier.py --root $OUT
+$PY experiments/reproduce/frontier.py --root $OUT

@@ -39,7 +39,7 @@ from tracer.online.transfer import fit_transfer_model
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, training_steps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
 SCORERS = ("vector", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")
 FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at_k", "n_test", "fit_s", "error")
 

@@ -33,7 +33,7 @@ from tracer.executors import OracleExecutor
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
 SUBSETS = ("all steps", "turn openings", "strongest edge wrong")
 BATCH = 512
 

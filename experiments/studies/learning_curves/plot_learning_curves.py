@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
 ORDER = ("tracer_plus", "tracer_plus_transfer", "tracer", "autotool", "toolnet", "vector")
 
 

@@ -4,7 +4,7 @@
 # Teacher-forcing at k = 1, 3, 5, 10 for every scorer, one free-running row per scorer at k = 5,
 # then one report (report.md, report.csv, plots) over both sweeps.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${1:-results/bfcl}
 PY=${PY:-.venv/bin/python}
 SCORERS=${SCORERS:-tracer_plus,tracer,tracer_fixed,tracer_g,llm_only,vector,toolnet,autotool,hepm,insight}

@@ -3,7 +3,7 @@
 # the state key (full turn-local prefix, last 1 / last 2 calls, cross-turn) and padding.
 #   bash scripts/results_tracer_keys.sh [OUTDIR]          (default results/bfcl_tracer_keys)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${1:-results/bfcl_tracer_keys}
 PY=${PY:-.venv/bin/python}
 COMMON="scorer=tracer_fixed dataset=bfcl registry=large k=5 folds=5 seed=0 latency_sample=0 progress=false"
