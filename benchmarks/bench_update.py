@@ -27,16 +27,13 @@ import os
 import random
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import torch
-from bench_scale import Chain, step_states, unit_rows
 
+from benchmarks.synthetic import Chain, step_states, unit_rows
 from tracer.build import build_scorer
 from tracer.core.folds import kfold
 from tracer.encode.embedders import CachedEmbedder

@@ -167,8 +167,9 @@ def quiet_loop(bodies: list[bytes], index: Path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--role", choices=("drive", "gateway"), default="drive")
-    p.add_argument("--index", type=Path, required=True, help="a saved BFCL index (see bench_gateway.py)")
+    p.add_argument("--role", choices=("drive", "gateway", "stub"), default="drive")
+    p.add_argument("--index", type=Path, default=None, help="a saved BFCL index (see bench_gateway)")
+    p.add_argument("--stub-port", type=int, default=0, help="(--role stub) its port")
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--think-ms", type=float, default=250.0)
     p.add_argument("--requests", type=int, default=1000)
@@ -178,27 +179,35 @@ def main() -> None:
     if args.role == "gateway":
         instrumented_gateway(["--index", str(args.index), *rest], args.gc_threshold)
         return
+    # imported after the gateway's branch: the instrumented gateway process imports only what ``tracer serve`` does
+    from benchmarks import loopback
 
-    import bench_gateway as bench
+    if args.role == "stub":
+        loopback.serve(loopback.stub_app(), args.stub_port)
+        return
+    if args.index is None:
+        p.error("--index is required")
 
-    bodies, index = bench.build_requests(args.requests, args.index)
-    stub_port, gw_port = bench.free_port(), bench.free_port()
-    env = {**os.environ, "PYTHONPATH": str(bench.ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    stub = subprocess.Popen([sys.executable, bench.__file__, "--role", "stub", "--port", str(stub_port)], env=env)
+    bodies, index = loopback.build_requests(args.requests, args.index)
+    stub_port, gw_port = loopback.free_port(), loopback.free_port()
+    env = {**os.environ, "PYTHONPATH": str(loopback.ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    stub = subprocess.Popen([sys.executable, "-m", "benchmarks.gateway_stages", "--role", "stub",
+                             "--stub-port", str(stub_port)], env=env)
     gateway = subprocess.Popen(
-        [sys.executable, __file__, "--role", "gateway", "--index", str(index),  # the rest is tracer serve's
+        [sys.executable, "-m", "benchmarks.gateway_stages", "--role", "gateway", "--index", str(index),
+         # the rest is tracer serve's
          *(["--gc-threshold", str(args.gc_threshold)] if args.gc_threshold is not None else []),
          "--upstream", f"http://127.0.0.1:{stub_port}/v1", "--port", str(gw_port), "--k", "5",
-         "--log-level", "warning"], env=env, cwd=bench.ROOT, stderr=subprocess.PIPE, text=True)
+         "--log-level", "warning"], env=env, cwd=loopback.ROOT, stderr=subprocess.PIPE, text=True)
     try:
-        bench.wait_ready(f"http://127.0.0.1:{stub_port}/health", stub)
-        bench.wait_ready(f"http://127.0.0.1:{gw_port}/health", gateway)
+        loopback.wait_ready(f"http://127.0.0.1:{stub_port}/health", stub)
+        loopback.wait_ready(f"http://127.0.0.1:{gw_port}/health", gateway)
         url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-        asyncio.run(bench.run_phase(url, bodies[:200], 4, 60))  # warm-up
+        asyncio.run(loopback.run_phase(url, bodies[:200], 4, 60))  # warm-up
         gateway.send_signal(signal.SIGUSR1)
         time.sleep(0.5)
         load = os.getloadavg()[0]
-        phase = asyncio.run(bench.run_phase(url, bodies, args.clients, 120, args.think_ms / 1e3))
+        phase = asyncio.run(loopback.run_phase(url, bodies, args.clients, 120, args.think_ms / 1e3))
     finally:
         gateway.send_signal(signal.SIGTERM)
         _, err = gateway.communicate(timeout=60)
