@@ -1,9 +1,7 @@
 """End-to-end latency of a live step for every encoder x scorer, measured in one run (the frontier's speed axis).
 
-    OMP_NUM_THREADS=1 python scripts/bench_frontier.py [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
-        [--student .cache/encoders/finetuned-<fold 0's 3-layer student> .cache/encoders/finetuned-<its 2-layer one>]
-        [--query-student .cache/encoders/finetuned-<fold 0's 3-layer query student>]
-        [--static-query .cache/encoders/m2v-trained-<fold 0's static query encoder>]
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_frontier [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
+        [--student .cache/encoders/finetuned-<fold 0's 3-layer student> ...]
         [--named "LABEL=.cache/encoders/finetuned-<another fold 0 checkpoint>" ...] [--cascade]
         [--n 300] [--only LABEL ...] [--out results/encoders/frontier_latency.json]
 
@@ -17,21 +15,19 @@ request, so its weights stay in the CPU caches, while interleaving a dozen model
 each one's between its steps. The first is the pessimistic figure, the second the serving one (both are
 reported; docs/encoders.md compares them). One torch thread, ONNX Runtime with one intra-op thread.
 Per encoder also: single-text encode p50 (round-robin in the same loop; the ratio to MiniLM torch is the
-figure to compare across machines) and throughput (texts/s, ``encode`` given lists of 64; the ONNX embedders run
-each text of a list alone, ``OnnxEmbedder.batch_size``, the others as one batch).
+figure to compare across machines) and throughput (texts/s, ``encode`` given lists of 64; the ONNX embedders
+run each text of a list alone, ``OnnxEmbedder.batch_size``, the others as one batch).
 
 Always included: fold 0's static model trained on its training split (``encoder_training=static_mnrl``).
-``--finetuned`` adds the fold-0 checkpoint (``scripts/finetune_fold.py --fold 0``; trained on fold 0's
-training split only, so fold 0's held-out steps are fair), its static distillation and its ONNX int8
-export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``, ``mnrl_l2_int8``) in ONNX int8;
-``--query-student`` fold 0's query students (``encoder_training=mnrl_l3_query_int8``) in ONNX int8, their tool
-texts embedded by their teacher (a live step encodes only its context); ``--static-query`` fold 0's static query
-encoder (``encoder_training=static_query``) likewise; ``--named`` any other fold 0 checkpoints
-in ONNX int8 under the given labels (e.g. a second 3-layer student, ``encoder_training=mnrl_l3_cut_int8``);
-``--cascade`` the cascade (``scorer=cascade encoder_training=cascade``: fold 0's trained static encoder for every
-step, fold 0's fine-tuned encoder in ONNX int8 for the steps the fast stage is unsure of; both encoders live, the
-share of the timed steps that escalated reported beside it, and the mean step, which the cascade's p50 hides). Wall-clock and thread-CPU milliseconds are both reported: the CPU figure is what load on a shared
-machine inflates least.
+``--finetuned`` adds the fold-0 checkpoint (``python -m experiments.studies.fine_tuning.finetune_fold --fold
+0``; trained on fold 0's training split only, so fold 0's held-out steps are fair), its static distillation and
+its ONNX int8 export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``) in ONNX
+int8; ``--named`` any other fold 0 checkpoints in ONNX int8 under the given labels (e.g. a second 3-layer
+student, ``encoder_training=mnrl_l3_cut_int8``); ``--cascade`` the cascade (``scorer=cascade
+encoder_training=cascade``: fold 0's trained static encoder for every step, fold 0's fine-tuned encoder in ONNX
+int8 for the steps the fast stage is unsure of; both encoders live, the share of the timed steps that escalated
+reported beside it, and the mean step, which the cascade's p50 hides). Wall-clock and thread-CPU milliseconds
+are both reported: the CPU figure is what load on a shared machine inflates least.
 """
 
 from __future__ import annotations
@@ -50,12 +46,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 import torch
 
-from tracer.build import build_dataset, build_embedder, build_scorer, load_config, plain
+from tracer.build import build_dataset, build_embedder, build_fold_encoders, build_scorer
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.core.threads import machine, one_thread
-from tracer.eval.fold_encoders import FoldEncoders, beside_teacher
-from tracer.learn.encoder import train_info
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
 
@@ -63,8 +57,7 @@ CASCADE = "cascade: trained static, then fine-tuned ONNX int8"
 
 
 def encoders(finetuned: str | None, trained_static: str, students: dict[int, str] | None = None,
-             query_students: dict[int, str] | None = None, named: dict[str, str] | None = None,
-             static_query: str | None = None) -> dict[str, tuple]:
+             named: dict[str, str] | None = None) -> dict[str, tuple]:
     """label -> (embedder config name or config, overrides)."""
     out = {"MiniLM torch": ("minilm", {}), "ONNX fp32": ("onnx_fp32", {}), "ONNX int8": ("onnx_int8", {}),
            "static m2v": ("static", {}), "trained static m2v": ("static", {"model": trained_static})}
@@ -76,14 +69,6 @@ def encoders(finetuned: str | None, trained_static: str, students: dict[int, str
         out[f"{layers}-layer fine-tuned ONNX int8"] = ("onnx_int8", {"model": path})
     for label, path in (named or {}).items():
         out[label] = ("onnx_int8", {"model": path})
-    for layers, path in sorted((query_students or {}).items(), reverse=True):  # the tools by their teacher, in torch
-        query = plain(load_config("embedder", "onnx_int8")) | {"model": path}
-        out[f"{layers}-layer query student ONNX int8"] = (beside_teacher(query, train_info(path)["teacher"])
-                                                          | {"cache_dir": query["cache_dir"]}, {})
-    if static_query:  # a trained token table as the query side, its teacher embedding the tools
-        query = plain(load_config("embedder", "static")) | {"model": static_query, "pca_dims": None}
-        out["static query m2v"] = (beside_teacher(query, train_info(static_query)["teacher"])
-                                   | {"cache_dir": query["cache_dir"]}, {})
     return out
 
 
@@ -99,16 +84,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--finetuned", default=None, help="fold 0's fine-tuned checkpoint folder")
     ap.add_argument("--student", nargs="*", default=[],
-                    help="fold 0's student checkpoints (finetune_fold.py --config mnrl_l3_int8|mnrl_l2_int8 --fold 0)")
+                    help="fold 0's student checkpoints (finetune_fold --config mnrl_l3_int8 --fold 0)")
     ap.add_argument("--named", nargs="*", default=[], metavar="LABEL=CHECKPOINT",
                     help="more fold 0 checkpoints, served in ONNX int8 under these labels")
-    ap.add_argument("--query-student", nargs="*", default=[],
-                    help="fold 0's query-student checkpoints (finetune_fold.py --config mnrl_l3_query_int8 --fold 0), "
-                         "served in ONNX int8 beside their teacher, which embeds the tools")
-    ap.add_argument("--static-query", default=None, help="fold 0's static query encoder (finetune_fold.py --config "
-                    "static_query --fold 0: an m2v-trained-* folder), served beside its teacher")
     ap.add_argument("--cascade", action="store_true", help="add the cascade (encoder_training=cascade, scorer=cascade; "
-                    "fold 0's teacher from finetune_fold.py --config mnrl --fold 0, or trained here)")
+                    "fold 0's teacher from finetune_fold --config mnrl --fold 0, or trained here)")
     ap.add_argument("--scorers", nargs="+", default=["vector", "tracer_plus"])
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--k", type=int, default=5)
@@ -126,12 +106,10 @@ def main() -> None:
     random.Random(0).shuffle(test)
     test = test[: a.n]
     # fold 0's static model trained on its training split (encoder_training=static_mnrl; seconds, cached)
-    recipe = plain(load_config("encoder_training", "static_mnrl", seed=0))
-    trained_static = FoldEncoders(ds.registry, recipe)(train).embedder.config["model"]
+    trained_static = build_fold_encoders(ds.registry, "static_mnrl", seed=0)(train).embedder.config["model"]
     retrievers, embedders = {}, {}
     chosen = encoders(a.finetuned, trained_static, {layer_count(p): p for p in a.student},
-                      {layer_count(p): p for p in a.query_student}, dict(n.split("=", 1) for n in a.named),
-                      a.static_query)
+                      dict(n.split("=", 1) for n in a.named))
     if a.cascade:
         chosen[CASCADE] = None
     if a.only is not None:
@@ -141,7 +119,7 @@ def main() -> None:
     escalated = {}
     for label, spec in chosen.items():
         if spec is None:  # the cascade: its two encoders trained on fold 0's training split (cached)
-            res = FoldEncoders(ds.registry, plain(load_config("encoder_training", "cascade", seed=0)))(train)
+            res = build_fold_encoders(ds.registry, "cascade", seed=0)(train)
             scorer = build_scorer("cascade")
             scorer.fit(train, res)
             escalated[label] = float(scorer.score(test).diagnostics["escalated"].mean())  # the live path's share too

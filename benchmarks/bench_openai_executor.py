@@ -19,13 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the stub server is the tests' own
-
-from stub_openai_server import StubOpenAIServer
-
+# the stub server is the tests' own (tests/stub_openai_server.py, standard library only), imported as a module of
+# the repository: ``python -m benchmarks.bench_openai_executor`` from its root
+from tests.stub_openai_server import StubOpenAIServer
 from tracer.executors import Request
 from tracer.executors.openai import OpenAIExecutor
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": "A tool.",
                                            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}
