@@ -1,23 +1,22 @@
-"""Which MiniLM layers a shallower student keeps (encoder_training.layers), and how wide its feed-forward blocks are
-(encoder_training.ffn), chosen without the held-out folds.
+"""Which MiniLM layers a shallower student keeps (encoder_training.layers), chosen without the held-out folds.
 
-    python scripts/choose_layers.py --cuts 0,2,4 1,3,5 0,1,2 0,1,5 3,4,5          # the 3-layer cuts tried
-    python scripts/choose_layers.py --cuts 0,5 1,5 0,1 1,4 4,5 2,5                 # the 2-layer cuts tried
-    python scripts/choose_layers.py --cuts 0,1,4,5 0,1,2,5 0,2,4,5 2,3,4,5 1,2,4,5 0,3,4,5 0,1,3,5   # 4 layers
-    python scripts/choose_layers.py --cuts all 0,1,5 4,5 --latency                 # + single-text int8 encode
-    python scripts/choose_layers.py --cuts 0,1,5 0,1,4,5 --ffn 1536 768 512 384 --latency   # narrowed students
+    python -m experiments.studies.encoder_selection.choose_layers --cuts 0,2,4 1,3,5 0,1,2 0,1,5 3,4,5  # 3 layers
+    python -m experiments.studies.encoder_selection.choose_layers --cuts 0,5 1,5 0,1 1,4 4,5 2,5        # 2 layers
+    python -m experiments.studies.encoder_selection.choose_layers \
+        --cuts 0,1,4,5 0,1,2,5 0,2,4,5 2,3,4,5 1,2,4,5 0,3,4,5 0,1,3,5                                  # 4 layers
+    python -m experiments.studies.encoder_selection.choose_layers --cuts all 0,1,5 4,5 --latency
+                                                                            # + single-text int8 encode
 
-For each cut: MiniLM cut to those layers (``tracer.learn.student.keep_layers``, *not* fine-tuned), plain
-vector search over the registry's tool texts for every pair of outer fold F's *training* split (the pairs
-encoder_training=mnrl fine-tunes on: tracer_plus's query rendering, the gold tool's ``search_text``),
-recall@5. The cut that keeps most of the full model's zero-shot ranking is the one fine-tuned
-(tracer/configs/encoder_training/mnrl_l4_int8.yaml, mnrl_l3_int8.yaml, mnrl_l2_int8.yaml quote this output). ``--latency`` also
-exports each cut to ONNX int8 (``tracer.encode.onnx``, into a temporary folder) and times one-text encodes of
-300 of those query texts on one thread, the cuts in alternating blocks of 25 texts: the median, and the texts'
-median length in word pieces. ``--ffn``: each
-cut also narrowed to each feed-forward width (``tracer.learn.student.narrow_ffn``, its neurons measured on the same
-training pairs' texts); ``--base``: cut from this checkpoint instead of MiniLM (e.g. the fold's fine-tuned encoder,
-as ``from_teacher`` does; the encode time depends on the shape alone).
+For each cut: MiniLM cut to those layers (:func:`tracer.learn.encoders.student.keep_layers`, *not* fine-tuned),
+plain vector search over the registry's tool texts for every pair of outer fold F's *training* split (the pairs
+encoder_training=mnrl fine-tunes on: tracer_plus's query rendering, the gold tool's ``search_text``), recall@5.
+The cut that keeps most of the full model's zero-shot ranking is the one fine-tuned (``layers`` of
+tracer/configs/encoder_training/mnrl_l3_int8.yaml; experiments/configs/encoder_training/mnrl_l4_int8.yaml,
+mnrl_l2_int8.yaml). ``--latency`` also exports each cut to ONNX int8 (``tracer.encode.onnx``, into a temporary
+folder) and times one-text encodes of 300 of those query texts on one thread, the cuts in alternating blocks of
+25 texts: the median, and the texts' median length in word pieces. ``--base``: cut from this checkpoint instead
+of MiniLM (e.g. the fold's fine-tuned encoder, as ``from_teacher`` does; the encode time depends on the shape
+alone).
 """
 
 from __future__ import annotations
@@ -33,23 +32,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 from sentence_transformers import SentenceTransformer
 
-from tracer.build import build_dataset, load_config
+from tracer.build import build_dataset, build_fold_encoders
 from tracer.core.folds import kfold
 from tracer.encode.embedders import minilm_path
-from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.student import keep_layers, narrow_ffn
+from tracer.learn.encoders.student import keep_layers
 
 
-def cut_model(layers: tuple[int, ...] | None, base: str | None = None, ffn: int | None = None,
-              texts: list[str] | None = None) -> SentenceTransformer:
+def cut_model(layers: tuple[int, ...] | None, base: str | None = None) -> SentenceTransformer:
     model = SentenceTransformer(str(base or minilm_path()), device="cpu")
     if layers is not None:
         keep_layers(model, layers)
-    if ffn is not None:
-        narrow_ffn(model, ffn, texts or [], seed=0)
     return model
 
 
@@ -81,14 +75,13 @@ def main() -> None:
     ap.add_argument("--cuts", nargs="+", required=True, help="comma-separated layer indices per cut, or 'all'")
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--latency", action="store_true")
-    ap.add_argument("--ffn", nargs="+", type=int, default=None, help="feed-forward widths to narrow each cut to")
     ap.add_argument("--base", default=None, help="a checkpoint to cut from (default: the bundled MiniLM)")
     a = ap.parse_args()
     cuts = [None if c == "all" else tuple(int(i) for i in c.split(",")) for c in a.cuts]
     torch.set_num_threads(1 if a.latency else torch.get_num_threads())
     ds = build_dataset("bfcl", "large", 0)
     train = kfold(ds.trajectories, 5, 0)[a.fold].train  # evaluate.py's outer split; its test side is never read
-    pairs = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", "mnrl", seed=0))).pairs(train)
+    pairs = build_fold_encoders(ds.registry, "mnrl", seed=0).pairs(train)
     tools = [t.search_text for t in ds.registry]
     gold = torch.tensor([tools.index(p) for p in pairs.positives])                          # [P]
     queries = list(dict.fromkeys(pairs.anchors))[:300]
@@ -96,14 +89,13 @@ def main() -> None:
         tok = cut_model(None).tokenizer
         print(f"query texts: median {int(np.median([len(tok(t)['input_ids']) for t in queries]))} word pieces")
     with tempfile.TemporaryDirectory() as work:
-        texts = sorted(set(pairs.anchors) | set(pairs.positives))
         lines, embedders = [], []
-        for layers, ffn in [(c, w) for c in cuts for w in (a.ffn or [None])]:
-            model = cut_model(layers, a.base, ffn, texts)
+        for layers in cuts:
+            model = cut_model(layers, a.base)
             q = model.encode(list(pairs.anchors), convert_to_tensor=True, normalize_embeddings=True)  # [P, d]
             t = model.encode(tools, convert_to_tensor=True, normalize_embeddings=True)                # [N, d]
             top = (q @ t.T).topk(5, dim=1).indices                                                    # [P, 5]
-            lines.append(f"layers {'all' if layers is None else list(layers)}{'' if ffn is None else f', ffn {ffn}'}: "
+            lines.append(f"layers {'all' if layers is None else list(layers)}: "
                          f"{'zero-shot' if a.base is None else 'cut, not fine-tuned again:'} recall@5 "
                          f"{(top == gold[:, None]).any(1).float().mean():.3f} on {len(pairs)} training pairs")
             print(lines[-1], flush=True)

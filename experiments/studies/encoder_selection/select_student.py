@@ -1,17 +1,17 @@
 """A transformer recipe's variants scored inside tracer_plus, without looking at any held-out fold.
 
-    python scripts/select_student.py --fold 0 --recipe mnrl_l3_cut_int8 \
+    python -m experiments.studies.encoder_selection.select_student --fold 0 --recipe mnrl_l3_cut_int8 \
         --variant base='{}' lr1e-4='{"lr": 1e-4}' contexts05='{"context_weight": 0.5}' \
         [--out results/encoders/select_student_bfcl_fold0_l3.json]
 
-The transformer counterpart of ``scripts/select_static.py --scorer tracer_plus``. Inside outer fold ``--fold``'s
-training trajectories only, 20 % of the groups (seeded, ``select_static.validation_groups``) are set aside; each
+The transformer counterpart of ``select_static --scorer tracer_plus``. Inside outer fold ``--fold``'s training
+trajectories only, 20 % of the groups (seeded, :func:`experiments.common.validation_groups`) are set aside; each
 variant (``--recipe``'s encoder_training config updated with a JSON object of its fields) is fine-tuned on the
-other 80 % (``FoldEncoders.checkpoint``, cached by content hash; a student cut from its teacher finds or trains the
-teacher on the same 80 %), served in ONNX int8, and scored on the set-aside steps twice: plain vector search, and
-tracer_plus fitted on the 80 % under it (shared inner folds, as the fast preset), teacher-forced at k = 5. The outer
-fold's held-out trajectories are never read. Each variant's row is printed as it ends (training seconds from the
-checkpoint's ``train_info.json``: the first run's, a cached one keeps them).
+other 80 % (``FoldEncoders.checkpoint``, cached by content hash; a student cut from its teacher finds or trains
+the teacher on the same 80 %), served in ONNX int8, and scored on the set-aside steps twice: plain vector search,
+and tracer_plus fitted on the 80 % under it (shared inner folds, as the fast preset), teacher-forced at k = 5.
+The outer fold's held-out trajectories are never read. Each variant's row is printed as it ends (training
+seconds from the checkpoint's ``train_info.json``: the first run's, a cached one keeps them).
 """
 
 from __future__ import annotations
@@ -26,16 +26,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
-from select_static import inner_split, split_arguments, write_out
 
-from tracer.build import build_scorer, load_config
+from experiments.common import inner_split, split_arguments, write_out
+from tracer.build import build_fold_encoders, build_scorer, load_config, plain
 from tracer.core.steps import extract_all
 from tracer.encode.embedders import CachedEmbedder
 from tracer.encode.onnx import OnnxEmbedder
-from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.metrics import teacher_forced_outcomes
-from tracer.learn.encoder import train_info
+from tracer.learn.encoders import train_info
 from tracer.scoring.resources import Resources
 
 
@@ -62,11 +60,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    recipe = OmegaConf.to_container(load_config("encoder_training", a.recipe, seed=a.seed))
+    recipe = plain(load_config("encoder_training", a.recipe, seed=a.seed))
     ds, train, val_groups = inner_split(a)
-    for label, over in a.variant:  # every variant's recipe is checked (FoldEncoders, TrainConfig) before any training
+    for label, over in a.variant:  # every variant's recipe is checked (EncoderRecipe) before any training
         try:
-            kind = FoldEncoders(ds.registry, recipe | over).kind
+            kind = build_fold_encoders(ds.registry, recipe | over).recipe.kind
         except (TypeError, ValueError) as e:  # an unknown field, a bad value
             ap.error(f"--variant {label}: {e}")
         if kind != "transformer":
@@ -75,7 +73,7 @@ def main() -> None:
     steps = [s for s in extract_all(t for t in train if t.group in val_groups and t.success) if s.gold in ds.registry]
     rows = []
     for label, over in a.variant:
-        enc = FoldEncoders(ds.registry, recipe | over)
+        enc = build_fold_encoders(ds.registry, recipe | over)
         path = enc.checkpoint(enc.pairs(fit))
         res = Resources.build(ds.registry, CachedEmbedder(OnnxEmbedder(path, "int8"), a.embed_cache), device="cpu")
         row = {"variant": label, "fields": over, "checkpoint": str(path), "train_seconds": train_info(path)["train_seconds"]}

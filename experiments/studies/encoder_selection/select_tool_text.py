@@ -1,15 +1,16 @@
 """Which tool text the fine-tuned transformer should embed, chosen without looking at any held-out fold.
 
-    python scripts/select_tool_text.py [--dataset bfcl] [--fold 0] [--recipe mnrl]
+    python -m experiments.studies.encoder_selection.select_tool_text [--dataset bfcl] [--fold 0] [--recipe mnrl]
         [--out results/encoders/select_tool_text_bfcl_fold0.json]
 
-The transformer counterpart of ``scripts/select_static.py --tool-text``. Inside outer fold ``--fold``'s training
-trajectories only, 20 % of the groups (seeded, as select_static.py) are set aside as a validation split. For each
-tool text (``select_static.TOOL_TEXTS``: ``search``, ``Tool.search_text``, what every scorer embeds; ``params``, with
-the parameters' names; ``params_desc``, with their descriptions too) the encoder of ``--recipe`` is fine-tuned on
-the other 80 % with that text as the positives (``tracer.learn.encoder.finetuned``, cached by content hash) and
-scored by plain vector search on the validation steps, each rendered context against every registry tool in the
-same text: recall@1/@5 and MRR, zero-shot MiniLM and fine-tuned. The outer fold's held-out trajectories are never read.
+The transformer counterpart of ``select_static --tool-text``. Inside outer fold ``--fold``'s training
+trajectories only, 20 % of the groups (seeded, as select_static) are set aside as a validation split. For each
+tool text (:data:`experiments.common.TOOL_TEXTS`: ``search``, ``Tool.search_text``, what every scorer embeds;
+``params``, with the parameters' names; ``params_desc``, with their descriptions too) the encoder of ``--recipe``
+is fine-tuned on the other 80 % with that text as the positives (:func:`tracer.learn.encoders.finetuned`,
+cached by content hash) and scored by plain vector search on the validation steps, each rendered context
+against every registry tool in the same text: recall@1/@5 and MRR, zero-shot MiniLM and fine-tuned. The outer
+fold's held-out trajectories are never read.
 """
 
 from __future__ import annotations
@@ -23,13 +24,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from omegaconf import OmegaConf
-from select_static import TOOL_TEXTS, inner_split, ranking_metrics, retext, split_arguments, write_out
-
-from tracer.build import load_config
+from experiments.common import TOOL_TEXTS, inner_split, ranking_metrics, retext, split_arguments, write_out
+from tracer.build import build_fold_encoders
 from tracer.encode.embedders import SentenceTransformerEmbedder, minilm_path
-from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import finetuned, train_info
+from tracer.learn.encoders import finetuned, train_info
 
 
 def vector_metrics(model: str, anchors, golds, tools) -> dict:
@@ -45,8 +43,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     ds, train, val_groups = inner_split(a)
-    enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.recipe, seed=a.seed)))
-    if enc.kind != "transformer" or enc.recipe.needs_teacher:
+    enc = build_fold_encoders(ds.registry, a.recipe, seed=a.seed)
+    r = enc.recipe
+    if r.kind != "transformer" or r.train.needs_teacher:
         ap.error(f"--recipe {a.recipe}: a transformer recipe without a teacher")
     fit_pairs = enc.pairs([t for t in train if t.group not in val_groups])   # the positives in search_text
     val_pairs = enc.pairs([t for t in train if t.group in val_groups])
@@ -59,7 +58,7 @@ def main() -> None:
                      **vector_metrics(str(minilm_path()), val.anchors, val.positives, tools)})
         print(json.dumps(rows[-1]), flush=True)
         t0 = time.perf_counter()
-        path = finetuned(fit, enc.recipe, enc.base_model, enc.encoder_dir, "cpu")
+        path = finetuned(fit, r.train, r.base_model, r.encoder_dir, "cpu")
         rows.append({"tool_text": name, "encoder": f"fine-tuned ({a.recipe})", "checkpoint": str(path),
                      "train_seconds": train_info(path)["train_seconds"], "wall_seconds": round(time.perf_counter() - t0, 1),
                      **vector_metrics(str(path), val.anchors, val.positives, tools)})

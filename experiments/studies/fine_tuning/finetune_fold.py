@@ -1,11 +1,11 @@
 """Fine-tune the encoder on one outer fold's training trajectories (BFCL), cached; prints the checkpoint.
 
-    python scripts/finetune_fold.py [--dataset bfcl] [--registry large] [--fold 0] [--folds 5] [--seed 0]
+    python -m experiments.studies.fine_tuning.finetune_fold [--dataset bfcl] [--registry large] [--fold 0]
+        [--folds 5] [--seed 0] [--config mnrl]
 
 The folds are evaluate.py's (tracer.core.folds.kfold on the groups, same seed), the pairs are
 the encoder_training config's (tracer_plus's query rendering, Tool.search_text); a second run
-with the same data and recipe finds the checkpoint and does not train. With ``negatives: trie`` it also
-counts where the pairs' hard negatives come from.
+with the same data and recipe finds the checkpoint and does not train.
 """
 
 from __future__ import annotations
@@ -17,14 +17,10 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from omegaconf import OmegaConf
-
-from tracer.build import build_dataset, load_config
+from tracer.build import build_dataset, build_fold_encoders
 from tracer.core.folds import kfold
-from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import print_progress, train_info
-from tracer.learn.pairs import trie_children
-from tracer.scoring.resources import training_steps
+from tracer.learn.encoders import train_info
+from tracer.learn.encoders.transformer import print_progress
 
 
 def main() -> None:
@@ -38,19 +34,11 @@ def main() -> None:
     a = ap.parse_args()
     ds = build_dataset(a.dataset, a.registry, a.seed)
     train = kfold(ds.trajectories, a.folds, a.seed)[a.fold].train  # evaluate.py's outer split
-    enc = FoldEncoders(ds.registry, OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed)))
+    enc = build_fold_encoders(ds.registry, a.config, seed=a.seed)
     path = enc.checkpoint(enc.pairs(train), log=print_progress())
     info = train_info(path)
     out = {"checkpoint": str(path), "pairs": info["pairs"], "batches": info["batches"],
            "train_seconds": info["train_seconds"], "first_loss": info["loss"][0], "last_loss": info["loss"][-1]}
-    if enc.negatives == "trie":  # where the hard negatives come from (docs/encoders.md quotes fold 0's)
-        steps = training_steps(train, ds.registry, enc.successful_only)
-        children = trie_children(steps)
-        at_root = sum(not s.prefix for s in steps)
-        fallback = sum(len(children[s.prefix]) < 2 for s in steps)
-        out["hard_negatives"] = {"pairs_at_a_turns_first_call": at_root,
-                                 "pairs_later_with_another_child": len(steps) - at_root - fallback,
-                                 "pairs_with_a_random_registry_tool": fallback}
     print(json.dumps(out))
 
 

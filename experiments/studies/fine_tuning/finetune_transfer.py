@@ -18,12 +18,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from omegaconf import OmegaConf
-
-from tracer.build import build_dataset, load_config
-from tracer.eval.fold_encoders import FoldEncoders
-from tracer.learn.encoder import finetuned, print_progress, train_info
-from tracer.learn.pairs import Pairs
+from tracer.build import build_dataset, build_fold_encoders, load_config, plain
+from tracer.learn.encoders import Pairs, finetuned, train_info
+from tracer.learn.encoders.transformer import print_progress
 
 
 def main() -> None:
@@ -33,14 +30,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", default="mnrl", help="a recipe in tracer/configs/encoder_training/")
     a = ap.parse_args()
-    cfg = OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed))
+    cfg = plain(load_config("encoder_training", a.config, seed=a.seed))
     parts, enc = [], None
     for name in a.train:
         ds = build_dataset(name, a.registry, a.seed)
-        enc = FoldEncoders(ds.registry, cfg)
+        enc = build_fold_encoders(ds.registry, cfg)
         parts.append(enc.pairs(ds.trajectories))
     pairs = Pairs.cat(parts)
-    path = finetuned(pairs, enc.recipe, enc.base_model, enc.encoder_dir, enc.train_device, log=print_progress())
+    r = enc.recipe
+    path = finetuned(pairs, r.train, r.base_model, r.encoder_dir, r.device, log=print_progress())
     info = train_info(path)
     print(json.dumps({"checkpoint": str(path), "datasets": a.train, "pairs": [len(p) for p in parts],
                       "batches": info["batches"], "train_seconds": info["train_seconds"],

@@ -27,12 +27,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from omegaconf import OmegaConf
-
-from tracer.build import build_dataset, build_scorer, load_config
+from tracer.build import build_dataset, build_fold_encoders, build_scorer, load_config, plain
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
-from tracer.eval.fold_encoders import FoldEncoders
 from tracer.eval.metrics import paired_test, teacher_forced_outcomes
 
 
@@ -51,8 +48,8 @@ def main() -> None:
     train = [t for t in ds.trajectories if fold_of[t.group] != a.fold]
     test = [s for s in extract_all(t for t in ds.trajectories if fold_of[t.group] == a.fold and t.success)
             if s.gold in ds.registry]
-    cfg = OmegaConf.to_container(load_config("encoder_training", a.config, seed=a.seed)) | {"inner_encoders": True}
-    encoders = FoldEncoders(ds.registry, cfg, seed=a.seed)
+    cfg = plain(load_config("encoder_training", a.config, seed=a.seed)) | {"inner_encoders": True}
+    encoders = build_fold_encoders(ds.registry, cfg, seed=a.seed)
     res = encoders(train)
     clean_fit = res.without
     out, runs = {}, {}
