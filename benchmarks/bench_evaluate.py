@@ -1,6 +1,6 @@
 """Wall-clock time of ``python evaluate.py`` on its defaults, cold and warm.
 
-    python scripts/bench_evaluate.py [--repeats 1] [extra Hydra overrides ...]
+    python -m benchmarks.bench_evaluate [--repeats 1] [extra Hydra overrides ...]
 
 Cold: a new, empty embedding cache (every context and tool description is encoded). Warm: the same
 command again on that cache. Each run is a fresh process, so imports and model loading are

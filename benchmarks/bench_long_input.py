@@ -1,6 +1,6 @@
 """Cost of one Retriever.select as the user message grows (the clip before tokenizing, docs/storage.md).
 
-    OMP_NUM_THREADS=1 python scripts/bench_long_input.py
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_long_input
 
 Fits ``tracer_fixed`` on data/example with the bundled MiniLM on CPU (in-memory cache, so each message is
 encoded once) and times one ``select`` per message length, after a warm-up call.

@@ -1,6 +1,6 @@
 """The OpenAI-compatible executor against the loopback stub server: throughput, and a dripping server.
 
-    python scripts/bench_openai_executor.py [--requests 200] [--concurrency 8] [--baseline REV]
+    python -m benchmarks.bench_openai_executor [--requests 200] [--concurrency 8] [--baseline REV]
 
 Prints requests per second for ``--requests`` tool decisions at ``--concurrency`` in flight, and the
 wall time of one request to a server that writes its reply one byte every 20 ms (about 8 s for the

@@ -1,7 +1,7 @@
 """Cost of the Tracer retriever on BFCL, beyond the context embedding.
 
-    python scripts/bench_retriever.py                      # BFCL, tracer_fixed, 5 folds
-    python scripts/bench_retriever.py --scorer tracer_g --repeats 5
+    python -m benchmarks.bench_retriever                      # BFCL, tracer_fixed, 5 folds
+    python -m benchmarks.bench_retriever --scorer tracer_g --repeats 5
 
 What is measured (contexts are embedded once with MiniLM before any timing, through the disk cache
 ``.cache/embeddings``; the first run embeds BFCL's ~2,900 distinct contexts, minutes on 2 cores):
@@ -239,7 +239,7 @@ def main(argv=None) -> dict:
     for k_, v in rows:
         print(f"| {k_} | {v} |")
     print(f"\n{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, load average {out['load_avg']:.1f} "
-          "during the run.\n\nCommand: `python scripts/bench_retriever.py "
+          "during the run.\n\nCommand: `python -m benchmarks.bench_retriever "
           + " ".join(argv if argv is not None else sys.argv[1:]) + "`")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))

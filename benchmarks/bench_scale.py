@@ -1,7 +1,7 @@
 """Scale check: the Tracer index on synthetic corpora of up to 1,000,000 trajectories over 10,000 tools.
 
-    python scripts/bench_scale.py              # 10k, 100k and 1M trajectories (a few minutes)
-    python scripts/bench_scale.py --quick      # 10k and 100k
+    python -m benchmarks.bench_scale              # 10k, 100k and 1M trajectories (a few minutes)
+    python -m benchmarks.bench_scale --quick      # 10k and 100k
 
 The corpus (seeded): each trajectory has 1-3 user turns; a turn's first tool is drawn from a Zipf
 law (exponent 1.1) over the registry; each next tool follows a skewed Markov chain (every tool has
@@ -238,7 +238,7 @@ def main(argv=None) -> list[dict]:
           "contexts (which stand in for the embedding). Peak RSS of the whole run: "
           f"{max(r['peak_rss'] for r in rows) / (1 << 30):.1f} GiB. Torch threads: {args.threads}. "
           f"Load average: {os.getloadavg()[0]:.1f}.")
-    print("\nCommand: `python scripts/bench_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]) + "`")
+    print("\nCommand: `python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:]) + "`")
     return rows
 
 

@@ -1,7 +1,7 @@
 """Cost of learning while serving: adding trajectories to a fitted index, and refitting the learned parts.
 
-    nice -n 10 python scripts/bench_update.py                      # BFCL, then the 100k scale corpus
-    nice -n 10 python scripts/bench_update.py --scale 1000000      # the 1M corpus of bench_scale.py
+    nice -n 10 python -m benchmarks.bench_update                      # BFCL, then the 100k scale corpus
+    nice -n 10 python -m benchmarks.bench_update --scale 1000000      # the 1M corpus of bench_scale.py
 
 BFCL (fold 0's training split): the scorer is fitted on all but the last ``--add`` trajectories of
 a seeded arrival order, which are then added through :func:`tracer.online.updates.update_scorer` one at a
@@ -13,7 +13,7 @@ tables, updated where the steps touched them). Each row also gives the share of 
 and their cost alone (a call that adds an edge merges, O(E x d)). Refit: the seconds one
 :meth:`tracer.online.updater.Updater.refit` takes on the whole split.
 
-Scale (``scripts/bench_scale.py``'s seeded chain over 10,000 tools, random unit contexts, d = 384,
+Scale (``benchmarks/bench_scale.py``'s seeded chain over 10,000 tools, random unit contexts, d = 384,
 prefix key): a trie built from ``--scale`` trajectories, then fresh trajectories added in batches of
 1, 10, 100 and 1,000 through :func:`tracer.online.updates.add_steps`.
 
@@ -164,7 +164,7 @@ def main() -> None:
     for r in rows:
         if "refit_s" in r:
             print(f"| {r['scorer']} | {r['base']:,} | {r['refit_s']:.1f} |")
-    print(f"\nLoad average: {os.getloadavg()[0]:.1f}. Command: `python scripts/bench_update.py {' '.join(sys.argv[1:])}`")
+    print(f"\nLoad average: {os.getloadavg()[0]:.1f}. Command: `python -m benchmarks.bench_update {' '.join(sys.argv[1:])}`")
 
 
 if __name__ == "__main__":

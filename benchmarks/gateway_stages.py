@@ -1,9 +1,9 @@
 """Where a request's time goes inside ``tracer serve``, and what the cyclic collector does meanwhile.
 
-    python scripts/gateway_stages.py --index DIR                     # 16 clients, 250 ms pauses, 1000 requests
-    python scripts/gateway_stages.py --index DIR --gc-threshold 700  # CPython's default young threshold
+    python -m benchmarks.gateway_stages --index DIR                     # 16 clients, 250 ms pauses, 1000 requests
+    python -m benchmarks.gateway_stages --index DIR --gc-threshold 700  # CPython's default young threshold
 
-The stub upstream and the load generator are those of ``scripts/bench_gateway.py``; the gateway is
+The stub upstream and the load generator are those of ``benchmarks/bench_gateway.py``; the gateway is
 ``tracer serve`` itself, started by this file with ``--role gateway``, which wraps the gateway's stages
 with timestamps (a per-request ``contextvars`` record: the ASGI call, body read, parse and checks,
 choosing, building the forwarded body, the upstream round trip to its headers, reading its body, the

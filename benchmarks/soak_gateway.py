@@ -1,10 +1,10 @@
 """Soak of ``tracer serve --log`` on loopback: mixed traffic for minutes, then ``tracer update`` twice.
 
-    python scripts/soak_gateway.py                                # 10 minutes, 16 clients -> results/soak/
-    python scripts/soak_gateway.py --minutes 1 --clients 4 --out /tmp/soak   # a short check of the script
+    python -m benchmarks.soak_gateway                                # 10 minutes, 16 clients -> results/soak/
+    python -m benchmarks.soak_gateway --minutes 1 --clients 4 --out /tmp/soak   # a short check of the script
 
 Not a test: a benchmark of the production loop (issue 32). Three kinds of processes, as in
-scripts/bench_gateway.py: a stub upstream (uvicorn + Starlette, this file with ``--role stub``), the
+benchmarks/bench_gateway.py: a stub upstream (uvicorn + Starlette, this file with ``--role stub``), the
 gateway (``python -m tracer.cli serve --log DIR``, or ``-m tracer`` once the package has a ``__main__``;
 only the flags its ``--help`` lists are passed; run in a temporary working directory so any embedding
 cache it writes is its own) and this load generator (asyncio; aiohttp, raw sockets, and the official ``openai``

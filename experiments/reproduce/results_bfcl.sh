@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces the README's BFCL results tables (oracle executor, 5 folds by task, registry large = 240 tools).
-#   bash scripts/results_bfcl.sh [OUTDIR]          (default results/bfcl)
+#   bash experiments/reproduce/results_bfcl.sh [OUTDIR]          (default results/bfcl)
 # Teacher-forcing at k = 1, 3, 5, 10 for every scorer, one free-running row per scorer at k = 5,
 # then one report (report.md, report.csv, plots) over both sweeps.
 set -euo pipefail

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The encoder x scorer runs of docs/encoders.md: registry large, k=5, 5 folds by group, seed 0, oracle, teacher forcing.
-#   bash scripts/results_encoders.sh [OUTDIR]          (default results/encoders; one folder per dataset below it)
+#   bash experiments/reproduce/results_encoders.sh [OUTDIR]          (default results/encoders; one folder per dataset below it)
 # One evaluate.py run per (dataset, encoder, scorer) -> OUTDIR/<dataset>/<encoder>_<scorer>/. An encoder is an
 # embedder config (zero-shot: minilm, onnx_fp32, onnx_int8, static) or an encoder_training recipe (mnrl: per-fold
 # fine-tuning, mnrl_static: the same checkpoints served as static models, static_mnrl: a static model trained on the pairs), the checkpoints cached by content hash.
-#   DATASETS="tau2 apibank" ENCODERS="minilm mnrl" SCORERS=vector bash scripts/results_encoders.sh
+#   DATASETS="tau2 apibank" ENCODERS="minilm mnrl" SCORERS=vector bash experiments/reproduce/results_encoders.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-results/encoders}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paper's ablated choices for tracer_fixed on BFCL (k = 5, registry large, oracle, 5 folds):
 # the state key (full turn-local prefix, last 1 / last 2 calls, cross-turn) and padding.
-#   bash scripts/results_tracer_keys.sh [OUTDIR]          (default results/bfcl_tracer_keys)
+#   bash experiments/reproduce/results_tracer_keys.sh [OUTDIR]          (default results/bfcl_tracer_keys)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-results/bfcl_tracer_keys}

@@ -1,6 +1,6 @@
 """Where a scorer loses BFCL's miss_func tasks: the turn that follows the withheld-function turn.
 
-    python scripts/bfcl_miss_func.py FREE_RUNNING_RUN [TEACHER_FORCING_RUN]
+    python -m experiments.studies.bfcl_miss_func.bfcl_miss_func FREE_RUNNING_RUN [TEACHER_FORCING_RUN]
 
 In ``miss_func`` BFCL withholds a function in the turn that needs it (that turn's ground truth is
 empty) and the calls come one turn later, whose user message is only a placeholder. For each failed

@@ -1,6 +1,6 @@
 """How well an encoder's context-to-context similarity finds the next tool: nearest-context accuracy on one fold.
 
-    python scripts/context_knn.py --teacher .cache/encoders/finetuned-<fold 0, mnrl> \
+    python -m experiments.studies.context_knn.context_knn --teacher .cache/encoders/finetuned-<fold 0, mnrl> \
         --student LABEL=.cache/encoders/finetuned-<fold 0 student> [LABEL=... ...] [--fold 0] \
         [--out results/encoders/context_knn_bfcl_fold0.json]
 

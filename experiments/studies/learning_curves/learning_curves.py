@@ -1,7 +1,7 @@
 """Learning curves: recall as logged trajectories accumulate, and the cold start at zero.
 
-    nice -n 10 python scripts/learning_curves.py                         # bfcl, tau2, apibank
-    nice -n 10 python scripts/learning_curves.py --datasets bfcl --out results/learning_curves
+    nice -n 10 python -m experiments.studies.learning_curves.learning_curves                         # bfcl, tau2, apibank
+    nice -n 10 python -m experiments.studies.learning_curves.learning_curves --datasets bfcl --out results/learning_curves
 
 Inside each outer fold (the evaluation's folds: by group, seeded, ``--folds``), the training
 trajectories are put in a seeded arrival order and every scorer is fitted on the first N of them
@@ -22,12 +22,10 @@ import argparse
 import csv
 import os
 import random
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import torch

@@ -1,6 +1,6 @@
-"""Tables and plots of ``scripts/learning_curves.py``'s CSVs (works on partial runs).
+"""Tables and plots of ``experiments/studies/learning_curves/learning_curves.py``'s CSVs (works on partial runs).
 
-    python scripts/plot_learning_curves.py [--out results/learning_curves]
+    python -m experiments.studies.learning_curves.plot_learning_curves [--out results/learning_curves]
 
 Writes ``<out>/summary.md``: per dataset, recall@1 and recall@k (mean ± SD over the folds that ran)
 for every scorer at every N, the cold start (N = 0: tracer_plus with transferred weights against
@@ -131,8 +131,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "learning_curves")
     ap.add_argument("-k", type=int, default=5)
     args = ap.parse_args()
-    lines = ["# Learning curves", "", ("Command: `nice -n 10 python scripts/learning_curves.py` then "
-                                     "`python scripts/plot_learning_curves.py`."), ""]
+    lines = ["# Learning curves", "", ("Command: `nice -n 10 python -m experiments.studies.learning_curves.learning_curves` then "
+                                     "`python -m experiments.studies.learning_curves.plot_learning_curves`."), ""]
     by_dataset = defaultdict(list)
     for path in sorted(args.out.glob("*.csv")):  # <dataset>.csv and <dataset>.<tag>.csv
         by_dataset[path.name.split(".")[0]].append(path)

@@ -1,7 +1,7 @@
 """Prompt-cache stability of the gateway's presentation, replayed on BFCL.
 
-    python scripts/gateway_cache_stability.py                 # tracer_plus, k = 5, 5 folds
-    python scripts/gateway_cache_stability.py --k 3 --folds 5 --scorer tracer_fixed
+    python -m experiments.studies.prompt_cache.gateway_cache_stability                 # tracer_plus, k = 5, 5 folds
+    python -m experiments.studies.prompt_cache.gateway_cache_stability --k 3 --folds 5 --scorer tracer_fixed
 
 Each held-out BFCL conversation (5-fold by task: the index is fitted on the other folds) is replayed
 through the gateway's own selection code (:func:`tracer.serve.selection.choose` and

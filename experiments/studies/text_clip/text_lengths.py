@@ -1,6 +1,6 @@
 """Does the character clip before tokenizing (tracer.encode.embedders.clip_texts) change any embedding on our datasets?
 
-    python scripts/text_lengths.py            # bfcl (executed), tau2, apibank
+    python -m experiments.studies.text_clip.text_lengths            # bfcl (executed), tau2, apibank
 
 For every decision step it renders the longest text any scorer can embed (the whole conversation,
 system prompt, calls with arguments, full tool results) plus every tool's search text, and reports the
