@@ -20,8 +20,9 @@ from tracer.encode.manifest import fingerprint
 from tracer.encode.shards import read_shards, write_shard
 
 # Characters kept per word piece the encoder can see. Our datasets average 2.5-4.5 characters per word piece
-# (scripts/text_lengths.py), so 64 is a >14x margin: the first max_seq_length * 64 characters hold
-# every word piece the encoder keeps unless a text is mostly whitespace or 100+-character "words".
+# (experiments/studies/text_clip/text_lengths.py), so 64 is a >14x margin: the first max_seq_length * 64
+# characters hold every word piece the encoder keeps unless a text is mostly whitespace or 100+-character
+# "words".
 CHARS_PER_PIECE = 64
 # vectors a CachedEmbedder keeps in memory beyond those on disk: 15 MB of 384-d float32 rows, room for every context
 # of a few hundred live conversations' steps; a batch run that wants more persists them (cache_dir)

@@ -11,8 +11,8 @@ is that fused graph. The residual adds and their layer norms are left as ``Add``
 session): ONNX Runtime 1.32's CPU ``SkipLayerNormalization`` kernel took 452 us of the 1,488 us of kernel time
 in a single-text int8 encode of the 3-layer student (6 nodes, 48 word pieces), the two plain ops 86 us, so
 the unfused pair makes that encode 1.000 ms instead of 1.455 ms (fp32: 3.049 against 3.404 ms;
-``scripts/profile_onnx.py``) with the same embeddings to
-float rounding (docs/encoders.md, "The skip layer norm"). ``int8`` is
+``experiments/studies/onnx_export/profile_onnx.py``) with the same embeddings to float rounding
+(docs/encoders.md, "The skip layer norm"). ``int8`` is
 ``onnxruntime.quantization.quantize_dynamic`` of it with per-channel int8 weights on the MatMul and fused
 Attention nodes (activations quantised on the fly).
 
@@ -99,7 +99,8 @@ def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CA
     matches its manifest, exported again when it does not (:mod:`tracer.encode.manifest`).
 
     ``skip_layer_norm=True`` fuses the residual adds into SkipLayerNormalization as the optimizer does by
-    default: the slower graph (module docstring), kept for scripts/profile_onnx.py to compare with."""
+    default: the slower graph (module docstring), kept for experiments/studies/onnx_export/profile_onnx.py to
+    compare with."""
     return exported(model, encoder_dir, skip_layer_norm)[0]
 
 
@@ -149,9 +150,10 @@ class OnnxEmbedder:
         batch_size: texts per session run. 1, the default, encodes every text alone, as a live step does. Dynamic
             int8 quantises a run's activations with one scale over the whole padded batch, so an int8 vector
             depends on the texts run with it (BFCL contexts in batches of 64: mean cosine 0.991-0.995 to the same
-            text alone, ``scripts/onnx_batching.py``), which an evaluation must not score and a cache keyed by
-            the text must not store; one text at a time is also the faster on one thread (no padding). An int8
-            embedder's name carries its batch size (fp32 gives the same vectors either way).
+            text alone, ``experiments/studies/onnx_export/onnx_batching.py``), which an evaluation must not
+            score and a cache keyed by the text must not store; one text at a time is also the faster on one
+            thread (no padding). An int8 embedder's name carries its batch size (fp32 gives the same vectors
+            either way).
     """
 
     def __init__(self, model: str | Path | None = None, variant: str = "int8", encoder_dir: str | Path = DEFAULT_CACHE,

@@ -2,7 +2,7 @@
 
 Why: an online update touches a handful of rows of the trie's and tracer_plus's tables. On this
 2-core CPU each small torch op costs ~5-10 µs of dispatch, a numpy op on a view ~1-3 µs, and the
-update of one BFCL trajectory is some sixty such ops per trie (``scripts/bench_update.py``). On the
+update of one BFCL trajectory is some sixty such ops per trie (``benchmarks/bench_update.py``). On the
 CPU the rows are read through ``Tensor.numpy()`` views (shared memory, so writes into a view land
 in the tensor); a tensor on another device, or of a dtype numpy lacks (bfloat16), is indexed by
 torch and copied instead: slower, same numbers.

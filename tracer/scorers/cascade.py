@@ -127,7 +127,8 @@ class CascadeScorer(ScorerBase):
         self.res = res
         self.history = {"threshold": self.threshold, "inner_escalated": float((conf < self.threshold).mean()),
                         "inner_steps": len(conf), "seconds_fast": t1 - t0, "seconds_slow": time.perf_counter() - t1,
-                        # the threshold other shares would have set, on the same fit (scripts/cascade_curve.py)
+                        # the threshold other shares would have set, on the same fit
+                        # (experiments/studies/cascade/cascade_curve.py)
                         "thresholds": {f"{e:.2f}": float(np.quantile(conf, e)) for e in np.arange(1, 20) / 20}}
         return FitReport(self.name, len(trajectories), fast.n_steps, time.perf_counter() - t0,
                          {**self.history, **{f"fast.{k}": v for k, v in fast.history.items()},

@@ -245,7 +245,7 @@ class TracerPlusScorer(ScorerBase):
         :func:`finalize` would present them. Not :func:`finalize_one`: candidate scores are always finite and the
         vector order is at hand (``one.order``), so a lexsort of the candidates (score desc, vector score desc,
         registry id) followed by that order gives the same set with less work on the per-step hot path
-        (``scripts/bench_step.py`` times it); tested equal to the batched path."""
+        (``benchmarks/bench_step.py`` times it); tested equal to the batched path."""
         pad = self.pad if pad is None else pad
         one, s, vec = scored
         if not len(one.tool) or self.cold:

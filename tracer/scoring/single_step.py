@@ -3,7 +3,7 @@
 Why it exists: the batched torch path called with a batch of one costs about 1 ms beyond the
 context embedding on BFCL (small tensor ops and Python around them), against a per-step budget well
 under 1 ms (the gateway adds <= 2 ms per request, the static-encoder preset <= 2 ms end to end);
-this path costs 0.1-0.2 ms (``scripts/bench_step.py``, docs/performance.md). It is the only copy of
+this path costs 0.1-0.2 ms (``benchmarks/bench_step.py``, docs/performance.md). It is the only copy of
 the batched arithmetic, and every function here names the batched function it equals, bit for bit:
 
 - :func:`children_one` = :meth:`tracer.memory.trie.ExecutionTrie.gather` for one state,
