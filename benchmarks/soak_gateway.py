@@ -1,6 +1,6 @@
 """Soak of ``tracer serve --log`` on loopback: mixed traffic for minutes, then ``tracer update`` twice.
 
-    python -m benchmarks.soak_gateway                                # 10 minutes, 16 clients -> results/soak/
+    python -m benchmarks.soak_gateway                                # 10 minutes, 16 clients -> outputs/soak/
     python -m benchmarks.soak_gateway --minutes 1 --clients 4 --out /tmp/soak   # a short check of the script
 
 Not a test: a benchmark of the production loop (issue 32). Three kinds of processes, as in
@@ -1372,7 +1372,7 @@ def main() -> int:
     p.add_argument("--gateway-log-level", default="warning")
     p.add_argument("--gateway-arg", action="append", default=[],
                    help="an extra argument for tracer serve (repeat), e.g. --gateway-arg=--no-sticky")
-    p.add_argument("--out", type=Path, default=ROOT / "results" / "soak")
+    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "soak")  # gitignored: no doc quotes it
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (index, log, cache)")
     args = p.parse_args()
 
