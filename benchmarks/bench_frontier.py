@@ -1,6 +1,8 @@
-"""End-to-end latency of a live step for every encoder x scorer, measured in one run (the frontier's speed axis).
+"""End-to-end latency of a live step for every encoder x scorer, measured in one run (the frontier's speed
+axis).
 
-    OMP_NUM_THREADS=1 python -m benchmarks.bench_frontier [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_frontier \
+        [--finetuned .cache/encoders/finetuned-<fold 0 hash>]
         [--student .cache/encoders/finetuned-<fold 0's 3-layer student> ...]
         [--named "LABEL=.cache/encoders/finetuned-<another fold 0 checkpoint>" ...] [--cascade]
         [--n 300] [--only LABEL ...] [--out results/encoders/frontier_latency.json]
@@ -20,14 +22,14 @@ run each text of a list alone, ``OnnxEmbedder.batch_size``, the others as one ba
 
 Always included: fold 0's static model trained on its training split (``encoder_training=static_mnrl``).
 ``--finetuned`` adds the fold-0 checkpoint (``python -m experiments.studies.fine_tuning.finetune_fold --fold
-0``; trained on fold 0's training split only, so fold 0's held-out steps are fair), its static distillation and
-its ONNX int8 export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``) in ONNX
-int8; ``--named`` any other fold 0 checkpoints in ONNX int8 under the given labels (e.g. a second 3-layer
+0``; trained on fold 0's training split only, so fold 0's held-out steps are fair), its static distillation
+and its ONNX int8 export; ``--student`` fold 0's shallower students (``encoder_training=mnrl_l3_int8``) in
+ONNX int8; ``--named`` any other fold 0 checkpoints in ONNX int8 under the given labels (e.g. a second 3-layer
 student, ``encoder_training=mnrl_l3_cut_int8``); ``--cascade`` the cascade (``scorer=cascade
-encoder_training=cascade``: fold 0's trained static encoder for every step, fold 0's fine-tuned encoder in ONNX
-int8 for the steps the fast stage is unsure of; both encoders live, the share of the timed steps that escalated
-reported beside it, and the mean step, which the cascade's p50 hides). Wall-clock and thread-CPU milliseconds
-are both reported: the CPU figure is what load on a shared machine inflates least.
+encoder_training=cascade``: fold 0's trained static encoder for every step, fold 0's fine-tuned encoder in
+ONNX int8 for the steps the fast stage is unsure of; both encoders live, the share of the timed steps that
+escalated reported beside it, and the mean step, which the cascade's p50 hides). Wall-clock and thread-CPU
+milliseconds are both reported: the CPU figure is what load on a shared machine inflates least.
 """
 
 from __future__ import annotations

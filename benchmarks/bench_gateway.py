@@ -3,7 +3,7 @@
     python -m benchmarks.bench_gateway                          # 16 and 64 clients, BFCL index (tracer_plus)
     python -m benchmarks.bench_gateway --clients 16 --requests 1000 --out results/gateway
     python -m benchmarks.bench_gateway --floor ...          # also the floor: a proxy that only forwards bytes
-    python -m benchmarks.bench_gateway --pin ...            # the gateway (and floor) on CPU 0, stub and clients on CPU 1
+    python -m benchmarks.bench_gateway --pin ...    # the gateway (and floor) on CPU 0, stub and clients on CPU 1
 
 Three processes: a stub upstream that answers every chat completion at once with a fixed body
 (uvicorn + Starlette, this file with ``--role stub``), the gateway (``python -m tracer.cli serve``,
@@ -137,14 +137,16 @@ def main() -> None:
 
     if args.pin:
         os.sched_setaffinity(0, {1})  # this load generator
-    stub = subprocess.Popen([*on(1), sys.executable, "-m", "benchmarks.bench_gateway", "--role", "stub", "--port", str(stub_port)], env=env)
+    stub = subprocess.Popen([*on(1), sys.executable, "-m", "benchmarks.bench_gateway", "--role", "stub",
+                             "--port", str(stub_port)], env=env)
     gateway = subprocess.Popen([*on(0), sys.executable, "-m", "tracer.cli", "serve", "--index", str(index),
                                 "--upstream", f"http://127.0.0.1:{stub_port}/v1", "--port", str(gw_port), "--k", "5",
                                 "--log-level", "warning"], env=env, cwd=ROOT)
     floor = None
     if args.floor:
         floor_port = free_port()
-        floor = subprocess.Popen([*on(0), sys.executable, "-m", "benchmarks.bench_gateway", "--role", "floor", "--port", str(floor_port),
+        floor = subprocess.Popen([*on(0), sys.executable, "-m", "benchmarks.bench_gateway", "--role", "floor",
+                                  "--port", str(floor_port),
                                   "--upstream", f"http://127.0.0.1:{stub_port}/v1"], env=env)
     rows = []
     try:

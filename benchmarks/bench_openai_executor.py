@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-# the stub server is the tests' own (tests/stub_openai_server.py, standard library only), imported as a module of
-# the repository: ``python -m benchmarks.bench_openai_executor`` from its root
+# the stub server is the tests' own (tests/stub_openai_server.py, standard library only), imported as a
+# module of the repository: ``python -m benchmarks.bench_openai_executor`` from its root
 from tests.stub_openai_server import StubOpenAIServer
 from tracer.executors import Request
 from tracer.executors.openai import OpenAIExecutor

@@ -238,7 +238,8 @@ def main(argv=None) -> list[dict]:
           "contexts (which stand in for the embedding). Peak RSS of the whole run: "
           f"{max(r['peak_rss'] for r in rows) / (1 << 30):.1f} GiB. Torch threads: {args.threads}. "
           f"Load average: {os.getloadavg()[0]:.1f}.")
-    print("\nCommand: `python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:]) + "`")
+    print("\nCommand: `python -m benchmarks.bench_scale "
+          + " ".join(argv if argv is not None else sys.argv[1:]) + "`")
     return rows
 
 

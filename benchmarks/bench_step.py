@@ -1,6 +1,7 @@
 """Per-step cost beyond the context embedding: the batched path with a batch of one against the single-step path.
 
-    OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_step [--scorers tracer_fixed tracer tracer_plus] [--k 5]
+    OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_step [--scorers tracer_fixed tracer tracer_plus] \
+        [--k 5]
         [--members 10]      # also tracer_plus with the best preset's candidate model, the mean of 10 MLPs
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once

@@ -164,7 +164,8 @@ def main() -> None:
     for r in rows:
         if "refit_s" in r:
             print(f"| {r['scorer']} | {r['base']:,} | {r['refit_s']:.1f} |")
-    print(f"\nLoad average: {os.getloadavg()[0]:.1f}. Command: `python -m benchmarks.bench_update {' '.join(sys.argv[1:])}`")
+    print(f"\nLoad average: {os.getloadavg()[0]:.1f}. "
+          f"Command: `python -m benchmarks.bench_update {' '.join(sys.argv[1:])}`")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Where a request's time goes inside ``tracer serve``, and what the cyclic collector does meanwhile.
 
-    python -m benchmarks.gateway_stages --index DIR                     # 16 clients, 250 ms pauses, 1000 requests
+    python -m benchmarks.gateway_stages --index DIR                  # 16 clients, 250 ms pauses, 1000 requests
     python -m benchmarks.gateway_stages --index DIR --gc-threshold 700  # CPython's default young threshold
 
 The stub upstream and the load generator are those of ``benchmarks/bench_gateway.py``; the gateway is
@@ -179,7 +179,8 @@ def main() -> None:
     if args.role == "gateway":
         instrumented_gateway(["--index", str(args.index), *rest], args.gc_threshold)
         return
-    # imported after the gateway's branch: the instrumented gateway process imports only what ``tracer serve`` does
+    # imported after the gateway's branch: the instrumented gateway process imports only what ``tracer serve``
+    # does
     from benchmarks import loopback
 
     if args.role == "stub":
@@ -190,7 +191,8 @@ def main() -> None:
 
     bodies, index = loopback.build_requests(args.requests, args.index)
     stub_port, gw_port = loopback.free_port(), loopback.free_port()
-    env = {**os.environ, "PYTHONPATH": str(loopback.ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(loopback.ROOT), "OMP_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1"}
     stub = subprocess.Popen([sys.executable, "-m", "benchmarks.gateway_stages", "--role", "stub",
                              "--stub-port", str(stub_port)], env=env)
     gateway = subprocess.Popen(

@@ -1,7 +1,7 @@
 """The loopback pieces of the gateway benchmarks (``bench_gateway``, ``gateway_stages``): a stub upstream that
-answers every chat completion at once with a fixed body, free ports, waiting for a process to serve, BFCL request
-bodies with a saved index, and the load generator (``C`` clients, each sending its next request when its answer
-arrives, after a pause).
+answers every chat completion at once with a fixed body, free ports, waiting for a process to serve, BFCL
+request bodies with a saved index, and the load generator (``C`` clients, each sending its next request when
+its answer arrives, after a pause).
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ def stub_app():
 
 
 def serve(app, port: int) -> None:
-    """Run ``app`` (the stub, or another proxy of a benchmark) on 127.0.0.1:``port`` until it is terminated."""
+    """Run ``app`` (the stub, or another proxy of a benchmark) on 127.0.0.1:``port`` until it is
+    terminated."""
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, timeout_keep_alive=75)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                timeout_keep_alive=75)
 
 
 def free_port() -> int:
@@ -64,7 +66,8 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
 
 
 def build_requests(n: int, index: Path | None) -> tuple[list[bytes], Path]:
-    """n request bodies (BFCL steps, all tools) and a saved index (``index``, or one fitted on all of BFCL)."""
+    """n request bodies (BFCL steps, all tools) and a saved index (``index``, or one fitted on all of
+    BFCL)."""
     from tracer.data import load_dataset
     from tracer.retriever import Retriever
 
@@ -89,7 +92,8 @@ async def run_phase(url: str, bodies: list[bytes], clients: int, max_seconds: fl
     queue = list(enumerate(bodies))
     deadline = time.perf_counter() + max_seconds
     # aiohttp: the load generator shares the machine's cores with the stub and the gateway, so its own
-    # CPU per request is kept small (aiohttp 0.25 ms against httpx 2.7 ms for these 68 KB bodies at 16 clients)
+    # CPU per request is kept small (aiohttp 0.25 ms against httpx 2.7 ms for these 68 KB bodies at 16
+    # clients)
     connector = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=180)) as client:
         async def worker() -> None:

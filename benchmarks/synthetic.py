@@ -1,9 +1,9 @@
-"""The seeded synthetic corpus of ``bench_scale`` and ``bench_update``: a skewed Markov chain over a registry of
-``n`` tools, its trajectories' prefix states, and random unit vectors that stand in for embeddings.
+"""The seeded synthetic corpus of ``bench_scale`` and ``bench_update``: a skewed Markov chain over a registry
+of ``n`` tools, its trajectories' prefix states, and random unit vectors that stand in for embeddings.
 
-The chain: a turn's first tool is drawn from a Zipf law (exponent 1.1) over the registry; each next tool follows
-one of ``FANOUT`` successors per tool (drawn from the same law, chosen with probability proportional to
-1/rank^1.5); a turn stops after each call with probability ``STOP`` (at most ``MAX_LEN`` calls).
+The chain: a turn's first tool is drawn from a Zipf law (exponent 1.1) over the registry; each next tool
+follows one of ``FANOUT`` successors per tool (drawn from the same law, chosen with probability proportional
+to 1/rank^1.5); a turn stops after each call with probability ``STOP`` (at most ``MAX_LEN`` calls).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ class Chain:
         self.succ_cdf = np.cumsum(sw / sw.sum())
 
     def turns(self, n_traj: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Tool ids of every turn of ``n_traj`` trajectories: ``[T, MAX_LEN]`` (-1 padded) and lengths ``[T]``."""
+        """Tool ids of every turn of ``n_traj`` trajectories: ``[T, MAX_LEN]`` (-1 padded) and lengths
+        ``[T]``."""
         n_turns = 1 + rng.binomial(2, 0.4, n_traj)
         t = int(n_turns.sum())
         seq = np.full((t, MAX_LEN), -1, dtype=np.int64)
@@ -44,7 +45,8 @@ class Chain:
         return seq, (seq >= 0).sum(1)
 
 
-def step_states(seq: np.ndarray, lengths: np.ndarray, names: list[str]) -> tuple[list[tuple[str, ...]], np.ndarray]:
+def step_states(seq: np.ndarray, lengths: np.ndarray,
+                names: list[str]) -> tuple[list[tuple[str, ...]], np.ndarray]:
     """The prefix state and the gold tool of every step of every turn."""
     states, gold = [], []
     for row, n in zip(seq.tolist(), lengths.tolist()):

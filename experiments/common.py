@@ -1,6 +1,7 @@
 """What the studies share: the inner validation split of an outer fold's training trajectories (chosen without
-reading any held-out fold), ranking metrics over a registry's tool texts, the tool-text variants, and writing a
-study's JSON. Studies import it as ``experiments.common`` (run them from the repository root with ``python -m``).
+reading any held-out fold), ranking metrics over a registry's tool texts, the tool-text variants, and writing
+a study's JSON. Studies import it as ``experiments.common`` (run them from the repository root with ``python
+-m``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from tracer.build import build_dataset
 from tracer.core.folds import kfold
 from tracer.learn.encoders import Pairs
 
-# the tool text variants: the search text alone (what every scorer embeds), with the parameters' names, and with
-# their descriptions too
+# the tool text variants: the search text alone (what every scorer embeds), with the parameters' names, and
+# with their descriptions too
 TOOL_TEXTS = {
     "search": lambda t: t.search_text,
     "params": lambda t: f"{t.search_text} ({', '.join(t.parameters.get('properties') or {})})",
     "params_desc": lambda t: t.search_text + "".join(
-        f" | {n}: {(p or {}).get('description', '')}" for n, p in (t.parameters.get("properties") or {}).items()),
+        f" | {n}: {(p or {}).get('description', '')}"
+        for n, p in (t.parameters.get("properties") or {}).items()),
 }
 
 
@@ -49,13 +51,15 @@ def inner_split(a: argparse.Namespace):
 
 
 def validation_groups(train, seed: int) -> set[str]:
-    """The inner validation split: 20 % of the training trajectories' groups, seeded (the rest is fitted on)."""
+    """The inner validation split: 20 % of the training trajectories' groups, seeded (the rest is fitted
+    on)."""
     groups = sorted({t.group for t in train})
     return set(random.Random(seed).sample(groups, max(1, len(groups) // 5)))
 
 
 def ranking_metrics(sims: np.ndarray, golds, tools) -> dict:
-    """recall@1/@5 and MRR of each row's gold tool (``golds``, texts among ``tools``) in ``sims``, ``[S, N]``."""
+    """recall@1/@5 and MRR of each row's gold tool (``golds``, texts among ``tools``) in ``sims``,
+    ``[S, N]``."""
     col = {x: i for i, x in enumerate(tools)}
     gold = np.array([col[g] for g in golds])
     rank = (sims > sims[np.arange(len(gold)), gold][:, None]).sum(1) + 1    # [S] 1-based, ties to the gold

@@ -1,19 +1,20 @@
 """The quality/latency frontier over encoders x scorers: tables per dataset, paired tests, and the BFCL plot.
 
-    python -m experiments.reproduce.frontier [--root results/encoders] [--latency results/encoders/frontier_latency.json]
+    python -m experiments.reproduce.frontier [--root results/encoders] \
+        [--latency results/encoders/frontier_latency.json]
 
-``ROOT/<dataset>/<encoder>_<scorer>/`` are evaluate.py runs (``experiments/reproduce/results_encoders.sh``). Recall@1/@5
-are pooled over all held-out steps (run_info.json's recall curve), MRR the mean over folds; every row is
-paired against the zero-shot MiniLM run of the same scorer (``minilm_<scorer>``: sign-flip test and
-bootstrap 95% CI of the recall@5 difference over the same steps; needs the runs' steps.jsonl, which is
-not committed). Training: the encoder's wall time per outer fold on this machine (mean over folds).
-The latency columns come from ``benchmarks/bench_frontier.py`` (every encoder x scorer in one run, one
-thread, a live step end to end): interleaved step by step across the models (each one's weights cold in
-the CPU caches: the pessimistic figure) and in blocks of consecutive steps (warm, as a server serving one
-encoder runs it: the serving figure); the plot puts BFCL recall@5 against the serving p50.
-Writes ``ROOT/frontier.md`` and ``ROOT/frontier.png``. A row whose steps are not on this machine (steps.jsonl
-is gitignored; a fresh clone has none) keeps the paired columns of the ``frontier.md`` it replaces, so
-rerunning one row does not blank the others' tests.
+``ROOT/<dataset>/<encoder>_<scorer>/`` are evaluate.py runs (``experiments/reproduce/results_encoders.sh``).
+Recall@1/@5 are pooled over all held-out steps (run_info.json's recall curve), MRR the mean over folds; every
+row is paired against the zero-shot MiniLM run of the same scorer (``minilm_<scorer>``: sign-flip test and
+bootstrap 95% CI of the recall@5 difference over the same steps; needs the runs' steps.jsonl, which is not
+committed). Training: the encoder's wall time per outer fold on this machine (mean over folds). The latency
+columns come from ``benchmarks/bench_frontier.py`` (every encoder x scorer in one run, one thread, a live step
+end to end): interleaved step by step across the models (each one's weights cold in the CPU caches: the
+pessimistic figure) and in blocks of consecutive steps (warm, as a server serving one encoder runs it: the
+serving figure); the plot puts BFCL recall@5 against the serving p50. Writes ``ROOT/frontier.md`` and
+``ROOT/frontier.png``. A row whose steps are not on this machine (steps.jsonl is gitignored; a fresh clone has
+none) keeps the paired columns of the ``frontier.md`` it replaces, so rerunning one row does not blank the
+others' tests.
 """
 
 from __future__ import annotations

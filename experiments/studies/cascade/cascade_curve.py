@@ -2,7 +2,8 @@
 
     python evaluate.py experiment=preset/fastest ... hydra.run.dir=FAST          # the fast stage alone
     python evaluate.py experiment=preset/cascade scorer.escalate=1.0 ... hydra.run.dir=ALL   # every step escalated
-    python -m experiments.studies.cascade.cascade_curve --fast FAST --all ALL [--preset CASCADE_RUN] [--out results/encoders/cascade_curve_bfcl.md]
+    python -m experiments.studies.cascade.cascade_curve --fast FAST --all ALL [--preset CASCADE_RUN] \
+        [--out results/encoders/cascade_curve_bfcl.md]
 
 A cascade answers each step with exactly one stage, as that stage fitted alone answers it (tests/unit/scorers/
 test_cascade.py), and escalates a step when the fast stage's gate is below the threshold its fit set. So for any

@@ -1,22 +1,22 @@
 """Which MiniLM layers a shallower student keeps (encoder_training.layers), chosen without the held-out folds.
 
-    python -m experiments.studies.encoder_selection.choose_layers --cuts 0,2,4 1,3,5 0,1,2 0,1,5 3,4,5  # 3 layers
-    python -m experiments.studies.encoder_selection.choose_layers --cuts 0,5 1,5 0,1 1,4 4,5 2,5        # 2 layers
+    # the 3-, 2- and 4-layer cuts tried, then three cuts with their single-text int8 encode times
+    python -m experiments.studies.encoder_selection.choose_layers --cuts 0,2,4 1,3,5 0,1,2 0,1,5 3,4,5
+    python -m experiments.studies.encoder_selection.choose_layers --cuts 0,5 1,5 0,1 1,4 4,5 2,5
     python -m experiments.studies.encoder_selection.choose_layers \
-        --cuts 0,1,4,5 0,1,2,5 0,2,4,5 2,3,4,5 1,2,4,5 0,3,4,5 0,1,3,5                                  # 4 layers
+        --cuts 0,1,4,5 0,1,2,5 0,2,4,5 2,3,4,5 1,2,4,5 0,3,4,5 0,1,3,5
     python -m experiments.studies.encoder_selection.choose_layers --cuts all 0,1,5 4,5 --latency
-                                                                            # + single-text int8 encode
 
-For each cut: MiniLM cut to those layers (:func:`tracer.learn.encoders.student.keep_layers`, *not* fine-tuned),
-plain vector search over the registry's tool texts for every pair of outer fold F's *training* split (the pairs
-encoder_training=mnrl fine-tunes on: tracer_plus's query rendering, the gold tool's ``search_text``), recall@5.
-The cut that keeps most of the full model's zero-shot ranking is the one fine-tuned (``layers`` of
-tracer/configs/encoder_training/mnrl_l3_int8.yaml; experiments/configs/encoder_training/mnrl_l4_int8.yaml,
-mnrl_l2_int8.yaml). ``--latency`` also exports each cut to ONNX int8 (``tracer.encode.onnx``, into a temporary
-folder) and times one-text encodes of 300 of those query texts on one thread, the cuts in alternating blocks of
-25 texts: the median, and the texts' median length in word pieces. ``--base``: cut from this checkpoint instead
-of MiniLM (e.g. the fold's fine-tuned encoder, as ``from_teacher`` does; the encode time depends on the shape
-alone).
+For each cut: MiniLM cut to those layers (:func:`tracer.learn.encoders.student.keep_layers`, *not*
+fine-tuned), plain vector search over the registry's tool texts for every pair of outer fold F's *training*
+split (the pairs encoder_training=mnrl fine-tunes on: tracer_plus's query rendering, the gold tool's
+``search_text``), recall@5. The cut that keeps most of the full model's zero-shot ranking is the one
+fine-tuned (``layers`` of tracer/configs/encoder_training/mnrl_l3_int8.yaml;
+experiments/configs/encoder_training/mnrl_l4_int8.yaml, mnrl_l2_int8.yaml). ``--latency`` also exports each
+cut to ONNX int8 (``tracer.encode.onnx``, into a temporary folder) and times one-text encodes of 300 of those
+query texts on one thread, the cuts in alternating blocks of 25 texts: the median, and the texts' median
+length in word pieces. ``--base``: cut from this checkpoint instead of MiniLM (e.g. the fold's fine-tuned
+encoder, as ``from_teacher`` does; the encode time depends on the shape alone).
 """
 
 from __future__ import annotations

@@ -6,17 +6,18 @@
 
 Inside outer fold ``--fold``'s training trajectories only, 20 % of the groups (seeded) are set aside as a
 validation split; each recipe of ``RECIPES`` trains on the other 80 % (:func:`tracer.learn.encoders.static.
-train_static`, the pairs of ``encoder_training=static_mnrl``, whose recipe is the row chosen here) and is scored
-by plain vector search on the validation steps: each rendered context against every registry tool's text,
-recall@1/@5 and MRR. The outer fold's held-out trajectories are never read. The zero-shot distillation is the
-first row. ``--tool-text params`` / ``params_desc`` appends the parameters' names (and descriptions) to each
-tool's text, in training and in ranking alike: the question whether the embedded tool text should carry them.
+train_static`, the pairs of ``encoder_training=static_mnrl``, whose recipe is the row chosen here) and is
+scored by plain vector search on the validation steps: each rendered context against every registry tool's
+text, recall@1/@5 and MRR. The outer fold's held-out trajectories are never read. The zero-shot distillation
+is the first row. ``--tool-text params`` / ``params_desc`` appends the parameters' names (and descriptions) to
+each tool's text, in training and in ranking alike: the question whether the embedded tool text should carry
+them.
 
 ``--scorer tracer_plus`` scores each recipe where the fast preset uses it instead: tracer_plus fitted on the
-80 % (its candidate model's inner folds each under a static encoder trained without them, as
-``inner_encoders: true``; ``--inner shared`` lets them share the table), teacher-forced on the validation steps
-at k = 5. Vector recall is the wrong proxy for that: negatives over the whole registry won it and lost inside
-tracer_plus (experiments/studies/encoder_selection/README.md).
+80 % (its candidate model's inner folds each under a static encoder trained without them, as ``inner_encoders:
+true``; ``--inner shared`` lets them share the table), teacher-forced on the validation steps at k = 5. Vector
+recall is the wrong proxy for that: negatives over the whole registry won it and lost inside tracer_plus
+(experiments/studies/encoder_selection/README.md).
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ from tracer.encode.static import distilled
 from tracer.eval.metrics import teacher_forced_outcomes
 from tracer.learn.encoders.static import encode, train_static
 
-# (label, overrides of BASE); BASE is the first recipe tried. Every row ranks each context over the batch's tool
-# texts (in-batch negatives); the rows with negatives over the whole registry ran with the code they needed
-# (experiments/studies/encoder_selection/README.md)
+# (label, overrides of BASE); BASE is the first recipe tried. Every row ranks each context over the batch's
+# tool texts (in-batch negatives); the rows with negatives over the whole registry ran with the code they
+# needed (experiments/studies/encoder_selection/README.md)
 BASE = {"batch_size": 64, "lr": 5e-3, "epochs": 1, "scale": 20.0}
 RECIPES = [
     ("in-batch, 1 epoch", {}),
@@ -123,12 +124,13 @@ def main() -> None:
             over = dict(over)
             scorer_overrides = over.pop("scorer", None)
             rows.append({"recipe": label, "seconds": 0.0,
-                         **tracer_plus_metrics(ds.registry, cfg | BASE | over, fit_t, val_t, 5, scorer_overrides,
-                                               a.inner == "clean")})
+                         **tracer_plus_metrics(ds.registry, cfg | BASE | over, fit_t, val_t, 5,
+                                               scorer_overrides, a.inner == "clean")})
             rows[-1]["seconds"] = round(time.perf_counter() - t0, 1)
             print(json.dumps(rows[-1]), flush=True)
         write_out(a.out, {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
-                          "scorer": "tracer_plus", "config": "static_mnrl", "inner": a.inner, "fit_pairs": len(fit),
+                          "scorer": "tracer_plus", "config": "static_mnrl", "inner": a.inner,
+                          "fit_pairs": len(fit),
                           "validation_groups": len(val_groups),
                           "rows": rows})
         return

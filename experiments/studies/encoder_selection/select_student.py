@@ -5,13 +5,14 @@
         [--out results/encoders/select_student_bfcl_fold0_l3.json]
 
 The transformer counterpart of ``select_static --scorer tracer_plus``. Inside outer fold ``--fold``'s training
-trajectories only, 20 % of the groups (seeded, :func:`experiments.common.validation_groups`) are set aside; each
-variant (``--recipe``'s encoder_training config updated with a JSON object of its fields) is fine-tuned on the
-other 80 % (``FoldEncoders.checkpoint``, cached by content hash; a student cut from its teacher finds or trains
-the teacher on the same 80 %), served in ONNX int8, and scored on the set-aside steps twice: plain vector search,
-and tracer_plus fitted on the 80 % under it (shared inner folds, as the fast preset), teacher-forced at k = 5.
-The outer fold's held-out trajectories are never read. Each variant's row is printed as it ends (training
-seconds from the checkpoint's ``train_info.json``: the first run's, a cached one keeps them).
+trajectories only, 20 % of the groups (seeded, :func:`experiments.common.validation_groups`) are set aside;
+each variant (``--recipe``'s encoder_training config updated with a JSON object of its fields) is fine-tuned
+on the other 80 % (``FoldEncoders.checkpoint``, cached by content hash; a student cut from its teacher finds
+or trains the teacher on the same 80 %), served in ONNX int8, and scored on the set-aside steps twice: plain
+vector search, and tracer_plus fitted on the 80 % under it (shared inner folds, as the fast preset),
+teacher-forced at k = 5. The outer fold's held-out trajectories are never read. Each variant's row is printed
+as it ends (training seconds from the checkpoint's ``train_info.json``: the first run's, a cached one keeps
+them).
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """Which tool text the fine-tuned transformer should embed, chosen without looking at any held-out fold.
 
-    python -m experiments.studies.encoder_selection.select_tool_text [--dataset bfcl] [--fold 0] [--recipe mnrl]
+    python -m experiments.studies.encoder_selection.select_tool_text [--dataset bfcl] [--fold 0] \
+        [--recipe mnrl]
         [--out results/encoders/select_tool_text_bfcl_fold0.json]
 
 The transformer counterpart of ``select_static --tool-text``. Inside outer fold ``--fold``'s training
 trajectories only, 20 % of the groups (seeded, as select_static) are set aside as a validation split. For each
 tool text (:data:`experiments.common.TOOL_TEXTS`: ``search``, ``Tool.search_text``, what every scorer embeds;
-``params``, with the parameters' names; ``params_desc``, with their descriptions too) the encoder of ``--recipe``
-is fine-tuned on the other 80 % with that text as the positives (:func:`tracer.learn.encoders.finetuned`,
-cached by content hash) and scored by plain vector search on the validation steps, each rendered context
-against every registry tool in the same text: recall@1/@5 and MRR, zero-shot MiniLM and fine-tuned. The outer
-fold's held-out trajectories are never read.
+``params``, with the parameters' names; ``params_desc``, with their descriptions too) the encoder of
+``--recipe`` is fine-tuned on the other 80 % with that text as the positives
+(:func:`tracer.learn.encoders.finetuned`, cached by content hash) and scored by plain vector search on the
+validation steps, each rendered context against every registry tool in the same text: recall@1/@5 and MRR,
+zero-shot MiniLM and fine-tuned. The outer fold's held-out trajectories are never read.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """How often a tool graph's next-tool suggestions name the gold tool, at the retrieval level.
 
-    python -m experiments.studies.graph_suggestions.graph_suggestion_hits [--datasets bfcl,tau2,apibank] [--data-root /work/shared/datasets]
+    python -m experiments.studies.graph_suggestions.graph_suggestion_hits [--datasets bfcl,tau2,apibank] \
+        [--data-root /work/shared/datasets]
                                             [--out results/graph_suggestions]
 
 The tool-graph-memory critique says graph memory's next-tool suggestions are often wrong (about 30%

@@ -1,6 +1,7 @@
 """Does tracer_plus's inner-fold leak through a fine-tuned encoder matter? One outer fold, measured both ways.
 
-    nice python -m experiments.studies.inner_folds.inner_leak [--dataset bfcl] [--fold 0] [--config mnrl] [--out results/encoders/inner_leak.json]
+    nice python -m experiments.studies.inner_folds.inner_leak [--dataset bfcl] [--fold 0] [--config mnrl] \
+        [--out results/encoders/inner_leak.json]
 
 With per-fold fine-tuning (``encoder_training=mnrl``) the outer fold's encoder saw every training
 trajectory, including each inner fold that tracer_plus's candidate model is fitted on out of fold: its

@@ -1,15 +1,16 @@
 """How much of tracer_plus's recall is the inner split's seed: BFCL, the fine-tuned encoder, five head seeds.
 
-    python -m experiments.studies.inner_folds.inner_seeds [--seeds 0 1 2 3 4] [--models linear mlp mlp10] [--out results/encoders/inner_seeds_bfcl.md]
+    python -m experiments.studies.inner_folds.inner_seeds [--seeds 0 1 2 3 4] [--models linear mlp mlp10] \
+        [--out results/encoders/inner_seeds_bfcl.md]
 
 tracer_plus fits its candidate model on out-of-fold candidates of inner folds drawn with ``head.seed`` (and
 seeds an MLP's initial weights with it); the outer folds, the encoders (``encoder_training=mnrl``, one cached
-checkpoint per outer fold: ``python -m experiments.studies.fine_tuning.finetune_fold --fold F`` trains them ahead of
-time) and every held-out
-step stay the same. One ``evaluate.py`` run per (candidate model, seed) under ``outputs/inner_seeds/``
-(registry large, k 5, 5 folds, seed 0, oracle; ~0.5-1.5 min each once the encoders are cached); the table gives
-pooled recall@1 and recall@5 per seed, their mean, and how many seeds reach the issue's goals (0.80 / 0.97).
-Seed 0 is the default configuration (``head.seed: null`` takes the run's seed, 0).
+checkpoint per outer fold: ``python -m experiments.studies.fine_tuning.finetune_fold --fold F`` trains them
+ahead of time) and every held-out step stay the same. One ``evaluate.py`` run per (candidate model, seed)
+under ``outputs/inner_seeds/`` (registry large, k 5, 5 folds, seed 0, oracle; ~0.5-1.5 min each once the
+encoders are cached); the table gives pooled recall@1 and recall@5 per seed, their mean, and how many seeds
+reach the issue's goals (0.80 / 0.97). Seed 0 is the default configuration (``head.seed: null`` takes the
+run's seed, 0).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def main() -> None:
             print(f"{model} {seed} recall@1 {r1:.4f} recall@5 {r5:.4f}", flush=True)
     head = " | ".join(f"seed {s}" for s in a.seeds)
     title = ("BFCL, registry large, k 5, 5 outer folds, the per-fold fine-tuned encoder (`encoder_training=mnrl`), "
-             "oracle; tracer_plus with `scorer.head.seed` = the seed (`python -m experiments.studies.inner_folds.inner_seeds`).")
+             "oracle; tracer_plus with `scorer.head.seed` = the seed "
+             "(`python -m experiments.studies.inner_folds.inner_seeds`).")
     lines = [title, "",
              f"| candidate model | metric | {head} | mean | seeds at the goal |",
              "|---|---|" + "---:|" * (len(a.seeds) + 2)]

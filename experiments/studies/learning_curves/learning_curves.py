@@ -1,7 +1,8 @@
 """Learning curves: recall as logged trajectories accumulate, and the cold start at zero.
 
-    nice -n 10 python -m experiments.studies.learning_curves.learning_curves                         # bfcl, tau2, apibank
-    nice -n 10 python -m experiments.studies.learning_curves.learning_curves --datasets bfcl --out results/learning_curves
+    nice -n 10 python -m experiments.studies.learning_curves.learning_curves        # bfcl, tau2, apibank
+    nice -n 10 python -m experiments.studies.learning_curves.learning_curves --datasets bfcl \
+        --out results/learning_curves
 
 Inside each outer fold (the evaluation's folds: by group, seeded, ``--folds``), the training
 trajectories are put in a seeded arrival order and every scorer is fitted on the first N of them

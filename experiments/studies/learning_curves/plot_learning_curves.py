@@ -1,4 +1,5 @@
-"""Tables and plots of ``experiments/studies/learning_curves/learning_curves.py``'s CSVs (works on partial runs).
+"""Tables and plots of ``experiments/studies/learning_curves/learning_curves.py``'s CSVs (works on partial
+runs).
 
     python -m experiments.studies.learning_curves.plot_learning_curves [--out results/learning_curves]
 
@@ -131,8 +132,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "learning_curves")
     ap.add_argument("-k", type=int, default=5)
     args = ap.parse_args()
-    lines = ["# Learning curves", "", ("Command: `nice -n 10 python -m experiments.studies.learning_curves.learning_curves` then "
-                                     "`python -m experiments.studies.learning_curves.plot_learning_curves`."), ""]
+    lines = ["# Learning curves", "",
+             ("Command: `nice -n 10 python -m experiments.studies.learning_curves.learning_curves` then "
+              "`python -m experiments.studies.learning_curves.plot_learning_curves`."), ""]
     by_dataset = defaultdict(list)
     for path in sorted(args.out.glob("*.csv")):  # <dataset>.csv and <dataset>.<tag>.csv
         by_dataset[path.name.split(".")[0]].append(path)

@@ -1,6 +1,7 @@
 """Why the ONNX embedders run one text at a time: int8 vectors that depend on their batch, and padding's cost.
 
-    OMP_NUM_THREADS=1 python -m experiments.studies.onnx_export.onnx_batching [--model .cache/encoders/finetuned-<a checkpoint> ...]
+    OMP_NUM_THREADS=1 python -m experiments.studies.onnx_export.onnx_batching \
+        [--model .cache/encoders/finetuned-<a checkpoint> ...]
         [--n 512] [--batch 64]
 
 ``--n`` distinct BFCL contexts (registry large, every trajectory; tracer_plus's query rendering, a seeded sample)

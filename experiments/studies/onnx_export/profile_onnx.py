@@ -1,6 +1,7 @@
 """Where a single-text ONNX encode spends its time, per operator type, with and without the skip layer norm fused.
 
-    OMP_NUM_THREADS=1 python -m experiments.studies.onnx_export.profile_onnx [--model .cache/encoders/finetuned-<a checkpoint>]
+    OMP_NUM_THREADS=1 python -m experiments.studies.onnx_export.profile_onnx \
+        [--model .cache/encoders/finetuned-<a checkpoint>]
         [--variant int8] [--pieces 48] [--runs 400]
 
 Both exports of ``--model`` (``tracer.encode.onnx.export``: the shipped one, whose residual adds stay

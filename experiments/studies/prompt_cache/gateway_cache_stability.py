@@ -1,6 +1,6 @@
 """Prompt-cache stability of the gateway's presentation, replayed on BFCL.
 
-    python -m experiments.studies.prompt_cache.gateway_cache_stability                 # tracer_plus, k = 5, 5 folds
+    python -m experiments.studies.prompt_cache.gateway_cache_stability       # tracer_plus, k = 5, 5 folds
     python -m experiments.studies.prompt_cache.gateway_cache_stability --k 3 --folds 5 --scorer tracer_fixed
 
 Each held-out BFCL conversation (5-fold by task: the index is fitted on the other folds) is replayed
