@@ -17,23 +17,23 @@ phases. At each concurrency the same request list is sent first straight to the 
 phase), then through the gateway; each phase is bounded by ``--requests`` and ``--max-seconds``.
 
 Reported per concurrency: throughput, latency p50/p99 direct and through the gateway, the selection
-(``X-Tracer-Selection-Ms``, the time spent choosing), and the **added
-latency beyond the selection**: the percentile of (gateway latency - that request's selection stage)
-minus the same percentile of the direct latency. Also the CPU time the stub and the gateway processes
-used per request (``/proc``; selection included for the gateway), which the machine's load does not
-inflate as it does wall-clock latency, and each process's run-queue wait per request (time it was
-runnable but another job held the CPU; ``/proc/PID/task/*/schedstat``): the part of the latency that
-is the machine's other load, not the gateway's work. ``--floor`` adds a third phase per row through a
-proxy on the same stack (uvicorn + Starlette + aiohttp) that forwards the bytes without parsing or
-choosing: what any gateway built this way adds on this machine. Errors: any non-200 answer or exception. The load
-average of the machine is printed beside the numbers (the machine is shared).
+(``X-Tracer-Selection-Ms``, the time spent choosing), and the **added latency beyond the selection**: the
+percentile of (gateway latency - that request's selection stage) minus the same percentile of the direct
+latency. Also the CPU time the stub and the gateway processes used per request (``/proc``; selection included
+for the gateway), which the machine's load does not inflate as it does wall-clock latency, and each process's
+run-queue wait per request (time it was runnable but another job held the CPU;
+``/proc/PID/task/*/schedstat``): the part of the latency that is the machine's other load, not the gateway's
+work. ``--floor`` adds a third phase per row through a proxy on the same stack (uvicorn + Starlette + aiohttp)
+that forwards the bytes without parsing or choosing: what any gateway built this way adds on this machine.
+Errors: any non-200 answer or exception. The load average of the machine is printed beside the numbers (the
+machine is shared).
 
-``--pin`` (a machine with at least 2 CPUs) gives the gateway (and the floor proxy) CPU 0 and the stub and the load
-generator CPU 1, in every phase, the direct one included (``taskset``, so every thread a process starts
-inherits it). Unpinned, the three processes share the cores, and a request's hop to the stub
-wakes a process that takes the gateway's core (docs/gateway.md, Latency); pinned, the gateway keeps a core of
-its own, as it does where the model server and the agent run elsewhere. The direct phase then has the stub
-and the clients on one core, which the table's direct columns show.
+``--pin`` (a machine with at least 2 CPUs) gives the gateway (and the floor proxy) CPU 0 and the stub and the
+load generator CPU 1, in every phase, the direct one included (``taskset``, so every thread a process starts
+inherits it). Unpinned, the three processes share the cores, and a request's hop to the stub wakes a process
+that takes the gateway's core (docs/gateway.md, Latency); pinned, the gateway keeps a core of its own, as it
+does where the model server and the agent run elsewhere. The direct phase then has the stub and the clients on
+one core, which the table's direct columns show.
 """
 
 from __future__ import annotations

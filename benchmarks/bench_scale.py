@@ -11,13 +11,13 @@ unit vectors of dimension d = 384 (MiniLM's): they stand in for the embedding, w
 part of what is measured. Tool vectors are random unit vectors too; the fallback index is exact
 (``Flat``). The key is the paper's: the turn-local prefix.
 
-Per corpus: build time (state tuples + trie: counts, priors, edge memories, from precomputed
-contexts, fed in chunks of ``--chunk-steps`` steps through :meth:`ExecutionTrie.update`, plus the
-FAISS tool index), the trie's tensor memory and bytes per edge, the Python node table, the saved
-size, save time and load time under each verification mode (none, sizes, SHA-256), and the per-step cost of ``select_one`` (k=5, thread CPU time) over
-``--queries`` steps drawn from a fresh run of the same chain (so some prefixes are unseen), split
-into turn-opening steps (the root node, whose children are most of the registry) and deeper
-steps. Rankings after load are checked to be identical.
+Per corpus: build time (state tuples + trie: counts, priors, edge memories, from precomputed contexts, fed in
+chunks of ``--chunk-steps`` steps through :meth:`ExecutionTrie.update`, plus the FAISS tool index), the trie's
+tensor memory and bytes per edge, the Python node table, the saved size, save time and load time under each
+verification mode (none, sizes, SHA-256), and the per-step cost of ``select_one`` (k=5, thread CPU time) over
+``--queries`` steps drawn from a fresh run of the same chain (so some prefixes are unseen), split into
+turn-opening steps (the root node, whose children are most of the registry) and deeper steps. Rankings after
+load are checked to be identical.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Per-step cost beyond the context embedding: the batched path with a batch of one against the single-step path.
+"""Per-step cost beyond the context embedding: the batched path with a batch of one against the single-step
+path.
 
     OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_step [--scorers tracer_fixed tracer tracer_plus] \
         [--k 5]

@@ -3,14 +3,14 @@
     python -m benchmarks.gateway_stages --index DIR                  # 16 clients, 250 ms pauses, 1000 requests
     python -m benchmarks.gateway_stages --index DIR --gc-threshold 700  # CPython's default young threshold
 
-The stub upstream and the load generator are those of ``benchmarks/bench_gateway.py``; the gateway is
-``tracer serve`` itself, started by this file with ``--role gateway``, which wraps the gateway's stages
-with timestamps (a per-request ``contextvars`` record: the ASGI call, body read, parse and checks,
-choosing, building the forwarded body, the upstream round trip to its headers, reading its body, the
-answer sent) and times every collection of the cyclic collector from the first request on
-(``gc.callbacks``), both after a warm-up. It prints medians / p90 / p99 per stage (ms), the collections per generation, how
-many texts the gateway had to embed (0: every context was cached), and, with ``--quiet-loop``, the same
-choosing done in one plain loop over the bodies (no HTTP, no other process): the CPU of each part.
+The stub upstream and the load generator are those of ``benchmarks/bench_gateway.py``; the gateway is ``tracer
+serve`` itself, started by this file with ``--role gateway``, which wraps the gateway's stages with timestamps
+(a per-request ``contextvars`` record: the ASGI call, body read, parse and checks, choosing, building the
+forwarded body, the upstream round trip to its headers, reading its body, the answer sent) and times every
+collection of the cyclic collector from the first request on (``gc.callbacks``), both after a warm-up. It
+prints medians / p90 / p99 per stage (ms), the collections per generation, how many texts the gateway had to
+embed (0: every context was cached), and, with ``--quiet-loop``, the same choosing done in one plain loop over
+the bodies (no HTTP, no other process): the CPU of each part.
 """
 
 from __future__ import annotations

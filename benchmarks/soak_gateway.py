@@ -5,18 +5,18 @@
 
 Not a test: a benchmark of the production loop (issue 32). Three kinds of processes, as in
 benchmarks/bench_gateway.py: a stub upstream (uvicorn + Starlette, this file with ``--role stub``), the
-gateway (``python -m tracer.cli serve --log DIR``, or ``-m tracer`` once the package has a ``__main__``;
-only the flags its ``--help`` lists are passed; run in a temporary working directory so any embedding
-cache it writes is its own) and this load generator (asyncio; aiohttp, raw sockets, and the official ``openai``
-client for part of the conversations).
+gateway (``python -m tracer.cli serve --log DIR``, or ``-m tracer`` once the package has a ``__main__``; only
+the flags its ``--help`` lists are passed; run in a temporary working directory so any embedding cache it
+writes is its own) and this load generator (asyncio; aiohttp, raw sockets, and the official ``openai`` client
+for part of the conversations).
 
 **The index**: ``tracer_plus`` (the default scorer and the one docs/gateway.md serves) fitted on
-``data/example`` (6 tools, 5 trajectories): it builds in ~15 s, so the run measures the gateway and
-not a fit, and its tools and their words are what the clients' conversations ask for, so the stub's
-calls are to tools the index knows and the update has something to learn. It is built once and cached
-under ``.cache/soak/<scorer>-<hash of the dataset and tracer's source but serve/ and cli/>/`` (``--role build``, in a
-subprocess: the load generator never imports torch), and copied to a temporary directory for each run,
-since the update writes to it.
+``data/example`` (6 tools, 5 trajectories): it builds in ~15 s, so the run measures the gateway and not a fit,
+and its tools and their words are what the clients' conversations ask for, so the stub's calls are to tools
+the index knows and the update has something to learn. It is built once and cached under
+``.cache/soak/<scorer>-<hash of the dataset and tracer's source but serve/ and cli/>/`` (``--role build``, in
+a subprocess: the load generator never imports torch), and copied to a temporary directory for each run, since
+the update writes to it.
 
 **The traffic**: ``--clients`` agents for ``--minutes``, each drawing its next episode at random
 (weights in ``KINDS``) after a pause drawn from [0.5, 1.5] x ``--think-ms``. Every agent carries its own

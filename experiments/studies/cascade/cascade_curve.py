@@ -6,12 +6,12 @@
         [--out results/encoders/cascade_curve_bfcl.md]
 
 A cascade answers each step with exactly one stage, as that stage fitted alone answers it (tests/unit/scorers/
-test_cascade.py), and escalates a step when the fast stage's gate is below the threshold its fit set. So for any
-share ``e`` the outcome of every step is known from the two runs: ``ALL`` records each step's gate (``extra.gate``)
-and the slow stage's answer, ``FAST`` the fast stage's answer, and each fold's fit recorded the threshold that ``e``
-sets on its out-of-fold training steps (``run_info.json``: ``scorer_info[fold].fit.thresholds``). No threshold is
-read off a test step. ``--preset``: a cascade run with its own escalate (the preset), checked against the curve's
-row for it step by step.
+test_cascade.py), and escalates a step when the fast stage's gate is below the threshold its fit set. So for
+any share ``e`` the outcome of every step is known from the two runs: ``ALL`` records each step's gate
+(``extra.gate``) and the slow stage's answer, ``FAST`` the fast stage's answer, and each fold's fit recorded
+the threshold that ``e`` sets on its out-of-fold training steps (``run_info.json``:
+``scorer_info[fold].fit.thresholds``). No threshold is read off a test step. ``--preset``: a cascade run with
+its own escalate (the preset), checked against the curve's row for it step by step.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""How well an encoder's context-to-context similarity finds the next tool: nearest-context accuracy on one fold.
+"""How well an encoder's context-to-context similarity finds the next tool: nearest-context accuracy on one
+fold.
 
     python -m experiments.studies.context_knn.context_knn --teacher .cache/encoders/finetuned-<fold 0, mnrl> \
         --student LABEL=.cache/encoders/finetuned-<fold 0 student> [LABEL=... ...] [--fold 0] \

@@ -13,8 +13,8 @@ embedding cache); ``tracer_plus_transfer`` is ``tracer_plus`` with the candidate
 the *other* datasets (:mod:`tracer.online.transfer`) instead of on the N trajectories: the cold start.
 A fit that cannot run at some N (e.g. the blend head without data) is recorded with its error.
 
-Writes ``<out>/<dataset>.csv`` (``<dataset>.<tag>.csv`` with ``--tag``; one row per fold, N, scorer), ``<out>/summary.md`` (mean ± SD over
-folds) and ``<out>/<dataset>.png`` (recall@1 and @k against N, SD bars).
+Writes ``<out>/<dataset>.csv`` (``<dataset>.<tag>.csv`` with ``--tag``; one row per fold, N, scorer),
+``<out>/summary.md`` (mean ± SD over folds) and ``<out>/<dataset>.png`` (recall@1 and @k against N, SD bars).
 """
 
 from __future__ import annotations

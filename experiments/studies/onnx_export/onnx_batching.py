@@ -4,11 +4,12 @@
         [--model .cache/encoders/finetuned-<a checkpoint> ...]
         [--n 512] [--batch 64]
 
-``--n`` distinct BFCL contexts (registry large, every trajectory; tracer_plus's query rendering, a seeded sample)
-encoded by each model's ONNX export (``tracer.encode.onnx``, one thread) with ``batch_size`` ``--batch`` and 1:
-texts per second each way, and how far each batched vector is from the same text encoded alone (cosine, mean and
-minimum; fp32 as the control, whose vectors do not move). Dynamic int8 quantisation takes one activation scale
-per tensor, i.e. per padded batch, so a text's int8 vector moves with the texts it is batched with.
+``--n`` distinct BFCL contexts (registry large, every trajectory; tracer_plus's query rendering, a seeded
+sample) encoded by each model's ONNX export (``tracer.encode.onnx``, one thread) with ``batch_size``
+``--batch`` and 1: texts per second each way, and how far each batched vector is from the same text encoded
+alone (cosine, mean and minimum; fp32 as the control, whose vectors do not move). Dynamic int8 quantisation
+takes one activation scale per tensor, i.e. per padded batch, so a text's int8 vector moves with the texts it
+is batched with.
 """
 
 from __future__ import annotations

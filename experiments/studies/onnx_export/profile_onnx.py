@@ -1,15 +1,16 @@
-"""Where a single-text ONNX encode spends its time, per operator type, with and without the skip layer norm fused.
+"""Where a single-text ONNX encode spends its time, per operator type, with and without the skip layer norm
+fused.
 
     OMP_NUM_THREADS=1 python -m experiments.studies.onnx_export.profile_onnx \
         [--model .cache/encoders/finetuned-<a checkpoint>]
         [--variant int8] [--pieces 48] [--runs 400]
 
-Both exports of ``--model`` (``tracer.encode.onnx.export``: the shipped one, whose residual adds stay
-Add + LayerNormalization, and ``skip_layer_norm=True``, the optimizer's default SkipLayerNormalization fusion;
-each built once into the encoder cache) run one BFCL-like query cut to ``--pieces`` word pieces on one
-thread, in alternating blocks of 50 runs (one graph warm at a time, as in a server; host drift hits both alike). Printed per graph: the session-run median, and
-ONNX Runtime's profiler's kernel time per operator type (microseconds per run). docs/encoders.md ("The skip
-layer norm") quotes it for fold 0's 3-layer student.
+Both exports of ``--model`` (``tracer.encode.onnx.export``: the shipped one, whose residual adds stay Add +
+LayerNormalization, and ``skip_layer_norm=True``, the optimizer's default SkipLayerNormalization fusion; each
+built once into the encoder cache) run one BFCL-like query cut to ``--pieces`` word pieces on one thread, in
+alternating blocks of 50 runs (one graph warm at a time, as in a server; host drift hits both alike). Printed
+per graph: the session-run median, and ONNX Runtime's profiler's kernel time per operator type (microseconds
+per run). docs/encoders.md ("The skip layer norm") quotes it for fold 0's 3-layer student.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Does the character clip before tokenizing (tracer.encode.embedders.clip_texts) change any embedding on our datasets?
+"""Does the character clip before tokenizing (tracer.encode.embedders.clip_texts) change any embedding on our
+datasets?
 
     python -m experiments.studies.text_clip.text_lengths            # bfcl (executed), tau2, apibank
 
