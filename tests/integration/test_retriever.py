@@ -173,6 +173,7 @@ def test_a_saved_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_p
     assert read_meta(meta_path)["embedder"]["config"]["tools"] == st
 
 
+@pytest.mark.slow  # trains encoders / a W&B run: make test-all
 def test_a_cascade_with_two_trained_encoders_saves_and_loads_both_by_itself(tiny_dir, tmp_path):
     """A cascade (scorer=cascade, encoder_training=cascade's mechanism): a static table for the fast stage and a
     fine-tuned MiniLM for the slow one, both trained on the dataset; the saved index keeps both encoders' configs,

@@ -319,6 +319,7 @@ def test_report_task_success_by_category(tmp_path):
     assert "| s | 5 | 0.667 (3) | 0.500 (2) | 0.600 (5) |" in md
 
 
+@pytest.mark.slow  # trains encoders / a W&B run: make test-all
 def test_wandb_offline_run_holds_the_summary(native_dir, tmp_path):
     run = tmp_path / "run"
     _evaluate(["dataset=jsonl", f"dataset.path={native_dir}", "scorer=vector", "logger=wandb",
