@@ -80,13 +80,13 @@ def test_the_copy_passes_chunks_through_and_rebuilds_only_a_whole_stream():
     async def run():
         cut: list = []
         copy = StreamCopy(limit=1 << 20)
-        assert await _drain(whole(), copy, lambda: cut.append("cut")) == data and copy.complete and cut == []
+        assert await _drain(whole(), copy, lambda complete: cut.append("whole" if complete else "cut")) == data and copy.complete and cut == ["whole"]
         assert [c["function"]["arguments"] for c in copy.reply()["tool_calls"]] == [r[2] for r in reference()]
         small = StreamCopy(limit=100)  # over the limit: passed through, not rebuilt
-        assert await _drain(whole(), small, lambda: cut.append("cut")) == data and small.reply() is None
+        assert await _drain(whole(), small, lambda complete: cut.append("whole" if complete else "cut")) == data and small.reply() is None and cut == ["whole", "whole"]
         broken_copy = StreamCopy(limit=1 << 20)
         with pytest.raises(ConnectionError):
-            await _drain(broken(), broken_copy, lambda: cut.append("cut"))
-        assert cut == ["cut"] and broken_copy.reply() is None
+            await _drain(broken(), broken_copy, lambda complete: cut.append("whole" if complete else "cut"))
+        assert cut == ["whole", "whole", "cut"] and broken_copy.reply() is None
 
     asyncio.run(run())
