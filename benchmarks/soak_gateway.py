@@ -83,7 +83,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -91,6 +90,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from benchmarks.loopback import free_port, wait_ready
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -372,28 +373,6 @@ def cached_index(scorer: str, env: dict[str, str]) -> Path:
 # ---------------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} did not come up in {timeout} s")
-
-
 def proc_status(pid: int) -> dict[str, float]:
     """RSS (MB), threads, open fds and CPU seconds of a live process (Linux /proc)."""
     out: dict[str, float] = {}
