@@ -1,11 +1,11 @@
-"""Fit the blend head on a whole dataset and report it: python train.py [dataset=bfcl] [logger=wandb]
+"""Train a retriever into a deployable index: python train.py [experiment=preset/NAME] [dataset=...] [folds=0]
 
-Builds the deployable TRACER index with the learned head beside it (``<run dir>/index``, load it
-with ``TracerScorer.load``), writes the head's weights and feature statistics, the loss curve, the
-resolved config, and a report (``report.json``/``report.md``: predicted w and T per environment,
-the w head's coefficients, fit time, and an outer-fold held-out comparison with a feature
-ablation) to the Hydra run directory (``hydra.run.dir=DIR`` to choose it). The job is
-:func:`tracer.train.job.run_job`.
+Fits the scorer (and trains the encoder its recipe names) on every trajectory of the dataset and writes one
+self-contained index to ``<run dir>/index`` (it carries its encoders: serve it with ``tracer serve --index``,
+``tracer mcp --index`` or ``Retriever.load`` from anywhere), the resolved config, evaluate.py's held-out
+metrics on outer folds of the same data (``heldout/``) and a report (``report.json``/``report.md``: seconds per
+stage, the index's size by part, the held-out metrics). ``hydra.run.dir=DIR`` chooses the run directory. The
+job is :func:`tracer.train.job.run_job`.
 """
 
 from __future__ import annotations
@@ -15,21 +15,24 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @hydra.main(version_base="1.3", config_path="tracer/configs", config_name="train")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float | None:
     from tracer.train.job import run_job
 
-    out = Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    with open_dict(cfg):
+        cfg.preset = hc.runtime.choices.get("experiment")
+    out = Path(hc.runtime.output_dir)
     report = run_job(cfg, out)
     print((out / "report.md").read_text())
     print(f"run directory: {out}")
-    return report["fit"]["best_val_loss"]
+    return report["heldout"]["mean"]["recall_at_k"] if report["heldout"] else None
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from tracer.core.store import Verify, open_snapshot
 from tracer.core.types import Message, Registry, Step, Tool, Trajectory
 from tracer.core.validate import InvalidField, check_k
 from tracer.data import LOADERS, Dataset, load_dataset, load_native
+from tracer.encode.bundle import carried_config
 from tracer.encode.embedders import Embedder
 from tracer.online.updater import Updater
 from tracer.scoring.persist import read_meta
@@ -64,9 +65,10 @@ def _dataset(data: Dataset | str | Path, options: Mapping[str, Any]) -> Dataset:
 
 def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | Path | None,
                     device: str | None) -> Embedder:
-    """The embedder an index was built with: from the config saved with it, else the bundled MiniLM. Its contexts
-    (live or logged conversations, each new) stay in its bounded memory; only tool texts may go to ``cache_dir``."""
-    cfg = saved.get("config")
+    """The embedder an index was built with: from the config saved with it (its files those the snapshot carries,
+    :mod:`tracer.encode.bundle`), else the packaged MiniLM. Its contexts (live or logged conversations, each new)
+    stay in its bounded memory; only tool texts may go to ``cache_dir``."""
+    cfg = carried_config(dict(saved), meta_path.parent)
     if cfg is None:
         if saved["name"] != MINILM:
             raise ValueError(f"{meta_path}: the index was built with embedder {saved['name']!r}; "

@@ -96,15 +96,28 @@ def clean_stale(root: Path) -> list[Path]:
 
 
 def write_manifest(snap: Path) -> dict[str, Any]:
-    """Hash every file of ``snap`` into its MANIFEST.json (files fsynced first)."""
+    """Hash every file of ``snap`` (its folders' too: the encoder a snapshot carries, ``encoders/<id>/``) into its
+    MANIFEST.json, keyed by the path relative to ``snap`` (files and folders fsynced first)."""
     files = {}
-    for p in sorted(snap.iterdir()):
+    for p in sorted(q for q in snap.rglob("*") if q.is_file() and q != snap / MANIFEST):
         with open(p, "rb") as f:
             os.fsync(f.fileno())
-            files[p.name] = {"size": os.fstat(f.fileno()).st_size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+            files[p.relative_to(snap).as_posix()] = {"size": os.fstat(f.fileno()).st_size,
+                                                      "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+    for d in sorted(q for q in snap.rglob("*") if q.is_dir()):
+        fsync_dir(d)
     doc = {"format": "tracer-snapshot", "version": 1, "files": files}
     atomic_write_text(snap / MANIFEST, json.dumps(doc, indent=1) + "\n")
     return doc
+
+
+def inside(snap: Path, name: str) -> Path:
+    """``snap / name`` for a relative path a manifest or a meta.json names; one that would leave the snapshot
+    (absolute, ``..``) is a :class:`CorruptIndex`: a saved file never makes a reader open a path outside it."""
+    rel = Path(name)
+    if not name or rel.is_absolute() or ".." in rel.parts:
+        raise CorruptIndex(snap / MANIFEST, f"names a path outside the snapshot: {name[:120]!r}")
+    return snap / rel
 
 
 def verify_snapshot(snap: Path, mode: Verify = "sha256") -> None:
@@ -120,7 +133,7 @@ def verify_snapshot(snap: Path, mode: Verify = "sha256") -> None:
     for name, want in files.items():
         if not isinstance(want, dict) or not isinstance(want.get("size"), int) or not isinstance(want.get("sha256"), str):
             raise CorruptIndex(snap / MANIFEST, f"malformed entry for {name!r}")
-        p = snap / name
+        p = inside(snap, name)
         if not p.is_file():
             raise CorruptIndex(p, "listed in the manifest but missing")
         size = p.stat().st_size
@@ -155,6 +168,16 @@ def current_snapshot(root: str | Path) -> str:
     if not text.startswith(prefix) or "/" in text[len(prefix):] or text.endswith("/"):
         raise CorruptIndex(root / POINTER, f"does not name a snapshot: {text[:80]!r}")
     return text[len(prefix):]
+
+
+def current_path(root: str | Path) -> Path | None:
+    """The folder of the snapshot ``CURRENT`` names now, or None (no index there yet, or it was just collected):
+    what a new save may hard-link unchanged files from (:mod:`tracer.encode.bundle`)."""
+    try:
+        snap = Path(root) / SNAPSHOTS / current_snapshot(root)
+    except (FileNotFoundError, CorruptIndex):
+        return None
+    return snap if snap.is_dir() else None
 
 
 def _try_lock(path: Path, how: int) -> int | None:

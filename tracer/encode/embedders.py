@@ -85,7 +85,9 @@ class SentenceTransformerEmbedder:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
-        path = minilm_path() if model in (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2") else model
+        self.packaged = model in (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+        path = minilm_path() if self.packaged else model
+        self.path = Path(path)
         # before loading: a damaged checkpoint is named as such, not met as whatever torch makes of its bytes
         self.fingerprint = fingerprint(path) if Path(path).is_dir() else ""
         self.device = device or default_device()
@@ -97,6 +99,13 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.progress = progress
         self.max_seq_length = int(self.model.max_seq_length)
+
+    def served(self):
+        """The model folder, for a saved index to carry, under this embedder's name; None for the MiniLM packaged
+        with tracer (a dependency, installed wherever tracer is)."""
+        from tracer.encode.bundle import Served, every_file
+
+        return None if self.packaged else Served(self.path, every_file(self.path), {"name": self.name})
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         if not texts:

@@ -36,7 +36,8 @@ from onnxruntime.transformers.optimizer import optimize_model
 from tokenizers import Tokenizer
 from transformers import AutoModel, AutoTokenizer
 
-from tracer.encode.manifest import new_artifact, reuse, verify
+from tracer.encode.bundle import Served
+from tracer.encode.manifest import fingerprint, new_artifact, reuse, verify
 from tracer.encode.source import DEFAULT_CACHE, recipe_hash, short_name, source_hash
 
 VARIANTS = ("fp32", "int8")
@@ -143,7 +144,9 @@ class OnnxEmbedder:
     """A sentence-transformers model run by ONNX Runtime (CPU).
 
     Args:
-        model: local model folder (``None``: the bundled MiniLM); exported on first use.
+        model: local model folder (``None``: the bundled MiniLM), exported on first use; or a folder that is an
+            export already (its ``source.json`` and ``<variant>.onnx``: the encoder a saved index carries), loaded as
+            it is (verified against its manifest, a damaged file named).
         variant: ``fp32`` or ``int8``.
         encoder_dir: where exports live.
         threads: ONNX Runtime intra-op threads (1: the single-thread serving figure; 0: ORT's default).
@@ -164,7 +167,9 @@ class OnnxEmbedder:
             raise ValueError(f"OnnxEmbedder batch_size must be an integer >= 1, got {batch_size!r}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         # the export's manifest digest: what the embedding cache keys these vectors by, beside the name
-        self.dir, self.fingerprint = exported(model, encoder_dir)
+        ready = model is not None and (Path(model) / "source.json").is_file() and (Path(model) / f"{variant}.onnx").is_file()
+        self.dir, self.fingerprint = (Path(model), fingerprint(model)) if ready else exported(model, encoder_dir)
+        self.variant = variant
         meta = json.loads((self.dir / "source.json").read_text())
         # int8 vectors of one text differ with the batch it ran in: the batch size is part of what made them
         self.name = f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}" + (f"-batch{batch_size}" if variant == "int8" else "")
@@ -178,6 +183,13 @@ class OnnxEmbedder:
         self.session = session(self.dir / f"{variant}.onnx", threads)
         self.dim = int(self.session.get_outputs()[0].shape[-1])
         self.batch_size = batch_size
+
+    def served(self) -> Served:
+        """The files this embedder runs on (the variant's graph, the tokenizer, ``source.json``; not the other
+        variant's graph), for a saved index to carry."""
+        files = [f"{self.variant}.onnx", "source.json",
+                 *(p.relative_to(self.dir).as_posix() for p in sorted((self.dir / "tokenizer").rglob("*")) if p.is_file())]
+        return Served(self.dir, tuple(files), {})
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         if not texts:

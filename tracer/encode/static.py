@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from model2vec import StaticModel
 
+from tracer.encode.bundle import Served, every_file
 from tracer.encode.manifest import fingerprint, new_artifact, reuse, verify
 from tracer.encode.source import DEFAULT_CACHE, recipe_hash, short_name, source_hash
 
@@ -69,6 +70,10 @@ class StaticEmbedder:
         self.name = f"{meta['name']}-m2v-{meta['key'][:16]}"
         self.model = StaticModel.from_pretrained(str(self.dir / "model"))
         self.dim = int(self.model.dim)
+
+    def served(self) -> Served:
+        """The static model's folder (the table, its tokenizer, ``source.json``), for a saved index to carry."""
+        return Served(self.dir, every_file(self.dir), {})
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         if not texts:

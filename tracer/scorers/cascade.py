@@ -46,6 +46,7 @@ import torch
 
 from tracer.core.store import MANIFEST, Verify, open_snapshot, save_snapshot
 from tracer.core.types import Step, Trajectory
+from tracer.encode.bundle import ENCODERS
 from tracer.encode.embedders import Embedder
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scoring.fit import FitReport
@@ -194,7 +195,8 @@ class CascadeScorer(ScorerBase):
         """Write both stages as one new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`): a reader
         sees the two stages of one save, never one stage of each. Files: ``meta.json`` (class, config, threshold,
         fit summary, both embedders: ``embedder`` the fast one's, ``slow_embedder``) and each stage's index files
-        (:meth:`TracerPlusScorer.save`) under the prefix ``fast.`` / ``slow.`` (a snapshot is flat)."""
+        (:meth:`TracerPlusScorer.save`) under the prefix ``fast.`` / ``slow.``, and the encoders both carry under
+        ``encoders/`` (:mod:`tracer.encode.bundle`)."""
         self._check_fitted()
         out = Path(directory)
         with save_snapshot(out) as tmp:
@@ -204,7 +206,12 @@ class CascadeScorer(ScorerBase):
                 try:
                     with open_snapshot(getattr(self, stage).save(scratch / stage), "none") as snap:
                         for f in sorted(snap.iterdir()):
-                            if f.name != MANIFEST:
+                            if f.name == ENCODERS:  # the encoders it carries: one folder for both stages' ids
+                                for enc in f.iterdir():
+                                    (tmp / ENCODERS).mkdir(exist_ok=True)
+                                    if not (tmp / ENCODERS / enc.name).exists():
+                                        os.replace(enc, tmp / ENCODERS / enc.name)
+                            elif f.name != MANIFEST:
                                 os.replace(f, tmp / f"{stage}.{f.name}")
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)

@@ -18,8 +18,9 @@ import torch
 from omegaconf import OmegaConf
 
 from tracer.core.applied import Applied
-from tracer.core.store import CorruptIndex, Verify, open_snapshot, read_json
+from tracer.core.store import CorruptIndex, Verify, current_path, open_snapshot, read_json
 from tracer.core.types import Registry, Tool
+from tracer.encode.bundle import carry
 from tracer.encode.embedders import CachedEmbedder, Embedder, default_device
 from tracer.encode.index import ToolIndex
 from tracer.memory.trie import ExecutionTrie
@@ -41,14 +42,30 @@ def saved_config(saved: dict[str, Any], reference: str) -> dict[str, Any]:
 
 def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:
     """Write meta.json (with the embedder's name, dimension and, when known, the config that builds it, and the
-    removed tools), the registry, the tool index and the applied ledger into ``tmp``."""
-    config = res.embedder.config if isinstance(res.embedder, CachedEmbedder) else None
-    meta = {**meta, "embedder": {"name": res.embedder.name, "dim": res.embedder.dim}
-            | ({"config": config} if config is not None else {}), "removed": sorted(res.removed)}
+    removed tools), the registry, the tool index, the applied ledger and the encoder's files (:func:`embedder_entry`)
+    into ``tmp``, a snapshot being written."""
+    meta = {**meta, "embedder": embedder_entry(res.embedder, tmp), "removed": sorted(res.removed)}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     (tmp / "tools.json").write_text(json.dumps([{**t.to_openai(), "source": t.source} for t in res.registry]))
     res.tool_index.save(tmp)
     res.applied.save(tmp)
+
+
+def embedder_entry(embedder: Embedder, tmp: Path) -> dict[str, Any]:
+    """meta.json's record of an embedder: name and dimension; for one built from a config, that config, and the
+    files it runs on carried into the snapshot (``files``: ``encoders/<id>``, :mod:`tracer.encode.bundle`), so the
+    index loads with no cache and from any directory."""
+    entry: dict[str, Any] = {"name": embedder.name, "dim": embedder.dim}
+    if not isinstance(embedder, CachedEmbedder) or embedder.config is None:
+        return entry
+    config = dict(embedder.config)
+    carried = carry(embedder.inner, tmp, current_path(tmp.parent.parent))
+    if carried is not None:
+        rel, overrides = carried
+        config |= {**overrides, "model": rel}
+        config.pop("encoder_dir", None)  # where it would be built: a carried encoder is loaded, never built
+        entry["files"] = rel
+    return entry | {"config": config}
 
 
 def open_common(directory: str | Path, embedder: Embedder, class_path: str, format_version: int,
@@ -102,6 +119,8 @@ def read_meta(path: Path) -> dict[str, Any]:
             continue
         if not isinstance(emb, dict) or not isinstance(emb.get("name"), str) or not isinstance(emb.get("dim"), int):
             raise CorruptIndex(path, f"missing or malformed '{key}' ({{'name': str, 'dim': int}})", field=key)
+        if not isinstance(emb.get("files", ""), str):
+            raise CorruptIndex(path, f"'{key}.files' must be a path inside the snapshot", field=f"{key}.files")
         cfg = emb.get("config")
         if cfg is not None and not encoder_config(cfg):
             # a saved file must not name arbitrary code: only encoders of tracer.encode, with plain arguments

@@ -1,4 +1,4 @@
-"""The blend head's report for ``train.py``: held-out comparison with a feature ablation over outer
+"""The blend head's report for ``train.py scorer=tracer``: held-out comparison with a feature ablation over outer
 folds, predicted w and T per environment (the paper's Table 13), the w head's coefficients
 (Table 14), feature correlations, and a histogram of w and T.
 
@@ -20,6 +20,7 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.folds import inner_seed, kfold
+from tracer.core.io import atomic_save, write_json
 from tracer.core.types import Trajectory
 from tracer.learn.blend_fit import HeadConfig, StepData, inner_fold_data, score_steps, train_head
 from tracer.learn.blend_head import FEATURES, BlendHead, fixed_blend
@@ -167,3 +168,29 @@ def plot_wt(w: Sequence[float], t: Sequence[float], path: str | Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
+
+
+def blend_head_report(cfg: Mapping[str, Any], ds: Any, res: Resources, scorer: Any, fit: Any, out: Path,
+                      logger: Any) -> dict[str, Any]:
+    """A fitted TRACER scorer's head into ``out`` (``blend_head.pt``, ``feature_stats.json``, ``history.json``,
+    ``wt_hist.png``), its curves and tables to ``logger``; returns :func:`build_report`'s dict, with the outer-fold
+    ablation when ``cfg["folds"]``."""
+    head, hist = scorer.head, {**fit.history, "seconds_total_fit": fit.seconds}
+    atomic_save(head.state_dict(), out / "blend_head.pt")
+    write_json(out / "feature_stats.json", head.feature_stats())
+    write_json(out / "history.json", hist)
+    for run in hist["runs"]:  # one loss curve per early-stopping fold
+        v = run["val_fold"]
+        for tl, vl, va in zip(run["train_loss"], run["val_loss"], run["val_acc"]):
+            logger.log({f"fold{v}/train_loss": tl, f"fold{v}/val_loss": vl, f"fold{v}/val_recall_at_1": va})
+    m = cfg["scorer"]
+    ablation = heldout_ablation(ds.trajectories, res, scorer.key, scorer.rendering, m["eps"], m["successful_only"],
+                                m["head"], cfg["folds"], cfg["seed"]) if cfg["folds"] else None
+    report = build_report(ds.name, head, hist, fit.data, ablation)
+    wt = wt_summary(head, fit.data)
+    logger.log_image("w_T_hist", plot_wt(wt["w"], wt["T"], out / "wt_hist.png"))
+    logger.log_table("w_T", ["domain", "w", "T"], list(zip(wt["domains"], wt["w"], wt["T"])))
+    logger.log_table("w_coefficients", ["feature", "coefficient"], list(report["coefficients"]["w"].items()))
+    logger.log_summary({f"w_T/{k}": v for k, v in report["wt"]["all"].items()} | {
+        "fit/seconds": hist["seconds_fit"], "fit/best_val_loss": hist["best_val_loss"]})
+    return report

@@ -1,84 +1,98 @@
-"""The training job of ``train.py``: fit TRACER with the learned blend head on a whole dataset, save
-the head and the deployable index, and report it (outer-fold ablation, w and T, coefficients, plots).
+"""The training job of ``train.py``: fit a scorer (and the encoder its recipe trains) on every trajectory of a
+dataset, save one self-contained index, and report what it cost and how well it does on held-out folds.
 
 Example::
 
-    cfg = compose("train", overrides=["dataset=bfcl"])      # configs/train.yaml
-    report = run_job(cfg, Path("outputs/train/run"))
+    cfg = compose("train", overrides=["experiment=preset/best", "dataset=bfcl"])   # configs/train.yaml
+    report = run_job(cfg, Path("outputs/train/run"))                              # -> run/index, run/report.md
+
+The held-out metrics are ``evaluate.py``'s on the same config (:func:`tracer.eval.job.run_job`, written to
+``<run dir>/heldout/``): each outer fold trains its own encoder and scorer on its training trajectories only, so
+they measure the recipe that built the index, not the index on data it saw.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from tracer.build import build_dataset, build_embedder, build_logger, build_scorer, plain
+from tracer.build import build_dataset, build_embedder, build_fold_encoders, build_logger, build_scorer, plain
 from tracer.core.folds import check_folds
-from tracer.core.io import atomic_save, atomic_write_text, write_json
+from tracer.core.io import atomic_write_text, write_json
 from tracer.core.validate import TRAIN_INTS, check_config
+from tracer.eval.job import run_job as evaluate
+from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
-from tracer.train.blend_report import build_report, heldout_ablation, plot_wt, report_markdown, wt_summary
+from tracer.train.blend_report import blend_head_report
+from tracer.train.summary import index_size, report_markdown
+
+# train.py's own keys; the rest of its config is an evaluate.py config (the held-out run's)
+TRAIN_ONLY = ("save_index", "preset")
 
 
 def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
     """Run the job described by ``cfg`` (the composed ``configs/train.yaml``) into ``out``; returns the report.
 
-    Writes ``config.yaml``, ``blend_head.pt``, ``feature_stats.json``, ``history.json``,
-    ``report.json``/``report.md``, ``wt_hist.png`` and (``save_index``) ``index/``.
+    Writes ``config.yaml``, ``index/`` (unless ``save_index=false``), ``heldout/`` (evaluate.py's outputs on
+    the outer folds, unless ``folds=0``), ``report.json`` and ``report.md``; with ``scorer=tracer`` also the
+    blend head's files (:func:`tracer.train.blend_report.blend_head_report`).
     """
-    check_config(plain(cfg), TRAIN_INTS)  # before any work: a bad override is named, nothing is written
-    if cfg.scorer.get("blend") != "learned":
-        raise ValueError(f"train.py fits the blend head: scorer {cfg.scorer.get('name')!r} has no learned blend "
-                         "(blend: learned, as scorer=tracer has)")
-    torch.manual_seed(cfg.seed)
-    ds = build_dataset(cfg.dataset, None, cfg.seed)
-    if cfg.folds:  # the held-out comparison runs after the fit: a folds override it cannot meet fails now
-        check_folds(cfg.folds, ds.trajectories)
+    c = plain(cfg)
+    check_config(c, TRAIN_INTS)  # before any work: a bad override is named, nothing is written
+    torch.manual_seed(c["seed"])
+    ds = build_dataset(c["dataset"], c.get("registry"), c["seed"])
+    if c["folds"]:  # the held-out run comes after the fit: a folds override it cannot meet fails now
+        check_folds(c["folds"], ds.trajectories)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    logger = build_logger(plain(cfg.get("logger")), out, run_name=f"train_{cfg.dataset.name}")
-    logger.log_config(plain(cfg))
+    logger = build_logger(c.get("logger"), out, run_name=f"train_{ds.name}_{c.get('preset') or c['scorer']['name']}")
+    logger.log_config(c)
 
-    res = Resources.build(ds.registry, build_embedder(cfg.embedder), device=cfg.device, seed=cfg.seed)
-    scorer = build_scorer(cfg.scorer)
     t0 = time.perf_counter()
-    fit = scorer.fit(ds.trajectories, res)  # builds the full trie and fits the head by inner folds
-    hist = {**fit.history, "seconds_total_fit": time.perf_counter() - t0}
-    head = scorer.head
+    encoders = None
+    if c.get("encoder_training"):
+        encoders = build_fold_encoders(ds.registry, c["encoder_training"], c["embedder"].get("cache_dir"),
+                                       device=c.get("device"), seed=c["seed"])
+        res = encoders(ds.trajectories)
+    else:
+        res = Resources.build(ds.registry, build_embedder(c["embedder"]), device=c.get("device"), seed=c["seed"])
+    t1 = time.perf_counter()
+    scorer = build_scorer(c["scorer"])
+    fit = scorer.fit(ds.trajectories, res)
+    t2 = time.perf_counter()
+    index = None
+    if c.get("save_index", True):
+        index = Retriever(scorer, c["k"]).save(out / "index")
+    t3 = time.perf_counter()
 
-    atomic_save(head.state_dict(), out / "blend_head.pt")
-    write_json(out / "feature_stats.json", head.feature_stats())
-    write_json(out / "history.json", hist)
-    if cfg.save_index:
-        scorer.save(out / "index")
-    _log_curves(logger, hist)
-
-    m = plain(cfg.scorer)
-    data = fit.data  # the out-of-fold steps the head was fitted on
-    ablation = heldout_ablation(ds.trajectories, res, scorer.key, scorer.rendering, m["eps"], m["successful_only"],
-                                m["head"], cfg.folds, cfg.seed) if cfg.folds else None
-    report = build_report(ds.name, head, hist, data, ablation)
+    report: dict[str, Any] = {
+        "dataset": ds.name, "registry_size": len(ds.registry), "trajectories": len(ds.trajectories),
+        "steps": fit.n_steps, "preset": c.get("preset"), "scorer": c["scorer"]["name"],
+        "encoder": res.embedder.name, "slow_encoder": res.slow.embedder.name if res.slow is not None else None,
+        "seconds": {"encoder": t1 - t0, "scorer": t2 - t1, "save": t3 - t2,
+                    "scorer_stages": {k: v for k, v in fit.history.items()
+                                      if "seconds" in k and isinstance(v, (int, float))}},
+        "encoder_training": [{k: v for k, v in h.items() if k not in ("trajectory_ids", "loss")}
+                             for h in (encoders.history if encoders else [])],
+        "index": index_size(index) | {"path": str(index)} if index is not None else None,
+        "heldout": None,
+    }
+    if getattr(scorer, "head", None) is not None and fit.data is not None:  # scorer=tracer: the paper's blend head
+        report["blend_head"] = blend_head_report(c, ds, res, scorer, fit, out, logger)
+    if c["folds"]:
+        heldout_cfg = {k: v for k, v in c.items() if k not in TRAIN_ONLY} | {"logger": None}
+        doc = evaluate(heldout_cfg, out / "heldout")
+        report["heldout"] = {"folds": doc["folds"], "k": doc["k"], "n_steps": doc["n_steps"],
+                             "registry_size": doc["registry_size"], "mean": doc["mean"], "sd": doc["sd"],
+                             "metrics": str(out / "heldout" / "metrics.json")}
+        logger.log_summary({f"heldout/{k}": v for k, v in doc["mean"].items() if v is not None})
     write_json(out / "report.json", report)
     atomic_write_text(out / "report.md", report_markdown(report))
-
-    wt = wt_summary(head, data)
-    logger.log_image("w_T_hist", plot_wt(wt["w"], wt["T"], out / "wt_hist.png"))
-    logger.log_table("w_T", ["domain", "w", "T"], list(zip(wt["domains"], wt["w"], wt["T"])))
-    logger.log_table("w_coefficients", ["feature", "coefficient"], list(report["coefficients"]["w"].items()))
-    logger.log_summary({f"w_T/{k}": v for k, v in report["wt"]["all"].items()} | {
-        "fit/seconds": hist["seconds_fit"], "fit/best_val_loss": hist["best_val_loss"]})
+    logger.log_summary({f"seconds/{k}": v for k, v in report["seconds"].items() if isinstance(v, float)}
+                       | ({"index/bytes": report["index"]["bytes"]} if index is not None else {}))
     logger.finish()
     return report
-
-
-def _log_curves(logger, hist: Mapping[str, Any]) -> None:
-    """One loss curve per early-stopping fold."""
-    for run in hist["runs"]:
-        v = run["val_fold"]
-        for tl, vl, va in zip(run["train_loss"], run["val_loss"], run["val_acc"]):
-            logger.log({f"fold{v}/train_loss": tl, f"fold{v}/val_loss": vl, f"fold{v}/val_recall_at_1": va})

@@ -1,7 +1,8 @@
-"""train.py end to end: the real CLI (Hydra, MiniLM) on a tiny native-format dataset in tmp_path.
+"""train.py with the paper's blend head (``experiment=preset/zero_shot scorer=tracer``) end to end: the real CLI
+(Hydra, MiniLM) on a tiny native-format dataset in tmp_path.
 
 The run must write the head, its feature statistics, the loss curve, the resolved config, the
-report and a deployable index whose scorer uses the head.
+report and a deployable index whose scorer uses the head. The presets through train.py: test_train_presets.py.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def _tiny_dataset(path: Path) -> Path:
 def _train(tmp_path: Path, *overrides: str) -> Path:
     data = _tiny_dataset(tmp_path / "tiny")
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "train.py", "dataset=jsonl", f"dataset.path={data}", f"embedder.cache_dir={tmp_path / 'cache'}",
+    cmd = [sys.executable, "train.py", "experiment=preset/zero_shot", "scorer=tracer", "dataset=jsonl",
+           f"dataset.path={data}", f"embedder.cache_dir={tmp_path / 'cache'}",
            "embedder.device=cpu", "device=cpu", "folds=2", "scorer.head.max_epochs=60", f"hydra.run.dir={run_dir}",
            *overrides]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true", "CUDA_VISIBLE_DEVICES": ""}
@@ -46,7 +48,8 @@ def _train(tmp_path: Path, *overrides: str) -> Path:
 
 def test_train_config_composes():
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        cfg = compose("train", overrides=["dataset=jsonl", "dataset.path=x"])
+        cfg = compose("train", overrides=["experiment=preset/zero_shot", "scorer=tracer", "dataset=jsonl",
+                                          "dataset.path=x"])
         scorer = compose("evaluate", overrides=["scorer=tracer"]).scorer
     assert cfg.get("logger") is None and cfg.scorer.name == "tracer"
     assert cfg.scorer == scorer  # train.py and evaluate.py scorer=tracer fit the same head
@@ -60,7 +63,7 @@ def test_train_end_to_end(tmp_path, minilm):
     assert list((run_dir / "wandb").glob("offline-run-*")), "no offline W&B run written"
     snap = run_dir / "index" / "snapshots" / current_snapshot(run_dir / "index")
     for name in ("blend_head.pt", "feature_stats.json", "history.json", "config.yaml", "report.json", "report.md",
-                 "wt_hist.png", snap / "blend_head.pt", snap / "trie.pt", snap / "meta.json"):
+                 "wt_hist.png", snap / "blend_head.pt", snap / "trie.pt", snap / "meta.json", "heldout/metrics.json"):
         assert (run_dir / name).exists(), name
     head = BlendHead.from_state_dict(torch.load(run_dir / "blend_head.pt", weights_only=True))
     stats = json.loads((run_dir / "feature_stats.json").read_text())
@@ -71,7 +74,11 @@ def test_train_end_to_end(tmp_path, minilm):
     for run in hist["runs"]:
         assert len(run["val_loss"]) == run["epochs"] and run["best_val_loss"] == min(run["val_loss"])
 
-    report = json.loads((run_dir / "report.json").read_text())
+    full = json.loads((run_dir / "report.json").read_text())
+    assert full["preset"] == "preset/zero_shot" and full["scorer"] == "tracer" and full["index"]["bytes"] > 0
+    # the held-out numbers are evaluate.py's own document for the same config
+    assert full["heldout"]["mean"] == json.loads((run_dir / "heldout" / "metrics.json").read_text())["mean"]
+    report = full["blend_head"]
     assert set(report["coefficients"]["w"]) == {*FEATURES, "bias"}
     corr = report["feature_correlation"]
     assert all(corr[f][f] == 1.0 and all(corr[f][g] == corr[g][f] for g in FEATURES) for f in FEATURES)

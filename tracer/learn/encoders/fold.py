@@ -76,7 +76,7 @@ class FoldEncoders:
             "checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
             "teacher": teacher,
             "teacher_train_seconds": train_info(teacher)["train_seconds"] if teacher else None,
-            "final_loss": info["loss"][-1], "loss": info["loss"], "served_as": embedder.inner.name,
+            "final_loss": info["loss"][-1] if info["loss"] else None, "loss": info["loss"], "served_as": embedder.inner.name,
             "inner_of": inner_of, "held_groups": sorted(held),
             "trajectory_ids": sorted(set(pairs.trajectory_ids))})
         res = Resources.build(self.registry, embedder, device=self.device, seed=self.seed,

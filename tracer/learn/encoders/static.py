@@ -64,15 +64,13 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
     """The trained token table ``[V, d]`` and a summary (loss per step, wall time). AdamW at ``cfg.lr`` with
     no warm-up (a table of independent rows needs none), batches without a repeated anchor or tool; the
     context term's partners are drawn again each epoch (contexts whose tool has no other are left out of
-    it)."""
-    if len(pairs) < 2:
-        raise ValueError(f"static encoder training needs at least 2 pairs, got {len(pairs)}")
+    it). Fewer than 2 pairs give nothing to rank against: no step, the start table as it is."""
     torch.manual_seed(cfg.seed)
     table = torch.nn.Parameter(torch.tensor(np.asarray(base.embedding, dtype=np.float32)))   # [V, d]
     opt = torch.optim.AdamW([table], lr=cfg.lr, weight_decay=cfg.weight_decay)
     terms = losses_for(cfg)
     losses, t0, step = [], time.perf_counter(), 0
-    for epoch in range(cfg.epochs):
+    for epoch in range(cfg.epochs if len(pairs) > 1 else 0):
         partners = context_partners(pairs, cfg.seed + epoch) if cfg.context_weight > 0 else None
         for batch in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + epoch):
             a = encode(table, base, [pairs.anchors[i] for i in batch], cfg.max_seq_length)         # [B, d]

@@ -74,9 +74,8 @@ def _features(model: SentenceTransformer, texts: Sequence[str], device: str) -> 
 def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, device: str | None = None,
           log: Callable[[dict], None] | None = None) -> tuple[SentenceTransformer, dict]:
     """Fine-tune ``base_model`` (cut to ``cfg.layers``) on ``pairs``; returns the model (eval mode) and a
-    summary with the loss per step."""
-    if len(pairs) < 2:
-        raise ValueError(f"encoder training needs at least 2 pairs, got {len(pairs)}")
+    summary with the loss per step. Fewer than 2 pairs give no in-batch negative to rank against: no step is
+    taken and the start model is returned as it is (a cold start keeps what the base model knows)."""
     # imported here: the full sentence-transformers package costs ~3 s more at import than the embedders'
     # part of it, and every evaluate.py / tracer start imports this module whether it fine-tunes or not
     from sentence_transformers import SentenceTransformer
@@ -91,7 +90,8 @@ def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, 
     own_length = model.max_seq_length
     model.max_seq_length = min(cfg.max_seq_length, own_length)
     terms = losses_for(cfg, model)
-    per_epoch = [no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e) for e in range(cfg.epochs)]
+    per_epoch = [no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + e) if len(pairs) > 1 else []
+                 for e in range(cfg.epochs)]
     batches = [b for epoch in per_epoch for b in epoch]
     epoch_of = [e for e, epoch in enumerate(per_epoch) for _ in epoch]
     partners = ([context_partners(pairs, cfg.seed + e) for e in range(cfg.epochs)] if cfg.context_weight
