@@ -202,3 +202,20 @@ def test_saving_again_links_the_carried_encoder_and_the_old_snapshot_may_go(stat
     assert answers(Retriever.load(index, device="cpu")) == before
     vec = np.asarray(before["answers"][0]["vec"], dtype=np.float32)
     assert vec.shape == (r.res.embedder.dim,) and abs(float(np.linalg.norm(vec)) - 1) < 1e-5
+
+
+def test_tracer_select_answers_from_the_index_as_the_retriever_does(static_index, tmp_path):
+    """``tracer select`` in a fresh process: the tools a copy of the index presents, one JSON line per
+    conversation, equal to the retriever's; input that is not JSON is named with its line (exit 2)."""
+    index, _ = _copy(static_index, tmp_path)
+    r = Retriever.load(index, device="cpu")
+    cmd = [sys.executable, "-m", "tracer.cli", "select", "--index", str(index), "--json", "--k", "3"]
+    proc = subprocess.run(cmd, check=False, input=json.dumps(conversations()), cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = [json.loads(line)["tools"] for line in proc.stdout.splitlines()]
+    assert got == [[r.registry[i].name for i in r.select_ids(m, k=3)] for m in conversations()]
+    (tmp_path / "bad.json").write_text('[{"role": "user",\n "content": }]')
+    proc = subprocess.run([*cmd[:-3], "--messages", str(tmp_path / "bad.json")], check=False, cwd=tmp_path,
+                          env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and f"{tmp_path / 'bad.json'}:2: not JSON" in proc.stderr

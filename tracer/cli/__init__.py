@@ -4,6 +4,7 @@
     tracer serve --index DIR --upstream http://localhost:8000/v1     # docs/gateway.md    (extra: serve)
     tracer mcp --config servers.json --index DIR                     # docs/gateway.md    (extra: serve)
     tracer update --index DIR --log FILE_OR_DIR [--refit --history DATASET]   # docs/learning.md
+    tracer select --index DIR [--messages FILE]                       # a conversation's tools, from the shell
 
 A subcommand whose extra is not installed stays listed; running it says which extra to install.
 """
@@ -20,6 +21,8 @@ SUBCOMMANDS = {  # name -> (module, help, the pip extra it needs)
     "mcp": ("tracer.cli.mcp", "MCP server aggregating upstream MCP servers, tools/list filtered to the best k",
             "serve"),
     "update": ("tracer.cli.update", "add logged trajectories to a saved index", None),
+    "select": ("tracer.cli.select", "the tools a saved index presents for a conversation (JSON on stdin or a file)",
+               None),
 }
 
 

@@ -19,7 +19,7 @@ def tracer(*argv: str) -> subprocess.CompletedProcess:
 
 def test_serve_without_its_extra_names_the_extra_and_update_still_parses(tmp_path):
     listed = tracer("--help")
-    assert listed.returncode == 0 and "{serve,mcp,update}" in listed.stdout
+    assert listed.returncode == 0 and "{serve,mcp,update,select}" in listed.stdout
     refused = tracer("serve", "--index", "x", "--upstream", "http://127.0.0.1:1/v1")
     assert refused.returncode == 2
     assert refused.stderr.strip().endswith("tracer serve needs the [serve] extra (uvicorn is not installed): "
