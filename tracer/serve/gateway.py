@@ -5,8 +5,9 @@ chooses k tools (:mod:`tracer.serve.selection`), forwards the request with only 
 ``{upstream}/chat/completions`` (headers, ``Authorization`` included, passed through) and returns the
 upstream's answer unchanged: status, headers and body bytes, streamed chunk by chunk when the upstream
 streams (SSE). Requests with at most k tools, and any other ``/v1/...`` path, are forwarded as they
-came. Each answer carries ``X-Tracer-Conversation`` (the id to report an outcome under) and
-``X-Tracer-Selection-Ms`` (the time spent choosing, also in ``tracer_selection_seconds``).
+came. Each answer carries ``X-Tracer-Conversation`` (the id to report an outcome under),
+``X-Tracer-Selection-Ms`` (the time spent choosing, also in ``tracer_selection_seconds``) and
+``X-Tracer-Index`` (the snapshot that chose, ``snapshots/<id>``: which index answered, behind a load balancer).
 
 Errors of our own are OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``): 400 naming
 the field of a malformed request, 413 over the size limit, 502 when the upstream cannot be reached, 504
@@ -176,10 +177,11 @@ class Gateway:
         conv = turn.id
         self.metrics.conversations.labels(turn.how).inc()
         presented, selection_s = names, 0.0
+        retriever, version = self.holder.served  # one index for the whole request, named in its answer
         if len(tools) > self.config.k:
             try:
                 with Stopwatch() as stage:
-                    presented = await self.selection(self.holder.retriever, conv, body, names)
+                    presented = await self.selection(retriever, conv, body, names)
                 selection_s = stage.seconds
                 by_name = dict(zip(names, tools))
                 raw = orjson.dumps({**body, "tools": [by_name[n] for n in presented]})
@@ -190,6 +192,7 @@ class Gateway:
                 presented = names
         extra = [(b"x-tracer-conversation", conv.encode("latin-1")),
                  (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode()),
+                 *([(b"x-tracer-index", version.encode())] if version else []),
                  *self.admin.outcome_headers(conv)]
         response = await self._forward(request, "/chat/completions", raw, bool(body.get("stream")), extra)
         self.conversations.answered(turn, reply_message(response))

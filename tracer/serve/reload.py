@@ -102,11 +102,22 @@ class IndexHolder:
         self.directory = Path(directory)
         self._load, self._clock = load or Retriever.load, clock
         self._lock = threading.Lock()  # one reload at a time
-        self.token = version_token(self.directory)
-        self.retriever = self._load(self.directory)
+        self.token, self.retriever = self._load_stable()
+        self.served = (self.retriever, self.version)  # one attribute: a request reads both from one load
         self.reloads = 0
         self.failure: LoadFailure | None = None  # the newest version failed; cleared by a good load
         self.failed_loads = 0
+
+    def _load_stable(self) -> tuple[tuple[int, bytes] | None, Retriever]:
+        """The version token and the retriever loaded under it: a pointer replaced during the load (a writer
+        publishing meanwhile) means the load may have resolved the newer snapshot, so it is loaded again until
+        the token is the same before and after (the pointer only moves forward; bounded all the same)."""
+        for _ in range(5):
+            token = version_token(self.directory)
+            fresh = self._load(self.directory)
+            if version_token(self.directory) == token:
+                break
+        return token, fresh
 
     @property
     def version(self) -> str | None:
@@ -135,11 +146,12 @@ class IndexHolder:
             if not force and (token == self.token or self._waiting(token)):
                 return False
             try:
-                fresh = self._load(self.directory)
+                token, fresh = self._load_stable()
             except Exception as e:  # noqa: BLE001  (any failure: keep serving the old index)
                 self._failed(token, e)
                 return False
             self.retriever, self.token, self.failure = fresh, token, None
+            self.served = (fresh, self.version)
             self.reloads += 1
             log.info("index reloaded", extra={"event": "reloaded", "index": str(self.directory),
                                               "tools": len(fresh.registry)})
