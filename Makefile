@@ -1,4 +1,4 @@
-# Quick start:  make demo   (evaluate the default scorer on BFCL)   |   make test   (the test suite)
+# Quick start:  make demo   (train an index on BFCL, select with it)   |   make test   (the test suite)
 # Both create .venv and install what they need on first use.
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml requirements-bfcl.txt
 
 install: $(STAMP)
 
+# train.py's default preset (fastest) on BFCL into outputs/demo/index, then the tools it presents for a few
+# conversations (data/demo/conversations.json), read back from the saved index as a server would
 demo: $(STAMP)
-	$(PY) evaluate.py
+	$(PY) train.py dataset=bfcl folds=0 progress=false hydra.run.dir=outputs/demo
+	$(PY) -m tracer.cli select --index outputs/demo/index --messages data/demo/conversations.json
 
 # two workers (pytest-xdist), one per core; work-stealing keeps the long tests off one queue.
 # `make test` leaves out the tests marked slow (encoder training, long runs); `make test-all` runs them too.
