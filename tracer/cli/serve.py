@@ -57,6 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="POST /v1/tracer/reload starts a reload at most this often (429 before)")
     p.add_argument("--max-unknown-embed", type=int, default=256,
                    help="new texts of tools the index does not know embedded per request (the rest rank last)")
+    p.add_argument("--tools-from-index", action="store_true",
+                   help="the registry is held here: requests send no tools, or only their own additions")
     p.add_argument("--device", default="cpu")
     p.add_argument("--log-level", default="info")
 
@@ -83,7 +85,7 @@ def build(args: argparse.Namespace) -> Gateway:
                            admin_token=args.admin_token or os.environ.get("TRACER_ADMIN_TOKEN") or None,
                            max_admin_body_bytes=args.max_admin_body_bytes,
                            reload_min_interval_s=args.reload_min_interval,
-                           max_unknown_embed=args.max_unknown_embed)
+                           max_unknown_embed=args.max_unknown_embed, tools_from_index=args.tools_from_index)
     return Gateway(holder, config, sink)
 
 

@@ -39,6 +39,7 @@ from tracer.serve.bounded import safe_url
 from tracer.serve.conversations import ConversationIds, reply_message
 from tracer.serve.exchange_log import OutcomeGate, log_exchange
 from tracer.serve.guards import ClientGone, passthrough_path, read_body
+from tracer.serve.held import IndexTools, candidates
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.reload import IndexHolder, refreeze_long_lived
@@ -68,6 +69,8 @@ class GatewayConfig:
         max_admin_body_bytes: body limit of ``/v1/tracer/*``.
         reload_min_interval_s: ``POST /v1/tracer/reload`` starts a reload at most this often.
         max_unknown_embed: new texts of tools the index does not know embedded per request at most.
+        tools_from_index: the registry is held here (:mod:`tracer.serve.held`): a request's ``tools`` are only
+            its own additions, the candidates are the index's tools plus those.
     """
 
     upstream: str
@@ -83,6 +86,7 @@ class GatewayConfig:
     max_admin_body_bytes: int = 16 * 1024
     reload_min_interval_s: float = 10.0
     max_unknown_embed: int = 256
+    tools_from_index: bool = False
 
 
 class Gateway:
@@ -96,6 +100,7 @@ class Gateway:
         presenter = StickyPresenter(config.sticky, config.max_presented or 4 * config.k)
         unknown = UnknownToolVectors(max_new=config.max_unknown_embed)
         self.selection = SelectionStage(config.k, presenter, unknown, self.metrics)
+        self.index_tools = IndexTools()  # the registry as OpenAI objects, for tools_from_index
         self.conversations = ConversationIds()
         self.upstream = Upstream(config.upstream, config.upstream_timeout_s,
                                  lambda: self.metrics.errors.labels("upstream_disconnect_retried").inc())
@@ -176,8 +181,13 @@ class Gateway:
         turn = self.conversations.assign(messages, request.headers.get("authorization"), header)
         conv = turn.id
         self.metrics.conversations.labels(turn.how).inc()
-        presented, selection_s = names, 0.0
         retriever, version = self.holder.served  # one index for the whole request, named in its answer
+        own = tools
+        if self.config.tools_from_index and body.get("tool_choice") != "none":  # the registry is held here
+            tools, names = candidates(*self.index_tools.of(retriever), tools, names)
+            body = {**body, "tools": tools}
+            raw = orjson.dumps(body) if len(tools) <= self.config.k else raw
+        presented, selection_s = names, 0.0
         if len(tools) > self.config.k:
             try:
                 with Stopwatch() as stage:
@@ -190,6 +200,10 @@ class Gateway:
                 log.exception("selection failed; forwarding every tool", extra={"event": "selection_failed",
                                                                                   "conversation": conv})
                 presented = names
+                raw = orjson.dumps(body) if own is not tools else raw
+        if own is not tools:  # the log needs what was offered: the presented schemas and the request's own
+            shown = set(presented)
+            body = {**body, "tools": [t for t, n in zip(tools, names) if n in shown] + list(own)}
         extra = [(b"x-tracer-conversation", conv.encode("latin-1")),
                  (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode()),
                  *([(b"x-tracer-index", version.encode())] if version else []),
