@@ -86,9 +86,9 @@ def main() -> None:
         names = [t["function"]["name"] for t in tools]
         full = orjson.dumps({"model": "m", "messages": MESSAGES, "tools": tools})
         bare = orjson.dumps({"model": "m", "messages": MESSAGES})
-        parse_full = cpu_median(lambda: parse_chat_request(full), args.repeats)
-        parse_bare = cpu_median(lambda: parse_chat_request(bare), args.repeats)
-        held = cpu_median(lambda: candidates(tools, names, [], []), args.repeats)
+        parse_full = cpu_median(lambda full=full: parse_chat_request(full), args.repeats)
+        parse_bare = cpu_median(lambda bare=bare: parse_chat_request(bare), args.repeats)
+        held = cpu_median(lambda tools=tools, names=names: candidates(tools, names, [], []), args.repeats)
         print(f"| {n:,} | schemas in every request | {len(full) / 1024:,.0f} | {parse_full * 1e3:.2f} | – | "
               f"{parse_full * 1e3:.2f} |")
         print(f"| {n:,} | registry held (`--tools-from-index`) | {len(bare) / 1024:,.1f} | {parse_bare * 1e3:.3f} | "
