@@ -34,6 +34,7 @@ def recipe(tmp_path):
             "slow": {**common, **dataclasses.asdict(SLOW)}}
 
 
+@pytest.mark.slow  # trains encoders: make test-all
 def test_both_stages_are_trained_on_the_outer_folds_training_trajectories_only(recipe, tiny_resources):
     # the tiny corpus twice (10 conversations): every inner fold of every outer fold holds pairs to train on
     trajs = tiny_trajectories() + [dataclasses.replace(t, id=f"{t.id}b", group=f"{t.group}b") for t in tiny_trajectories()]

@@ -56,6 +56,7 @@ def trained():
     return train(_pairs(), FAST, device="cpu")
 
 
+@pytest.mark.slow  # trains encoders: make test-all
 def test_training_lowers_the_loss_and_is_deterministic(trained):
     _, info = trained
     per_epoch = torch.tensor(info["loss"]).view(FAST.epochs, -1).mean(1)  # [epochs]
@@ -63,6 +64,7 @@ def test_training_lowers_the_loss_and_is_deterministic(trained):
     assert train(_pairs(), FAST, device="cpu")[1]["loss"] == info["loss"]
 
 
+@pytest.mark.slow  # trains encoders: make test-all
 def test_checkpoint_reloads_to_identical_embeddings_and_a_rerun_does_not_train(trained, tmp_path):
     model, info = trained
     calls = []
@@ -106,6 +108,7 @@ def test_per_fold_encoders_never_train_on_held_out_trajectories(tmp_path, tiny_r
     assert ev.res.embedder.name == per_fold[1]["checkpoint"]  # the last fold scored with its own encoder
 
 
+@pytest.mark.slow  # trains encoders: make test-all
 def test_a_fold_checkpoint_served_through_onnx_encodes_as_the_checkpoint(tmp_path):
     """``serve_as`` (encoder_training=mnrl_int8's mechanism): the fold's checkpoint is built into another
     embedder; here its ONNX fp32 export, which must encode as the fine-tuned torch model does."""
@@ -162,6 +165,7 @@ def test_inner_fold_encoders_never_saw_their_inner_fold(tmp_path):
         assert h["checkpoint"] != outer["checkpoint"]
 
 
+@pytest.mark.slow  # trains encoders: make test-all
 def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path):
     """``layers``: the base model cut to some of its transformer layers (encoder_training=mnrl_l3_int8), then
     fine-tuned and saved as it is. The kept layers are the base's own weights in order, every other weight is
@@ -208,6 +212,7 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
         EncoderRecipe.from_config({"kind": "static", **dataclasses.asdict(recipe)})
 
 
+@pytest.mark.slow  # trains encoders: make test-all
 def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_layers(tmp_path):
     """``from_teacher``: the student's layers come from the full-depth recipe fine-tuned on the same pairs (trained
     first, recorded as its ``teacher``), not from the base model; it then trains as usual, and has its own key."""

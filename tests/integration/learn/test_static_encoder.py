@@ -62,6 +62,7 @@ def test_other_pairs_train_another_model(encoder_dir):
     assert trained_static(fewer, CFG, encoder_dir=encoder_dir) != one
 
 
+@pytest.mark.slow  # trains encoders: make test-all
 def test_context_positives_add_a_context_to_context_loss(encoder_dir):
     """``context_weight``: each batch's loss is the context-to-tool loss plus the weight times the cross-entropy
     of each context over the batch's partner contexts (another context that called the same tool), checked

@@ -56,6 +56,7 @@ def test_train_config_composes():
     assert set(cfg.scorer.head) >= {"inner_folds", "t_floor", "lr", "weight_decay", "max_epochs", "patience"}
 
 
+@pytest.mark.slow  # the blend head and 2 outer folds through train.py, a W&B run: make test-all
 def test_train_end_to_end(tmp_path, minilm):
     """One real run (W&B offline as the logger: one interpreter start instead of two, ~15 s less)."""
     pytest.importorskip("wandb")
