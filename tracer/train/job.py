@@ -76,8 +76,7 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
         "seconds": {"encoder": t1 - t0, "scorer": t2 - t1, "save": t3 - t2,
                     "scorer_stages": {k: v for k, v in fit.history.items()
                                       if "seconds" in k and isinstance(v, (int, float))}},
-        "encoder_training": [{k: v for k, v in h.items() if k not in ("trajectory_ids", "loss")}
-                             for h in (encoders.history if encoders else [])],
+        "encoder_training": [_summary(h) for h in (encoders.history if encoders else [])],
         "index": index_size(index) | {"path": str(index)} if index is not None else None,
         "heldout": None,
     }
@@ -96,3 +95,11 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
                        | ({"index/bytes": report["index"]["bytes"]} if index is not None else {}))
     logger.finish()
     return report
+
+
+def _summary(history: dict[str, Any]) -> dict[str, Any]:
+    """An encoder's history without its per-step curve and trajectory ids (a cascade's slow stage likewise)."""
+    out = {k: v for k, v in history.items() if k not in ("trajectory_ids", "loss")}
+    if isinstance(out.get("slow"), dict):
+        out["slow"] = _summary(out["slow"])
+    return out

@@ -42,6 +42,13 @@ STAGES = {"seconds_embed": "embedding the training steps (memories, queries)",
           "seconds_fast": "fast stage", "seconds_slow": "slow stage"}
 
 
+def _encoder_row(role: str, h: Mapping[str, Any]) -> str:
+    teacher = f" (its teacher: {h['teacher_train_seconds']:.1f} s)" if h.get("teacher_train_seconds") else ""
+    this = h.get("seconds")
+    return (f"| {role}: `{h['served_as']}` | {h['pairs']} | {h['train_seconds']:.1f}{teacher} | "
+            f"{'–' if this is None else f'{this:.1f}'} |")
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
@@ -61,10 +68,16 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         if key in STAGES:
             lines.append(f"| &nbsp;&nbsp;{stage + ': ' if stage else ''}{STAGES[key]} | {v:.1f} |")
     lines.append(f"| save | {s['save']:.1f} |")
-    for h in report.get("encoder_training") or []:
-        if h.get("inner_of") is None:
-            lines.append(f"\nEncoder trained on {h['pairs']} pairs in {h['train_seconds']:.1f} s (0 when found in "
-                         f"the cache): `{h['served_as']}`.")
+    trained = report.get("encoder_training") or []
+    if trained:
+        lines += ["", "| encoder | pairs | training when built (s) | this run (s) |", "|---|---:|---:|---:|"]
+        for h in trained:
+            role = "outer" if h.get("inner_of") is None else f"inner fold without {len(h['held_groups'])} groups"
+            lines.append(_encoder_row(role, h))
+            if h.get("slow"):
+                lines.append(_encoder_row("slow stage", h["slow"]))
+        lines.append("\nA run that finds a checkpoint in the cache (the same pairs and recipe trained before) takes "
+                     "about 0 s for it; the time it took when built is beside it.")
     if report.get("index"):
         ix = report["index"]
         lines += ["", (f"Index: `{ix['path']}`, {_mb(ix['bytes'])} "

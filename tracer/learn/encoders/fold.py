@@ -10,6 +10,7 @@ with the fold's training trajectories; it trains (or finds the cached checkpoint
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,9 @@ class FoldEncoders:
         folds (``inner_of``: the index in ``history`` of the outer call it serves; ``held``: the groups left
         out)."""
         pairs = self.pairs(train)
+        t0 = time.perf_counter()
         path = self.checkpoint(pairs)
+        seconds = time.perf_counter() - t0  # this call's: near 0 when the checkpoint was found in the cache
         config, arguments = self.recipe.served(str(path))
         embedder = self.build_embedder(config, **arguments)
         info = train_info(path)
@@ -74,6 +77,7 @@ class FoldEncoders:
         teacher = info.get("teacher")
         self.history.append({
             "checkpoint": str(path), "pairs": len(pairs), "train_seconds": info["train_seconds"],
+            "seconds": seconds,
             "teacher": teacher,
             "teacher_train_seconds": train_info(teacher)["train_seconds"] if teacher else None,
             "final_loss": info["loss"][-1] if info["loss"] else None, "loss": info["loss"], "served_as": embedder.inner.name,
