@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tracer.build import build_dataset, build_embedder, build_fold_encoders, build_logger, build_scorer, plain
 from tracer.core.folds import check_folds
 from tracer.core.io import atomic_write_text, write_json
+from tracer.core.store import read_json
 from tracer.core.validate import TRAIN_INTS, check_config
 from tracer.eval.job import run_job as evaluate
 from tracer.retriever import Retriever
@@ -85,9 +86,11 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
     if c["folds"]:
         heldout_cfg = {k: v for k, v in c.items() if k not in TRAIN_ONLY} | {"logger": None}
         doc = evaluate(heldout_cfg, out / "heldout")
+        curve = read_json(out / "heldout" / "run_info.json")["recall_curve"]  # pooled over steps, k = 1, 2, ...
         report["heldout"] = {"folds": doc["folds"], "k": doc["k"], "n_steps": doc["n_steps"],
-                             "registry_size": doc["registry_size"], "mean": doc["mean"], "sd": doc["sd"],
-                             "metrics": str(out / "heldout" / "metrics.json")}
+                             "registry_size": doc["registry_size"], "recall_at_1": curve[0],
+                             "recall_at_5": curve[4] if len(curve) > 4 else None, "mean": doc["mean"],
+                             "sd": doc["sd"], "metrics": str(out / "heldout" / "metrics.json")}
         logger.log_summary({f"heldout/{k}": v for k, v in doc["mean"].items() if v is not None})
     write_json(out / "report.json", report)
     atomic_write_text(out / "report.md", report_markdown(report))

@@ -87,7 +87,9 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     if h:
         lines += ["", (f"## Held-out ({h['folds']} outer folds, k = {h['k']}, {h['n_steps']} steps, "
                       f"{h['registry_size']} tools; evaluate.py's metrics: `{h['metrics']}`)"), "",
-                  "| metric | mean |", "|---|---:|"]
+                  f"Pooled over the held-out steps: recall@1 {h['recall_at_1']:.4f}"
+                  + (f", recall@5 {h['recall_at_5']:.4f}" if h.get("recall_at_5") is not None else "") + ".", "",
+                  "| metric | mean over folds |", "|---|---:|"]
         lines += [f"| {k} | {v:.4f} |" for k, v in h["mean"].items() if isinstance(v, float)]
     if report.get("blend_head"):
         lines += ["", blend_markdown(report["blend_head"]).replace("# Blend head", "## Blend head", 1)]
