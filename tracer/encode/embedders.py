@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from tracer.encode.bundle import Served, every_file
 from tracer.encode.manifest import fingerprint
 from tracer.encode.shards import read_shards, write_shard
 
@@ -100,11 +101,9 @@ class SentenceTransformerEmbedder:
         self.progress = progress
         self.max_seq_length = int(self.model.max_seq_length)
 
-    def served(self):
+    def served(self) -> Served | None:
         """The model folder, for a saved index to carry, under this embedder's name; None for the MiniLM packaged
         with tracer (a dependency, installed wherever tracer is)."""
-        from tracer.encode.bundle import Served, every_file
-
         return None if self.packaged else Served(self.path, every_file(self.path), {"name": self.name})
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:

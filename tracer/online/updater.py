@@ -19,7 +19,7 @@ Example::
   with transferred weights (``transfer``) keeps them; set ``scorer.transfer = None`` to refit it on
   its own logs once there are enough.
 - *Encoder* (opt-in, ``encoder=``): a refit first fine-tunes the encoder on the updater's trajectories
-  (e.g. ``lambda trajs, registry: FoldEncoders(registry, recipe)(trajs)`` with a recipe of
+  (e.g. ``lambda trajs, registry: build_fold_encoders(registry, recipe)(trajs)`` with a recipe of
   ``configs/encoder_training/``; checkpoints are cached by a content hash of the pairs), builds fresh
   resources around it, fits a fresh scorer on them (tries, tables and weights: every stored context is
   embedded anew), adds what arrived meanwhile and swaps the whole scorer in by one assignment
@@ -42,22 +42,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
-
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.online.updates import grow_resources, rename_scorer, update_scorer
-from tracer.scorers.tracer import TracerScorer
-from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scoring.ranking import without
 from tracer.scoring.resources import Resources
-
-
-def learned_part(scorer) -> str | None:
-    """The attribute holding a scorer's learned weights (None when it has none to refit)."""
-    if isinstance(scorer, TracerPlusScorer):
-        return None if scorer.transfer else "model"
-    if isinstance(scorer, TracerScorer) and scorer.blend == "learned":
-        return "head"
-    return None
 
 
 class Updater:
@@ -136,7 +124,7 @@ class Updater:
             with self._lock:
                 trajectories, res, self._pending = list(self.trajectories), self.scorer.res, False
             t0 = time.perf_counter()
-            attr = learned_part(self.scorer)
+            attr = self.scorer.learned_part
             entry = {"trajectories": len(trajectories)}
             try:
                 if self.encoder is not None:
@@ -156,7 +144,7 @@ class Updater:
 
     @property
     def refits_anything(self) -> bool:
-        return self.encoder is not None or learned_part(self.scorer) is not None
+        return self.encoder is not None or self.scorer.learned_part is not None
 
     def _refit_with_encoder(self, trajectories: list[Trajectory], res: Resources) -> None:
         """Fine-tune, rebuild and fit a fresh scorer on ``trajectories``, catch it up under the lock with the
@@ -212,7 +200,4 @@ class Updater:
 
     def live(self, ranking: Iterable[int], k: int | None = None) -> tuple[int, ...]:
         """A ranking (registry ids, best first) without the removed tools, cut to ``k`` when given."""
-        gone = self.removed_ids
-        ids = ranking if isinstance(ranking, np.ndarray) else np.fromiter(ranking, dtype=np.int64)
-        kept = ids[~np.isin(ids, list(gone))] if gone else ids
-        return tuple((kept if k is None else kept[:k]).tolist())
+        return without(ranking, self.removed_ids, k)

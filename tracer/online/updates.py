@@ -24,17 +24,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tracer.core.types import Registry, Step, Tool, Trajectory
+from tracer.core.types import Registry, Tool, Trajectory
 from tracer.encode.embedders import encode_tools
 from tracer.memory.host_rows import host_view, to_host
 from tracer.memory.priors import empirical_prior_np
 from tracer.memory.transitions import TransitionTable
 from tracer.memory.trie import ExecutionTrie
-from tracer.scorers.autotool import AutoToolScorer
-from tracer.scorers.cascade import CascadeScorer
-from tracer.scorers.toolnet import ToolNetScorer
-from tracer.scorers.tracer import TracerScorer
-from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scoring.protocol import Scorer
 from tracer.scoring.resources import Resources, training_steps
 from tracer.scoring.single_step import rows_rewritten
 
@@ -141,29 +137,12 @@ def _merge(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.
     return np.asarray(trie._node_ids(states, create=False), dtype=np.int64)
 
 
-def scorer_tries(scorer) -> list[TransitionTable]:
+def scorer_tries(scorer: Scorer) -> list[TransitionTable]:
     """Every trie or transition table a fitted scorer holds (empty for scorers without one, e.g. vector search)."""
-    if isinstance(scorer, TracerPlusScorer):
-        return list(scorer.tries)
-    if isinstance(scorer, TracerScorer):
-        return [scorer.trie] if scorer.trie is not None else []
-    if isinstance(scorer, ToolNetScorer):
-        return [scorer.trie] if scorer.trie is not None else []
-    if isinstance(scorer, AutoToolScorer):
-        return list(scorer.tries)
-    return []
+    return scorer.memory_tables()
 
 
-def _memory_contexts(scorer, steps: Sequence[Step], res: Resources) -> torch.Tensor | None:
-    """The contexts a scorer's tries store, ``[S, d]`` (None for transition tables: counts only)."""
-    if isinstance(scorer, TracerPlusScorer):
-        return scorer.embed(steps, res)[0]
-    if isinstance(scorer, TracerScorer):
-        return res.embed(steps, scorer.rendering)
-    return None
-
-
-def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | None = None) -> int:
+def update_scorer(scorer: Scorer, trajectories: Sequence[Trajectory], res: Resources | None = None) -> int:
     """Add the trajectories' steps to every trie of a fitted scorer, over ``res`` (default: the
     scorer's; pass :func:`grow_resources`' result to register new tools). Returns the steps added.
 
@@ -174,7 +153,7 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
     res = scorer.res if res is None else res
     if scorer.res is None:
         raise RuntimeError(f"scorer {scorer.name!r} is not fitted: fit or load it before updating it")
-    if isinstance(scorer, CascadeScorer):  # two stages over two encoders, and a gate calibrated on their fit
+    if not scorer.updatable:  # a cascade: two stages over two encoders, and a gate calibrated on their fit
         raise TypeError(f"scorer {scorer.name!r}: a cascade is not updated in place (Retriever.update); refit it on "
                         f"the logs so far (Retriever.from_dataset(..., scorer='cascade', encoder_training='cascade'))")
     if res.registry is not scorer.res.registry and (len(res.registry) < len(scorer.res.registry) or any(
@@ -185,7 +164,7 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
     nodes = []  # per trie: the nodes the new steps reached (what tracer_plus's tables recompute)
     gold = res.tool_ids([s.gold for s in steps])                                       # [S]
     if tries:
-        ctx = _memory_contexts(scorer, steps, res)                                      # [S, d]
+        ctx = scorer.memory_contexts(steps, res)                                        # [S, d]; None: counts only
         for trie in tries:
             trie.n_tools = len(res.registry)  # ids are registry positions: appended tools take the new ones
             states = [trie.key.state(s) for s in steps]
@@ -193,16 +172,11 @@ def update_scorer(scorer, trajectories: Sequence[Trajectory], res: Resources | N
                 nodes.append(add_steps(trie, states, gold, ctx))
             else:
                 trie.add(states, gold)
-    if isinstance(scorer, TracerPlusScorer):
-        scorer.attach(tries, res, touched=(nodes, gold.numpy()))
-    elif isinstance(scorer, TracerScorer):
-        scorer.attach(tries[0], res)
-    else:
-        scorer.res = res
+    scorer.reattach(tries, res, touched=(nodes, gold.numpy()))
     return len(steps)
 
 
-def rename_scorer(scorer, old: str, new: str) -> None:
+def rename_scorer(scorer: Scorer, old: str, new: str) -> None:
     """Rename a tool in a fitted scorer: registry, fallback vector and every trie's states."""
     res = rename_resources(scorer.res, old, new)
     tries = scorer_tries(scorer)
@@ -210,7 +184,4 @@ def rename_scorer(scorer, old: str, new: str) -> None:
         raise ValueError(f"cannot rename {old!r} to {new!r}: trie states already hold {new!r}")
     for trie in tries:
         rename_in_trie(trie, old, new)
-    if isinstance(scorer, (TracerPlusScorer, TracerScorer)):
-        scorer.attach(tries if isinstance(scorer, TracerPlusScorer) else tries[0], res)
-    else:
-        scorer.res = res
+    scorer.reattach(tries, res)

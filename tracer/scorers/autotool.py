@@ -98,6 +98,9 @@ class AutoToolScorer(ScorerBase):
         return Scores(primary=blend, fallback=cos, fell_back=level < 0,
                       diagnostics={"in_trie": full_seen, "depth": level, "backoff": level})
 
+    def memory_tables(self) -> list:
+        return list(self.tries)
+
     def describe(self) -> dict:
         return {"scorer": self.name, "paper": "AutoTool (Jia and Li 2026, arXiv:2511.14650)", "alpha": self.alpha,
                 "state": "last two calls across turns", "backoff": "last two -> last one -> similarity only",

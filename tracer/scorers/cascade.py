@@ -89,6 +89,7 @@ class CascadeScorer(ScorerBase):
     """
 
     can_save = True
+    updatable = False  # two stages over two encoders and a gate calibrated on their fit: refitted, not updated
 
     def __init__(self, *, name: str, fast: TracerPlusScorer, slow: TracerPlusScorer, escalate: float, gate_k: int):
         for arg, stage in (("fast", fast), ("slow", slow)):

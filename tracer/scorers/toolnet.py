@@ -87,6 +87,9 @@ class ToolNetScorer(ScorerBase):
             diagnostics={"in_trie": has_children, "depth": cb.depth, "n_children": cb.n_children},
         )
 
+    def memory_tables(self) -> list[TransitionTable]:
+        return [self.trie] if self.trie is not None else []
+
     def describe(self) -> dict:
         return {"scorer": self.name, "paper": "ToolNet (Liu et al. 2024, arXiv:2403.00839)",
                 "state": "previous call across turns (START for the first call)",

@@ -20,12 +20,9 @@ children the rest of the k is filled from the fallback ranking (``pad: true``); 
 ``eps`` applies to both logs, so a child whose similarity is clipped to 0 by the ReLU keeps a
 finite, very low L instead of -inf. If every child's cosine is <= 0, L is uniform over the children.
 
-Two paths, one result: :meth:`TracerScorer.score_embedded` scores a batch with torch on the
-resources' device; :meth:`TracerScorer.select_one` / :meth:`TracerScorer.rank_one` score one
-live step with :mod:`tracer.scoring.single_step` (numpy on the CPU, fixed blend; the learned blend
-takes the batched path with a batch of one). Cosines are accumulated in float64 and rounded to
-float32 on both (see :mod:`tracer.memory.trie`), so their rankings and presented sets are the same
-(tested on BFCL).
+Two paths, one result: :meth:`TracerScorer.score_embedded` scores a batch with torch; ``select_one`` /
+``rank_one`` score one live step with :mod:`tracer.scoring.single_step` (numpy, fixed blend; the learned blend
+takes the batched path), cosines in float64 rounded to float32 on both: the same rankings (tested on BFCL).
 
 Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
 
@@ -120,6 +117,7 @@ class TracerScorer(ScorerBase):
         if blend not in ("fixed", "learned"):
             raise ValueError(f"blend must be 'fixed' or 'learned', got {blend!r}")
         self.name, self.blend, self.eps, self.tau, self.pad = name, blend, eps, tau, pad
+        self.learned_part = "head" if blend == "learned" else None  # what a refit learns again
         self.key = StateKey.from_config(key)
         self.rendering = ContextRendering.from_config(context)
         self.global_set_size = global_set
@@ -256,6 +254,16 @@ class TracerScorer(ScorerBase):
         if self.key.cross_turn or self.key.kind != "prefix":
             raise ValueError("pass a Step (not a state tuple) to the learned blend with this state key")
         return Step("", "", 0, len(step), step, step, "", ())
+
+    # ---- learning while serving (tracer.online); learned_part: the blend head, when learned ------------
+    def memory_tables(self) -> list[ExecutionTrie]:
+        return [self.trie] if self.trie is not None else []
+
+    def memory_contexts(self, steps: Sequence[Step], res: Resources) -> torch.Tensor:
+        return res.embed(steps, self.rendering)                                          # [S, d]
+
+    def reattach(self, tables: Sequence[ExecutionTrie], res: Resources, touched: tuple | None = None) -> None:
+        self.attach(tables[0], res)
 
     def describe(self) -> dict:
         """The configuration plus what fitting produced (trie size, global set, blend-head fit)."""

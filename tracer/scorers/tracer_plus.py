@@ -1,34 +1,21 @@
 """``tracer_plus``: a multi-key candidate union scored by a learned candidate model.
 
-Beyond the paper. At a turn opening (63% of BFCL steps) the paper's turn-local prefix is the root,
-whose ~73 children make the empirical prior nearly useless; the previous call across turns and
-the latest user request say much more. So instead of one trie and a fixed blend:
+Beyond the paper (docs/method.md, "tracer_plus"). At a turn opening the paper's turn-local prefix is the root,
+whose many children make its empirical prior nearly useless; the previous call across turns and the latest
+user request say much more. So instead of one trie and a fixed blend:
 
 1. *Candidates* (:mod:`tracer.learn.candidate_features`): the union of the children of the step's state
-   under each configured key (default: turn-local prefix, last 2 calls across turns, last call
-   across turns; one trie per key, built once, all sharing the same embedded training contexts)
-   and the top ``vector_candidates`` (m) tools of the vector ranking.
-2. *Features* per candidate and key: membership, log P, log R (contextual prior), the raw edge
-   cosine, the state's visits and children and their products with the candidate's features;
-   plus the vector cosine, log rank and top-m flag. Neutral values outside a key's children are
-   documented in :mod:`tracer.learn.candidate_features`. Features are standardised with the training split's
-   mean and SD (buffers stored beside the weights) and clipped to +-8 SD.
-3. *Model* (:mod:`tracer.learn.candidate_model`): linear ``s(t) = w . z(t)`` (default), a small MLP or
-   the mean of several (``head.members``), trained (:mod:`tracer.learn.candidate_fit`) by softmax NLL of
-   the gold over the candidate set on inner folds by group (no training step is scored by an index that
-   saw its own trajectory); steps whose gold is not a candidate carry no gradient.
-   At test time each step's coverage is in ``Scores.extra["in_candidates"]`` (1 / 0, -1 if unknown).
+   under each configured key (one trie per key, all sharing the same embedded training contexts) and the
+   top ``vector_candidates`` (m) tools of the vector ranking.
+2. *Features* per candidate and key (membership, log P, log R, edge cosine, the state's visits and children,
+   the vector cosine, log rank and top-m flag), standardised with the training split's statistics.
+3. *Model* (:mod:`tracer.learn.candidate_model`): linear (default), an MLP or the mean of several, trained
+   (:mod:`tracer.learn.candidate_fit`) by softmax NLL of the gold over the candidates on inner folds by group.
 
-Context renderings: ``query_context`` renders the vector query (vector features and the padding
-order), ``memory_context`` the contexts stored in and compared with the edge memories; both
-default to the latest user message plus the calls since (measured best on BFCL, see the config).
-
-Ranking: candidates by model score; the rest of the registry after them in vector order
-(``pad``); a step without any candidate (``vector_candidates: 0`` and unseen states) falls back
-to the vector ranking. ``in_trie`` is True when any key's state has children.
-
-References: DPR (Karpukhin et al., 2020) for the NLL over a candidate set; the TRACER paper for
-the trie, its two priors and the edge memories; ToolNet (Liu et al., 2024) for the previous-call key.
+Ranking: candidates by model score, then the rest of the registry in vector order (``pad``); a step without
+any candidate falls back to the vector ranking. ``in_trie`` is True when any key's state has children.
+References: DPR (Karpukhin et al., 2020) for the NLL over a candidate set; the TRACER paper for the trie, its
+two priors and the edge memories; ToolNet (Liu et al., 2024) for the previous-call key.
 
 Example::
 
@@ -270,6 +257,19 @@ class TracerPlusScorer(ScorerBase):
                 "query_context": asdict(self.query_rendering), "memory_context": asdict(self.memory_rendering),
                 "features": {"drop": list(self.drop)}, "model": self.model_kind, "eps": self.eps, "pad": self.pad,
                 "successful_only": self.successful_only, "head": dict(self.head_cfg), "transfer": self.transfer}
+
+    # ---- learning while serving (tracer.online) -------------------------------------------------------
+    @property
+    def learned_part(self) -> str | None:  # what a refit learns again: none while the weights are transferred
+        return None if self.transfer else "model"
+
+    def memory_tables(self) -> list[ExecutionTrie]:
+        return list(self.tries)
+
+    def memory_contexts(self, steps: Sequence[Step], res: Resources) -> torch.Tensor:
+        return self.embed(steps, res)[0]                                               # [S, d]
+
+    reattach = attach  # (tables, res, touched): the tries updated in place, and the entries they touched
 
     def describe(self) -> dict:
         out = {"scorer": self.name, "keys": [k.label for k in self.keys], "vector_candidates": self.m,

@@ -18,6 +18,11 @@ changes:
   single-step path of :mod:`tracer.scoring.single_step` (tested equal to the batched one).
 - ``can_save``: whether ``save(directory)`` / ``cls.load(directory, embedder)`` exist for it.
 - ``describe() -> dict``: the configuration and what fitting produced, for reports.
+- Learning while serving (:mod:`tracer.online`): ``memory_tables()`` (the tries and transition tables the
+  scorer reads, which logged steps are added to), ``memory_contexts(steps, res)`` (the ``[S, d]`` contexts its
+  tries store; ``None`` for count-only tables), ``reattach(tables, res, touched)`` (use the updated tables over
+  ``res``), ``learned_part`` (the attribute holding weights a refit learns again, or ``None``) and
+  ``updatable`` (``False``: the scorer is refitted, never updated in place).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
+from tracer.memory.transitions import TransitionTable
 from tracer.scoring.fit import FitReport
 from tracer.scoring.ranking import finalize
 from tracer.scoring.records import Scores
@@ -67,6 +73,15 @@ class Scorer(Protocol):
 
     def save(self, directory: str | Path) -> Path: ...
 
+    updatable: bool
+    learned_part: str | None
+
+    def memory_tables(self) -> list[TransitionTable]: ...
+
+    def memory_contexts(self, steps: Sequence[Step], res: Resources) -> torch.Tensor | None: ...
+
+    def reattach(self, tables: Sequence[TransitionTable], res: Resources, touched: tuple | None = None) -> None: ...
+
 
 class ScorerBase:
     """Defaults for every capability :class:`Scorer` declares; a scorer overrides what it changes and
@@ -79,6 +94,8 @@ class ScorerBase:
     rendering: ContextRendering | None = None
     can_save: ClassVar[bool] = False
     res: Resources | None = None
+    updatable: ClassVar[bool] = True
+    learned_part: str | None = None  # the attribute a refit learns again (tracer_plus: "model", tracer: "head")
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -114,6 +131,16 @@ class ScorerBase:
 
     def describe(self) -> dict:
         return {"scorer": self.name}
+
+    # ---- learning while serving (tracer.online): a scorer without tables only follows its resources --------
+    def memory_tables(self) -> list[TransitionTable]:
+        return []
+
+    def memory_contexts(self, steps: Sequence[Step], res: Resources) -> torch.Tensor | None:
+        return None
+
+    def reattach(self, tables: Sequence[TransitionTable], res: Resources, touched: tuple | None = None) -> None:
+        self.res = res
 
     def save(self, directory: str | Path) -> Path:
         raise TypeError(f"scorer {self.name!r} ({type(self).__name__}) cannot be saved: only scorers with "

@@ -13,6 +13,8 @@ import torch
 
 from tracer.scoring.records import Scores, Selection
 
+__all__ = ["confidence", "finalize", "no_proposal", "rank", "scatter_primary", "without"]
+
 
 def _desc_keys(x: np.ndarray, low: np.ndarray) -> np.ndarray:
     """uint64 sort keys: ascending key order = ``x`` (float32) descending, then ``low`` (< 2**32) ascending.
@@ -92,3 +94,11 @@ def confidence(s: torch.Tensor) -> torch.Tensor:
     ok = torch.isfinite(top)
     z = torch.exp(s64 - torch.where(ok, top, 0.0)[:, None]).sum(1)                # [B]
     return torch.where(ok, 1.0 / z, 0.0)
+
+
+def without(ranking, removed, k: int | None = None) -> tuple[int, ...]:
+    """A ranking (registry ids, best first; any iterable or ``[N]`` array) without the ``removed`` ids (the tools
+    drift masked out, :attr:`Resources.removed`), cut to ``k`` when given."""
+    ids = ranking if isinstance(ranking, np.ndarray) else np.fromiter(ranking, dtype=np.int64)
+    kept = ids[~np.isin(ids, list(removed))] if removed else ids
+    return tuple((kept if k is None else kept[:k]).tolist())
