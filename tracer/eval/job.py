@@ -38,6 +38,11 @@ def summary_table(doc: Mapping[str, Any]) -> str:
         mu, sd = doc["mean"][m], doc["sd"][m]
         note = f"  (over {over[m]} of {n} folds)" if mu is not None and over.get(m, n) != n else ""
         lines.append(f"  {m:<26} {'–' if mu is None else f'{mu:.4f} ± {sd:.4f}'}{note}")
+    seen = doc.get("by_gold_seen") or {}
+    if seen:  # pooled over steps: a tool the fold's training never called is "unseen"
+        parts = [f"{k} {v['n_steps']} steps {'–' if v['recall_at_k'] is None else format(v['recall_at_k'], '.4f')}"
+                 for k, v in seen.items()]
+        lines.append(f"  {'recall_at_k by gold tool':<26} {', '.join(parts)} (pooled)")
     return "\n".join(lines)
 
 

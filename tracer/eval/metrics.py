@@ -51,6 +51,7 @@ class StepRecord:
     unpresented: bool = False      # the call named a tool that was not presented (never a correct selection)
     no_call: bool = False          # the executor answered without a call (no error, nothing malformed)
     prompt_tokens_by: str = "local"  # who counted prompt_tokens: "server" (its usage) or "local"
+    gold_seen: bool | None = None  # the gold tool was called in the fold's training trajectories (None: no gold)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -128,6 +129,17 @@ def aggregate(per_fold: Sequence[Mapping[str, float | None]]) -> tuple[dict, dic
 def folds_in_mean(per_fold: Sequence[Mapping[str, float | None]]) -> dict[str, int]:
     """How many folds each mean of :func:`aggregate` is over (the folds that define the metric)."""
     return {m: sum(f.get(m) is not None for f in per_fold) for m in METRICS}
+
+
+def by_gold_seen(records: Sequence[StepRecord]) -> dict[str, dict[str, float | int | None]]:
+    """Recall at k and MRR pooled over the steps whose gold tool the fold's training trajectories called
+    (``seen``) and over the others (``unseen``: a tool the scorer never saw used)."""
+    out = {}
+    for label, want in (("seen", True), ("unseen", False)):
+        rs = [r for r in records if r.gold is not None and r.gold_seen is want]
+        out[label] = {"n_steps": len(rs), "recall_at_k": _mean([bool(r.hit_at_k) for r in rs]),
+                      "mrr": _mean([1.0 / r.gold_rank if r.gold_rank else 0.0 for r in rs])}
+    return out
 
 
 def recall_curve(records: Iterable[StepRecord], max_k: int = 10) -> list[float]:

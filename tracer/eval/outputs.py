@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.core.io import atomic_write_text, write_json
-from tracer.eval.metrics import StepRecord, folds_in_mean
+from tracer.eval.metrics import StepRecord, by_gold_seen, folds_in_mean
 
 __all__ = ["atomic_write_text", "metrics_document", "read_steps", "write_json", "write_jsonl"]
 
@@ -27,6 +27,7 @@ def metrics_document(*, dataset: str, registry_size: int, scorer: str, k: int, r
         "executor": executor, "n_steps": result.n_steps, "mean": result.mean, "sd": result.sd,
         "per_fold": result.per_fold, "folds": len(result.per_fold), "folds_in_mean": folds_in_mean(result.per_fold),
         "folds_without_test_steps": [f for f in range(len(result.per_fold)) if f not in tested],
+        "by_gold_seen": by_gold_seen(result.records),
     }
 
 

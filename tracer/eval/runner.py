@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from tracer.core.folds import assign_folds
 from tracer.core.locate import locate
-from tracer.core.steps import extract_all, extract_steps, step_from_messages
+from tracer.core.steps import extract_all, extract_steps, iter_calls, step_from_messages
 from tracer.core.threads import one_thread
 from tracer.core.types import Step, ToolCall, Trajectory
 from tracer.data import Dataset
@@ -133,6 +133,9 @@ class Evaluator:
             else:
                 recs, fold_tasks = self.free_running(fold, scorer, insight, test)
                 tasks.extend(fold_tasks)
+            called = {name for t in train for _, _, name, _ in iter_calls(t.messages)}
+            for r in recs:  # what the fold's training trajectories never called is an unseen tool
+                r.gold_seen = None if r.gold is None else r.gold in called
             trie_based = trie_based or any(r.in_trie is not None for r in recs)
             lat = self.latencies(scorer, insight, [s for t in test for s in extract_steps(t)], fold)
             per_fold.append(fold_metrics(recs, trie_based=trie_based,

@@ -110,6 +110,19 @@ def test_toy_run_metrics_by_hand(tiny_trajs, tiny_resources):
     assert res.mean["latency_ms_p50"] is not None
 
 
+def test_steps_whose_gold_the_folds_training_never_called_are_unseen(tiny_trajs, tiny_resources):
+    # one conversation per fold: cancel_booking (t1), send_email (t2) and list_files (t4) are called nowhere else,
+    # so their 3 steps are unseen; the 7 others seen. Ranks as in the test above (registry order).
+    from tracer.eval.metrics import by_gold_seen
+
+    res = _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer())
+    unseen = sorted((r.trajectory_id, r.gold) for r in res.records if r.gold_seen is False)
+    assert unseen == [("t1", "cancel_booking"), ("t2", "send_email"), ("t4", "list_files")]
+    split = by_gold_seen(res.records)
+    assert split["unseen"] == {"n_steps": 3, "recall_at_k": 0.0, "mrr": pytest.approx((1 / 3 + 1 / 5 + 1 / 6) / 3)}
+    assert split["seen"] == {"n_steps": 7, "recall_at_k": pytest.approx(5 / 7), "mrr": pytest.approx(4.5 / 7)}
+
+
 def test_folds_are_identical_across_scorers(tiny_trajs, tiny_resources):
     from tracer.build import build_scorer
 
