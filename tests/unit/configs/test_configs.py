@@ -112,9 +112,10 @@ def test_plain_python_loading_applies_a_defaults_list_as_hydra_does(group, optio
 def test_scorer_renderings_are_plain_mappings_the_constructor_validates():
     for option in names("scorer"):
         scorer = build_scorer(option)
-        for attr in ("rendering", "query_rendering", "memory_rendering"):
-            if hasattr(scorer, attr):
-                assert isinstance(getattr(scorer, attr), ContextRendering)
+        # rendering: what embed() embeds (None: the scorer embeds nothing there); query: bm25's text query
+        found = [getattr(scorer, a) for a in ("rendering", "query_rendering", "memory_rendering", "query")
+                 if getattr(scorer, a, None) is not None]
+        assert found and all(isinstance(r, ContextRendering) for r in found), option
     with pytest.raises(Exception, match="window"):
         build_scorer("vector", context={"window": "nowhere"})
 
