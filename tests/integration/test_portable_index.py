@@ -113,6 +113,7 @@ def test_train_py_writes_an_index_that_loads_from_a_copy_with_every_cache_delete
     assert probe_elsewhere(run / "index", tmp_path) == expected
 
 
+@pytest.mark.slow  # trains two encoders and exports one: make test-all
 def test_a_cascade_index_carries_both_encoders_the_onnx_one_without_its_unused_graph(tmp_path):
     """Both stages' encoders travel with a cascade: the fast stage's static table and the slow stage's fine-tuned
     transformer as it is served, the ONNX int8 graph and tokenizer (not the fp32 graph it was quantised from)."""

@@ -289,6 +289,7 @@ def _evaluate(args, cwd):
     return out
 
 
+@pytest.mark.slow  # a Hydra multirun of evaluate.py in a subprocess: make test-all
 def test_multirun_composes_and_report_gathers_it(native_dir, tmp_path):
     sweep = tmp_path / "sweep"
     _evaluate(["-m", "dataset=jsonl", f"dataset.path={native_dir}", "scorer=vector,tracer_fixed", "k=1,2",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from builders import ROOT
 from gateway_harness import save_test_index
 from stub_openai_server import StubOpenAIServer
@@ -70,6 +71,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # three processes and polls for seconds: make test-all
 def test_two_replicas_serve_one_index_and_pick_up_a_writers_snapshot_whole(tmp_path, minilm):
     index = save_test_index(tmp_path / "index", minilm)
     first = current_snapshot(index)
