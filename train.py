@@ -3,9 +3,9 @@
 Fits the scorer (and trains the encoder its recipe names) on every trajectory of the dataset and writes one
 self-contained index to ``<run dir>/index`` (it carries its encoders: serve it with ``tracer serve --index``,
 ``tracer mcp --index`` or ``Retriever.load`` from anywhere), the resolved config, evaluate.py's held-out
-metrics on outer folds of the same data (``heldout/``) and a report (``report.json``/``report.md``: seconds per
-stage, the index's size by part, the held-out metrics). ``hydra.run.dir=DIR`` chooses the run directory. The
-job is :func:`tracer.train.job.run_job`.
+metrics on outer folds of the same data (``heldout/``) and a report (``report.json``/``report.md``: seconds
+per stage, the index's size by part, the held-out metrics). ``hydra.run.dir=DIR`` chooses the run directory.
+The job is :func:`tracer.train.job.run_job`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Config glue: every component is a ``_target_`` node in ``tracer/configs/`` built by ``hydra.utils.instantiate``.
+"""Config glue: every component is a ``_target_`` node in ``tracer/configs/`` built by
+``hydra.utils.instantiate``.
 
 Hydra stays at the edges: ``evaluate.py`` and ``train.py`` compose a config and call these helpers;
 the layers below never import Hydra. The YAML is the one place for tuned values, so plain-Python
@@ -43,7 +44,8 @@ def plain(cfg: Any) -> Any:
 def build(cfg: Mapping, /, **kwargs: Any) -> Any:
     """``instantiate`` with nested mappings and lists passed as plain ``dict``/``list`` (what constructors
     validate and what a saved index's ``meta.json`` holds). A constructor's own error (``ValueError`` naming
-    the argument, ``ImportError`` with the install hint) is raised as itself, Hydra's wrapping kept as a note."""
+    the argument, ``ImportError`` with the install hint) is raised as itself, Hydra's wrapping kept as a
+    note."""
     try:
         return instantiate(plain(cfg), _convert_="all", **kwargs)
     except InstantiationException as e:
@@ -59,10 +61,11 @@ def names(group: str) -> list[str]:
 
 
 def load_config(group: str, name: str, /, **overrides: Any) -> DictConfig:
-    """``tracer/configs/<group>/<name>.yaml`` without Hydra, ``${paths.*}`` resolved from ``paths/default.yaml``,
-    ``overrides`` merged in (nested mappings merge key by key, as ``scorer.head.max_epochs=1`` does on the
-    command line; lists are replaced). A ``seed`` override also stands at the root, as in Hydra's composed config,
-    so a nested ``${seed}`` (a cascade's ``slow`` recipe) resolves to it."""
+    """``tracer/configs/<group>/<name>.yaml`` without Hydra, ``${paths.*}`` resolved from
+    ``paths/default.yaml``, ``overrides`` merged in (nested mappings merge key by key, as
+    ``scorer.head.max_epochs=1`` does on the command line; lists are replaced). A ``seed`` override also
+    stands at the root, as in Hydra's composed config, so a nested ``${seed}`` (a cascade's ``slow`` recipe)
+    resolves to it."""
     root = OmegaConf.create({"paths": OmegaConf.load(CONFIG_DIR / "paths" / "default.yaml"),
                              **({"seed": overrides["seed"]} if "seed" in overrides else {}),
                              group: OmegaConf.merge(_composed(group, name), overrides)})
@@ -111,14 +114,16 @@ def build_scorer(scorer: str | Mapping, /, **overrides: Any) -> Scorer:
 
 def build_insight_memory(**overrides: Any) -> Any:
     """The Insight memory of ``tracer/configs/scorer/insight.yaml``'s ``memory:`` node (what ``evaluate.py
-    insight=true`` adds to any scorer), ``overrides`` merged in (``build_insight_memory(summarizer="offline")``)."""
+    insight=true`` adds to any scorer), ``overrides`` merged in
+    (``build_insight_memory(summarizer="offline")``)."""
     return build(load_config("scorer", "insight", memory=overrides)["memory"])
 
 
 def build_dataset(dataset: str | Mapping, registry: str | Mapping | None = None, seed: int = 0) -> Dataset:
-    """The dataset of a ``dataset`` node (or of ``tracer/configs/dataset/<name>.yaml``), with the registry-size
-    preset of a ``registry`` node (or name) applied: a partial of :func:`tracer.data.pool.apply_preset` called
-    with the dataset's name; ``None``: the dataset's own registry."""
+    """The dataset of a ``dataset`` node (or of ``tracer/configs/dataset/<name>.yaml``), with the
+    registry-size preset of a ``registry`` node (or name) applied: a partial of
+    :func:`tracer.data.pool.apply_preset` called with the dataset's name; ``None``: the dataset's own
+    registry."""
     dataset_cfg = plain(node("dataset", dataset))
     ds = build(dataset_cfg)
     if registry is None:
@@ -128,8 +133,8 @@ def build_dataset(dataset: str | Mapping, registry: str | Mapping | None = None,
 
 def build_embedder(embedder: str | Mapping = "minilm", /, *, persist_contexts: bool = True,
                    **overrides: Any) -> CachedEmbedder:
-    """The embedder of an ``embedder`` node (or name) behind the content-addressed disk cache at its ``cache_dir``
-    (``persist_contexts=False``: only tool texts go to disk, :class:`CachedEmbedder`)."""
+    """The embedder of an ``embedder`` node (or name) behind the content-addressed disk cache at its
+    ``cache_dir`` (``persist_contexts=False``: only tool texts go to disk, :class:`CachedEmbedder`)."""
     cfg = dict(plain(node("embedder", embedder, **overrides)))
     cache_dir = cfg.pop("cache_dir")
     return CachedEmbedder(build(cfg), cache_dir, config=cfg, persist_contexts=persist_contexts)
@@ -154,7 +159,8 @@ def build_executor(executor: str | Mapping = "oracle", /, **overrides: Any) -> E
 
 
 def build_logger(logger_cfg: Mapping | None, run_dir: str | Path = ".", run_name: str | None = None) -> MetricLogger:
-    """``None`` (``logger=null``) gives a no-op logger; a ``logger`` node is built with the run's directory and name."""
+    """``None`` (``logger=null``) gives a no-op logger; a ``logger`` node is built with the run's directory
+    and name."""
     if not logger_cfg:
         return NullLogger()
     return build(logger_cfg, dir=str(run_dir), name=run_name)

@@ -17,9 +17,9 @@ are read off the messages leniently (:func:`tracer.core.live.read_live`: a live 
 not refused, when it holds a ``developer`` message, calls of tools the index does not know, a tool message
 whose call was trimmed or malformed arguments; :meth:`Retriever.read` also reports what it forgave). Any
 registered scorer works for selection (the default is ``tracer_plus``); saving needs a scorer that
-declares ``can_save`` (``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). A live step goes through the scorer's declared
-``select_one`` / ``rank_one`` (:class:`tracer.scoring.protocol.Scorer`): the single-step path for the tracer
-family, the batched path with a batch of one for the others.
+declares ``can_save`` (``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). A live step goes through
+the scorer's declared ``select_one`` / ``rank_one`` (:class:`tracer.scoring.protocol.Scorer`): the single-step
+path for the tracer family, the batched path with a batch of one for the others.
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ def _dataset(data: Dataset | str | Path, options: Mapping[str, Any]) -> Dataset:
 
 def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | Path | None,
                     device: str | None) -> Embedder:
-    """The embedder an index was built with: from the config saved with it (its files those the snapshot carries,
-    :mod:`tracer.encode.bundle`), else the packaged MiniLM. Its contexts (live or logged conversations, each new)
-    stay in its bounded memory; only tool texts may go to ``cache_dir``."""
+    """The embedder an index was built with: from the config saved with it (its files those the snapshot
+    carries,
+    :mod:`tracer.encode.bundle`), else the packaged MiniLM. Its contexts (live or logged conversations, each
+    new) stay in its bounded memory; only tool texts may go to ``cache_dir``."""
     cfg = carried_config(dict(saved), meta_path.parent)
     if cfg is None:
         if saved["name"] != MINILM:
@@ -125,7 +126,8 @@ class Retriever:
 
         Args:
             data: a :class:`Dataset`, a native dataset directory, or a loader name (``bfcl``, ...).
-            scorer: a scorer name from the registry (default ``tracer_plus``; ``tracer_fixed``, ``vector``, ...)
+            scorer: a scorer name from the registry (default ``tracer_plus``; ``tracer_fixed``, ``vector``,
+            ...)
                 or an unfitted scorer object.
             embedder: default: the bundled MiniLM behind a disk cache at ``cache_dir``.
             device: where tensors live (default CUDA when present).
@@ -135,9 +137,9 @@ class Retriever:
                 recipe of ``tracer/configs/encoder_training/`` (``mnrl``: MiniLM fine-tuned, the best
                 preset's; ``mnrl_int8``: served in ONNX int8; ``mnrl_l3_cut_int8``: a 3-layer student, the
                 fast preset's; ``static_contexts``: a static table, the fastest preset's; ``cascade``: two
-                encoders, with ``scorer="cascade"``), or its mapping; ``inner_encoders: true`` in it fits tracer_plus's
-                inner folds under encoders that never saw them. The checkpoint is cached by content hash, and
-                the saved index rebuilds the encoder on load.
+                encoders, with ``scorer="cascade"``), or its mapping; ``inner_encoders: true`` in it fits
+                tracer_plus's inner folds under encoders that never saw them. The checkpoint is cached by
+                content hash, and the saved index rebuilds the encoder on load.
             **scorer_cfg: overrides of the scorer's config (``tracer/configs/scorer/<name>.yaml``).
         """
         ds = _dataset(data, dict(dataset_options or {}))
@@ -155,8 +157,8 @@ class Retriever:
 
     # ---- selecting -----------------------------------------------------------------------------
     def context_embedding(self, messages: Sequence[Message] | LiveStep) -> np.ndarray:
-        """The embedded context of a conversation (or of a step :meth:`read` gave) under the scorer's rendering,
-        ``[d]`` float32."""
+        """The embedded context of a conversation (or of a step :meth:`read` gave) under the scorer's
+        rendering, ``[d]`` float32."""
         if self.scorer.rendering is None:
             raise TypeError(f"scorer {self.scorer.name!r} has no context rendering")
         step = messages.step if isinstance(messages, LiveStep) else self.read(messages).step
@@ -206,7 +208,8 @@ class Retriever:
         return [[scorer.res.registry[i].to_openai() for i in ids] for ids in presented]
 
     def rank(self, messages: Sequence[Message] | LiveStep) -> list[str]:
-        """Every tool name, best first (removed tools left out), for a conversation or a step :meth:`read` gave."""
+        """Every tool name, best first (removed tools left out), for a conversation or a step :meth:`read`
+        gave."""
         names = self.registry.names
         step = messages.step if isinstance(messages, LiveStep) else self._step(messages)
         scorer = self.scorer
@@ -220,7 +223,8 @@ class Retriever:
     # ---- learning while serving (tracer.online.updater) ----------------------------------------------------
     @property
     def updater(self) -> Updater:
-        """The :class:`tracer.online.updater.Updater` of this retriever (made on first use; no refit schedule)."""
+        """The :class:`tracer.online.updater.Updater` of this retriever (made on first use; no refit
+        schedule)."""
         if self._updater is None:
             self._updater = Updater(self.scorer, on_swap=self._swap)
         return self._updater
@@ -255,11 +259,11 @@ class Retriever:
         """Load the current snapshot of a saved index (resolved once; see docs/storage.md), every file
         checked against the manifest's SHA-256 (``verify="size"`` checks sizes only, ``"none"`` nothing).
         ``embedder`` defaults to the one the index was built with, rebuilt from the config saved with it (an
-        index whose embedder was built from a config: ``build_embedder``, ``encoder_training``), else the bundled
-        MiniLM; an index built with another embedder needs it passed in (another model or dimension is refused).
-        That embedder keeps its vectors in a bounded memory (``CachedEmbedder.max_entries``) and writes none to disk:
-        the index's tool vectors are in the snapshot and a live context is new each time. ``cache_dir``: a disk cache
-        for the tool texts it embeds later (``update``), never for contexts."""
+        index whose embedder was built from a config: ``build_embedder``, ``encoder_training``), else the
+        bundled MiniLM; an index built with another embedder needs it passed in (another model or dimension is
+        refused). That embedder keeps its vectors in a bounded memory (``CachedEmbedder.max_entries``) and
+        writes none to disk: the index's tool vectors are in the snapshot and a live context is new each time.
+        ``cache_dir``: a disk cache for the tool texts it embeds later (``update``), never for contexts."""
         k = check_k(k)
         with open_snapshot(directory, verify) as snap:
             meta_path = snap / "meta.json"

@@ -6,8 +6,9 @@ notes, before Hydra creates anything, the topmost folder of ``hydra.run.dir`` th
 when the job fails before writing any output of its own (the folder holds only Hydra's ``.hydra/`` and
 its job log), it removes that folder: everything in it was created by this run. A run that failed after
 writing outputs (an evaluation whose executor failed writes its metrics, then exits non-zero) keeps
-them. A run directory that existed before the run is never touched. Wired in ``configs/train.yaml`` and ``configs/evaluate.yaml``
-under ``hydra.callbacks``; single runs only (a multirun's sweep folder is the launcher's).
+them. A run directory that existed before the run is never touched. Wired in ``configs/train.yaml`` and
+``configs/evaluate.yaml`` under ``hydra.callbacks``; single runs only (a multirun's sweep folder is the
+launcher's).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from hydra.experimental.callback import Callback
 
 
 def first_missing(path: Path) -> Path | None:
-    """The topmost folder on the way to ``path`` that does not exist (``path`` itself if only it is missing)."""
+    """The topmost folder on the way to ``path`` that does not exist (``path`` itself if only it is
+    missing)."""
     path = path.absolute()
     if path.exists():
         return None

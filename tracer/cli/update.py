@@ -13,8 +13,8 @@ a growing log can be applied again and again; an update with nothing new saves n
 A bad line (not JSON, a field that breaks the rules of :mod:`tracer.core.validate`, a call to a tool neither
 the index nor ``tools.json`` knows, a repeated id) is skipped, and so is a gateway record that calls a tool
 the index lacks and no request of any logged conversation offered (``metadata.unoffered``: a name the model
-invented; learning it would rank the invention among real tools) and listed in the report as ``file:line: field:
-problem``; the rest is applied. Exit status: 0 when the update ran (lines skipped or not), 1 when lines
+invented; learning it would rank the invention among real tools) and listed in the report as ``file:line:
+field: problem``; the rest is applied. Exit status: 0 when the update ran (lines skipped or not), 1 when lines
 were skipped and none was valid (nothing learned, nothing saved: a wrong file, most likely), 2 on an error
 (no such log, a bad index or ``--history``; with ``--strict``, the first bad line, and nothing is applied).
 """

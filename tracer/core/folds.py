@@ -19,7 +19,8 @@ T = TypeVar("T")
 
 
 def assign_folds(groups: Sequence[str], k: int, seed: int = 0) -> dict[str, int]:
-    """Map each distinct group to a fold in [0, k): a seeded shuffle of the sorted groups, dealt round-robin."""
+    """Map each distinct group to a fold in [0, k): a seeded shuffle of the sorted groups, dealt
+    round-robin."""
     uniq = sorted(set(groups))
     if k < 2:
         raise ValueError(f"k-fold needs k >= 2, got {k}")

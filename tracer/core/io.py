@@ -85,7 +85,8 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
 
 @contextmanager
 def atomic_new_dir(out: str | Path) -> Iterator[Path]:
-    """``with atomic_new_dir(out) as tmp:`` fill ``tmp``; on success it is renamed to ``out``, on error removed.
+    """``with atomic_new_dir(out) as tmp:`` fill ``tmp``; on success it is renamed to ``out``, on error
+    removed.
 
     For content-addressed folders (exported and trained encoders): ``out`` never exists half-written, and an
     ``out`` that appeared meanwhile (another process built the same content) is kept and ``tmp`` dropped.

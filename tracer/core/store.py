@@ -96,8 +96,8 @@ def clean_stale(root: Path) -> list[Path]:
 
 
 def write_manifest(snap: Path) -> dict[str, Any]:
-    """Hash every file of ``snap`` (its folders' too: the encoder a snapshot carries, ``encoders/<id>/``) into its
-    MANIFEST.json, keyed by the path relative to ``snap`` (files and folders fsynced first)."""
+    """Hash every file of ``snap`` (its folders' too: the encoder a snapshot carries, ``encoders/<id>/``) into
+    its MANIFEST.json, keyed by the path relative to ``snap`` (files and folders fsynced first)."""
     files = {}
     for p in sorted(q for q in snap.rglob("*") if q.is_file() and q != snap / MANIFEST):
         with open(p, "rb") as f:
@@ -113,7 +113,8 @@ def write_manifest(snap: Path) -> dict[str, Any]:
 
 def inside(snap: Path, name: str) -> Path:
     """``snap / name`` for a relative path a manifest or a meta.json names; one that would leave the snapshot
-    (absolute, ``..``) is a :class:`CorruptIndex`: a saved file never makes a reader open a path outside it."""
+    (absolute, ``..``) is a :class:`CorruptIndex`: a saved file never makes a reader open a path outside
+    it."""
     rel = Path(name)
     if not name or rel.is_absolute() or ".." in rel.parts:
         raise CorruptIndex(snap / MANIFEST, f"names a path outside the snapshot: {name[:120]!r}")
@@ -121,7 +122,8 @@ def inside(snap: Path, name: str) -> Path:
 
 
 def verify_snapshot(snap: Path, mode: Verify = "sha256") -> None:
-    """Check every file against the manifest: missing, wrong size or wrong SHA-256 is a :class:`CorruptIndex`."""
+    """Check every file against the manifest: missing, wrong size or wrong SHA-256 is a
+    :class:`CorruptIndex`."""
     if mode == "none":
         return
     if mode not in ("sha256", "size"):
@@ -171,8 +173,8 @@ def current_snapshot(root: str | Path) -> str:
 
 
 def current_path(root: str | Path) -> Path | None:
-    """The folder of the snapshot ``CURRENT`` names now, or None (no index there yet, or it was just collected):
-    what a new save may hard-link unchanged files from (:mod:`tracer.encode.bundle`)."""
+    """The folder of the snapshot ``CURRENT`` names now, or None (no index there yet, or it was just
+    collected): what a new save may hard-link unchanged files from (:mod:`tracer.encode.bundle`)."""
     try:
         snap = Path(root) / SNAPSHOTS / current_snapshot(root)
     except (FileNotFoundError, CorruptIndex):

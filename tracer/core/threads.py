@@ -1,4 +1,5 @@
-"""Run a block with one intra-op torch thread, restoring the previous count afterwards; name the host's CPU."""
+"""Run a block with one intra-op torch thread, restoring the previous count afterwards; name the host's
+CPU."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def one_thread() -> Iterator[None]:
 
 
 def machine() -> str:
-    """The processor and CPU count (Linux ``/proc/cpuinfo``): latency is the host's, so each benchmark output names it."""
+    """The processor and CPU count (Linux ``/proc/cpuinfo``): latency is the host's, so each benchmark output
+    names it."""
     info = Path("/proc/cpuinfo")
     lines = info.read_text().splitlines() if info.is_file() else []
     model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown processor")

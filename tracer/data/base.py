@@ -43,7 +43,8 @@ def register_loader(name: str):
 
 
 def load_dataset(loader: str, /, **kwargs) -> Dataset:
-    """Load a dataset by loader name (``bfcl``, ``tau2``, ``apibank``, ``jsonl``) with the loader's options."""
+    """Load a dataset by loader name (``bfcl``, ``tau2``, ``apibank``, ``jsonl``) with the loader's
+    options."""
     if loader not in LOADERS:
         raise KeyError(f"unknown dataset {loader!r}; valid names: {', '.join(sorted(LOADERS))}")
     return LOADERS[loader](**kwargs)

@@ -173,8 +173,8 @@ def build_messages(task_id: str, turns: Sequence[Sequence[Mapping[str, Any]]],
     """OpenAI messages for one task: per turn one user message, then each call and its result.
 
     Args:
-        turns: BFCL ``question``: per turn, the user messages (an empty turn gets the missing-function prompt).
-        gold: per turn, the (name, arguments) of each gold call.
+        turns: BFCL ``question``: per turn, the user messages (an empty turn gets the missing-function
+        prompt). gold: per turn, the (name, arguments) of each gold call.
         results: per turn, each call's result string; None leaves tool messages empty.
     """
     messages: list[dict[str, Any]] = []

@@ -123,7 +123,8 @@ class BFCLEnv:
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> BFCLEnv:
-        """Build from a BFCL trajectory's metadata (``involved_classes``, ``initial_config``, ``long_context``)."""
+        """Build from a BFCL trajectory's metadata (``involved_classes``, ``initial_config``,
+        ``long_context``)."""
         for key in ("involved_classes", "initial_config"):
             if key not in metadata:
                 raise KeyError(f"BFCL metadata lacks {key!r}; is this a trajectory from the bfcl loader?")

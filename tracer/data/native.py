@@ -64,7 +64,8 @@ def read_json(path: str | Path) -> Any:
 
 
 def read_json_array(path: str | Path, what: str) -> list:
-    """A JSON file holding an array; a missing file, bad JSON (with its line) or another shape is a DataError."""
+    """A JSON file holding an array; a missing file, bad JSON (with its line) or another shape is a
+    DataError."""
     arr = read_json(path)
     if not isinstance(arr, list):
         raise DataError(path, f"expected a JSON array of {what}")

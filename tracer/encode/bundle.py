@@ -4,12 +4,13 @@
 checkpoint, an ONNX graph with its tokenizer, a static table) into the snapshot under ``encoders/<id>/`` and
 records that folder in meta.json (``embedder.files``); ``Retriever.load`` builds the embedder from it
 (:func:`carried_config`). The snapshot's manifest covers these files like every other, and the folder keeps an
-artifact manifest of its own (:mod:`tracer.encode.manifest`), so a flipped byte is refused naming the file. The
-MiniLM packaged with tracer is not copied: it is installed wherever tracer is.
+artifact manifest of its own (:mod:`tracer.encode.manifest`), so a flipped byte is refused naming the file.
+The MiniLM packaged with tracer is not copied: it is installed wherever tracer is.
 
-``<id>`` is the carried folder's manifest digest, which is also the fingerprint of an embedder loaded from it: an
-index saved again by the process that loaded it (``tracer update``) finds the folder in the current snapshot and
-hard-links its files (snapshots are never modified) rather than copying the encoder on every update.
+``<id>`` is the carried folder's manifest digest, which is also the fingerprint of an embedder loaded from it:
+an index saved again by the process that loaded it (``tracer update``) finds the folder in the current
+snapshot and hard-links its files (snapshots are never modified) rather than copying the encoder on every
+update.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ def every_file(folder: Path) -> tuple[str, ...]:
 
 
 def carry(embedder: Any, snap: Path, current: Path | None = None) -> tuple[str, dict[str, Any]] | None:
-    """Put the files ``embedder`` runs on into the snapshot being written at ``snap``; returns the folder's path
-    relative to ``snap`` and the config overrides that rebuild the embedder from it, or None when it has nothing to
-    carry (the packaged MiniLM, an embedder without ``served``). ``current``: the index's current snapshot, whose
-    copy of the same encoder is hard-linked when it has one."""
+    """Put the files ``embedder`` runs on into the snapshot being written at ``snap``; returns the folder's
+    path relative to ``snap`` and the config overrides that rebuild the embedder from it, or None when it has
+    nothing to carry (the packaged MiniLM, an embedder without ``served``). ``current``: the index's current
+    snapshot, whose copy of the same encoder is hard-linked when it has one."""
     served = getattr(embedder, "served", None)
     spec: Served | None = served() if served is not None else None
     if spec is None:
@@ -75,10 +76,10 @@ def carry(embedder: Any, snap: Path, current: Path | None = None) -> tuple[str, 
 
 
 def _sealed(staging: Path, spec: Served) -> str:
-    """The copy's manifest digest. A copy of a whole artifact keeps its manifest (same digest, same cache keys); a
-    part of one (an ONNX export without its other variant's graph) is sealed anew, each copied file first checked
-    against the source's manifest so that a damaged source is refused, never sealed as good; a folder that is
-    nobody's artifact (a user's own model) is sealed as it is."""
+    """The copy's manifest digest. A copy of a whole artifact keeps its manifest (same digest, same cache
+    keys); a part of one (an ONNX export without its other variant's graph) is sealed anew, each copied file
+    first checked against the source's manifest so that a damaged source is refused, never sealed as good; a
+    folder that is nobody's artifact (a user's own model) is sealed as it is."""
     source = spec.folder / MANIFEST
     if not source.is_file():
         return seal(staging, {"kind": "carried", "source": spec.folder.name})
@@ -102,8 +103,9 @@ def _link_tree(src: Path, dest: Path) -> None:
 
 
 def carried_config(entry: dict[str, Any], snap: Path) -> dict[str, Any] | None:
-    """The config that builds a saved embedder (meta.json's ``embedder`` or ``slow_embedder``), its ``model`` the
-    folder the snapshot carries when it carries one; a carried folder that is missing or outside the snapshot is a
+    """The config that builds a saved embedder (meta.json's ``embedder`` or ``slow_embedder``), its ``model``
+    the folder the snapshot carries when it carries one; a carried folder that is missing or outside the
+    snapshot is a
     :class:`CorruptIndex`."""
     cfg, files = entry.get("config"), entry.get("files")
     if files is None or cfg is None:

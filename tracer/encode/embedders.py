@@ -25,8 +25,8 @@ from tracer.encode.shards import read_shards, write_shard
 # characters hold every word piece the encoder keeps unless a text is mostly whitespace or 100+-character
 # "words".
 CHARS_PER_PIECE = 64
-# vectors a CachedEmbedder keeps in memory beyond those on disk: 15 MB of 384-d float32 rows, room for every context
-# of a few hundred live conversations' steps; a batch run that wants more persists them (cache_dir)
+# vectors a CachedEmbedder keeps in memory beyond those on disk: 15 MB of 384-d float32 rows, room for every
+# context of a few hundred live conversations' steps; a batch run that wants more persists them (cache_dir)
 MEMORY_ENTRIES = 10_000
 
 
@@ -53,7 +53,8 @@ class Embedder(Protocol):
 
 def encode_tools(embedder: Embedder, texts: Sequence[str]) -> torch.Tensor:
     """Tool texts' rows, ``[N, d]``: the embedder's tool side where it has one (an ``encode_tools`` method: a
-    second encoder for tool texts in the same space, or a cache around such an embedder), else its ``encode``."""
+    second encoder for tool texts in the same space, or a cache around such an embedder), else its
+    ``encode``."""
     side = getattr(embedder, "encode_tools", None)
     return side(texts) if side is not None else embedder.encode(texts)
 
@@ -76,8 +77,9 @@ class SentenceTransformerEmbedder:
         device: ``cuda``/``cpu``; default CUDA when present.
         progress: show a progress bar for long encodes (more than ``progress`` texts); 0 disables it.
 
-    ``fingerprint`` is the folder's content hash (a tracer artifact's manifest digest, its files verified first: a
-    damaged fine-tuned checkpoint is an error naming the file), which the embedding cache keys vectors by.
+    ``fingerprint`` is the folder's content hash (a tracer artifact's manifest digest, its files verified
+    first: a damaged fine-tuned checkpoint is an error naming the file), which the embedding cache keys
+    vectors by.
     """
 
     def __init__(self, model: str | None = None, batch_size: int = 64, device: str | None = None,
@@ -102,8 +104,8 @@ class SentenceTransformerEmbedder:
         self.max_seq_length = int(self.model.max_seq_length)
 
     def served(self) -> Served | None:
-        """The model folder, for a saved index to carry, under this embedder's name; None for the MiniLM packaged
-        with tracer (a dependency, installed wherever tracer is)."""
+        """The model folder, for a saved index to carry, under this embedder's name; None for the MiniLM
+        packaged with tracer (a dependency, installed wherever tracer is)."""
         return None if self.packaged else Served(self.path, every_file(self.path), {"name": self.name})
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
@@ -118,23 +120,25 @@ class SentenceTransformerEmbedder:
 class CachedEmbedder:
     """Content-addressed cache around any embedder: a bounded LRU in memory and, optionally, shards on disk.
 
-    The key of a text is ``sha256(model name, content fingerprint, text)``: a text is encoded once per model and per
-    set of files the model is built from. The fingerprint is the inner embedder's ``fingerprint`` (an artifact's
-    manifest digest or a model folder's hash, :mod:`tracer.encode.manifest`; an embedder without one is keyed by
-    its name), so vectors computed under one set of weights or tokenizer are never served for another, whatever the
-    name says. Around an embedder with a tool side (``encode_tools``, :func:`encode_tools`) the tool texts' keys
-    carry a second tag, so the same text embedded as a context and as a tool has two entries.
+    The key of a text is ``sha256(model name, content fingerprint, text)``: a text is encoded once per model
+    and per set of files the model is built from. The fingerprint is the inner embedder's ``fingerprint`` (an
+    artifact's manifest digest or a model folder's hash, :mod:`tracer.encode.manifest`; an embedder without
+    one is keyed by its name), so vectors computed under one set of weights or tokenizer are never served for
+    another, whatever the name says. Around an embedder with a tool side (``encode_tools``,
+    :func:`encode_tools`) the tool texts' keys carry a second tag, so the same text embedded as a context and
+    as a tool has two entries.
 
-    Memory holds every vector on disk (read once, at start-up) and at most ``max_entries`` others, least recently
-    used first out (default ``MEMORY_ENTRIES``). On disk (:mod:`tracer.encode.shards`) new vectors are appended as
-    one verified shard per ``encode`` call, and many shards are compacted into one when the cache opens. With
-    ``persist_contexts=False`` only tool texts (``encode_tools``) are written to disk, contexts stay in memory:
-    what a process that answers live conversations wants (:meth:`tracer.retriever.Retriever.load`), each context
-    being new; a serving process without ``cache_dir`` writes nothing.
+    Memory holds every vector on disk (read once, at start-up) and at most ``max_entries`` others, least
+    recently used first out (default ``MEMORY_ENTRIES``). On disk (:mod:`tracer.encode.shards`) new vectors
+    are appended as one verified shard per ``encode`` call, and many shards are compacted into one when the
+    cache opens. With ``persist_contexts=False`` only tool texts (``encode_tools``) are written to disk,
+    contexts stay in memory: what a process that answers live conversations wants
+    (:meth:`tracer.retriever.Retriever.load`), each context being new; a serving process without ``cache_dir``
+    writes nothing.
 
-    ``n_encoded`` counts the texts actually sent to the model (a warm second run shows 0); ``len()`` the vectors held.
-    ``config`` is the embedder config that builds ``inner`` again (``_target_`` and arguments), when it was
-    built from one: a saved index keeps it, so that loading the index rebuilds its encoder.
+    ``n_encoded`` counts the texts actually sent to the model (a warm second run shows 0); ``len()`` the
+    vectors held. ``config`` is the embedder config that builds ``inner`` again (``_target_`` and arguments),
+    when it was built from one: a saved index keeps it, so that loading the index rebuilds its encoder.
     """
 
     def __init__(self, inner: Embedder, cache_dir: str | Path | None = None, config: Mapping[str, Any] | None = None,

@@ -2,16 +2,19 @@
 
 Every folder tracer derives from a model (an ONNX export, a model2vec table, a fine-tuned checkpoint, under
 ``<encoder_dir>/<kind>-<hash>/``) gets a ``MANIFEST.json`` when it is built: the recipe it was built from
-(``inputs``) and the size and SHA-256 of every file in it, written last, inside the temporary folder that is renamed
-into place, so a folder without one was never finished by this version. Its ``digest`` (SHA-256 over the inputs and
-the file hashes) is the artifact's content fingerprint, which the embedding cache keys its vectors by.
+(``inputs``) and the size and SHA-256 of every file in it, written last, inside the temporary folder that is
+renamed into place, so a folder without one was never finished by this version. Its ``digest`` (SHA-256 over
+the inputs and the file hashes) is the artifact's content fingerprint, which the embedding cache keys its
+vectors by.
 
-A producer (:func:`reuse` then :func:`new_artifact`) checks the folder it would reuse: intact, it is reused as it
-is; missing a file, with a file of another size or hash, with a file the manifest does not list, or with no manifest
-at all, it is moved aside to ``<name>.corrupt-<random>`` (never deleted) with a warning naming the file, and built
-again. A consumer that is handed a folder and cannot rebuild it (a saved index names a fine-tuned checkpoint) calls
-:func:`fingerprint`: a damaged artifact is a :class:`ArtifactMismatch` naming the file; a folder without a manifest
-(the bundled MiniLM, a user's own model) is nobody's artifact and is fingerprinted by hashing its files.
+A producer (:func:`reuse` then :func:`new_artifact`) checks the folder it would reuse: intact, it is reused as
+it is; missing a file, with a file of another size or hash, with a file the manifest does not list, or with no
+manifest at all, it is moved aside to ``<name>.corrupt-<random>`` (never deleted) with a warning naming the
+file, and built again. A consumer that is handed a folder and cannot rebuild it (a saved index names a
+fine-tuned checkpoint) calls
+:func:`fingerprint`: a damaged artifact is a :class:`ArtifactMismatch` naming the file; a folder without a
+manifest (the bundled MiniLM, a user's own model) is nobody's artifact and is fingerprinted by hashing its
+files.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ _HASHED_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
 
 
 class ArtifactMismatch(DataError):
-    """A cached artifact whose files differ from its manifest (or that has none); the message names the file."""
+    """A cached artifact whose files differ from its manifest (or that has none); the message names the
+    file."""
 
 
 def sha256_file(path: Path) -> str:
@@ -44,8 +48,8 @@ def sha256_file(path: Path) -> str:
 
 
 def folder_hash(folder: str | Path) -> str:
-    """sha256 over the relative paths and bytes of the files that define a model folder (recipe keys hash their
-    source with it; bookkeeping files, ``train_info.json`` and the manifest, are left out)."""
+    """sha256 over the relative paths and bytes of the files that define a model folder (recipe keys hash
+    their source with it; bookkeeping files, ``train_info.json`` and the manifest, are left out)."""
     folder = Path(folder)
     h = hashlib.sha256()
     for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _HASHED_SUFFIXES
@@ -67,7 +71,8 @@ def _digest(inputs: Any, files: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def seal(folder: str | Path, inputs: Mapping[str, Any]) -> str:
-    """Write ``folder``'s manifest (``inputs`` and every file's size and SHA-256) atomically; returns its digest."""
+    """Write ``folder``'s manifest (``inputs`` and every file's size and SHA-256) atomically; returns its
+    digest."""
     folder = Path(folder)
     files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in _files(folder)}
     digest = _digest(dict(inputs), files)
@@ -106,8 +111,8 @@ def verify(folder: str | Path) -> str:
 
 
 def reuse(out: str | Path) -> str | None:
-    """The digest of the intact artifact at ``out``, else None: absent, or damaged (moved aside with a warning), so
-    the caller builds it (:func:`new_artifact`)."""
+    """The digest of the intact artifact at ``out``, else None: absent, or damaged (moved aside with a
+    warning), so the caller builds it (:func:`new_artifact`)."""
     out = Path(out)
     try:
         inode = out.stat().st_ino
@@ -131,17 +136,18 @@ def reuse(out: str | Path) -> str | None:
 
 @contextmanager
 def new_artifact(out: str | Path, inputs: Mapping[str, Any]) -> Iterator[Path]:
-    """``with new_artifact(out, inputs) as tmp:`` fill ``tmp``; it is sealed (its manifest written last) and renamed
-    to ``out`` (:func:`tracer.core.io.atomic_new_dir`: an ``out`` another process finished meanwhile is kept)."""
+    """``with new_artifact(out, inputs) as tmp:`` fill ``tmp``; it is sealed (its manifest written last) and
+    renamed to ``out`` (:func:`tracer.core.io.atomic_new_dir`: an ``out`` another process finished meanwhile
+    is kept)."""
     with atomic_new_dir(out) as tmp:
         yield tmp
         seal(tmp, inputs)
 
 
 def fingerprint(folder: str | Path) -> str:
-    """A model folder's content fingerprint, for cache keys: an artifact's manifest digest once its files are verified
-    (a damaged one, which the caller cannot rebuild, is an :class:`ArtifactMismatch` naming the file), else the hash
-    of its files (:func:`folder_hash`)."""
+    """A model folder's content fingerprint, for cache keys: an artifact's manifest digest once its files are
+    verified (a damaged one, which the caller cannot rebuild, is an :class:`ArtifactMismatch` naming the
+    file), else the hash of its files (:func:`folder_hash`)."""
     folder = Path(folder)
     if not (folder / MANIFEST).is_file():
         return folder_hash(folder)

@@ -43,8 +43,8 @@ from tracer.encode.source import DEFAULT_CACHE, recipe_hash, short_name, source_
 VARIANTS = ("fp32", "int8")
 OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-# ONNX Runtime fusions left undone, offline and in the session: its CPU SkipLayerNormalization is slower than the
-# Add + LayerNormalization it replaces (module docstring)
+# ONNX Runtime fusions left undone, offline and in the session: its CPU SkipLayerNormalization is slower than
+# the Add + LayerNormalization it replaces (module docstring)
 UNFUSED = ("SkipLayerNormFusion",)
 
 
@@ -96,8 +96,8 @@ def max_seq_length(folder: Path) -> int:
 
 def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
            skip_layer_norm: bool = False) -> Path:
-    """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused when it
-    matches its manifest, exported again when it does not (:mod:`tracer.encode.manifest`).
+    """Export ``model`` to ``<encoder_dir>/onnx-<hash>/`` (``fp32.onnx``, ``int8.onnx``, tokenizer); reused
+    when it matches its manifest, exported again when it does not (:mod:`tracer.encode.manifest`).
 
     ``skip_layer_norm=True`` fuses the residual adds into SkipLayerNormalization as the optimizer does by
     default: the slower graph (module docstring), kept for experiments/studies/onnx_export/profile_onnx.py to
@@ -107,7 +107,8 @@ def export(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CA
 
 def exported(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
              skip_layer_norm: bool = False) -> tuple[Path, str]:
-    """:func:`export`'s folder and its manifest digest (the export's content fingerprint), its files hashed once."""
+    """:func:`export`'s folder and its manifest digest (the export's content fingerprint), its files hashed
+    once."""
     folder, weights = source_hash(model)
     key = recipe_hash(kind="onnx", weights=weights, opset=OPSET,
                       graph="bert-fused" if skip_layer_norm else "bert-fused-no-skip-layernorm",
@@ -144,19 +145,21 @@ class OnnxEmbedder:
     """A sentence-transformers model run by ONNX Runtime (CPU).
 
     Args:
-        model: local model folder (``None``: the bundled MiniLM), exported on first use; or a folder that is an
-            export already (its ``source.json`` and ``<variant>.onnx``: the encoder a saved index carries), loaded as
-            it is (verified against its manifest, a damaged file named).
+        model: local model folder (``None``: the bundled MiniLM), exported on first use; or a folder that is
+        an
+            export already (its ``source.json`` and ``<variant>.onnx``: the encoder a saved index carries),
+            loaded as it is (verified against its manifest, a damaged file named).
         variant: ``fp32`` or ``int8``.
         encoder_dir: where exports live.
         threads: ONNX Runtime intra-op threads (1: the single-thread serving figure; 0: ORT's default).
-        batch_size: texts per session run. 1, the default, encodes every text alone, as a live step does. Dynamic
+        batch_size: texts per session run. 1, the default, encodes every text alone, as a live step does.
+        Dynamic
             int8 quantises a run's activations with one scale over the whole padded batch, so an int8 vector
-            depends on the texts run with it (BFCL contexts in batches of 64: mean cosine 0.991-0.995 to the same
-            text alone, ``experiments/studies/onnx_export/onnx_batching.py``), which an evaluation must not
-            score and a cache keyed by the text must not store; one text at a time is also the faster on one
-            thread (no padding). An int8 embedder's name carries its batch size (fp32 gives the same vectors
-            either way).
+            depends on the texts run with it (BFCL contexts in batches of 64: mean cosine 0.991-0.995 to the
+            same text alone, ``experiments/studies/onnx_export/onnx_batching.py``), which an evaluation must
+            not score and a cache keyed by the text must not store; one text at a time is also the faster on
+            one thread (no padding). An int8 embedder's name carries its batch size (fp32 gives the same
+            vectors either way).
     """
 
     def __init__(self, model: str | Path | None = None, variant: str = "int8", encoder_dir: str | Path = DEFAULT_CACHE,

@@ -1,15 +1,16 @@
 """The embedding cache on disk: one folder per encoder, holding ``.npz`` shards of (key, vector) rows.
 
-A shard is written once, to a temporary file renamed into place (a crash never leaves half a shard), and named by
-the SHA-256 of its bytes: reading it back checks that hash (its manifest), then each zip member's CRC and the
-rows' shape. A shard that fails (truncated, a flipped byte, another dimension's vectors) is reported with a warning
-and renamed aside to ``<name>.npz.corrupt`` (never deleted); its texts are simply encoded again. Shards of older
-versions, named by their keys' hash (20 hex digits), are checked by CRC alone.
+A shard is written once, to a temporary file renamed into place (a crash never leaves half a shard), and named
+by the SHA-256 of its bytes: reading it back checks that hash (its manifest), then each zip member's CRC and
+the rows' shape. A shard that fails (truncated, a flipped byte, another dimension's vectors) is reported with
+a warning and renamed aside to ``<name>.npz.corrupt`` (never deleted); its texts are simply encoded again.
+Shards of older versions, named by their keys' hash (20 hex digits), are checked by CRC alone.
 
-Each ``encode`` call that computes new vectors adds one shard, so a folder opened with more than ``COMPACT_AT``
-shards is compacted: everything read is written as one shard, then the shards it merged are removed (a crash in
-between leaves duplicates, which read back as one). What the cache holds only grows with texts its owner chose to
-persist; a serving process persists none (:class:`tracer.encode.embedders.CachedEmbedder`, ``persist_contexts``).
+Each ``encode`` call that computes new vectors adds one shard, so a folder opened with more than
+``COMPACT_AT`` shards is compacted: everything read is written as one shard, then the shards it merged are
+removed (a crash in between leaves duplicates, which read back as one). What the cache holds only grows with
+texts its owner chose to persist; a serving process persists none
+(:class:`tracer.encode.embedders.CachedEmbedder`, ``persist_contexts``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ _CONTENT_NAMED = re.compile(r"[0-9a-f]{64}")
 
 
 def _check(shard: Path, data: bytes, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """The shard's keys ``[n]`` (S32) and vectors ``[n, dim]``, or ValueError / zip errors saying what is wrong."""
+    """The shard's keys ``[n]`` (S32) and vectors ``[n, dim]``, or ValueError / zip errors saying what is
+    wrong."""
     if _CONTENT_NAMED.fullmatch(shard.stem) and hashlib.sha256(data).hexdigest() != shard.stem:
         raise ValueError("its SHA-256 is not the one it was written with (its name)")
     with np.load(io.BytesIO(data)) as z:

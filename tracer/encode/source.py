@@ -3,8 +3,8 @@
 Exports (ONNX), distillations (model2vec) and fine-tuned checkpoints are built offline from a local
 sentence-transformers folder into ``<encoder_dir>/<kind>-<hash>/`` and never committed. The hash covers
 the source folder's weights, tokenizer and configs plus the recipe, so a new base model or a new
-recipe gets a new directory and a new embedding-cache name. An existing one is reused once it matches the manifest
-written when it was built, and built again when it does not (:mod:`tracer.encode.manifest`).
+recipe gets a new directory and a new embedding-cache name. An existing one is reused once it matches the
+manifest written when it was built, and built again when it does not (:mod:`tracer.encode.manifest`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ def model_folder(model: str | Path | None) -> Path:
 
 
 def source_hash(model: str | Path | None) -> tuple[Path, str]:
-    """The local model folder of ``model`` and the hash its derived artifacts' keys carry (:func:`folder_hash`). A
-    folder that is itself a tracer artifact (a fine-tuned checkpoint exported or distilled in turn) is verified
-    against its manifest first: a damaged one is an error naming the file, never the source of a new artifact."""
+    """The local model folder of ``model`` and the hash its derived artifacts' keys carry
+    (:func:`folder_hash`). A folder that is itself a tracer artifact (a fine-tuned checkpoint exported or
+    distilled in turn) is verified against its manifest first: a damaged one is an error naming the file,
+    never the source of a new artifact."""
     folder = model_folder(model)
     if (folder / MANIFEST).is_file():
         fingerprint(folder)

@@ -26,8 +26,8 @@ from tracer.encode.source import DEFAULT_CACHE, recipe_hash, short_name, source_
 
 def distilled(model: str | Path | None = None, pca_dims: int | None = 256,
               encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
-    """Distil ``model`` into ``<encoder_dir>/m2v-<hash>/``, reused when it matches its manifest and distilled again
-    when it does not (:mod:`tracer.encode.manifest`); returns the folder."""
+    """Distil ``model`` into ``<encoder_dir>/m2v-<hash>/``, reused when it matches its manifest and distilled
+    again when it does not (:mod:`tracer.encode.manifest`); returns the folder."""
     return _distilled(model, pca_dims, encoder_dir)[0]
 
 
@@ -61,8 +61,8 @@ class StaticEmbedder:
 
     def __init__(self, model: str | Path | None = None, pca_dims: int | None = 256,
                  encoder_dir: str | Path = DEFAULT_CACHE):
-        # a folder that is a static model already (a trained one, tracer/learn/static_encoder.py) loads as it is
-        # (verified against its manifest: with no source here, a damaged one is an error naming the file)
+        # a folder that is a static model already (a trained one, tracer/learn/static_encoder.py) loads as it
+        # is (verified against its manifest: with no source here, a damaged one is an error naming the file)
         ready = model is not None and (Path(model) / "source.json").is_file()
         self.dir, self.fingerprint = ((Path(model), fingerprint(model)) if ready
                                       else _distilled(model, pca_dims, encoder_dir))
@@ -72,7 +72,8 @@ class StaticEmbedder:
         self.dim = int(self.model.dim)
 
     def served(self) -> Served:
-        """The static model's folder (the table, its tokenizer, ``source.json``), for a saved index to carry."""
+        """The static model's folder (the table, its tokenizer, ``source.json``), for a saved index to
+        carry."""
         return Served(self.dir, every_file(self.dir), {})
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:

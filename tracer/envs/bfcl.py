@@ -32,8 +32,8 @@ from tracer.executors import Decision
 
 
 class BFCLEnvironment:
-    """BFCL's multi-turn backends (:class:`tracer.data.bfcl_env.BFCLEnv`) behind the :class:`~tracer.envs.base.Environment`
-    interface."""
+    """BFCL's multi-turn backends (:class:`tracer.data.bfcl_env.BFCLEnv`) behind the
+    :class:`~tracer.envs.base.Environment` interface."""
 
     def episode(self, traj: Trajectory) -> BFCLEpisode:
         return BFCLEpisode(traj)

@@ -68,7 +68,8 @@ def step_outcome(decision, presented: Sequence[str], gold: str | None) -> dict:
 
 
 def outcome_rates(records: Sequence[StepRecord]) -> dict[str, float | None]:
-    """Shares of all steps that called an unpresented tool, were malformed, failed at the executor, made no call."""
+    """Shares of all steps that called an unpresented tool, were malformed, failed at the executor, made no
+    call."""
     return {"unpresented_call_rate": _mean([r.unpresented for r in records]),
             "malformed_rate": _mean([r.malformed for r in records]),
             "executor_error_rate": _mean([r.error is not None for r in records]),
@@ -168,8 +169,9 @@ def paired_test(a: Sequence[float], b: Sequence[float], n_resamples: int = 10000
 
 
 def teacher_forced_outcomes(scorer, steps: Sequence, k: int) -> dict[str, list[float]]:
-    """Per step (teacher forcing, every step's gold in the registry): recall@1, recall@k and the reciprocal rank
-    of the gold tool in the fitted ``scorer``'s ranking, for scripts that score a fit outside the runner."""
+    """Per step (teacher forcing, every step's gold in the registry): recall@1, recall@k and the reciprocal
+    rank of the gold tool in the fitted ``scorer``'s ranking, for scripts that score a fit outside the
+    runner."""
     sel = finalize(scorer.score(steps), k, scorer.pad)
     gold = scorer.res.tool_ids([s.gold for s in steps])                                  # [S]
     rank = (sel.ranking == gold[:, None]).float().argmax(1) + 1                          # [S], 1-based; the ranking is [S, N]

@@ -92,7 +92,8 @@ def category_table(rows: Sequence[dict]) -> str:
 
 
 def outcome_table(rows: Sequence[dict]) -> str:
-    """What the executor did with the presented tools, per run (runs written before these rates are left out)."""
+    """What the executor did with the presented tools, per run (runs written before these rates are left
+    out)."""
     rows = sorted((r for r in rows if all(r["mean"].get(c) is not None for c in OUTCOME_RATES)),
                   key=lambda r: (r["dataset"], r["registry_size"], r["regime"], r["scorer"], r["k"]))
     if not rows:
@@ -158,8 +159,9 @@ def report(dirs: Sequence[str | Path], out: str | Path, columns: Sequence[str] =
 
 def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed: int = 0,
            folds: Sequence[int] | None = None) -> dict:
-    """Paired test of a per-step outcome (``hit_at_k``, ``correct``, ``top1`` for recall@1, or ``rr`` for reciprocal rank),
-    over the steps of ``folds`` only when given (e.g. a checkpoint trained for one outer fold)."""
+    """Paired test of a per-step outcome (``hit_at_k``, ``correct``, ``top1`` for recall@1, or ``rr`` for
+    reciprocal rank), over the steps of ``folds`` only when given (e.g. a checkpoint trained for one outer
+    fold)."""
     def outcomes(run):
         recs = read_steps(Path(run) / "steps.jsonl")
         return {(r.fold, r.trajectory_id, r.step): r for r in recs if folds is None or r.fold in folds}

@@ -157,7 +157,8 @@ class Evaluator:
 
     def records_for(self, fold: int, steps: Sequence[Step], golds: Sequence[ToolCall | None], scorer: Scorer,
                     insight, withheld: Sequence[frozenset[str]] | None = None) -> tuple[list[StepRecord], list]:
-        """Select, ask the executor and record each step; ``withheld[i]``: tool names step i may not present."""
+        """Select, ask the executor and record each step; ``withheld[i]``: tool names step i may not
+        present."""
         sel, guidance = self.select(scorer, insight, steps)
         presented_ids = [tuple(p) for p in sel.presented]
         for i, names_out in enumerate(withheld or ()):

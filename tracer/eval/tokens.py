@@ -5,8 +5,8 @@ conversation so far, and the presented tool schemas as the model gets them (Open
 JSON). Offline, tokens are counted with a tokenizer that ships offline: the WordPiece tokenizer of
 all-MiniLM-L6-v2 (uncased BERT vocabulary), named ``minilm-wordpiece`` in reports. The count is the
 sum over parts (each message, guidance inside the system prompt, and each tool schema), so per-part
-counts are cached and a step costs a few dictionary lookups; chat-template tokens are not included. With an endpoint
-executor, the server's reported ``prompt_tokens`` are used for ``cic_tokens`` instead.
+counts are cached and a step costs a few dictionary lookups; chat-template tokens are not included. With an
+endpoint executor, the server's reported ``prompt_tokens`` are used for ``cic_tokens`` instead.
 """
 
 from __future__ import annotations

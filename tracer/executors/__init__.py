@@ -1,5 +1,5 @@
-"""Executors: ``oracle`` (offline default), ``openai`` (any OpenAI-compatible endpoint), ``vllm``; each built from
-its YAML in ``tracer/configs/executor/`` (``_target_``)."""
+"""Executors: ``oracle`` (offline default), ``openai`` (any OpenAI-compatible endpoint), ``vllm``; each built
+from its YAML in ``tracer/configs/executor/`` (``_target_``)."""
 
 from tracer.executors.base import Decision, Executor, Request
 from tracer.executors.oracle import OracleExecutor

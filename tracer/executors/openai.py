@@ -287,7 +287,8 @@ def _error_detail(raw: bytes, reason: str) -> str:
 
 
 def _causes(e: BaseException) -> str:
-    """An exception and what caused it (httpx says "All connection attempts failed"; the cause says refused)."""
+    """An exception and what caused it (httpx says "All connection attempts failed"; the cause says
+    refused)."""
     parts, seen = [], set()
     while e is not None and id(e) not in seen and len(parts) < 4:
         seen.add(id(e))

@@ -121,7 +121,8 @@ class Candidates:
 
 
 def _history_counts(idx: PlusIndex, steps: Sequence[Step], n: int, device) -> tuple[torch.Tensor, ...]:
-    """``[B, N]`` float32: times each tool was called so far, 1 if called this turn, 1 if the previous call."""
+    """``[B, N]`` float32: times each tool was called so far, 1 if called this turn, 1 if the previous
+    call."""
     count = torch.zeros(len(steps), n + 1, dtype=torch.float32)
     turn = torch.zeros(len(steps), n + 1, dtype=torch.float32)
     last = torch.zeros(len(steps), n + 1, dtype=torch.float32)

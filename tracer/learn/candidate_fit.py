@@ -29,7 +29,8 @@ from tracer.learn.trainer import TrainConfig, train
 from tracer.memory.trie import ExecutionTrie
 from tracer.scoring.resources import Resources, fallback_scores
 
-# held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never saw them
+# held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never
+# saw them
 FoldView = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -107,7 +108,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
 def clean_fold_view(res: Resources, steps: Sequence[Step],
                     embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]]) -> FoldView | None:
     """The :data:`FoldView` of a fine-tuned encoder (``res.without`` set), else None. ``embed(r)`` is the
-    scorer's ``(memory, query)`` contexts of ``steps`` under ``r``; the vector scores come from ``r``'s tool index."""
+    scorer's ``(memory, query)`` contexts of ``steps`` under ``r``; the vector scores come from ``r``'s tool
+    index."""
     if res.without is None:
         return None
 

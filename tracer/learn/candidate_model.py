@@ -133,7 +133,8 @@ class CandidateModel(nn.Module):
         return self
 
     def standardise(self, feats: torch.Tensor) -> torch.Tensor:
-        """Raw features ``[..., F]`` -> standardised, dropped features zeroed, clipped (dtype of ``feats``)."""
+        """Raw features ``[..., F]`` -> standardised, dropped features zeroed, clipped (dtype of
+        ``feats``)."""
         return standardise(feats, self.mean, self.std, self.keep)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
@@ -164,7 +165,8 @@ class CandidateModel(nn.Module):
 
     @torch.no_grad()
     def scores(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Scores ``[B, C]`` float32 (-inf where masked) from raw features ``[B, C, F]``, computed in float64."""
+        """Scores ``[B, C]`` float32 (-inf where masked) from raw features ``[B, C, F]``, computed in
+        float64."""
         inf = self._inference()
         mean, std, keep = (inf[b].to(feats.device) for b in ("mean", "std", "keep"))
         z = standardise(feats.double(), mean, std, keep)                                # [B, C, F]

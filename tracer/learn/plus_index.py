@@ -78,8 +78,8 @@ class StateTables:
 
 
 def tool_rows(trie: ExecutionTrie | None, tools: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Log frequency ``[K]`` and memory ``[K, d]`` (float32) of ``tools`` (ascending ids) read off ``trie``'s edges:
-    the number of steps that called each tool, and the normalised sum of their contexts (0 for a tool
+    """Log frequency ``[K]`` and memory ``[K, d]`` (float32) of ``tools`` (ascending ids) read off ``trie``'s
+    edges: the number of steps that called each tool, and the normalised sum of their contexts (0 for a tool
     never called). Sums run over the tool's edges in edge order, in float64."""
     total = np.zeros((len(tools), dim + 1), dtype=np.float64)                          # [K, d + 1]: sums | count
     if trie is not None and trie.n_edges and len(tools):

@@ -20,7 +20,8 @@ Z_CLIP = 8.0  # standardised features are clipped to +- this many SD
 
 
 def register_stats(module: nn.Module, n_features: int, keep: torch.Tensor | None = None) -> None:
-    """Give ``module`` the buffers ``mean`` and ``std`` ``[F]`` (identity until fitted) and ``keep`` ``[F]``."""
+    """Give ``module`` the buffers ``mean`` and ``std`` ``[F]`` (identity until fitted) and ``keep``
+    ``[F]``."""
     module.register_buffer("mean", torch.zeros(n_features))
     module.register_buffer("std", torch.ones(n_features))
     module.register_buffer("keep", torch.ones(n_features) if keep is None else keep.detach().clone().float())

@@ -47,7 +47,8 @@ class TrainConfig:
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], **given: Any) -> TrainConfig:
-        """The fields from ``cfg`` (other keys ignored), ``given`` taking precedence; a missing one is named."""
+        """The fields from ``cfg`` (other keys ignored), ``given`` taking precedence; a missing one is
+        named."""
         values = {f.name: given[f.name] if f.name in given else cfg.get(f.name) for f in fields(cls)}
         missing = [k for k, v in values.items() if v is None]
         if missing:

@@ -1,4 +1,5 @@
-"""Reading a few rows of a tensor from numpy, without torch's per-op dispatch on the CPU, and summing rows by group.
+"""Reading a few rows of a tensor from numpy, without torch's per-op dispatch on the CPU, and summing rows by
+group.
 
 Why: an online update touches a handful of rows of the trie's and tracer_plus's tables. On this
 2-core CPU each small torch op costs ~5-10 µs of dispatch, a numpy op on a view ~1-3 µs, and the

@@ -79,7 +79,8 @@ class TransitionTable:
         return self
 
     def _set_edges(self, key: torch.Tensor, count: torch.Tensor, n_old_nodes: int) -> torch.Tensor:
-        """Store edges ``key = node * n_tools + tool [E]`` (sorted) with counts ``[E]``; return their nodes ``[E]``."""
+        """Store edges ``key = node * n_tools + tool [E]`` (sorted) with counts ``[E]``; return their nodes
+        ``[E]``."""
         n_nodes = self.n_nodes
         self.edge_count = count
         self.edge_tool = key % self.n_tools

@@ -110,7 +110,8 @@ class ExecutionTrie(TransitionTable):
         count = torch.zeros(len(key), dtype=torch.long, device=self.device)
         count[at_old] = self.edge_count
         count.index_add_(0, at_new, new_count)
-        # untouched edges are moved as they are; only the K touched ones are recomputed (old sum = memory x norm)
+        # untouched edges are moved as they are; only the K touched ones are recomputed (old sum = memory x
+        # norm)
         memory = torch.empty(len(key), self.dim, dtype=self.dtype, device=self.device)              # [E, d]
         norm = torch.empty(len(key), dtype=torch.float32, device=self.device)                       # [E]
         is_old = torch.zeros(len(key), dtype=torch.bool, device=self.device)

@@ -81,10 +81,11 @@ def rename_in_trie(trie: TransitionTable, old: str, new: str) -> None:
 
 def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.Tensor,
               contexts: torch.Tensor) -> np.ndarray:
-    """Add steps to a trie and return the node of each step's state (``[S]`` int64): in place when every (state, tool) edge exists already and the trie is on the
-    CPU (the steady state of a served index: the touched edges' counts and sums, their nodes' counts and
-    empirical priors, in O(steps x d + touched children)), else :meth:`ExecutionTrie.update` (a sorted
-    merge, O(E x d); on an accelerator that is a device copy).
+    """Add steps to a trie and return the node of each step's state (``[S]`` int64): in place when every
+    (state, tool) edge exists already and the trie is on the CPU (the steady state of a served index: the
+    touched edges' counts and sums, their nodes' counts and empirical priors, in O(steps x d + touched
+    children)), else :meth:`ExecutionTrie.update` (a sorted merge, O(E x d); on an accelerator that is a
+    device copy).
 
     Both give the touched edges the same numbers up to float32 rounding (old sum recovered as
     ``memory * norm``, the new contexts summed in arrival order, added, renormalised; the norm is a
@@ -138,7 +139,8 @@ def _merge(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: torch.
 
 
 def scorer_tries(scorer: Scorer) -> list[TransitionTable]:
-    """Every trie or transition table a fitted scorer holds (empty for scorers without one, e.g. vector search)."""
+    """Every trie or transition table a fitted scorer holds (empty for scorers without one, e.g. vector
+    search)."""
     return scorer.memory_tables()
 
 

@@ -1,13 +1,14 @@
 """``bm25``: the registry ranked by BM25 of the step's context against each tool's text (bm25s).
 
-The lexical baseline of tool retrieval: it needs no logs and no encoder, and on tools never seen called it is a
-strong zero-shot ranker (ToolRet, ACL 2025). A tool's text is its name, description, and its parameters' names
-and descriptions; the query is the context rendered as ``vector`` renders it (``tracer/configs/scorer/bm25.yaml``) without the
-rendering's line labels (``user:``, ``assistant: call``: "user" is a word of many tool descriptions).
-Both are tokenised alike (:func:`tokens`): identifiers split at ``snake_case`` and ``camelCase`` boundaries,
-lower-cased, alphanumeric runs, bm25s's English stopwords removed (no stemming: it would need another
-dependency). Scoring is bm25s's BM25 (Lucene's variant, ``k1`` and ``b`` from the config) over the registry;
-ranks are by score, ties (a query with no known word scores 0 everywhere) in registry order.
+The lexical baseline of tool retrieval: it needs no logs and no encoder, and on tools never seen called it is
+a strong zero-shot ranker (ToolRet, ACL 2025). A tool's text is its name, description, and its parameters'
+names and descriptions; the query is the context rendered as ``vector`` renders it
+(``tracer/configs/scorer/bm25.yaml``) without the rendering's line labels (``user:``, ``assistant: call``:
+"user" is a word of many tool descriptions). Both are tokenised alike (:func:`tokens`): identifiers split at
+``snake_case`` and ``camelCase`` boundaries, lower-cased, alphanumeric runs, bm25s's English stopwords removed
+(no stemming: it would need another dependency). Scoring is bm25s's BM25 (Lucene's variant, ``k1`` and ``b``
+from the config) over the registry; ranks are by score, ties (a query with no known word scores 0 everywhere)
+in registry order.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from tracer.scoring.resources import Resources
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _STOP = frozenset(STOPWORDS_EN)
-# the rendering's line labels ("user: ...", "assistant: call search_flights"): structure, not words of the query
+# the rendering's line labels ("user: ...", "assistant: call search_flights"): structure, not words of the
+# query
 _LABELS = re.compile(r"^(?:user|assistant|tool|system|developer):(?: call)?", re.MULTILINE)
 
 
 def tokens(text: str) -> list[str]:
-    """Lower-cased words of ``text``, identifiers split (``getStockInfo``, ``get_stock_info`` -> get stock info),
-    stopwords removed."""
+    """Lower-cased words of ``text``, identifiers split (``getStockInfo``, ``get_stock_info`` -> get stock
+    info), stopwords removed."""
     out = []
     for run in _WORD.findall(text):  # underscores and punctuation separate runs
         out += [w.lower() for w in _CAMEL.sub(" ", run).split()]
@@ -64,7 +66,8 @@ def tool_text(tool: Tool) -> str:
 
 
 def query_text(rendering: ContextRendering, step: Step) -> str:
-    """The step's context as ``rendering`` renders it, without its line labels (``user:``, ``assistant: call``)."""
+    """The step's context as ``rendering`` renders it, without its line labels (``user:``, ``assistant:
+    call``)."""
     return _LABELS.sub("", rendering.render(step.context))
 
 

@@ -22,7 +22,8 @@ registry under the second encoder): ``FoldEncoders`` (:mod:`tracer.learn.encoder
 ``encoder_training=cascade`` (``encoder_training.slow``, a second recipe trained on the same trajectories).
 
 References: cascade ranking (Wang, Lin and Metzler, "A cascade ranking model for efficient ranked
-retrieval", SIGIR 2011); confidence-gated early exits (Schwartz et al., "The right tool for the job", ACL 2020).
+retrieval", SIGIR 2011); confidence-gated early exits (Schwartz et al., "The right tool for the job", ACL
+2020).
 
 Example::
 
@@ -61,8 +62,9 @@ STAGES = ("fast", "slow")
 
 
 def gate_confidence(scores: np.ndarray, k: int) -> np.ndarray:
-    """``[B]`` float64: the softmax mass of each row's ``k`` best scores (``scores [B, C]``, ``-inf`` where there
-    is no candidate); 0 for a row without a finite score. The one definition for the batched and the live path."""
+    """``[B]`` float64: the softmax mass of each row's ``k`` best scores (``scores [B, C]``, ``-inf`` where
+    there is no candidate); 0 for a row without a finite score. The one definition for the batched and the
+    live path."""
     s = np.asarray(scores, dtype=np.float64)
     if s.shape[1] == 0:
         return np.zeros(len(s))
@@ -76,7 +78,8 @@ def gate_confidence(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 class CascadeScorer(ScorerBase):
-    """Fast stage for every step, slow stage where the fast one's gate is below its threshold (module docstring).
+    """Fast stage for every step, slow stage where the fast one's gate is below its threshold (module
+    docstring).
 
     Args:
         name: registry name.
@@ -141,13 +144,15 @@ class CascadeScorer(ScorerBase):
             raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources)")
 
     def embed(self, steps: Sequence[Step]) -> Contexts:
-        """The fast stage's contexts (memory, query) ``[B, d]``; the slow stage embeds only the steps it gets."""
+        """The fast stage's contexts (memory, query) ``[B, d]``; the slow stage embeds only the steps it
+        gets."""
         self._check_fitted()
         return self.fast.embed(steps)
 
     # ---- batched -----------------------------------------------------------------------------
     def score_embedded(self, steps: Sequence[Step], *contexts: torch.Tensor) -> Scores:
-        """The fast stage's scores, with the rows of the steps it is unsure of replaced by the slow stage's."""
+        """The fast stage's scores, with the rows of the steps it is unsure of replaced by the slow
+        stage's."""
         self._check_fitted()
         out = self.fast.score_embedded(steps, *contexts)
         primary = torch.where(out.fell_back[:, None], float("-inf"), out.primary)            # [B, N]
@@ -193,11 +198,11 @@ class CascadeScorer(ScorerBase):
 
     # ---- persistence -------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
-        """Write both stages as one new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`): a reader
-        sees the two stages of one save, never one stage of each. Files: ``meta.json`` (class, config, threshold,
-        fit summary, both embedders: ``embedder`` the fast one's, ``slow_embedder``) and each stage's index files
-        (:meth:`TracerPlusScorer.save`) under the prefix ``fast.`` / ``slow.``, and the encoders both carry under
-        ``encoders/`` (:mod:`tracer.encode.bundle`)."""
+        """Write both stages as one new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`): a
+        reader sees the two stages of one save, never one stage of each. Files: ``meta.json`` (class, config,
+        threshold, fit summary, both embedders: ``embedder`` the fast one's, ``slow_embedder``) and each
+        stage's index files (:meth:`TracerPlusScorer.save`) under the prefix ``fast.`` / ``slow.``, and the
+        encoders both carry under ``encoders/`` (:mod:`tracer.encode.bundle`)."""
         self._check_fitted()
         out = Path(directory)
         with save_snapshot(out) as tmp:
@@ -227,8 +232,8 @@ class CascadeScorer(ScorerBase):
     def load(cls, directory: str | Path, embedder: Embedder, device: str | None = None, verify: Verify = "sha256",
              slow_embedder: Embedder | None = None) -> CascadeScorer:
         """Load a saved cascade (its current snapshot, verified): ``embedder`` encodes for the fast stage,
-        ``slow_embedder`` for the slow one (``Retriever.load`` builds both from the configs saved with them); each
-        stage is checked as :meth:`TracerPlusScorer.load` checks an index."""
+        ``slow_embedder`` for the slow one (``Retriever.load`` builds both from the configs saved with them);
+        each stage is checked as :meth:`TracerPlusScorer.load` checks an index."""
         with open_snapshot(directory, verify) as snap:
             meta = read_meta(snap / "meta.json")
             if meta.get("format_version") != FORMAT_VERSION or meta.get("class") != CLASS_PATH:

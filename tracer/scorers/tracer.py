@@ -132,7 +132,8 @@ class TracerScorer(ScorerBase):
 
     # ---- fitting -----------------------------------------------------------------------------
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
-        """Build the trie and fit the head; its curves and out-of-fold data go into the report, not the scorer."""
+        """Build the trie and fit the head; its curves and out-of-fold data go into the report, not the
+        scorer."""
         t0 = time.perf_counter()
         steps = fit_steps(trajectories, res.registry, self.successful_only)
         ctx = res.embed(steps, self.rendering)                                  # [S, d]
@@ -214,7 +215,8 @@ class TracerScorer(ScorerBase):
 
     def select_one(self, step: Step | tuple[str, ...], contexts: Contexts, k: int, pad: bool | None = None
                    ) -> tuple[int, ...]:
-        """The presented set of one step (``contexts``: :meth:`embed` of it), exactly as :func:`finalize` presents it.
+        """The presented set of one step (``contexts``: :meth:`embed` of it), exactly as :func:`finalize`
+        presents it.
 
         The fallback scores are computed only when they can change the answer: when the step
         falls back, when children are too few to fill k with padding, or when child scores tie
@@ -305,8 +307,9 @@ class TracerScorer(ScorerBase):
     @classmethod
     def load(cls, directory: str | Path, embedder, device: str | None = None, verify: Verify = "sha256"
              ) -> TracerScorer:
-        """Load the current snapshot, checked against its manifest (``verify``: sha256, size, none); refuse another
-        format version or embedder, or a FAISS id map off the registry. A corrupt file is a CorruptIndex naming it."""
+        """Load the current snapshot, checked against its manifest (``verify``: sha256, size, none); refuse
+        another format version or embedder, or a FAISS id map off the registry. A corrupt file is a
+        CorruptIndex naming it."""
         with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
             saved = meta["scorer"]
             obj = cls(**saved_config(saved, "tracer" if saved.get("blend") == "learned" else "tracer_fixed"))

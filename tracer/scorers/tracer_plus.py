@@ -106,8 +106,8 @@ class TracerPlusScorer(ScorerBase):
         self.index: PlusIndex | None = None
         self.model: CandidateModel | None = None
         self.history: dict = {}
-        # [S, C] the model's scores of its out-of-fold training candidates (-inf where masked), read by a cascade's
-        # gate at its fit; not saved (None after a load or a transfer)
+        # [S, C] the model's scores of its out-of-fold training candidates (-inf where masked), read by a
+        # cascade's gate at its fit; not saved (None after a load or a transfer)
         self.inner_scores: torch.Tensor | None = None
 
     # ---- fitting -----------------------------------------------------------------------------
@@ -157,7 +157,8 @@ class TracerPlusScorer(ScorerBase):
         return TrainConfig.from_config(self.head_cfg, batch_size=0, seed=seed)
 
     def attach(self, tries: Sequence[ExecutionTrie], res: Resources, touched: tuple | None = None) -> TracerPlusScorer:
-        """``touched``: (nodes per trie, gold ids) after an online update of these very tries (:func:`refreshed`)."""
+        """``touched``: (nodes per trie, gold ids) after an online update of these very tries
+        (:func:`refreshed`)."""
         if [t.key for t in tries] != list(self.keys):
             raise ValueError(f"tries have keys {[t.key.label for t in tries]}, this scorer {[k.label for k in self.keys]}")
         if any(t.n_tools != len(res.registry) for t in tries):
@@ -172,9 +173,10 @@ class TracerPlusScorer(ScorerBase):
 
     @property
     def cold(self) -> bool:
-        """No logged call yet (a transferred model before any update): every step is ranked by the vector query
-        alone. The transferred weights were learned where the trie features carry most of the signal; over vector
-        candidates alone they reorder worse than the vector ranking (tau2 recall@5 0.266 vs 0.333, docs/learning.md)."""
+        """No logged call yet (a transferred model before any update): every step is ranked by the vector
+        query alone. The transferred weights were learned where the trie features carry most of the signal;
+        over vector candidates alone they reorder worse than the vector ranking (tau2 recall@5 0.266 vs 0.333,
+        docs/learning.md)."""
         return not any(t.n_edges for t in self.tries)
 
     def _check_fitted(self) -> None:
@@ -229,9 +231,9 @@ class TracerPlusScorer(ScorerBase):
     def select_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], k: int, pad: bool | None = None
                       ) -> tuple[int, ...]:
         """:meth:`select_one` from the step's :meth:`score_step` (a cascade's gate reads its scores first), as
-        :func:`finalize` would present them. Not :func:`finalize_one`: candidate scores are always finite and the
-        vector order is at hand (``one.order``), so a lexsort of the candidates (score desc, vector score desc,
-        registry id) followed by that order gives the same set with less work on the per-step hot path
+        :func:`finalize` would present them. Not :func:`finalize_one`: candidate scores are always finite and
+        the vector order is at hand (``one.order``), so a lexsort of the candidates (score desc, vector score
+        desc, registry id) followed by that order gives the same set with less work on the per-step hot path
         (``benchmarks/bench_step.py`` times it); tested equal to the batched path."""
         pad = self.pad if pad is None else pad
         one, s, vec = scored

@@ -17,8 +17,9 @@ class FitReport:
     scorer: the scorer's name.
     n_trajectories: trajectories passed to ``fit``; ``n_steps``: training steps it learned from.
     seconds: wall time of the fit.
-    history: training curves of learned parts, e.g. ``{"train_nll": [...], "val_nll": [...], "best_epoch": 12}``.
-    data: what a report needs beyond the curves (the blend head's out-of-fold ``StepData``); ``None`` for most.
+    history: training curves of learned parts, e.g. ``{"train_nll": [...], "val_nll": [...], "best_epoch":
+    12}``. data: what a report needs beyond the curves (the blend head's out-of-fold ``StepData``); ``None``
+    for most.
     """
 
     scorer: str

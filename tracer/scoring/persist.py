@@ -1,9 +1,10 @@
-"""What every saved tracer index shares: meta.json, the registry, the FAISS tool index, and the checks on load.
+"""What every saved tracer index shares: meta.json, the registry, the FAISS tool index, and the checks on
+load.
 
 A saved index directory holds ``meta.json`` (format version, scorer class and config, embedder name
-and dimension, the tools masked out by drift: ``removed``), ``tools.json`` (the registry), ``tools.faiss`` + ``tools_idmap.json`` +
-``tool_vectors.npy`` (the fallback index and its id map), ``applied.npy`` (the ledger of logged trajectories
-already learned: :mod:`tracer.core.applied`), plus the scorer's own tensors.
+and dimension, the tools masked out by drift: ``removed``), ``tools.json`` (the registry), ``tools.faiss`` +
+``tools_idmap.json`` + ``tool_vectors.npy`` (the fallback index and its id map), ``applied.npy`` (the ledger
+of logged trajectories already learned: :mod:`tracer.core.applied`), plus the scorer's own tensors.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ SCORER_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "scorer"
 
 
 def saved_config(saved: dict[str, Any], reference: str) -> dict[str, Any]:
-    """A saved index's scorer config (``meta["scorer"]``) completed from ``tracer/configs/scorer/<reference>.yaml``:
-    a key an older version did not write (a constructor argument added since, a ``head`` field) takes the
-    YAML's value, which is what that version's Python default was; saved keys win, mappings merge key by key."""
+    """A saved index's scorer config (``meta["scorer"]``) completed from
+    ``tracer/configs/scorer/<reference>.yaml``: a key an older version did not write (a constructor argument
+    added since, a ``head`` field) takes the YAML's value, which is what that version's Python default was;
+    saved keys win, mappings merge key by key."""
     yaml = OmegaConf.load(SCORER_CONFIGS / f"{reference}.yaml")
     merged = OmegaConf.to_container(OmegaConf.merge(yaml, saved), resolve=True)
     merged.pop("_target_", None)
@@ -41,9 +43,9 @@ def saved_config(saved: dict[str, Any], reference: str) -> dict[str, Any]:
 
 
 def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:
-    """Write meta.json (with the embedder's name, dimension and, when known, the config that builds it, and the
-    removed tools), the registry, the tool index, the applied ledger and the encoder's files (:func:`embedder_entry`)
-    into ``tmp``, a snapshot being written."""
+    """Write meta.json (with the embedder's name, dimension and, when known, the config that builds it, and
+    the removed tools), the registry, the tool index, the applied ledger and the encoder's files
+    (:func:`embedder_entry`) into ``tmp``, a snapshot being written."""
     meta = {**meta, "embedder": embedder_entry(res.embedder, tmp), "removed": sorted(res.removed)}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     (tmp / "tools.json").write_text(json.dumps([{**t.to_openai(), "source": t.source} for t in res.registry]))
@@ -52,9 +54,9 @@ def write_common(tmp: Path, meta: dict[str, Any], res: Resources) -> None:
 
 
 def embedder_entry(embedder: Embedder, tmp: Path) -> dict[str, Any]:
-    """meta.json's record of an embedder: name and dimension; for one built from a config, that config, and the
-    files it runs on carried into the snapshot (``files``: ``encoders/<id>``, :mod:`tracer.encode.bundle`), so the
-    index loads with no cache and from any directory."""
+    """meta.json's record of an embedder: name and dimension; for one built from a config, that config, and
+    the files it runs on carried into the snapshot (``files``: ``encoders/<id>``,
+    :mod:`tracer.encode.bundle`), so the index loads with no cache and from any directory."""
     entry: dict[str, Any] = {"name": embedder.name, "dim": embedder.dim}
     if not isinstance(embedder, CachedEmbedder) or embedder.config is None:
         return entry
@@ -103,13 +105,15 @@ def open_common(directory: str | Path, embedder: Embedder, class_path: str, form
 def open_index(directory: str | Path, embedder: Embedder, class_path: str, format_version: int,
                device: str | None = None, verify: Verify = "sha256") -> Iterator[tuple[Path, dict[str, Any], Resources]]:
     """``with open_index(...) as (snapshot, meta, res):`` the current snapshot, verified against its
-    manifest (:func:`tracer.core.store.open_snapshot`), with its meta.json and resources checked by :func:`open_common`."""
+    manifest (:func:`tracer.core.store.open_snapshot`), with its meta.json and resources checked by
+    :func:`open_common`."""
     with open_snapshot(directory, verify) as d:
         yield (d, *open_common(d, embedder, class_path, format_version, device))
 
 
 def read_meta(path: Path) -> dict[str, Any]:
-    """meta.json: an object with a format version, a class and an embedder ``{name, dim}``, else a CorruptIndex."""
+    """meta.json: an object with a format version, a class and an embedder ``{name, dim}``, else a
+    CorruptIndex."""
     meta = read_json(path)
     if not isinstance(meta, dict):
         raise CorruptIndex(path, "expected a JSON object")
@@ -131,8 +135,8 @@ def read_meta(path: Path) -> dict[str, Any]:
 
 
 def encoder_config(cfg: Any) -> bool:
-    """Whether ``cfg`` builds only encoders of ``tracer.encode``: a ``_target_`` there, and arguments that are plain
-    values or, nested, configs of the same kind (no lists: nothing else to hide a target in)."""
+    """Whether ``cfg`` builds only encoders of ``tracer.encode``: a ``_target_`` there, and arguments that are
+    plain values or, nested, configs of the same kind (no lists: nothing else to hide a target in)."""
     return (isinstance(cfg, dict) and str(cfg.get("_target_", "")).startswith("tracer.encode.")
             and all(encoder_config(v) if isinstance(v, dict) else not isinstance(v, list) for v in cfg.values()))
 

@@ -20,8 +20,8 @@ changes:
 - ``describe() -> dict``: the configuration and what fitting produced, for reports.
 - Learning while serving (:mod:`tracer.online`): ``memory_tables()`` (the tries and transition tables the
   scorer reads, which logged steps are added to), ``memory_contexts(steps, res)`` (the ``[S, d]`` contexts its
-  tries store; ``None`` for count-only tables), ``reattach(tables, res, touched)`` (use the updated tables over
-  ``res``), ``learned_part`` (the attribute holding weights a refit learns again, or ``None``) and
+  tries store; ``None`` for count-only tables), ``reattach(tables, res, touched)`` (use the updated tables
+  over ``res``), ``learned_part`` (the attribute holding weights a refit learns again, or ``None``) and
   ``updatable`` (``False``: the scorer is refitted, never updated in place).
 """
 
@@ -116,7 +116,8 @@ class ScorerBase:
         return self.score_embedded(steps, *self.embed(steps))
 
     def score_embedded(self, steps: Sequence[Step], *contexts: torch.Tensor) -> Scores:
-        """Score steps whose contexts are embedded; by default the scorer embeds by itself (``contexts`` unused)."""
+        """Score steps whose contexts are embedded; by default the scorer embeds by itself (``contexts``
+        unused)."""
         return self.score(steps)
 
     def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:

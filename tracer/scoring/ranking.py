@@ -97,8 +97,8 @@ def confidence(s: torch.Tensor) -> torch.Tensor:
 
 
 def without(ranking, removed, k: int | None = None) -> tuple[int, ...]:
-    """A ranking (registry ids, best first; any iterable or ``[N]`` array) without the ``removed`` ids (the tools
-    drift masked out, :attr:`Resources.removed`), cut to ``k`` when given."""
+    """A ranking (registry ids, best first; any iterable or ``[N]`` array) without the ``removed`` ids (the
+    tools drift masked out, :attr:`Resources.removed`), cut to ``k`` when given."""
     ids = ranking if isinstance(ranking, np.ndarray) else np.fromiter(ranking, dtype=np.int64)
     kept = ids[~np.isin(ids, list(removed))] if removed else ids
     return tuple((kept if k is None else kept[:k]).tolist())

@@ -1,4 +1,5 @@
-"""What a scorer returns for a batch of steps (:class:`Scores`) and what ranking makes of it (:class:`Selection`)."""
+"""What a scorer returns for a batch of steps (:class:`Scores`) and what ranking makes of it
+(:class:`Selection`)."""
 
 from __future__ import annotations
 

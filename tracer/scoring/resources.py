@@ -28,9 +28,9 @@ class Resources:
     ``removed``: names of registered tools masked out of every ranking and selection of a retriever (drift,
     :meth:`tracer.online.updater.Updater.remove_tool`); scorers ignore it, a saved index keeps it.
     ``slow``: the same registry under a second, slower and better encoder, for a cascade's second stage
-    (:class:`tracer.scorers.cascade.CascadeScorer`; ``FoldEncoders`` with a ``slow`` recipe); ``None``: one encoder.
-    ``applied``: the ids of the logged trajectories updates have added (:mod:`tracer.core.applied`), so a log
-    applied again is not counted twice; scorers ignore it, a saved index keeps it.
+    (:class:`tracer.scorers.cascade.CascadeScorer`; ``FoldEncoders`` with a ``slow`` recipe); ``None``: one
+    encoder. ``applied``: the ids of the logged trajectories updates have added (:mod:`tracer.core.applied`),
+    so a log applied again is not counted twice; scorers ignore it, a saved index keeps it.
     """
 
     registry: Registry

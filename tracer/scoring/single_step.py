@@ -39,7 +39,8 @@ _INDEX_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ToolInd
 
 
 def as_numpy(x) -> np.ndarray:
-    """A context vector (tensor on any device, array or list) as a flat numpy array, without a copy on the CPU."""
+    """A context vector (tensor on any device, array or list) as a flat numpy array, without a copy on the
+    CPU."""
     if isinstance(x, torch.Tensor):
         x = x.detach()
         return (x if x.device.type == "cpu" else x.cpu()).numpy().reshape(-1)
@@ -126,7 +127,8 @@ def children_one(trie: ExecutionTrie, state: tuple[str, ...], context: np.ndarra
 
 
 def contextual_prior_one(sim: np.ndarray, eps: float) -> np.ndarray:
-    """:func:`tracer.memory.priors.contextual_prior` for the children of one state, ``[C]`` float32 -> ``[C]`` float32 (numpy)."""
+    """:func:`tracer.memory.priors.contextual_prior` for the children of one state, ``[C]`` float32 -> ``[C]``
+    float32 (numpy)."""
     n = len(sim)
     if n == 0:
         return np.zeros(0, np.float32)
@@ -142,7 +144,8 @@ def contextual_prior_one(sim: np.ndarray, eps: float) -> np.ndarray:
 
 # ---- the tool index ----------------------------------------------------------------------------
 def dense_scores_one(index: ToolIndex, query: np.ndarray) -> np.ndarray:
-    """:meth:`ToolIndex.dense_scores` for one query ``[d]`` (numpy in, ``[N]`` float32 numpy out): the single-step path."""
+    """:meth:`ToolIndex.dense_scores` for one query ``[d]`` (numpy in, ``[N]`` float32 numpy out): the
+    single-step path."""
     if index.exact:
         m64 = _matrix64(index)
         return (m64 @ np.asarray(query, dtype=np.float64)).astype(np.float32)  # [N]
@@ -203,7 +206,8 @@ def confidence_one(s: np.ndarray) -> float:
 
 def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fell_back: bool,
              top: int | None = None) -> np.ndarray:
-    """:func:`tracer.scoring.ranking.rank` for one step, in numpy (the single-step path): registry ids best first.
+    """:func:`tracer.scoring.ranking.rank` for one step, in numpy (the single-step path): registry ids best
+    first.
 
     ``proposed [C]`` registry ids (distinct) with their primary ``scores [C]`` (every other tool's
     primary score is ``-inf``), ``fallback [N]``. Returns the whole ranking, or only its first
@@ -246,7 +250,8 @@ def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fel
 
 def finalize_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fell_back: bool, k: int,
                  pad: bool = True, always_present: Sequence[int] = (), present_all: bool = False) -> tuple[int, ...]:
-    """:func:`tracer.scoring.ranking.finalize`'s presented set for one step (numpy, the single-step path); same rules."""
+    """:func:`tracer.scoring.ranking.finalize`'s presented set for one step (numpy, the single-step path);
+    same rules."""
     if present_all:
         return tuple(range(len(fallback)))
     top = rank_one(proposed, scores, fallback, fell_back, top=k)

@@ -59,7 +59,8 @@ class OutcomeGate:
             self.sink.finish(conv, *held)
 
     def finish(self, conv: str, success: bool, reward: float | None = None) -> bool:
-        """As :meth:`ConversationLog.finish`; True when held for a stream of the conversation still going out."""
+        """As :meth:`ConversationLog.finish`; True when held for a stream of the conversation still going
+        out."""
         with self._lock:
             if conv in self._streams:
                 if self.sink.pending(conv) or conv in self._held:

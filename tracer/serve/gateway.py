@@ -7,7 +7,8 @@ upstream's answer unchanged: status, headers and body bytes, streamed chunk by c
 streams (SSE). Requests with at most k tools, and any other ``/v1/...`` path, are forwarded as they
 came. Each answer carries ``X-Tracer-Conversation`` (the id to report an outcome under),
 ``X-Tracer-Selection-Ms`` (the time spent choosing, also in ``tracer_selection_seconds``) and
-``X-Tracer-Index`` (the snapshot that chose, ``snapshots/<id>``: which index answered, behind a load balancer).
+``X-Tracer-Index`` (the snapshot that chose, ``snapshots/<id>``: which index answered, behind a load
+balancer).
 
 Errors of our own are OpenAI-shaped (``{"error": {"message", "type", "param", "code"}}``): 400 naming
 the field of a malformed request, 413 over the size limit, 502 when the upstream cannot be reached, 504
@@ -269,5 +270,6 @@ class Gateway:
 
     def _observe(self, conv: str, body: dict, presented: list[str], response: Response,
                  outcome: str | None) -> None:
-        """Log the exchange; the outcome header applies only to an answer sent whole (:mod:`.exchange_log`)."""
+        """Log the exchange; the outcome header applies only to an answer sent whole
+        (:mod:`.exchange_log`)."""
         log_exchange(self.gate, conv, body, presented, response, outcome, self.config.max_body_bytes)

@@ -1,5 +1,5 @@
-"""The registry held by the gateway (``tracer serve --tools-from-index``): a client sends no tool schemas, or only
-its own additions, and the gateway chooses among the index's registry and those.
+"""The registry held by the gateway (``tracer serve --tools-from-index``): a client sends no tool schemas, or
+only its own additions, and the gateway chooses among the index's registry and those.
 
 At tens of thousands of tools a request that carries every schema is megabytes (BFCL's function documents
 average ~600 bytes), parsed and validated on each call. With the registry held, the candidates of a request
@@ -19,8 +19,8 @@ from tracer.retriever import Retriever
 
 
 class IndexTools:
-    """The index's registry as OpenAI tool objects and names, built once per loaded index (a reload makes a new
-    retriever, and with it a new list)."""
+    """The index's registry as OpenAI tool objects and names, built once per loaded index (a reload makes a
+    new retriever, and with it a new list)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -40,8 +40,8 @@ class IndexTools:
 def candidates(index_tools: Sequence[dict[str, Any]], index_names: Sequence[str],
                request_tools: Sequence[Mapping[str, Any]], request_names: Sequence[str]
                ) -> tuple[list[Mapping[str, Any]], list[str]]:
-    """The tools a request chooses among when the registry is held, in canonical order (the index's order, then
-    the request's additions in its order), and their names."""
+    """The tools a request chooses among when the registry is held, in canonical order (the index's order,
+    then the request's additions in its order), and their names."""
     if not request_tools:
         return list(index_tools), list(index_names)
     own = dict(zip(request_names, request_tools))

@@ -35,7 +35,8 @@ RESCAN_S = 1.0
 
 
 class LogFiles:
-    """Appends lines to a log directory within ``max_bytes``, rotating ``trajectories.jsonl`` at ``segment_bytes``."""
+    """Appends lines to a log directory within ``max_bytes``, rotating ``trajectories.jsonl`` at
+    ``segment_bytes``."""
 
     def __init__(self, directory: str | Path, max_bytes: int, segment_bytes: int):
         if not 0 < segment_bytes <= max_bytes:

@@ -156,7 +156,8 @@ def build_record(conversation: str, messages: Sequence[Any], presented: Sequence
                  reward: float, outcome: str, domain: str, unoffered: Sequence[str] = ()) -> dict[str, Any]:
     """The record of a finished conversation; its ``id`` is unique (a random 64-bit suffix), since the
     index's ledger learns each id once (:mod:`tracer.core.applied`). ``unoffered``: the tools it calls that
-    no request of the conversation offered (a model's invented name; ``tracer update`` does not learn them)."""
+    no request of the conversation offered (a model's invented name; ``tracer update`` does not learn
+    them)."""
     msgs, fixes, raw = normalise(messages)
     group = _text(conversation) if conversation.strip() else "-"
     meta: dict[str, Any] = {"called": list(called_names(msgs)), "presented": list(presented), "outcome": outcome}

@@ -18,9 +18,9 @@ answer (a plain JSON completion's ``choices[0].message``, or the message rebuilt
 ``metadata.presented``, brought to the loader's rules first (:mod:`tracer.serve.log_record`: what is
 written is valid by construction). ``tools.json`` holds only the tools some written record calls, with the
 schema a request offered for it (a placeholder without description when none did: a name the model
-invented, listed in the record's ``metadata.unoffered``, which ``tracer update`` does not learn). The redaction hook
-(``--redact module:function``, called with the record as a dict; return the record to write, or None to
-drop it) runs before anything is written.
+invented, listed in the record's ``metadata.unoffered``, which ``tracer update`` does not learn). The
+redaction hook (``--redact module:function``, called with the record as a dict; return the record to write, or
+None to drop it) runs before anything is written.
 
 **Caps** (:class:`LogLimits`, each a ``tracer serve`` flag). Pending conversations are held as the JSON of
 their messages: at most ``max_pending`` of them and ``max_pending_bytes`` in all; over either, the least
@@ -131,7 +131,8 @@ def _reward(success: bool, reward: float | None) -> float:
 
 
 class ConversationLog:
-    """Pending conversations in memory, within :class:`LogLimits`; finished ones appended by a writer thread."""
+    """Pending conversations in memory, within :class:`LogLimits`; finished ones appended by a writer
+    thread."""
 
     def __init__(self, directory: str | Path, redact: Redactor | None = None, idle_s: float = 600.0,
                  domain: str = "gateway", limits: LogLimits | None = None):
@@ -160,7 +161,8 @@ class ConversationLog:
     # ---- called by requests (never block on disk) ----------------------------------------------
     def observe(self, conversation: str, messages: Sequence[Mapping], tools: Sequence[Mapping],
                 presented: Sequence[str], reply: Mapping | None) -> None:
-        """Remember the conversation's latest state (messages, the answer's message, the called tools' schemas)."""
+        """Remember the conversation's latest state (messages, the answer's message, the called tools'
+        schemas)."""
         msgs = [*messages, {"role": "assistant", **reply}] if reply else list(messages)
         body = _dumps(msgs)
         names = list(dict.fromkeys(called_names(msgs)))

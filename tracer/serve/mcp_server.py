@@ -131,7 +131,8 @@ class ToolRouter:
 
     def _index_tools(self, strict: bool = False) -> None:
         """Rebuild :attr:`tools` and :attr:`owner` from the upstreams, in file order. A name served twice is
-        refused at start (``strict``); later (an upstream reconnected with other tools) the first one keeps it."""
+        refused at start (``strict``); later (an upstream reconnected with other tools) the first one keeps
+        it."""
         tools: dict[str, types.Tool] = {}
         owner: dict[str, Upstream] = {}
         for name, upstream in self.upstreams.items():

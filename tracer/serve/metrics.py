@@ -55,7 +55,8 @@ class GatewayMetrics:
 
 
 class _LogCollector(Collector):
-    """``tracer_log_*``: what ``--log`` holds, has written and has dropped (by reason), read at scrape time."""
+    """``tracer_log_*``: what ``--log`` holds, has written and has dropped (by reason), read at scrape
+    time."""
 
     def __init__(self, stats: Callable[[], Mapping[str, Any]]) -> None:
         self.stats = stats
@@ -92,8 +93,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_json_logging(level: str = "info") -> None:
-    """Send the ``tracer.serve`` logger's records, and uvicorn's own (``uvicorn.error``: start-up, shutdown, an
-    exception in a stream the upstream broke), to stderr as bounded JSON lines; run uvicorn with
+    """Send the ``tracer.serve`` logger's records, and uvicorn's own (``uvicorn.error``: start-up, shutdown,
+    an exception in a stream the upstream broke), to stderr as bounded JSON lines; run uvicorn with
     ``log_config=None`` so it keeps them."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())

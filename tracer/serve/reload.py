@@ -57,7 +57,8 @@ def refreeze_long_lived() -> None:
 
 
 def version_token(directory: str | Path) -> tuple[int, bytes] | None:
-    """(mtime_ns, content) of ``DIR/CURRENT`` if it exists, else of ``DIR/meta.json``; None if neither does."""
+    """(mtime_ns, content) of ``DIR/CURRENT`` if it exists, else of ``DIR/meta.json``; None if neither
+    does."""
     d = Path(directory)
     for name in ("CURRENT", "meta.json"):
         path = d / name

@@ -116,7 +116,8 @@ class UnknownToolVectors:
 
 
 def forced_name(tool_choice: Any) -> str | None:
-    """The tool a ``tool_choice`` object names (``{"type": "function", "function": {"name": ...}}``), else None."""
+    """The tool a ``tool_choice`` object names (``{"type": "function", "function": {"name": ...}}``), else
+    None."""
     if isinstance(tool_choice, Mapping) and isinstance(tool_choice.get("function"), Mapping):
         name = tool_choice["function"].get("name")
         return name if isinstance(name, str) else None

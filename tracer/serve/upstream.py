@@ -103,7 +103,8 @@ class Upstream:
 
 
 async def read_all(response: aiohttp.ClientResponse) -> bytes:
-    """The whole body (each read within the deadline; ``TimeoutError`` past it); the connection is released."""
+    """The whole body (each read within the deadline; ``TimeoutError`` past it); the connection is
+    released."""
     try:
         return await response.read()
     except asyncio.TimeoutError as e:
@@ -113,7 +114,8 @@ async def read_all(response: aiohttp.ClientResponse) -> bytes:
 
 
 async def chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The body chunk by chunk as it arrives (SSE passes through unbuffered); released at the end or on exit."""
+    """The body chunk by chunk as it arrives (SSE passes through unbuffered); released at the end or on
+    exit."""
     try:
         async for chunk in response.content.iter_any():
             yield chunk

@@ -69,7 +69,8 @@ MAX_CONVERSATION_ID = 256
 
 
 def check_conversation_id(value: str | None, where: str) -> str | None:
-    """``value`` if it is a usable conversation id (1-256 printable ASCII characters) or None; else RequestError."""
+    """``value`` if it is a usable conversation id (1-256 printable ASCII characters) or None; else
+    RequestError."""
     if value is None:
         return None
     if not 0 < len(value) <= MAX_CONVERSATION_ID or not value.isascii() or not value.isprintable():

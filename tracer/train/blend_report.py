@@ -1,5 +1,5 @@
-"""The blend head's report for ``train.py scorer=tracer``: held-out comparison with a feature ablation over outer
-folds, predicted w and T per environment (the paper's Table 13), the w head's coefficients
+"""The blend head's report for ``train.py scorer=tracer``: held-out comparison with a feature ablation over
+outer folds, predicted w and T per environment (the paper's Table 13), the w head's coefficients
 (Table 14), feature correlations, and a histogram of w and T.
 
 Example::
@@ -172,9 +172,9 @@ def plot_wt(w: Sequence[float], t: Sequence[float], path: str | Path) -> Path:
 
 def blend_head_report(cfg: Mapping[str, Any], ds: Any, res: Resources, scorer: Any, fit: Any, out: Path,
                       logger: Any) -> dict[str, Any]:
-    """A fitted TRACER scorer's head into ``out`` (``blend_head.pt``, ``feature_stats.json``, ``history.json``,
-    ``wt_hist.png``), its curves and tables to ``logger``; returns :func:`build_report`'s dict, with the outer-fold
-    ablation when ``cfg["folds"]``."""
+    """A fitted TRACER scorer's head into ``out`` (``blend_head.pt``, ``feature_stats.json``,
+    ``history.json``, ``wt_hist.png``), its curves and tables to ``logger``; returns :func:`build_report`'s
+    dict, with the outer-fold ablation when ``cfg["folds"]``."""
     head, hist = scorer.head, {**fit.history, "seconds_total_fit": fit.seconds}
     atomic_save(head.state_dict(), out / "blend_head.pt")
     write_json(out / "feature_stats.json", head.feature_stats())

@@ -7,8 +7,8 @@ Example::
     report = run_job(cfg, Path("outputs/train/run"))                              # -> run/index, run/report.md
 
 The held-out metrics are ``evaluate.py``'s on the same config (:func:`tracer.eval.job.run_job`, written to
-``<run dir>/heldout/``): each outer fold trains its own encoder and scorer on its training trajectories only, so
-they measure the recipe that built the index, not the index on data it saw.
+``<run dir>/heldout/``): each outer fold trains its own encoder and scorer on its training trajectories only,
+so they measure the recipe that built the index, not the index on data it saw.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ TRAIN_ONLY = ("save_index", "preset")
 
 
 def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """Run the job described by ``cfg`` (the composed ``configs/train.yaml``) into ``out``; returns the report.
+    """Run the job described by ``cfg`` (the composed ``configs/train.yaml``) into ``out``; returns the
+    report.
 
     Writes ``config.yaml``, ``index/`` (unless ``save_index=false``), ``heldout/`` (evaluate.py's outputs on
     the outer folds, unless ``folds=0``), ``report.json`` and ``report.md``; with ``scorer=tracer`` also the
@@ -101,7 +102,8 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
 
 
 def _summary(history: dict[str, Any]) -> dict[str, Any]:
-    """An encoder's history without its per-step curve and trajectory ids (a cascade's slow stage likewise)."""
+    """An encoder's history without its per-step curve and trajectory ids (a cascade's slow stage
+    likewise)."""
     out = {k: v for k, v in history.items() if k not in ("trajectory_ids", "loss")}
     if isinstance(out.get("slow"), dict):
         out["slow"] = _summary(out["slow"])

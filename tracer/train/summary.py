@@ -23,8 +23,8 @@ def part(name: str) -> str:
 
 
 def index_size(directory: str | Path) -> dict[str, Any]:
-    """Bytes of an index's current snapshot, in all and per part (encoders, tries and memories, candidate model,
-    tool index, registry, other), largest first."""
+    """Bytes of an index's current snapshot, in all and per part (encoders, tries and memories, candidate
+    model, tool index, registry, other), largest first."""
     parts: dict[str, int] = {}
     with open_snapshot(directory, "none") as snap:
         for f in snap.rglob("*"):
