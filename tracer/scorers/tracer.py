@@ -12,13 +12,13 @@ with m_{S,t} the edge memory (mean context of the training steps that took S->t)
 (:mod:`tracer.learn.blend_head`). The step falls back to vector search over the whole registry when S has no
 children or the blend is flat: kappa = max_t softmax(s)(t) < tau.
 
-``tracer_g`` (Tracer+G) adds a global set G of the |G| tools with the highest prefix entropy
-H(S | t) to every presented set.
+``tracer_g`` (Tracer+G) adds a global set G of the |G| tools with the highest prefix entropy H(S | t) to every
+presented set.
 
-Choices where the paper is silent (stated here and in the configs): when S has fewer than k
-children the rest of the k is filled from the fallback ranking (``pad: true``); the smoothing
-``eps`` applies to both logs, so a child whose similarity is clipped to 0 by the ReLU keeps a
-finite, very low L instead of -inf. If every child's cosine is <= 0, L is uniform over the children.
+Choices where the paper is silent (stated here and in the configs): when S has fewer than k children the rest
+of the k is filled from the fallback ranking (``pad: true``); the smoothing ``eps`` applies to both logs, so a
+child whose similarity the ReLU clips to 0 keeps a finite, very low L; if every child's cosine is <= 0, L is
+uniform over the children.
 
 Two paths, one result: :meth:`TracerScorer.score_embedded` scores a batch with torch; ``select_one`` /
 ``rank_one`` score one live step with :mod:`tracer.scoring.single_step` (numpy, fixed blend; the learned blend
@@ -30,7 +30,6 @@ Example (plain Python; see :mod:`tracer.retriever` for the facade over live mess
     scorer = build_scorer("tracer_fixed"); scorer.fit(dataset.trajectories, res)
     presented = finalize(scorer.score(steps), k=5).presented      # batched
     one = scorer.select_one(step, scorer.embed([step]), k=5)       # one live step
-    scorer.save("index"); scorer = TracerScorer.load("index", res.embedder)
 """
 
 from __future__ import annotations

@@ -12,17 +12,15 @@ user request say much more. So instead of one trie and a fixed blend:
 3. *Model* (:mod:`tracer.learn.candidate_model`): linear (default), an MLP or the mean of several, trained
    (:mod:`tracer.learn.candidate_fit`) by softmax NLL of the gold over the candidates on inner folds by group.
 
-Ranking: candidates by model score, then the rest of the registry in vector order (``pad``); a step without
-any candidate falls back to the vector ranking. ``in_trie`` is True when any key's state has children.
-References: DPR (Karpukhin et al., 2020) for the NLL over a candidate set; the TRACER paper for the trie, its
-two priors and the edge memories; ToolNet (Liu et al., 2024) for the previous-call key.
+Ranking: candidates by model score, then the rest of the registry in vector order (``pad``); no candidate:
+the vector ranking. References: DPR (Karpukhin et al., 2020), the NLL over a candidate set; the TRACER paper,
+the trie, its priors and edge memories; ToolNet (Liu et al., 2024), the previous-call key.
 
 Example::
 
     scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)
     sel = finalize(scorer.score(steps), k=5)            # batched
-    ids = scorer.select_one(step, scorer.embed([step]), k=5)   # one live step (Retriever.select: from messages)
-    scorer.save("index/"); TracerPlusScorer.load("index/", embedder)
+    ids = scorer.select_one(step, scorer.embed([step]), k=5)   # one live step (Retriever.select: messages)
 """
 
 from __future__ import annotations
