@@ -1,16 +1,14 @@
 """TRACER: trajectory-aware tool retrieval (the paper's method) and its variants.
 
-At a step with state S (the turn-local prefix by default) and context embedding c, each child t
-of S in the execution trie gets
+At a step with state S (the turn-local prefix by default) and context embedding c, each child t of S gets
 
     P(t) = log(N(S,t)/N(S) + eps)                                   empirical prior
     L(t) = log(relu(cos(c, m_{S,t})) / sum_t' relu(cos(c, m_{S,t'})) + eps)   contextual prior
     s(t) = (w P(t) + (1-w) L(t)) / T                                blend
 
-with m_{S,t} the edge memory (mean context of the training steps that took S->t).
-``tracer_fixed`` uses s = P + L; ``tracer`` takes w and T per step from the learned blend head
-(:mod:`tracer.learn.blend_head`). The step falls back to vector search over the whole registry when S has no
-children or the blend is flat: kappa = max_t softmax(s)(t) < tau.
+with m_{S,t} the edge memory (mean context of the training steps that took S->t). ``tracer_fixed`` uses s = P +
+L; ``tracer`` takes w and T per step from the learned blend head (:mod:`tracer.learn.blend_head`). The step
+falls back to vector search when S has no children or the blend is flat: kappa = max_t softmax(s)(t) < tau.
 
 ``tracer_g`` (Tracer+G) adds a global set G of the |G| tools with the highest prefix entropy H(S | t) to every
 presented set.
