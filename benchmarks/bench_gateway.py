@@ -86,14 +86,16 @@ def floor_app(upstream: str):
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used (Linux ``/proc``): a cost that the machine's load does not inflate."""
+    """User + system CPU time a process has used (Linux ``/proc``): a cost that the machine's load does not
+    inflate."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_queue_ms(pid: int) -> float:
-    """Milliseconds a process's threads have spent runnable but waiting for a CPU (``/proc/PID/task/*/schedstat``,
-    second field): the scheduling delay the other jobs on the machine impose, which latency includes."""
+    """Milliseconds a process's threads have spent runnable but waiting for a CPU
+    (``/proc/PID/task/*/schedstat``, second field): the scheduling delay the other jobs on the machine impose,
+    which latency includes."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile

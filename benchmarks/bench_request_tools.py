@@ -4,8 +4,8 @@ held by the gateway (``tracer serve --tools-from-index``): body size, parsing an
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_request_tools [--sizes 1000 10000] [--repeats 50]
 
-Tool schemas are BFCL's real function documents shipped in ``bfcl-eval`` (every ``BFCL_v4_*.json`` category: 1,853
-distinct functions, ~600 bytes each); registries larger than that repeat them under suffixed names
+Tool schemas are BFCL's real function documents shipped in ``bfcl-eval`` (every ``BFCL_v4_*.json`` category:
+1,853 distinct functions, ~600 bytes each); registries larger than that repeat them under suffixed names
 (``name__2``), so body sizes are real and names distinct. Times are per request, single thread, the median of
 ``--repeats`` runs, thread CPU time, the cyclic collector set as ``tracer serve`` sets it.
 """

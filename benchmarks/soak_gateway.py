@@ -1012,7 +1012,8 @@ class Soak:
                        for c in range(self.args.clients)]
             watchers = [asyncio.ensure_future(self.sampler(observer, deadline)),
                         asyncio.ensure_future(self.prober(observer, deadline))]
-            # every episode is bounded (a few requests, each within 120 s): the last ones end soon after the deadline
+            # every episode is bounded (a few requests, each within 120 s): the last ones end soon after the
+            # deadline
             _, pending = await asyncio.wait(clients, timeout=duration + 300)
             self.stop = True
             for task in pending:

@@ -1,5 +1,5 @@
-"""What tests build from: messages, the tiny hand-written dataset, a keyword embedder with cosines known by hand,
-a scorer with a fixed ranking, and the repository paths. One place; test modules import from here
+"""What tests build from: messages, the tiny hand-written dataset, a keyword embedder with cosines known by
+hand, a scorer with a fixed ranking, and the repository paths. One place; test modules import from here
 (``tests/`` is on the path: ``pythonpath`` in pyproject.toml).
 """
 
@@ -62,7 +62,8 @@ def tiny_trajectories() -> list[Trajectory]:
     return [Trajectory(id=i, group=i, domain="tiny", messages=tuple(m)) for i, m in convs]
 
 
-# ---- baselines (issue 5): a keyword embedder with known cosines and resources over TINY_TOOLS ----------------
+# ---- baselines (issue 5): a keyword embedder with known cosines and resources over TINY_TOOLS
+# ----------------
 KEYWORDS = ("flight", "book", "cancel", "weather", "email", "file")
 
 
@@ -87,7 +88,8 @@ class KeywordEmbedder:
         return torch.nn.functional.normalize(out, dim=1)  # [N, dim]
 
 
-# ---- evaluation: a scorer with a fixed ranking, the tiny dataset as a native directory -------------------------
+# ---- evaluation: a scorer with a fixed ranking, the tiny dataset as a native directory
+# -------------------------
 class FixedRankScorer(ScorerBase):
     """Ranks the registry in order, then moves the gold tool to score ``gold`` (2.0: first; -1e9: last) and,
     if given, the tool ``prefer`` to score 1.0 (second after a first-placed gold)."""
@@ -121,12 +123,14 @@ def user(text: str) -> dict:
     return {"role": "user", "content": text}
 
 
-# ---- a cascade with two real trained encoders (scorer=cascade): the retriever and gateway tests --------------------
+# ---- a cascade with two real trained encoders (scorer=cascade): the retriever and gateway tests
+# --------------------
 def cascade_retriever(data, enc_dir: Path):
-    """``Retriever.from_dataset(data, "cascade", ...)`` with both encoders trained on ``data`` in ``enc_dir``: a static
-    table for the fast stage (from MiniLM's distillation, built once in .cache/encoders and linked in) and MiniLM cut
-    to one layer and fine-tuned for the slow one (the real slow stage is 6 layers, mnrl_int8.yaml): seconds. Escalates
-    half the steps (``escalate=0.5``); both encoders' configs are saved with the index."""
+    """``Retriever.from_dataset(data, "cascade", ...)`` with both encoders trained on ``data`` in ``enc_dir``:
+    a static table for the fast stage (from MiniLM's distillation, built once in .cache/encoders and linked
+    in) and MiniLM cut to one layer and fine-tuned for the slow one (the real slow stage is 6 layers,
+    mnrl_int8.yaml): seconds. Escalates half the steps (``escalate=0.5``); both encoders' configs are saved
+    with the index."""
     from tracer.encode.static import distilled
     from tracer.retriever import Retriever
 
@@ -143,11 +147,13 @@ def cascade_retriever(data, enc_dir: Path):
                                   fast=head, slow=head, escalate=0.5)
 
 
-# ---- a tiny BERT for the encoder-artifact tests: MiniLM's tokenizer, 4,000 word pieces, one 32-wide layer ----------
+# ---- a tiny BERT for the encoder-artifact tests: MiniLM's tokenizer, 4,000 word pieces, one 32-wide layer
+# ----------
 def tiny_bert(out: Path, vocab: int = 4000) -> Path:
-    """A sentence-transformers folder at ``out``: MiniLM's own tokenizer cut to its first ``vocab`` word pieces and a
-    seeded random one-layer BERT of width 32 over them. It exports to ONNX in ~2 s and distils with model2vec in ~1 s
-    (MiniLM: minutes), so the tests of what is cached from a model (exports, tables, checkpoints) can rebuild."""
+    """A sentence-transformers folder at ``out``: MiniLM's own tokenizer cut to its first ``vocab`` word
+    pieces and a seeded random one-layer BERT of width 32 over them. It exports to ONNX in ~2 s and distils
+    with model2vec in ~1 s (MiniLM: minutes), so the tests of what is cached from a model (exports, tables,
+    checkpoints) can rebuild."""
     import shutil
 
     from transformers import BertConfig, BertModel

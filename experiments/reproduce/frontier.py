@@ -38,7 +38,8 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
             "mnrl": ("fine-tuned per fold (torch)", "fine-tuned torch"),
             "mnrl_int8": ("fine-tuned per fold, ONNX int8", "fine-tuned ONNX int8"),
             "mnrl_trie": ("fine-tuned per fold, trie hard negatives (torch)", "fine-tuned torch"),
-            # tracer_plus with the best preset's candidate model (the mean of 10 MLPs); not in the latency bench
+            # tracer_plus with the best preset's candidate model (the mean of 10 MLPs); not in the latency
+            # bench
             "minilm_mlp10": ("MiniLM zero-shot (torch), candidate model: 10 MLPs", None),
             "mnrl_mlp10": ("fine-tuned per fold (torch), candidate model: 10 MLPs (`preset/best`)", None),
             "mnrl_l3_int8_mlp10": ("3-layer student fine-tuned per fold, ONNX int8, candidate model: 10 MLPs", None),
@@ -55,8 +56,8 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
                                         "ONNX int8"), "4-layer narrow (384) ONNX int8"),
             "mnrl_l4_ffn768_cut_int8": (("4-layer student, feed-forward 768 wide, cut from the fine-tuned 6-layer encoder, "
                                         "ONNX int8"), "4-layer narrow (768) ONNX int8"),
-            # a live step runs the same 3-layer graph (the tools were embedded at fit time): the same latency row;
-            # frontier_latency_query.json times both side by side
+            # a live step runs the same 3-layer graph (the tools were embedded at fit time): the same latency
+            # row; frontier_latency_query.json times both side by side
             "mnrl_l3_query_int8": ("3-layer query student, ONNX int8, tools by the 6-layer encoder",
                                    "3-layer fine-tuned ONNX int8"),
             "mnrl_l3_query_distill_int8": (
@@ -119,7 +120,8 @@ def previous_tests(path: Path) -> dict[tuple[str, str, str], tuple[str, str]]:
 
 
 def table(rows: list[dict], kept: dict[tuple[str, str], tuple[str, str]] | None = None) -> str:
-    """The Markdown table; ``kept``: (label, scorer) -> paired columns for rows that have no steps to test here."""
+    """The Markdown table; ``kept``: (label, scorer) -> paired columns for rows that have no steps to test
+    here."""
     kept = kept or {}
     lines = [("| encoder | scorer | recall@1 | recall@5 | MRR | Δ recall@5 vs zero-shot [95% CI] | Δ recall@1 | "
               "training s/fold | step p50 / p95 ms interleaved | step p50 / p95 ms serving | texts/s |"),

@@ -2,7 +2,8 @@
 
     python -m experiments.reproduce.reproduce_results                    # both parts (~40 min on 2 cores), exact
     python -m experiments.reproduce.reproduce_results --only ablation --rows full,mlp --out /tmp/repro
-    python -m experiments.reproduce.reproduce_results --reuse /tmp/repro # diff runs already there, run nothing
+    python -m experiments.reproduce.reproduce_results --reuse /tmp/repro # diff runs already there, run
+    nothing
     python -m experiments.reproduce.reproduce_results --tol 1e-12        # allow float differences up to 1e-12
 
 Parts (each an experiment group in tracer/configs/experiment/, run as one Hydra multirun, k = 5,

@@ -1,6 +1,7 @@
-"""A saved index is one self-contained folder: it carries its encoders (tracer/encode/bundle.py), so a copy loads
-in a fresh process from another directory with every cache deleted and selects bit for bit as the original; a
-damaged encoder file is refused naming it; saving again hard-links the encoder instead of copying it.
+"""A saved index is one self-contained folder: it carries its encoders (tracer/encode/bundle.py), so a copy
+loads in a fresh process from another directory with every cache deleted and selects bit for bit as the
+original; a damaged encoder file is refused naming it; saving again hard-links the encoder instead of copying
+it.
 
 Real components: train.py through Hydra, the static encoder trained from MiniLM's distillation, a fine-tuned
 transformer served by ONNX Runtime in int8, FAISS, real processes."""
@@ -44,7 +45,8 @@ def conversations() -> list[list[dict]]:
              {"role": "user", "content": "cancel that booking please"}]]
 
 
-# a fresh interpreter in another working directory: loads the index and prints what it selects, ranks and embeds
+# a fresh interpreter in another working directory: loads the index and prints what it selects, ranks and
+# embeds
 PROBE = textwrap.dedent("""
     import json, sys
     from tracer import Retriever
@@ -63,7 +65,8 @@ def answers(r: Retriever) -> dict:
 
 
 def probe_elsewhere(index: Path, tmp_path: Path) -> dict:
-    """Copy ``index`` to a new folder and load the copy in a fresh process whose working directory is empty."""
+    """Copy ``index`` to a new folder and load the copy in a fresh process whose working directory is
+    empty."""
     copy, cwd = tmp_path / "elsewhere" / "copied_index", tmp_path / "empty_cwd"
     shutil.copytree(index, copy)
     cwd.mkdir()
@@ -81,8 +84,8 @@ def tiny_variants(path: Path) -> Path:
 
 
 def linked_distillation(enc: Path) -> None:
-    """MiniLM's model2vec distillation (the static recipes' start, built once in .cache/encoders) linked into a
-    fresh encoder folder, so deleting that folder deletes every trained encoder and no shared one."""
+    """MiniLM's model2vec distillation (the static recipes' start, built once in .cache/encoders) linked into
+    a fresh encoder folder, so deleting that folder deletes every trained encoder and no shared one."""
     from tracer.encode.static import distilled
 
     start = distilled().resolve()
@@ -92,7 +95,8 @@ def linked_distillation(enc: Path) -> None:
 
 def test_train_py_writes_an_index_that_loads_from_a_copy_with_every_cache_deleted(tmp_path):
     """The issue's command on data/example: preset/fastest through train.py; then the caches go and a copy of
-    the index, loaded from another directory in a fresh process, selects, ranks and embeds bit for bit alike."""
+    the index, loaded from another directory in a fresh process, selects, ranks and embeds bit for bit
+    alike."""
     enc, emb, run = tmp_path / "enc", tmp_path / "emb", tmp_path / "run"
     linked_distillation(enc)
     cmd = [sys.executable, "train.py", "experiment=preset/fastest", "dataset=jsonl", f"dataset.path={EXAMPLE}",
@@ -115,8 +119,9 @@ def test_train_py_writes_an_index_that_loads_from_a_copy_with_every_cache_delete
 
 @pytest.mark.slow  # trains two encoders and exports one: make test-all
 def test_a_cascade_index_carries_both_encoders_the_onnx_one_without_its_unused_graph(tmp_path):
-    """Both stages' encoders travel with a cascade: the fast stage's static table and the slow stage's fine-tuned
-    transformer as it is served, the ONNX int8 graph and tokenizer (not the fp32 graph it was quantised from)."""
+    """Both stages' encoders travel with a cascade: the fast stage's static table and the slow stage's
+    fine-tuned transformer as it is served, the ONNX int8 graph and tokenizer (not the fp32 graph it was
+    quantised from)."""
     enc = tmp_path / "enc"
     linked_distillation(enc)
     common = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
@@ -141,7 +146,8 @@ def test_a_cascade_index_carries_both_encoders_the_onnx_one_without_its_unused_g
 
 @pytest.fixture(scope="module")
 def static_index(tmp_path_factory):
-    """A tracer_plus index over a static table trained on data/example, saved once; its encoder cache deleted."""
+    """A tracer_plus index over a static table trained on data/example, saved once; its encoder cache
+    deleted."""
     tmp = tmp_path_factory.mktemp("static_index")
     linked_distillation(tmp / "enc")
     recipe = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
@@ -186,8 +192,9 @@ def test_a_carried_folder_must_lie_inside_the_snapshot(static_index, tmp_path):
 
 
 def test_saving_again_links_the_carried_encoder_and_the_old_snapshot_may_go(static_index, tmp_path):
-    """An update saved by the process that loaded the index (tracer update) hard-links the encoder's files from
-    the current snapshot (same inodes, nothing copied); collecting the old snapshot leaves the new one whole."""
+    """An update saved by the process that loaded the index (tracer update) hard-links the encoder's files
+    from the current snapshot (same inodes, nothing copied); collecting the old snapshot leaves the new one
+    whole."""
     index, first = _copy(static_index, tmp_path)
     r = Retriever.load(index, device="cpu")
     before = answers(r)

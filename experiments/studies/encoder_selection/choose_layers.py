@@ -57,8 +57,9 @@ def int8_embedder(model: SentenceTransformer, work: Path):
 
 
 def interleaved_encode_ms(embedders: list, texts: list[str], block: int = 25) -> list[float]:
-    """Median wall ms of a one-text encode per embedder, timed in alternating blocks of ``block`` texts (each block's
-    first encode re-warms the model, untimed; the order rotates), so that drift of the host hits every model alike."""
+    """Median wall ms of a one-text encode per embedder, timed in alternating blocks of ``block`` texts (each
+    block's first encode re-warms the model, untimed; the order rotates), so that drift of the host hits every
+    model alike."""
     times: list[list[float]] = [[] for _ in embedders]
     for j, b in enumerate(range(0, len(texts), block)):
         for i in [(j + r) % len(embedders) for r in range(len(embedders))]:

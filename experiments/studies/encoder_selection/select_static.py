@@ -80,9 +80,9 @@ def vector_metrics(table: torch.Tensor, model: StaticModel, anchors, golds, tool
 
 def tracer_plus_metrics(registry, cfg: dict, fit, val, k: int, scorer_overrides: dict | None = None,
                         clean_inner: bool = True) -> dict:
-    """tracer_plus (its config with ``scorer_overrides``) fitted on ``fit`` (trajectories) with a static encoder of
-    recipe ``cfg`` trained on them, its inner folds clean (``clean_inner``) or sharing it, scored on the successful
-    ``val`` trajectories' steps."""
+    """tracer_plus (its config with ``scorer_overrides``) fitted on ``fit`` (trajectories) with a static
+    encoder of recipe ``cfg`` trained on them, its inner folds clean (``clean_inner``) or sharing it, scored
+    on the successful ``val`` trajectories' steps."""
     res = build_fold_encoders(registry, cfg | {"inner_encoders": clean_inner})(fit)
     steps = [s for s in extract_all(t for t in val if t.success) if s.gold in registry]
     scorer = build_scorer("tracer_plus", **(scorer_overrides or {}))

@@ -1,4 +1,5 @@
-"""Records, step extraction, the native format (round trip and bad input), folds, context rendering, the cache."""
+"""Records, step extraction, the native format (round trip and bad input), folds, context rendering, the
+cache."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Cached encoder artifacts (ONNX exports, static tables, fine-tuned checkpoints) are verified against the manifest
-written when they were built (SHA-256 of every file): a damaged one is moved aside and rebuilt from its source, or,
-where it has no source here, refused with an error naming the file; the embedding cache is keyed by the artifact's
-content, so vectors computed under one set of files are never served for another.
+"""Cached encoder artifacts (ONNX exports, static tables, fine-tuned checkpoints) are verified against the
+manifest written when they were built (SHA-256 of every file): a damaged one is moved aside and rebuilt from
+its source, or, where it has no source here, refused with an error naming the file; the embedding cache is
+keyed by the artifact's content, so vectors computed under one set of files are never served for another.
 
-Every artifact is built from :func:`builders.tiny_bert` (MiniLM's tokenizer, a one-layer BERT of width 32): real
-exports, distillations and fine-tunings in seconds."""
+Every artifact is built from :func:`builders.tiny_bert` (MiniLM's tokenizer, a one-layer BERT of width 32):
+real exports, distillations and fine-tunings in seconds."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built(tiny, tmp_path_factory):
-    """One ONNX export, one static distillation and one fine-tuned checkpoint of the tiny model; each test works on
-    a copy (``enc``)."""
+    """One ONNX export, one static distillation and one fine-tuned checkpoint of the tiny model; each test
+    works on a copy (``enc``)."""
     from tracer.encode.onnx import export
     from tracer.encode.static import distilled
 
@@ -99,8 +99,9 @@ def test_an_intact_export_is_verified_against_its_manifest_and_reused(tiny, enc)
     (lambda out: (out / "MANIFEST.json").unlink(), r"MANIFEST.json: .*no manifest"),  # built before manifests
 ], ids=["tokenizer-json-removed", "int8-truncated", "fp32-byte-flipped", "no-manifest"])
 def test_a_damaged_export_is_moved_aside_and_rebuilt(tiny, enc, damage, problem):
-    """A missing tokenizer.json once loaded as a 5-token vocabulary (every word [UNK]); a truncated int8.onnx raised a
-    raw InvalidProtobuf on every start. Now either is found, set aside (not deleted) and exported again."""
+    """A missing tokenizer.json once loaded as a 5-token vocabulary (every word [UNK]); a truncated int8.onnx
+    raised a raw InvalidProtobuf on every start. Now either is found, set aside (not deleted) and exported
+    again."""
     from tracer.encode.onnx import OnnxEmbedder
 
     want = {v: OnnxEmbedder(tiny, v, enc).encode(TEXTS) for v in ("fp32", "int8")}
@@ -117,8 +118,8 @@ def test_a_damaged_export_is_moved_aside_and_rebuilt(tiny, enc, damage, problem)
 
 
 def test_vectors_cached_under_one_artifact_are_never_served_for_another(tiny, enc, tmp_path):
-    """The embedding cache's key carries the artifact's content digest: an export replaced under the same name (here
-    its tokenizer reads 'flight' as 'paris' and back) misses the cache."""
+    """The embedding cache's key carries the artifact's content digest: an export replaced under the same name
+    (here its tokenizer reads 'flight' as 'paris' and back) misses the cache."""
     from tracer.encode.manifest import seal
     from tracer.encode.onnx import OnnxEmbedder
 
@@ -165,7 +166,8 @@ def test_a_damaged_fine_tuned_checkpoint_is_retrained_or_refused(tiny, enc):
     want = SentenceTransformerEmbedder(str(path), device="cpu", progress=0).encode(TEXTS)
     weights = path / "model.safetensors"
     _flip(weights)
-    # served as it is (a saved index names the folder): refused, naming the file, by torch and by the ONNX export
+    # served as it is (a saved index names the folder): refused, naming the file, by torch and by the ONNX
+    # export
     with pytest.raises(DataError, match=rf"{weights}: .*SHA-256.*cannot be rebuilt here"):
         SentenceTransformerEmbedder(str(path), device="cpu", progress=0)
     with pytest.raises(DataError, match=rf"{weights}: .*SHA-256"):
@@ -178,8 +180,9 @@ def test_a_damaged_fine_tuned_checkpoint_is_retrained_or_refused(tiny, enc):
 
 
 def test_an_unsealed_model_folder_is_fingerprinted_by_its_content(tiny, tmp_path):
-    """A folder without a manifest (the bundled MiniLM, a user's own model) is nobody's artifact: it is read as it is,
-    and its fingerprint is the hash of its files, so the cache tells two such folders apart under one name."""
+    """A folder without a manifest (the bundled MiniLM, a user's own model) is nobody's artifact: it is read
+    as it is, and its fingerprint is the hash of its files, so the cache tells two such folders apart under
+    one name."""
     other = shutil.copytree(tiny, tmp_path / "other")
     _flip(other / "model.safetensors", at=0.9)
     a = SentenceTransformerEmbedder(str(tiny), device="cpu", progress=0, name="same")

@@ -13,7 +13,8 @@ from tracer.encode.embedders import CachedEmbedder
 
 pytest.importorskip("onnxruntime")
 
-# real texts: tool texts as the scorers embed them, rendered contexts, and one past 256 word pieces (truncation)
+# real texts: tool texts as the scorers embed them, rendered contexts, and one past 256 word pieces
+# (truncation)
 TEXTS = [t.search_text for t in TINY_TOOLS] + [
     "user: Find me a flight from SFO to JFK tomorrow and book it\nassistant: call search_flights",
     "user: What about now?",
@@ -64,8 +65,8 @@ def test_onnx_fp32_batches_agree_with_single_texts(onnx_fp32):
 
 def test_int8_encodes_each_text_alone_as_a_live_step_does(onnx_int8):
     """Dynamic int8 takes one activation scale per session run, so by default every text runs alone: a text's
-    vector in a list is its vector by itself, bit for bit (what a live step computes, what the cache keeps under
-    the text). Batched, it moves with its batch, and the embedder's name says it was batched."""
+    vector in a list is its vector by itself, bit for bit (what a live step computes, what the cache keeps
+    under the text). Batched, it moves with its batch, and the embedder's name says it was batched."""
     from tracer.encode.onnx import OnnxEmbedder
 
     alone = torch.cat([onnx_int8.encode([t]) for t in TEXTS])
@@ -99,8 +100,9 @@ def test_onnx_int8_is_close_to_torch(onnx_int8, torch_vectors):
 
 
 def test_residual_layer_norms_stay_unfused(onnx_fp32, tmp_path):
-    """The export keeps Add + LayerNormalization (its fused attention and GELU stay), and the embedder's session
-    options do not fuse them back: ONNX Runtime's CPU SkipLayerNormalization is the slower of the two."""
+    """The export keeps Add + LayerNormalization (its fused attention and GELU stay), and the embedder's
+    session options do not fuse them back: ONNX Runtime's CPU SkipLayerNormalization is the slower of the
+    two."""
     import onnx
 
     from tracer.encode.onnx import session
@@ -168,7 +170,8 @@ def test_presets_compose():
         assert compose("evaluate").get("encoder_training") is None  # make demo does not train an encoder
         trained = compose("evaluate", overrides=["encoder_training=mnrl", "seed=3"]).encoder_training
         assert trained.seed == 3 and trained.context.join_users
-        # the named presets: best fine-tunes MiniLM; fast a 3-layer student served in int8; fastest a static model
+        # the named presets: best fine-tunes MiniLM; fast a 3-layer student served in int8; fastest a static
+        # model
         best = compose("evaluate", overrides=["experiment=preset/best"])
         assert best.scorer.name == "tracer_plus" and best.encoder_training.get("layers") is None
         fast = compose("evaluate", overrides=["experiment=preset/fast"])

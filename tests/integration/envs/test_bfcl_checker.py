@@ -54,7 +54,8 @@ def test_no_calls_fail_under_bfcl_on_the_first_turn_with_ground_truth(bfcl):
 
 
 def test_a_dropped_read_only_lookup_fails_bfcl_but_not_the_state_check(bfcl):
-    """multi_turn_base_1, turn 2: cd then grep; grep changes nothing, so only BFCL's response check sees it."""
+    """multi_turn_base_1, turn 2: cd then grep; grep changes nothing, so only BFCL's response check sees
+    it."""
     _, by_id = bfcl
     traj = by_id["multi_turn_base_1"]
     script = gold_script(traj)

@@ -1,5 +1,6 @@
-"""Bounded work per input: text is clipped by characters before tokenizing (tracer.encode.embedders.clip_texts), which
-changes no embedding of natural text, and the rule's one documented limit; and no silent emptiness."""
+"""Bounded work per input: text is clipped by characters before tokenizing
+(tracer.encode.embedders.clip_texts), which changes no embedding of natural text, and the rule's one
+documented limit; and no silent emptiness."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def test_a_fold_without_test_steps_is_reported():
     cfg = EvalConfig(k=2, folds=2, seed=0, latency_sample=0, progress=False)
     fit_all = lambda: build_scorer("tracer_fixed", successful_only=False)
     fold_of = Evaluator(ds, fit_all, res, OracleExecutor(), cfg).fold_of
-    # every trajectory of fold 1 failed: it still trains fold 0 (successful_only=False) but has nothing to test
+    # every trajectory of fold 1 failed: it still trains fold 0 (successful_only=False) but has nothing to
+    # test
     ds = Dataset("tiny", ds.registry, tuple(t.__class__(**{**t.__dict__, "success": fold_of[t.group] == 0})
                                             for t in trajs))
     result = Evaluator(ds, fit_all, res, OracleExecutor(), cfg).run()

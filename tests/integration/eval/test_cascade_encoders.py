@@ -1,6 +1,6 @@
-"""A cascade evaluated with per-fold encoders (``encoder_training=cascade``'s mechanism) on the real trainers: the
-fast stage a static table trained with clean inner folds, the slow stage MiniLM fine-tuned; both trained on each
-outer fold's training trajectories only, the slow stage's encoder never built for an inner fold."""
+"""A cascade evaluated with per-fold encoders (``encoder_training=cascade``'s mechanism) on the real trainers:
+the fast stage a static table trained with clean inner folds, the slow stage MiniLM fine-tuned; both trained
+on each outer fold's training trajectories only, the slow stage's encoder never built for an inner fold."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from tracer.executors.oracle import OracleExecutor
 from tracer.learn.encoders import TrainConfig
 
 HEAD = {"max_epochs": 10, "inner_folds": 2}
-# a few dozen pairs, short texts, one layer of MiniLM (the real slow stage is 6, mnrl_int8.yaml): seconds on the CPU
+# a few dozen pairs, short texts, one layer of MiniLM (the real slow stage is 6, mnrl_int8.yaml): seconds on
+# the CPU
 SLOW = TrainConfig(batch_size=6, lr=1e-4, warmup=0.1, epochs=1, max_seq_length=48, seed=0, layers=(5,))
 
 

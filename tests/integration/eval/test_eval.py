@@ -98,7 +98,8 @@ def _tiny_eval(tiny_trajs, tiny_resources, scorer, folds=5, k=2, regime="teacher
 
 def test_toy_run_metrics_by_hand(tiny_trajs, tiny_resources):
     # registry order ranks gold g at position id(g)+1; each of 5 folds holds one conversation.
-    # per-fold recall@2: t0 1, t1 2/3, t2 0, t3 1/2, t4 0; MRR: .75, (1+1/2+1/3)/3, (1/4+1/5)/2, (1+1/4)/2, 1/6
+    # per-fold recall@2: t0 1, t1 2/3, t2 0, t3 1/2, t4 0; MRR: .75, (1+1/2+1/3)/3, (1/4+1/5)/2, (1+1/4)/2,
+    # 1/6
     res = _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer())
     assert res.n_steps == 10
     assert res.mean["recall_at_k"] == pytest.approx((1 + 2 / 3 + 0 + 0.5 + 0) / 5)
@@ -111,8 +112,8 @@ def test_toy_run_metrics_by_hand(tiny_trajs, tiny_resources):
 
 
 def test_steps_whose_gold_the_folds_training_never_called_are_unseen(tiny_trajs, tiny_resources):
-    # one conversation per fold: cancel_booking (t1), send_email (t2) and list_files (t4) are called nowhere else,
-    # so their 3 steps are unseen; the 7 others seen. Ranks as in the test above (registry order).
+    # one conversation per fold: cancel_booking (t1), send_email (t2) and list_files (t4) are called nowhere
+    # else, so their 3 steps are unseen; the 7 others seen. Ranks as in the test above (registry order).
     from tracer.eval.metrics import by_gold_seen
 
     res = _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer())
@@ -139,7 +140,8 @@ def test_step_from_messages_matches_extracted_steps(tiny_trajs):
             assert (live.prefix, live.history, live.turn) == (s.prefix, s.history, s.turn)
 
 
-# ---- BFCL: regimes and free-running on the real backends -----------------------------------------------------
+# ---- BFCL: regimes and free-running on the real backends
+# -----------------------------------------------------
 @pytest.fixture(scope="module")
 def bfcl_small():
     from tracer.data import load_dataset
@@ -262,7 +264,8 @@ def test_free_running_through_an_openai_endpoint(bfcl_small, bfcl_res):
     server_counts = sorted(count_prompt_tokens(b["messages"], b["tools"]) for b in sent)
     assert sorted(r.prompt_tokens for r in res.records) == server_counts
     assert all(r.prompt_tokens != r.prompt_tokens_local for r in res.records)  # the server's count, not ours
-    # the model's own call ids are carried forward in the conversation it is sent next; its turn-ending text is not
+    # the model's own call ids are carried forward in the conversation it is sent next; its turn-ending text
+    # is not
     assert any(tc["id"].startswith("agent-") for b in sent for m in b["messages"] for tc in m.get("tool_calls") or [])
     assert not any(m.get("content") == "Done." for b in sent for m in b["messages"])
 
@@ -279,7 +282,8 @@ def test_free_running_refused_without_an_environment(tiny_trajs, tiny_resources)
         _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer(), regime="free_running")
 
 
-# ---- the CLI: multirun composes, the report gathers it, W&B offline files -----------------------------------
+# ---- the CLI: multirun composes, the report gathers it, W&B offline files
+# -----------------------------------
 def _evaluate(args, cwd):
     flags = [a for a in args if a.startswith("-")]  # Hydra's flags go before the overrides
     env_args = [sys.executable, str(ROOT / "evaluate.py"), *flags, "progress=false", "latency_sample=2", "folds=2",
@@ -303,7 +307,8 @@ def test_multirun_composes_and_report_gathers_it(native_dir, tmp_path):
     lines = (runs[0] / "steps.jsonl").read_text().splitlines()
     assert len(lines) == 10 and {"fold", "gold", "ranking", "presented", "kappa", "prompt_tokens"} <= set(
         json.loads(lines[0]))
-    # run_info describes each fold's *fitted* scorer: tracer_fixed's trie is built from that fold's training part
+    # run_info describes each fold's *fitted* scorer: tracer_fixed's trie is built from that fold's training
+    # part
     infos = {r.name: json.loads((r / "run_info.json").read_text())["scorer_info"] for r in runs}
     trie_infos = [v for name, v in infos.items() if "scorer=tracer_fixed" in name]
     assert len(trie_infos) == 2 and all(len(v) == 2 and all(f["n_edges"] > 0 for f in v) for v in trie_infos)

@@ -44,7 +44,8 @@ def bfcl_small():
 
 
 def test_calls_to_unpresented_tools_are_never_correct(bfcl_small):
-    """The server always calls the gold tool, which is never presented: selection 0, every step unpresented."""
+    """The server always calls the gold tool, which is never presented: selection 0, every step
+    unpresented."""
     ds, res = bfcl_small
     cfg = EvalConfig(k=1, folds=2, seed=0, regime="teacher_forcing", latency_sample=0, progress=False)
     with StubOpenAIServer(policy=_always_gold(ds.trajectories)) as server:
@@ -108,8 +109,8 @@ def test_withheld_tools_leave_the_presented_set_and_the_next_ranked_fill_in():
 
 @pytest.mark.parametrize("scorer_name", ["tracer", "tracer_plus"])
 def test_teacher_forced_outcomes_rank_the_gold_as_the_single_step_path_does(scorer_name, tiny_trajs, tiny_resources):
-    """tracer.eval.metrics.teacher_forced_outcomes (the scripts' held-out metric, batched through finalize) against
-    each step's gold position in the scorer's own single-step ranking (rank_one, numpy)."""
+    """tracer.eval.metrics.teacher_forced_outcomes (the scripts' held-out metric, batched through finalize)
+    against each step's gold position in the scorer's own single-step ranking (rank_one, numpy)."""
     from dataclasses import replace
 
     from builders import TINY_TOOLS, fitted_scorer

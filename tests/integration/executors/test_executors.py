@@ -407,7 +407,8 @@ def test_vllm_missing_gives_install_hint(monkeypatch):
         build_executor("vllm", model="tiny")
 
 
-# -- built from tracer/configs/executor/ ------------------------------------------------------------------------------
+# -- built from tracer/configs/executor/
+# ------------------------------------------------------------------------------
 
 
 def test_build_executor_by_name(stub):

@@ -1,5 +1,6 @@
 """The transformer trainer's context-to-context term (``TrainConfig.context_weight``), on the real MiniLM: its
-loss recomputed exactly from the model, the partners shared with the static trainer, the recipe's key and checks."""
+loss recomputed exactly from the model, the partners shared with the static trainer, the recipe's key and
+checks."""
 
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ def no_dropout(tmp_path_factory):
 
 
 def test_each_step_adds_the_weighted_cross_entropy_of_anchors_against_their_partners(no_dropout):
-    """Every step's loss is MNRL over the batch's (anchor, tool) pairs plus 0.5 x the cross-entropy of each anchor
-    whose tool has another context against the batch's partner contexts (scale 20, cosines): recomputed from the
-    untrained student with the partners drawn again each epoch (:func:`context_partners`, the static trainer's)."""
+    """Every step's loss is MNRL over the batch's (anchor, tool) pairs plus 0.5 x the cross-entropy of each
+    anchor whose tool has another context against the batch's partner contexts (scale 20, cosines): recomputed
+    from the untrained student with the partners drawn again each epoch (:func:`context_partners`, the static
+    trainer's)."""
     from sentence_transformers import SentenceTransformer
 
     from tracer.learn.encoders.student import keep_layers
@@ -77,8 +79,8 @@ def test_each_step_adds_the_weighted_cross_entropy_of_anchors_against_their_part
 
 
 def test_the_weight_is_in_the_key_not_in_the_teacher_and_checked(tmp_path):
-    """The weight enters the checkpoint's key only when set (recipes without it keep theirs); a student with it
-    shares its teacher with the students without it; a recipe hands it to its TrainConfig."""
+    """The weight enters the checkpoint's key only when set (recipes without it keep theirs); a student with
+    it shares its teacher with the students without it; a recipe hands it to its TrainConfig."""
     pairs = _pairs()
     plain = dataclasses.replace(FROZEN, context_weight=0.0)
     assert FROZEN.key()["context_weight"] == 0.5 and "context_weight" not in plain.key()

@@ -214,8 +214,9 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
 
 @pytest.mark.slow  # trains encoders: make test-all
 def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_layers(tmp_path):
-    """``from_teacher``: the student's layers come from the full-depth recipe fine-tuned on the same pairs (trained
-    first, recorded as its ``teacher``), not from the base model; it then trains as usual, and has its own key."""
+    """``from_teacher``: the student's layers come from the full-depth recipe fine-tuned on the same pairs
+    (trained first, recorded as its ``teacher``), not from the base model; it then trains as usual, and has
+    its own key."""
     from sentence_transformers import SentenceTransformer
 
     from tracer.encode.embedders import minilm_path

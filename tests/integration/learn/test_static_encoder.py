@@ -21,7 +21,8 @@ CFG = TrainConfig(batch_size=6, lr=2e-2, warmup=0.0, epochs=10, max_seq_length=5
 
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory):
-    """A fresh directory holding a link to MiniLM's distillation (1.5 CPU-minutes, built once in .cache/encoders)."""
+    """A fresh directory holding a link to MiniLM's distillation (1.5 CPU-minutes, built once in
+    .cache/encoders)."""
     start = distilled().resolve()
     d = tmp_path_factory.mktemp("enc")
     (d / start.name).symlink_to(start)
@@ -43,7 +44,8 @@ def test_training_lowers_the_loss_is_cached_and_serves_the_trained_table(encoder
     texts = list(pairs().anchors) + [t.search_text for t in TINY_TOOLS]
     table = torch.tensor(served.model.embedding.astype("float32"))
     torch.testing.assert_close(served.encode(texts), encode(table, served.model, texts, 512), atol=1e-3, rtol=0)
-    # the trained table ranks each step's gold tool text first among the tools more often than where it started
+    # the trained table ranks each step's gold tool text first among the tools more often than where it
+    # started
     start = StaticEmbedder(model=str(next(p for p in encoder_dir.iterdir() if p.is_symlink())))
 
     def nll_and_hits(emb):  # over the whole registry: the loss the training lowers, and top-1 hits
@@ -64,10 +66,10 @@ def test_other_pairs_train_another_model(encoder_dir):
 
 @pytest.mark.slow  # trains encoders: make test-all
 def test_context_positives_add_a_context_to_context_loss(encoder_dir):
-    """``context_weight``: each batch's loss is the context-to-tool loss plus the weight times the cross-entropy
-    of each context over the batch's partner contexts (another context that called the same tool), checked
-    against a hand computation with the table frozen; partners share the tool and never the text; the
-    weight enters the cache key beside the recipe's (the keys of checkpoints without it stay)."""
+    """``context_weight``: each batch's loss is the context-to-tool loss plus the weight times the
+    cross-entropy of each context over the batch's partner contexts (another context that called the same
+    tool), checked against a hand computation with the table frozen; partners share the tool and never the
+    text; the weight enters the cache key beside the recipe's (the keys of checkpoints without it stay)."""
     from dataclasses import asdict, replace
 
     from model2vec import StaticModel

@@ -1,6 +1,6 @@
-"""Learning while serving (tracer.online.updates, tracer.online.updater, Retriever.update, the ``tracer update`` CLI):
-updates in chunks equal a batch build on the union (BFCL), refits equal a batch fit and are swapped
-in from a background thread, tools are added, removed and renamed without a rebuild, and a
+"""Learning while serving (tracer.online.updates, tracer.online.updater, Retriever.update, the ``tracer
+update`` CLI): updates in chunks equal a batch build on the union (BFCL), refits equal a batch fit and are
+swapped in from a background thread, tools are added, removed and renamed without a rebuild, and a
 transferred candidate model fits on zero trajectories."""
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def test_bfcl_train_fold_in_ten_chunks_equals_the_batch_build(bfcl, name, tmp_pa
 
 
 def assert_same_plus_index(a: PlusIndex, b: PlusIndex) -> None:
-    """Every table of two tracer_plus indexes equal, bit for bit (and each torch table equal to its numpy twin)."""
+    """Every table of two tracer_plus indexes equal, bit for bit (and each torch table equal to its numpy
+    twin)."""
     assert a.tool_id == b.tool_id and np.array_equal(a.log_ranks, b.log_ranks) and len(a.tables) == len(b.tables)
     for x, y in zip(a.tables, b.tables):
         for f in ("log_visits", "log_children"):
@@ -213,8 +214,8 @@ def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm,
     assert_same_tries(r.scorer, batch)
     for (ka, va), (kb, vb) in zip(r.scorer.model.state_dict().items(), batch.model.state_dict().items()):
         assert ka == kb and torch.equal(va, vb), ka
-    # a trajectory logged while a refit runs (same pairs as before: the checkpoint is reused) goes into the old
-    # scorer at once and is caught up into the new one before the swap
+    # a trajectory logged while a refit runs (same pairs as before: the checkpoint is reused) goes into the
+    # old scorer at once and is caught up into the new one before the swap
     late.append(trajs[0])
     assert r.updater.refit(wait=True) and not late
     update_scorer(batch, trajs[:1])

@@ -1,5 +1,5 @@
-"""``tracer update`` and ``Retriever.update`` on logs (issue 32, defects 3, 4 and 11): each logged trajectory is
-learned once however often the log is applied (the index keeps a ledger of applied ids, verified with its
+"""``tracer update`` and ``Retriever.update`` on logs (issue 32, defects 3, 4 and 11): each logged trajectory
+is learned once however often the log is applied (the index keeps a ledger of applied ids, verified with its
 snapshot), a bad line is reported with its file, line and field and skipped, and only tools the log's
 trajectories call are registered."""
 

@@ -200,8 +200,8 @@ def test_a_live_batch_of_one_equals_the_batched_ranking(name, corpus, tiny_regis
 
 @pytest.fixture(scope="module")
 def bfcl_fold():
-    """BFCL (registry as loaded), trajectories of fold 1 to fit on and the steps of fold 0, with the real MiniLM
-    behind the shared disk cache."""
+    """BFCL (registry as loaded), trajectories of fold 1 to fit on and the steps of fold 0, with the real
+    MiniLM behind the shared disk cache."""
     from tracer.build import build_embedder
     from tracer.core.folds import assign_folds
     from tracer.data import load_dataset

@@ -274,8 +274,8 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
 
 
 def test_a_cascade_index_is_served_each_step_by_the_stage_its_gate_picks(tmp_path):
-    """A saved cascade (two trained encoders, both rebuilt from the index's configs): the upstream receives exactly the
-    cascade's selection, for steps the fast stage answers and steps it escalates alike."""
+    """A saved cascade (two trained encoders, both rebuilt from the index's configs): the upstream receives
+    exactly the cascade's selection, for steps the fast stage answers and steps it escalates alike."""
     from builders import cascade_retriever, tiny_trajectories
 
     from tracer.core.steps import step_from_messages

@@ -1,7 +1,7 @@
-"""The registry held by the gateway (``tracer serve --tools-from-index``): a client sends no schemas, or only its
-own additions; the upstream receives the k tools chosen among the index's and those, with the index's saved
-schemas. Real parts: the official ``openai`` client, the gateway on loopback, the stub upstream that records
-what it received, a MiniLM index."""
+"""The registry held by the gateway (``tracer serve --tools-from-index``): a client sends no schemas, or only
+its own additions; the upstream receives the k tools chosen among the index's and those, with the index's
+saved schemas. Real parts: the official ``openai`` client, the gateway on loopback, the stub upstream that
+records what it received, a MiniLM index."""
 
 from __future__ import annotations
 

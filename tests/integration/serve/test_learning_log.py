@@ -1,5 +1,5 @@
-"""The gateway's conversation log as the learning loop reads it (issue 32, defects 3, 7, 11 and 14): hostile but
-accepted requests are logged as records the strict loader reads, only called tools reach ``tools.json``, a
+"""The gateway's conversation log as the learning loop reads it (issue 32, defects 3, 7, 11 and 14): hostile
+but accepted requests are logged as records the strict loader reads, only called tools reach ``tools.json``, a
 cut stream does not apply its outcome, and pending conversations and the files stay within their caps.
 
 Real servers on loopback: the gateway (uvicorn), the stub OpenAI upstream or a streaming Starlette upstream,

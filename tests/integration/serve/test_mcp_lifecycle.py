@@ -58,7 +58,8 @@ def top(reference: Retriever, messages: list[dict], among: list[str], k: int = 2
 
 @contextlib.asynccontextmanager
 async def http_served(router: ToolRouter):
-    """The router's streamable-HTTP app on a loopback port (uvicorn in this event loop); yields the /mcp URL."""
+    """The router's streamable-HTTP app on a loopback port (uvicorn in this event loop); yields the /mcp
+    URL."""
     server = uvicorn.Server(uvicorn.Config(router.http_app(), host="127.0.0.1", port=0, log_level="warning"))
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
@@ -76,7 +77,8 @@ async def until(condition, timeout_s: float = 20.0) -> None:
 
 
 def test_a_session_is_forgotten_when_it_ends(index_dir, minilm, tmp_path):
-    """Streamable HTTP (the client's DELETE) and an in-memory connection: nothing of a closed session is kept."""
+    """Streamable HTTP (the client's DELETE) and an in-memory connection: nothing of a closed session is
+    kept."""
     config = write_config(tmp_path, office=stdio("office"))
     big = "what is the weather " * 20_000  # 400 KB
 
@@ -191,8 +193,8 @@ def test_a_dead_stdio_upstream_leaves_the_lists(index_dir, minilm, tmp_path):
 
 
 def test_a_failed_http_upstream_leaves_the_lists(index_dir, minilm, tmp_path):
-    """Stop the office server (streamable HTTP): the next call to it is an error naming it, and its tools leave
-    the list; the router and its other upstream keep serving."""
+    """Stop the office server (streamable HTTP): the next call to it is an error naming it, and its tools
+    leave the list; the router and its other upstream keep serving."""
     stopped = contextlib.ExitStack()
     url = stopped.enter_context(serving(build("office").streamable_http_app())) + "/mcp"
     config = write_config(tmp_path, travel=stdio("travel"), office={"url": url})

@@ -125,7 +125,8 @@ def test_a_bad_config_names_the_field(tmp_path):
 
 
 def test_streamable_http_keeps_one_activity_per_session(index_dir, minilm, tmp_path):
-    """``tracer mcp --transport http`` in process: two handshake-era clients, each with its own Mcp-Session-Id."""
+    """``tracer mcp --transport http`` in process: two handshake-era clients, each with its own
+    Mcp-Session-Id."""
     import socket
 
     import uvicorn

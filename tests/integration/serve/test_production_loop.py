@@ -93,7 +93,8 @@ def test_traffic_is_filtered_logged_learned_once_and_ranked(minilm, tmp_path):
         client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
         ids = run_agent(client, [*HISTORY])
         invented = run_agent(client, [{"role": "user", "content": "Please teleport the files"}])
-        # an agent whose requests never offer archive_files calls it: not offered here, offered elsewhere: real
+        # an agent whose requests never offer archive_files calls it: not offered here, offered elsewhere:
+        # real
         run_agent(client, [{"role": "user", "content": "Show the files here and archive them"}],
                   [t.to_openai() for t in TINY_TOOLS] + UNUSED)
         metrics = httpx.get(url + "/metrics").text

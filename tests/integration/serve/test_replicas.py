@@ -1,8 +1,8 @@
 """Replicated serving: two ``tracer serve`` processes serve one index directory while one writer (``tracer
-update``, a real process) publishes a new snapshot under client load. No request fails; every answer was chosen
-by one whole snapshot, the one its ``X-Tracer-Index`` header names (the tools the upstream received are exactly
-what that snapshot selects); each replica serves the new snapshot within two poll intervals of its publication
-and never goes back.
+update``, a real process) publishes a new snapshot under client load. No request fails; every answer was
+chosen by one whole snapshot, the one its ``X-Tracer-Index`` header names (the tools the upstream received are
+exactly what that snapshot selects); each replica serves the new snapshot within two poll intervals of its
+publication and never goes back.
 
 Real components: uvicorn in two processes, the official ``openai`` client, the stub upstream on loopback."""
 

@@ -1,6 +1,7 @@
-"""A served index writes no embedding cache: ``tracer serve`` (its own build of the gateway) answers many distinct
-conversations, each offering a tool the index does not know, and leaves its working directory and the index as they
-were, its memory of vectors at its bound (issue 32, defect 6: a 2 KB shard per conversation, never evicted)."""
+"""A served index writes no embedding cache: ``tracer serve`` (its own build of the gateway) answers many
+distinct conversations, each offering a tool the index does not know, and leaves its working directory and the
+index as they were, its memory of vectors at its bound (issue 32, defect 6: a 2 KB shard per conversation,
+never evicted)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""train.py with the paper's blend head (``experiment=preset/zero_shot scorer=tracer``) end to end: the real CLI
-(Hydra, MiniLM) on a tiny native-format dataset in tmp_path.
+"""train.py with the paper's blend head (``experiment=preset/zero_shot scorer=tracer``) end to end: the real
+CLI (Hydra, MiniLM) on a tiny native-format dataset in tmp_path.
 
 The run must write the head, its feature statistics, the loss curve, the resolved config, the
 report and a deployable index whose scorer uses the head. The presets through train.py: test_train_presets.py.

@@ -1,5 +1,6 @@
 """Every config composes with Hydra's compose API, and every component that builds offline in milliseconds is
-built from it (lightning-hydra-template's tests/test_configs.py). Models, datasets and servers only compose."""
+built from it (lightning-hydra-template's tests/test_configs.py). Models, datasets and servers only
+compose."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def evaluate(*overrides: str):
 
 
 def importable(target: str) -> bool:
-    """The ``_target_``'s module exists (found without importing it: the encoders' modules load heavy libraries)."""
+    """The ``_target_``'s module exists (found without importing it: the encoders' modules load heavy
+    libraries)."""
     module, _, _ = target.rpartition(".")
     return importlib.util.find_spec(module) is not None
 

@@ -62,7 +62,8 @@ def test_nested_head_overrides_merge_key_by_key_for_tracer():
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.stem)
 def test_every_yaml_key_is_a_required_keyword_of_its_class(path: Path):
-    """The YAML is the one place for a scorer's values: no Python default repeats one, no catch-all hides a typo."""
+    """The YAML is the one place for a scorer's values: no Python default repeats one, no catch-all hides a
+    typo."""
     cfg = yaml.safe_load(path.read_text())
     params = inspect.signature(locate(cfg["_target_"])).parameters
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -1,6 +1,6 @@
-"""The embedding cache stays bounded: its memory is an LRU of ``max_entries`` vectors beside what is on disk, a
-cache told so keeps contexts in memory only (tool texts go to disk), and the shards of many runs are compacted into
-one when the cache opens."""
+"""The embedding cache stays bounded: its memory is an LRU of ``max_entries`` vectors beside what is on disk,
+a cache told so keeps contexts in memory only (tool texts go to disk), and the shards of many runs are
+compacted into one when the cache opens."""
 
 from __future__ import annotations
 

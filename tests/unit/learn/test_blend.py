@@ -1,5 +1,6 @@
-"""The blend head (tracer/learn/blend_head.py, blend_fit.py): its loss against F.cross_entropy, gradients, bounds, what it
-learns on synthetic data where the context or the counts decide, inner-fold leakage and determinism.
+"""The blend head (tracer/learn/blend_head.py, blend_fit.py): its loss against F.cross_entropy, gradients,
+bounds, what it learns on synthetic data where the context or the counts decide, inner-fold leakage and
+determinism.
 
 Synthetic data uses :class:`KeywordEmbedder`, which one-hot encodes known keywords (counts, then
 L2-normalised), so similarities and priors can be worked out by hand.

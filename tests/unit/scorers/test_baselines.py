@@ -57,7 +57,8 @@ def names(registry, ids) -> list[str]:
 
 
 class FakeModel:
-    """A deterministic executor that writes text, counts its calls and calls every non-weather step routine."""
+    """A deterministic executor that writes text, counts its calls and calls every non-weather step
+    routine."""
 
     name = "fake"
     is_oracle = False

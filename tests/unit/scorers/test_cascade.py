@@ -1,8 +1,8 @@
-"""The cascade (tracer/scorers/cascade.py): its gate by hand, its threshold from the fast stage's out-of-fold fit, and
-each step answered by exactly one stage, as that stage fitted alone answers it.
+"""The cascade (tracer/scorers/cascade.py): its gate by hand, its threshold from the fast stage's out-of-fold
+fit, and each step answered by exactly one stage, as that stage fitted alone answers it.
 
-Two keyword encoders over the tiny corpus: the fast stage's knows every keyword, the slow stage's does not know
-"book" (so the two stages rank differently), as in the conformance test.
+Two keyword encoders over the tiny corpus: the fast stage's knows every keyword, the slow stage's does not
+know "book" (so the two stages rank differently), as in the conformance test.
 """
 
 from __future__ import annotations

@@ -98,15 +98,16 @@ def test_features_by_hand(hand):
     mem, q = scorer.embed([step])
     cand = candidates(scorer.index, [step], mem, fallback_scores(scorer.res, q), scorer.m)
     # prefix root children: search_flights (A, B), send_email (B, C), get_weather (C); last call get_weather
-    # -> send_email (C); vector top 3 of e_email: send_email, then ties at 0 in registry order: search_flights,
-    # book_flight. Union = {0, 1, 3, 4}.
+    # -> send_email (C); vector top 3 of e_email: send_email, then ties at 0 in registry order:
+    # search_flights, book_flight. Union = {0, 1, 3, 4}.
     assert cand.tool[0].tolist() == [0, 1, 3, 4] and cand.mask.all()
     names = feature_names(scorer.keys)
     row = {int(t): dict(zip(names, cand.feats[0, c].tolist())) for c, t in enumerate(cand.tool[0])}
     lv0, lc0 = math.log(1 + 5), math.log(1 + 3)           # root: N = 5 steps, 3 children
     lv1, lc1 = math.log(1 + 1), math.log(1 + 1)           # (get_weather,): N = 1, 1 child
     want = {
-        # search_flights: a root child, count 2 of 5, memory of "book a flight" = (e_flight + e_book)/sqrt2, cos 0
+        # search_flights: a root child, count 2 of 5, memory of "book a flight" = (e_flight + e_book)/sqrt2,
+        # cos 0
         0: {"prefix.member": 1, "prefix.log_p": math.log(2 / 5 + EPS), "prefix.log_r": math.log(EPS),
             "prefix.edge_cos": 0.0, "last_1+cross_turn.member": 0, "last_1+cross_turn.log_p": 0.0,
             "vec_cos": 0.0, "vec_rank": math.log(2), "vec_top": 1, "tool_log_freq": math.log(1 + 2),
