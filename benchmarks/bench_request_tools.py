@@ -42,9 +42,17 @@ def bfcl_functions() -> list[dict]:
             except json.JSONDecodeError:
                 continue
             for fn in row.get("function") or [] if isinstance(row, dict) else []:
-                seen.setdefault(fn["name"], {"type": "function", "function": {
-                    "name": fn["name"], "description": fn.get("description", ""),
-                    "parameters": {**fn.get("parameters", {}), "type": "object"}}})
+                seen.setdefault(
+                    fn["name"],
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": fn["name"],
+                            "description": fn.get("description", ""),
+                            "parameters": {**fn.get("parameters", {}), "type": "object"},
+                        },
+                    },
+                )
     return list(seen.values())
 
 
@@ -77,8 +85,11 @@ def main() -> None:
     args = ap.parse_args()
     base = bfcl_functions()
     freeze_long_lived()  # the collector as tracer serve sets it (tracer/serve/reload.py)
-    print(f"{len(base)} distinct BFCL function documents; machine: {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; thread CPU time, median of {args.repeats}\n")
+    print(
+        f"{len(base)} distinct BFCL function documents; "
+        f"machine: {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; thread CPU time, median of {args.repeats}\n"
+    )
     print("| tools | mode | body (KB) | parse + validate (ms) | held candidates (ms) | total (ms) |")
     print("|---:|---|---:|---:|---:|---:|")
     for n in args.sizes:
@@ -89,12 +100,19 @@ def main() -> None:
         parse_full = cpu_median(lambda full=full: parse_chat_request(full), args.repeats)
         parse_bare = cpu_median(lambda bare=bare: parse_chat_request(bare), args.repeats)
         held = cpu_median(lambda tools=tools, names=names: candidates(tools, names, [], []), args.repeats)
-        print(f"| {n:,} | schemas in every request | {len(full) / 1024:,.0f} | {parse_full * 1e3:.2f} | – | "
-              f"{parse_full * 1e3:.2f} |")
-        print(f"| {n:,} | registry held (`--tools-from-index`) | {len(bare) / 1024:,.1f} | {parse_bare * 1e3:.3f} | "
-              f"{held * 1e3:.3f} | {(parse_bare + held) * 1e3:.3f} |")
-    print("\ncommand: OMP_NUM_THREADS=1 python -m benchmarks.bench_request_tools " +
-          " ".join(f"--sizes {' '.join(map(str, args.sizes))} --repeats {args.repeats}".split()))
+        print(
+            f"| {n:,} | schemas in every request | {len(full) / 1024:,.0f} | {parse_full * 1e3:.2f} | – | "
+            f"{parse_full * 1e3:.2f} |"
+        )
+        print(
+            f"| {n:,} | registry held (`--tools-from-index`) | {len(bare) / 1024:,.1f} | "
+            f"{parse_bare * 1e3:.3f} | "
+            f"{held * 1e3:.3f} | {(parse_bare + held) * 1e3:.3f} |"
+        )
+    print(
+        "\ncommand: OMP_NUM_THREADS=1 python -m benchmarks.bench_request_tools "
+        + " ".join(f"--sizes {' '.join(map(str, args.sizes))} --repeats {args.repeats}".split())
+    )
 
 
 if __name__ == "__main__":

@@ -34,15 +34,32 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "TOKENIZ
 
 def conversations() -> list[list[dict]]:
     """Live conversations over data/example's six tools, mid-task and at a turn's start."""
+
     def call(i: int, name: str) -> list[dict]:
-        return [{"role": "assistant", "content": None, "tool_calls": [
-                    {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": f"c{i}", "content": "ok"}]
+        return [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "ok"},
+        ]
+
     flight = {"role": "user", "content": "Find a flight from SFO to JFK and book it"}
-    return [[flight], [flight, *call(0, "search_flights")], [{"role": "user", "content": "What's the weather?"}],
-            [{"role": "user", "content": "email the files to Ann"}, *call(0, "list_files")],
-            [flight, *call(0, "search_flights"), *call(1, "book_flight"),
-             {"role": "user", "content": "cancel that booking please"}]]
+    return [
+        [flight],
+        [flight, *call(0, "search_flights")],
+        [{"role": "user", "content": "What's the weather?"}],
+        [{"role": "user", "content": "email the files to Ann"}, *call(0, "list_files")],
+        [
+            flight,
+            *call(0, "search_flights"),
+            *call(1, "book_flight"),
+            {"role": "user", "content": "cancel that booking please"},
+        ],
+    ]
 
 
 # a fresh interpreter in another working directory: loads the index and prints what it selects, ranks and
@@ -59,9 +76,13 @@ PROBE = textwrap.dedent("""
 
 
 def answers(r: Retriever) -> dict:
-    return {"answers": [{"select": list(r.select_ids(m)), "rank": r.rank(m), "vec": r.context_embedding(m).tolist()}
-                        for m in conversations()],
-            "encoders": [r.res.embedder.name] + ([r.res.slow.embedder.name] if r.res.slow is not None else [])}
+    return {
+        "answers": [
+            {"select": list(r.select_ids(m)), "rank": r.rank(m), "vec": r.context_embedding(m).tolist()}
+            for m in conversations()
+        ],
+        "encoders": [r.res.embedder.name] + ([r.res.slow.embedder.name] if r.res.slow is not None else []),
+    }
 
 
 def probe_elsewhere(index: Path, tmp_path: Path) -> dict:
@@ -70,8 +91,15 @@ def probe_elsewhere(index: Path, tmp_path: Path) -> dict:
     copy, cwd = tmp_path / "elsewhere" / "copied_index", tmp_path / "empty_cwd"
     shutil.copytree(index, copy)
     cwd.mkdir()
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(copy), json.dumps(conversations())], check=False,
-                          cwd=cwd, env={**ENV, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(copy), json.dumps(conversations())],
+        check=False,
+        cwd=cwd,
+        env={**ENV, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not any(cwd.iterdir()), "loading wrote into the working directory"
     return json.loads(proc.stdout.splitlines()[-1])
@@ -79,7 +107,9 @@ def probe_elsewhere(index: Path, tmp_path: Path) -> dict:
 
 def tiny_variants(path: Path) -> Path:
     """The five tiny conversations (data/example's tools), three variants each: 15 groups."""
-    trajs = [replace(t, id=f"{t.id}-{v}", group=f"{t.group}-{v}") for v in range(3) for t in tiny_trajectories()]
+    trajs = [
+        replace(t, id=f"{t.id}-{v}", group=f"{t.group}-{v}") for v in range(3) for t in tiny_trajectories()
+    ]
     return write_native(path, Registry(TINY_TOOLS), trajs)
 
 
@@ -99,9 +129,18 @@ def test_train_py_writes_an_index_that_loads_from_a_copy_with_every_cache_delete
     alike."""
     enc, emb, run = tmp_path / "enc", tmp_path / "emb", tmp_path / "run"
     linked_distillation(enc)
-    cmd = [sys.executable, "train.py", "experiment=preset/fastest", "dataset=jsonl", f"dataset.path={EXAMPLE}",
-           "folds=0", f"encoder_training.encoder_dir={enc}", f"embedder.cache_dir={emb}", "device=cpu",
-           f"hydra.run.dir={run}"]
+    cmd = [
+        sys.executable,
+        "train.py",
+        "experiment=preset/fastest",
+        "dataset=jsonl",
+        f"dataset.path={EXAMPLE}",
+        "folds=0",
+        f"encoder_training.encoder_dir={enc}",
+        f"embedder.cache_dir={emb}",
+        "device=cpu",
+        f"hydra.run.dir={run}",
+    ]
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((run / "report.json").read_text())
@@ -124,16 +163,43 @@ def test_a_cascade_index_carries_both_encoders_the_onnx_one_without_its_unused_g
     quantised from)."""
     enc = tmp_path / "enc"
     linked_distillation(enc)
-    common = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
-              "encoder_dir": str(enc), "batch_size": 6, "warmup": 0.1, "weight_decay": 0.0, "epochs": 1,
-              "scale": 20.0, "seed": 0}
-    onnx = {"_target_": "tracer.encode.onnx.OnnxEmbedder", "variant": "int8", "threads": 1,
-            "encoder_dir": str(enc)}
-    recipe = {**common, "kind": "static", "lr": 1e-2, "max_seq_length": 512,
-              "slow": {**common, "lr": 1e-4, "max_seq_length": 48, "layers": [5], "serve_as": onnx}}
+    common = {
+        "context": {"join_users": True},
+        "successful_only": True,
+        "base_model": None,
+        "device": "cpu",
+        "encoder_dir": str(enc),
+        "batch_size": 6,
+        "warmup": 0.1,
+        "weight_decay": 0.0,
+        "epochs": 1,
+        "scale": 20.0,
+        "seed": 0,
+    }
+    onnx = {
+        "_target_": "tracer.encode.onnx.OnnxEmbedder",
+        "variant": "int8",
+        "threads": 1,
+        "encoder_dir": str(enc),
+    }
+    recipe = {
+        **common,
+        "kind": "static",
+        "lr": 1e-2,
+        "max_seq_length": 512,
+        "slow": {**common, "lr": 1e-4, "max_seq_length": 48, "layers": [5], "serve_as": onnx},
+    }
     head = {"head": {"max_epochs": 10, "inner_folds": 2}}
-    r = Retriever.from_dataset(tiny_variants(tmp_path / "data"), "cascade", device="cpu", cache_dir=None,
-                               encoder_training=recipe, fast=head, slow=head, escalate=0.5)
+    r = Retriever.from_dataset(
+        tiny_variants(tmp_path / "data"),
+        "cascade",
+        device="cpu",
+        cache_dir=None,
+        encoder_training=recipe,
+        fast=head,
+        slow=head,
+        escalate=0.5,
+    )
     assert "-onnx-int8-" in r.res.slow.embedder.name
     r.save(tmp_path / "index")
     snap = tmp_path / "index" / "snapshots" / current_snapshot(tmp_path / "index")
@@ -150,11 +216,29 @@ def static_index(tmp_path_factory):
     deleted."""
     tmp = tmp_path_factory.mktemp("static_index")
     linked_distillation(tmp / "enc")
-    recipe = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
-              "encoder_dir": str(tmp / "enc"), "kind": "static", "batch_size": 4, "lr": 1e-2, "warmup": 0.0,
-              "weight_decay": 0.0, "epochs": 1, "scale": 20.0, "max_seq_length": 512, "seed": 0}
-    r = Retriever.from_dataset(EXAMPLE, device="cpu", cache_dir=None, encoder_training=recipe,
-                               head={"max_epochs": 5, "inner_folds": 2})
+    recipe = {
+        "context": {"join_users": True},
+        "successful_only": True,
+        "base_model": None,
+        "device": "cpu",
+        "encoder_dir": str(tmp / "enc"),
+        "kind": "static",
+        "batch_size": 4,
+        "lr": 1e-2,
+        "warmup": 0.0,
+        "weight_decay": 0.0,
+        "epochs": 1,
+        "scale": 20.0,
+        "max_seq_length": 512,
+        "seed": 0,
+    }
+    r = Retriever.from_dataset(
+        EXAMPLE,
+        device="cpu",
+        cache_dir=None,
+        encoder_training=recipe,
+        head={"max_epochs": 5, "inner_folds": 2},
+    )
     r.save(tmp / "index")
     shutil.rmtree(tmp / "enc")
     return tmp / "index"
@@ -183,8 +267,11 @@ def test_a_flipped_byte_in_a_carried_encoder_file_is_refused_naming_the_file(sta
 def test_a_carried_folder_must_lie_inside_the_snapshot(static_index, tmp_path):
     index, snap = _copy(static_index, tmp_path)
     meta = json.loads((snap / "meta.json").read_text())
-    for bad, problem in (("../../../elsewhere", "outside the snapshot"), ("encoders/missing", "missing"),
-                         (7, "embedder.files")):
+    for bad, problem in (
+        ("../../../elsewhere", "outside the snapshot"),
+        ("encoders/missing", "missing"),
+        (7, "embedder.files"),
+    ):
         meta["embedder"]["files"] = bad
         (snap / "meta.json").write_text(json.dumps(meta))
         with pytest.raises(DataError, match=problem):
@@ -218,12 +305,27 @@ def test_tracer_select_answers_from_the_index_as_the_retriever_does(static_index
     index, _ = _copy(static_index, tmp_path)
     r = Retriever.load(index, device="cpu")
     cmd = [sys.executable, "-m", "tracer.cli", "select", "--index", str(index), "--json", "--k", "3"]
-    proc = subprocess.run(cmd, check=False, input=json.dumps(conversations()), cwd=tmp_path, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        cmd,
+        check=False,
+        input=json.dumps(conversations()),
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = [json.loads(line)["tools"] for line in proc.stdout.splitlines()]
     assert got == [[r.registry[i].name for i in r.select_ids(m, k=3)] for m in conversations()]
     (tmp_path / "bad.json").write_text('[{"role": "user",\n "content": }]')
-    proc = subprocess.run([*cmd[:-3], "--messages", str(tmp_path / "bad.json")], check=False, cwd=tmp_path,
-                          env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*cmd[:-3], "--messages", str(tmp_path / "bad.json")],
+        check=False,
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and f"{tmp_path / 'bad.json'}:2: not JSON" in proc.stderr

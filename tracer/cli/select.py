@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _conversations(source: str) -> list[list[dict]]:
     name = "<stdin>" if source == "-" else source
-    text = sys.stdin.read(MAX_INPUT + 1) if source == "-" else Path(source).read_text()[:MAX_INPUT + 1]
+    text = sys.stdin.read(MAX_INPUT + 1) if source == "-" else Path(source).read_text()[: MAX_INPUT + 1]
     if len(text) > MAX_INPUT:
         raise ValueError(f"{name}: more than {MAX_INPUT >> 20} MiB")
     try:
@@ -43,7 +43,9 @@ def _conversations(source: str) -> list[list[dict]]:
         return doc
     if isinstance(doc, list):
         return [doc]
-    raise ValueError(f"{name}: expected a list of chat messages or a list of such lists, got {type(doc).__name__}")
+    raise ValueError(
+        f"{name}: expected a list of chat messages or a list of such lists, got {type(doc).__name__}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -39,8 +39,13 @@ class Served(NamedTuple):
 
 def every_file(folder: Path) -> tuple[str, ...]:
     """Every file of ``folder`` but its artifact manifest, relative and sorted."""
-    return tuple(sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                        if p.is_file() and p != folder / MANIFEST))
+    return tuple(
+        sorted(
+            p.relative_to(folder).as_posix()
+            for p in folder.rglob("*")
+            if p.is_file() and p != folder / MANIFEST
+        )
+    )
 
 
 def carry(embedder: Any, snap: Path, current: Path | None = None) -> tuple[str, dict[str, Any]] | None:
@@ -90,8 +95,11 @@ def _sealed(staging: Path, spec: Served) -> str:
     for name in spec.files:
         want = doc["files"].get(name, {}).get("sha256")
         if want is not None and sha256_file(staging / name) != want:
-            raise ArtifactMismatch(spec.folder / name, "SHA-256 differs from the manifest (the file was changed or "
-                                                       "damaged); build the encoder again before saving")
+            raise ArtifactMismatch(
+                spec.folder / name,
+                "SHA-256 differs from the manifest (the file was changed or "
+                "damaged); build the encoder again before saving",
+            )
     return seal(staging, {**doc["inputs"], "served": sorted(spec.files)})
 
 

@@ -97,15 +97,25 @@ class BM25Scorer(ScorerBase):
     def score(self, steps: Sequence[Step]) -> Scores:
         self._check_fitted()
         n = len(self.res.registry)
-        rows = [self._scores(tokens(query_text(self.query, s))) for s in steps]                # B x [N]
-        fallback = torch.from_numpy(np.stack(rows).astype(np.float32)) if rows else torch.zeros(0, n)  # [B, N]
-        return Scores(primary=no_proposal(len(steps), n), fallback=fallback,
-                      fell_back=torch.ones(len(steps), dtype=torch.bool))
+        rows = [self._scores(tokens(query_text(self.query, s))) for s in steps]  # B x [N]
+        fallback = (
+            torch.from_numpy(np.stack(rows).astype(np.float32)) if rows else torch.zeros(0, n)
+        )  # [B, N]
+        return Scores(
+            primary=no_proposal(len(steps), n),
+            fallback=fallback,
+            fell_back=torch.ones(len(steps), dtype=torch.bool),
+        )
 
     def _scores(self, query: list[str]) -> np.ndarray:
         """``[N]`` BM25 scores of one tokenised query (all 0 for a query without a word)."""
         return self.index.get_scores(query) if query else np.zeros(len(self.res.registry), np.float32)
 
     def describe(self) -> dict:
-        return {"scorer": self.name, "ranking": "BM25 of the context against tool name, description and parameters",
-                "k1": self.k1, "b": self.b, "context": asdict(self.query)}
+        return {
+            "scorer": self.name,
+            "ranking": "BM25 of the context against tool name, description and parameters",
+            "k1": self.k1,
+            "b": self.b,
+            "context": asdict(self.query),
+        }

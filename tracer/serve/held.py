@@ -37,9 +37,12 @@ class IndexTools:
             return self._tools, self._names
 
 
-def candidates(index_tools: Sequence[dict[str, Any]], index_names: Sequence[str],
-               request_tools: Sequence[Mapping[str, Any]], request_names: Sequence[str]
-               ) -> tuple[list[Mapping[str, Any]], list[str]]:
+def candidates(
+    index_tools: Sequence[dict[str, Any]],
+    index_names: Sequence[str],
+    request_tools: Sequence[Mapping[str, Any]],
+    request_names: Sequence[str],
+) -> tuple[list[Mapping[str, Any]], list[str]]:
     """The tools a request chooses among when the registry is held, in canonical order (the index's order,
     then the request's additions in its order), and their names."""
     if not request_tools:

@@ -4,7 +4,7 @@ dataset, save one self-contained index, and report what it cost and how well it 
 Example::
 
     cfg = compose("train", overrides=["experiment=preset/best", "dataset=bfcl"])   # configs/train.yaml
-    report = run_job(cfg, Path("outputs/train/run"))                              # -> run/index, run/report.md
+    report = run_job(cfg, Path("outputs/train/run"))                # -> run/index, run/report.md
 
 The held-out metrics are ``evaluate.py``'s on the same config (:func:`tracer.eval.job.run_job`, written to
 ``<run dir>/heldout/``): each outer fold trains its own encoder and scorer on its training trajectories only,
@@ -51,17 +51,26 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
         check_folds(c["folds"], ds.trajectories)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    logger = build_logger(c.get("logger"), out, run_name=f"train_{ds.name}_{c.get('preset') or c['scorer']['name']}")
+    logger = build_logger(
+        c.get("logger"), out, run_name=f"train_{ds.name}_{c.get('preset') or c['scorer']['name']}"
+    )
     logger.log_config(c)
 
     t0 = time.perf_counter()
     encoders = None
     if c.get("encoder_training"):
-        encoders = build_fold_encoders(ds.registry, c["encoder_training"], c["embedder"].get("cache_dir"),
-                                       device=c.get("device"), seed=c["seed"])
+        encoders = build_fold_encoders(
+            ds.registry,
+            c["encoder_training"],
+            c["embedder"].get("cache_dir"),
+            device=c.get("device"),
+            seed=c["seed"],
+        )
         res = encoders(ds.trajectories)
     else:
-        res = Resources.build(ds.registry, build_embedder(c["embedder"]), device=c.get("device"), seed=c["seed"])
+        res = Resources.build(
+            ds.registry, build_embedder(c["embedder"]), device=c.get("device"), seed=c["seed"]
+        )
     t1 = time.perf_counter()
     scorer = build_scorer(c["scorer"])
     fit = scorer.fit(ds.trajectories, res)
@@ -72,31 +81,54 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
     t3 = time.perf_counter()
 
     report: dict[str, Any] = {
-        "dataset": ds.name, "registry_size": len(ds.registry), "trajectories": len(ds.trajectories),
-        "steps": fit.n_steps, "preset": c.get("preset"), "scorer": c["scorer"]["name"],
-        "encoder": res.embedder.name, "slow_encoder": res.slow.embedder.name if res.slow is not None else None,
-        "seconds": {"encoder": t1 - t0, "scorer": t2 - t1, "save": t3 - t2,
-                    "scorer_stages": {k: v for k, v in fit.history.items()
-                                      if "seconds" in k and isinstance(v, (int, float))}},
+        "dataset": ds.name,
+        "registry_size": len(ds.registry),
+        "trajectories": len(ds.trajectories),
+        "steps": fit.n_steps,
+        "preset": c.get("preset"),
+        "scorer": c["scorer"]["name"],
+        "encoder": res.embedder.name,
+        "slow_encoder": res.slow.embedder.name if res.slow is not None else None,
+        "seconds": {
+            "encoder": t1 - t0,
+            "scorer": t2 - t1,
+            "save": t3 - t2,
+            "scorer_stages": {
+                k: v for k, v in fit.history.items() if "seconds" in k and isinstance(v, (int, float))
+            },
+        },
         "encoder_training": [_summary(h) for h in (encoders.history if encoders else [])],
         "index": index_size(index) | {"path": str(index)} if index is not None else None,
         "heldout": None,
     }
-    if getattr(scorer, "head", None) is not None and fit.data is not None:  # scorer=tracer: the paper's blend head
+    if (
+        getattr(scorer, "head", None) is not None and fit.data is not None
+    ):  # scorer=tracer: the paper's blend head
         report["blend_head"] = blend_head_report(c, ds, res, scorer, fit, out, logger)
     if c["folds"]:
         heldout_cfg = {k: v for k, v in c.items() if k not in TRAIN_ONLY} | {"logger": None}
         doc = evaluate(heldout_cfg, out / "heldout")
-        curve = read_json(out / "heldout" / "run_info.json")["recall_curve"]  # pooled over steps, k = 1, 2, ...
-        report["heldout"] = {"folds": doc["folds"], "k": doc["k"], "n_steps": doc["n_steps"],
-                             "registry_size": doc["registry_size"], "recall_at_1": curve[0],
-                             "recall_at_5": curve[4] if len(curve) > 4 else None, "mean": doc["mean"],
-                             "sd": doc["sd"], "metrics": str(out / "heldout" / "metrics.json")}
+        curve = read_json(out / "heldout" / "run_info.json")[
+            "recall_curve"
+        ]  # pooled over steps, k = 1, 2, ...
+        report["heldout"] = {
+            "folds": doc["folds"],
+            "k": doc["k"],
+            "n_steps": doc["n_steps"],
+            "registry_size": doc["registry_size"],
+            "recall_at_1": curve[0],
+            "recall_at_5": curve[4] if len(curve) > 4 else None,
+            "mean": doc["mean"],
+            "sd": doc["sd"],
+            "metrics": str(out / "heldout" / "metrics.json"),
+        }
         logger.log_summary({f"heldout/{k}": v for k, v in doc["mean"].items() if v is not None})
     write_json(out / "report.json", report)
     atomic_write_text(out / "report.md", report_markdown(report))
-    logger.log_summary({f"seconds/{k}": v for k, v in report["seconds"].items() if isinstance(v, float)}
-                       | ({"index/bytes": report["index"]["bytes"]} if index is not None else {}))
+    logger.log_summary(
+        {f"seconds/{k}": v for k, v in report["seconds"].items() if isinstance(v, float)}
+        | ({"index/bytes": report["index"]["bytes"]} if index is not None else {})
+    )
     logger.finish()
     return report
 

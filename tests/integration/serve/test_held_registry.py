@@ -19,9 +19,17 @@ from tracer.serve.logging_sink import ConversationLog
 
 K = 2
 WEATHER = [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"}]
-ARCHIVE = {"type": "function", "function": {
-    "name": "archive_files", "description": "Compress the listed files into a zip archive",
-    "parameters": {"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string"}}}}}}
+ARCHIVE = {
+    "type": "function",
+    "function": {
+        "name": "archive_files",
+        "description": "Compress the listed files into a zip archive",
+        "parameters": {
+            "type": "object",
+            "properties": {"files": {"type": "array", "items": {"type": "string"}}},
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +64,14 @@ def test_a_request_without_tools_gets_the_indexs_choice_with_its_saved_schemas(i
 
 def test_additions_compete_overrides_win_and_tool_choice_none_sends_nothing(index_dir, minilm):
     reference = Retriever.load(index_dir, embedder=minilm, device="cpu")
-    changed = {"type": "function", "function": {"name": "get_weather", "description": "Weather, the client's words",
-                                                "parameters": {"type": "object", "properties": {}}}}
+    changed = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather, the client's words",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
     archive = [{"role": "user", "content": "Compress these files into a zip archive"}]
     with StubOpenAIServer() as stub, serving(held(index_dir, minilm, stub.url)) as url:
         c = client(url)
@@ -65,10 +79,10 @@ def test_additions_compete_overrides_win_and_tool_choice_none_sends_nothing(inde
         c.chat.completions.create(model="m", messages=WEATHER, tools=[changed])
         c.chat.completions.create(model="m", messages=WEATHER, tools=[ARCHIVE], tool_choice="none")
     added, overridden, none = stub.requests
-    assert "archive_files" in names(added) and len(names(added)) == K   # the addition asked for, plainly
+    assert "archive_files" in names(added) and len(names(added)) == K  # the addition asked for, plainly
     assert names(overridden) == reference.rank(WEATHER)[:K] and "get_weather" in names(overridden)
     assert overridden["tools"][names(overridden).index("get_weather")] == changed
-    assert names(none) == ["archive_files"]   # as sent: nothing of the index's is offered
+    assert names(none) == ["archive_files"]  # as sent: nothing of the index's is offered
 
 
 def test_without_the_flag_a_request_without_tools_passes_as_it_came(index_dir, minilm):
@@ -83,10 +97,15 @@ def test_a_logged_call_of_a_held_tool_carries_its_schema(index_dir, minilm, tmp_
     sink = ConversationLog(tmp_path / "log")
     with StubOpenAIServer() as stub, serving(held(index_dir, minilm, stub.url, sink)) as url:
         raw = client(url).chat.completions.with_raw_response.create(
-            model="m", messages=[{"role": "user", "content": "weather in Oslo call:get_weather"}],
-            extra_headers={"X-Tracer-Outcome": "success", "X-Tracer-Conversation": "held-1"})
+            model="m",
+            messages=[{"role": "user", "content": "weather in Oslo call:get_weather"}],
+            extra_headers={"X-Tracer-Outcome": "success", "X-Tracer-Conversation": "held-1"},
+        )
         assert raw.parse().choices[0].message.tool_calls[0].function.name == "get_weather"
     ds = load_native(tmp_path / "log")
     assert [t.group for t in ds.trajectories] == ["held-1"]
     assert "get_weather" in ds.registry and not ds.trajectories[0].metadata.get("unoffered")
-    assert json.loads(json.dumps(ds.registry.get("get_weather").to_openai()))["function"]["name"] == "get_weather"
+    assert (
+        json.loads(json.dumps(ds.registry.get("get_weather").to_openai()))["function"]["name"]
+        == "get_weather"
+    )

@@ -40,36 +40,79 @@ def test_identifiers_split_at_snake_and_camel_case_and_stopwords_go():
 
 
 def test_a_tools_text_holds_its_parameters_names_and_descriptions():
-    tool = Tool("send_email", "Send an email", {"type": "object", "properties": {
-        "recipientAddress": {"type": "string", "description": "who gets it"},
-        "attachments": {"type": "array", "items": {"type": "object", "properties": {"fileName": {"type": "string"}}}}}})
-    assert tokens(tool_text(tool)) == ["send", "email", "send", "email", "recipient", "address", "who", "gets",
-                                       "attachments", "file", "name"]
+    tool = Tool(
+        "send_email",
+        "Send an email",
+        {
+            "type": "object",
+            "properties": {
+                "recipientAddress": {"type": "string", "description": "who gets it"},
+                "attachments": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"fileName": {"type": "string"}}},
+                },
+            },
+        },
+    )
+    assert tokens(tool_text(tool)) == [
+        "send",
+        "email",
+        "send",
+        "email",
+        "recipient",
+        "address",
+        "who",
+        "gets",
+        "attachments",
+        "file",
+        "name",
+    ]
 
 
 def test_rankings_are_bm25_by_hand_and_ties_keep_registry_order(tiny_resources):
     scorer = build_scorer("bm25")
     scorer.fit([], tiny_resources)
     docs = [tokens(tool_text(t)) for t in TINY_TOOLS]
-    queries = ["Book a flight for me", "What's the weather forecast in Oslo?", "cancel my booking by id",
-               "zzz qqq"]
+    queries = [
+        "Book a flight for me",
+        "What's the weather forecast in Oslo?",
+        "cancel my booking by id",
+        "zzz qqq",
+    ]
     steps = [step((), q) for q in queries]
     sc = scorer.score(steps)
     for row, st in zip(sc.fallback, steps):
-        rendered = scorer.query.render(st.context)   # the query: the context as vector search renders it
+        rendered = scorer.query.render(st.context)  # the query: the context as vector search renders it
         assert rendered.startswith("user: ")
-        query = tokens(rendered.removeprefix("user: "))   # its line label is structure, not a word of the query
+        query = tokens(
+            rendered.removeprefix("user: ")
+        )  # its line label is structure, not a word of the query
         assert row.tolist() == pytest.approx(by_hand(query, docs), rel=1e-5, abs=1e-6)
     ranking = finalize(sc, k=3).ranking
     names = [[TINY_TOOLS[i].name for i in r[:3].tolist()] for r in ranking]
     assert names[0][:2] == ["book_flight", "search_flights"]
     assert names[1][0] == "get_weather" and names[2][0] == "cancel_booking"
-    assert names[3] == [t.name for t in TINY_TOOLS[:3]]   # no known word: all 0, registry order
+    assert names[3] == [t.name for t in TINY_TOOLS[:3]]  # no known word: all 0, registry order
 
 
 def test_the_query_drops_the_renderings_line_labels_not_the_words():
     scorer = build_scorer("bm25")
     first = step(("search_flights",), "List the user accounts", position=1)
-    ctx = replace(first, context=first.context + ({"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c0", "type": "function", "function": {"name": "search_flights", "arguments": "{}"}}]},))
+    ctx = replace(
+        first,
+        context=first.context
+        + (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c0",
+                        "type": "function",
+                        "function": {"name": "search_flights", "arguments": "{}"},
+                    }
+                ],
+            },
+        ),
+    )
     assert tokens(query_text(scorer.query, ctx)) == ["list", "user", "accounts", "search", "flights"]
