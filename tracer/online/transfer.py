@@ -1,6 +1,6 @@
 """Cold start: a tracer_plus candidate model trained on other datasets, for a dataset with few or no logs.
 
-The candidate features (:mod:`tracer.learn.candidate_features`) are dataset-agnostic: memberships, priors and
+The candidate features (:mod:`tracer.scorers.tracer_plus.features`) are dataset-agnostic: memberships, priors and
 cosines of each key's state, the state's visits and children, the vector cosine and rank. So the
 out-of-fold candidates of several source datasets (each scored by tries of its own inner folds,
 over its own registry) are pooled and one model is trained on them; a scorer configured with
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 from tracer.core.folds import inner_seed
 from tracer.core.types import Trajectory
-from tracer.learn.candidate_fit import CandidateData, inner_fold_candidates, train_model
-from tracer.learn.candidate_model import CandidateModel
 from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scorers.tracer_plus.fit import CandidateData, inner_fold_candidates, train_model
+from tracer.scorers.tracer_plus.model import CandidateModel
 from tracer.scoring.resources import Resources, fallback_scores, training_steps
 
 

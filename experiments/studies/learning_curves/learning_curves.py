@@ -33,8 +33,8 @@ import torch
 
 from tracer.build import build_dataset, build_embedder, build_scorer, load_config
 from tracer.core.folds import kfold
-from tracer.learn.candidate_model import save_candidate_model
 from tracer.online.transfer import fit_transfer_model
+from tracer.scorers.tracer_plus.model import save_candidate_model
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, training_steps
 

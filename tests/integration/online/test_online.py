@@ -22,12 +22,12 @@ from tracer.core.steps import extract_all
 from tracer.core.store import CorruptIndex, current_snapshot, write_manifest
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
-from tracer.learn.candidate_model import CandidateModel, save_candidate_model
-from tracer.learn.plus_index import PlusIndex
 from tracer.memory.trie import ExecutionTrie
 from tracer.online.updater import Updater
 from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
+from tracer.scorers.tracer_plus.index import PlusIndex
+from tracer.scorers.tracer_plus.model import CandidateModel, save_candidate_model
 from tracer.scoring.ranking import finalize
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources

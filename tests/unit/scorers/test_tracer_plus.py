@@ -29,14 +29,18 @@ from tracer.core.folds import assign_folds, inner_seed
 from tracer.core.steps import extract_all, extract_steps
 from tracer.core.store import current_snapshot
 from tracer.core.types import Trajectory
-from tracer.learn.candidate_features import (
+from tracer.learn.trainer import TrainConfig
+from tracer.memory.keys import StateKey, parse_key
+from tracer.retriever import Retriever
+from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scorers.tracer_plus.features import (
     GROUPS,
     candidates,
     feature_groups,
     feature_names,
     keep_mask,
 )
-from tracer.learn.candidate_fit import (
+from tracer.scorers.tracer_plus.fit import (
     IGNORE,
     CandidateData,
     build_index,
@@ -44,13 +48,9 @@ from tracer.learn.candidate_fit import (
     nll_on,
     train_model,
 )
-from tracer.learn.candidate_model import CandidateModel, load_candidate_model, save_candidate_model
-from tracer.learn.candidate_step import candidates_one
-from tracer.learn.plus_index import PlusIndex
-from tracer.learn.trainer import TrainConfig
-from tracer.memory.keys import StateKey, parse_key
-from tracer.retriever import Retriever
-from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scorers.tracer_plus.index import PlusIndex
+from tracer.scorers.tracer_plus.model import CandidateModel, load_candidate_model, save_candidate_model
+from tracer.scorers.tracer_plus.step import candidates_one
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, fallback_scores, training_steps
 from tracer.scoring.single_step import dense_scores_one

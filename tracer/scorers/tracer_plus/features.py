@@ -65,8 +65,8 @@ import torch
 
 from tracer.core.types import Step
 from tracer.learn import standardise
-from tracer.learn.plus_index import PlusIndex
 from tracer.memory.keys import StateKey
+from tracer.scorers.tracer_plus.index import PlusIndex
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",

@@ -1,4 +1,4 @@
-"""One live step's candidates in numpy: :func:`tracer.learn.candidate_features.candidates` for a batch of one,
+"""One live step's candidates in numpy: :func:`tracer.scorers.tracer_plus.features.candidates` for a batch of one,
 row for row and bit for bit (tracer_plus's single-step path; tests/test_tracer_plus.py holds them equal).
 
 It lives beside the batched builder rather than in :mod:`tracer.scoring.single_step` because it reads
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracer.core.types import Step
-from tracer.learn.candidate_features import KEY_FEATURES, n_features
-from tracer.learn.plus_index import PlusIndex
+from tracer.scorers.tracer_plus.features import KEY_FEATURES, n_features
+from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scoring.single_step import children_one
 
 

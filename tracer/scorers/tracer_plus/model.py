@@ -1,6 +1,6 @@
 """tracer_plus's candidate model: a linear (or one-hidden-layer, or a mean of several) scorer over the
-candidate features of :mod:`tracer.learn.candidate_features`, standardised by :mod:`tracer.learn.standardise`,
-with its file format. Its training is :mod:`tracer.learn.candidate_fit` (as the blend head's is
+candidate features of :mod:`tracer.scorers.tracer_plus.features`, standardised by :mod:`tracer.learn.standardise`,
+with its file format. Its training is :mod:`tracer.scorers.tracer_plus.fit` (as the blend head's is
 :mod:`tracer.learn.blend_fit`).
 
 Example::

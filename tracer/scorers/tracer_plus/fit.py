@@ -1,4 +1,4 @@
-"""Training tracer_plus's candidate model (:mod:`tracer.learn.candidate_model`) on the shared stack:
+"""Training tracer_plus's candidate model (:mod:`tracer.scorers.tracer_plus.model`) on the shared stack:
 out-of-fold candidates by :mod:`tracer.learn.oof` (no step scored by an index that saw its own trajectory),
 the masked NLL over each step's candidate set of :mod:`tracer.learn.nll`, and the Adam + l2 + early-stopping
 loop of :mod:`tracer.learn.trainer`.
@@ -20,13 +20,13 @@ import torch
 
 from tracer.core.threads import one_thread
 from tracer.core.types import Step
-from tracer.learn.candidate_features import candidates, feature_names
-from tracer.learn.candidate_model import CandidateModel, check_model
 from tracer.learn.nll import IGNORE, MASKED, masked_nll
 from tracer.learn.oof import out_of_fold, pad_cat
-from tracer.learn.plus_index import PlusIndex
 from tracer.learn.trainer import TrainConfig, train
 from tracer.memory.trie import ExecutionTrie
+from tracer.scorers.tracer_plus.features import candidates, feature_names
+from tracer.scorers.tracer_plus.index import PlusIndex
+from tracer.scorers.tracer_plus.model import CandidateModel, check_model
 from tracer.scoring.resources import Resources, fallback_scores
 
 # held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never

@@ -1,0 +1,320 @@
+"""``tracer_plus``: a multi-key candidate union scored by a learned candidate model.
+
+Beyond the paper (docs/method.md, "tracer_plus"). At a turn opening the paper's turn-local prefix is the root,
+whose many children make its empirical prior nearly useless; the previous call across turns and the latest
+user request say much more. So instead of one trie and a fixed blend:
+
+1. *Candidates* (:mod:`tracer.scorers.tracer_plus.features`): the union of the children of the step's state
+   under each configured key (one trie per key, all sharing the same embedded training contexts) and the
+   top ``vector_candidates`` (m) tools of the vector ranking.
+2. *Features* per candidate and key (membership, log P, log R, edge cosine, the state's visits and children,
+   the vector cosine, log rank and top-m flag), standardised with the training split's statistics.
+3. *Model* (:mod:`tracer.scorers.tracer_plus.model`): linear (default), an MLP or the mean of several, trained
+   (:mod:`tracer.scorers.tracer_plus.fit`) by softmax NLL of the gold over the candidates on inner folds by group.
+
+Ranking: candidates by model score, then the rest of the registry in vector order (``pad``); no candidate:
+the vector ranking. References: DPR (Karpukhin et al., 2020), the NLL over a candidate set; the TRACER paper,
+the trie, its priors and edge memories; ToolNet (Liu et al., 2024), the previous-call key.
+
+Example::
+
+    scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)
+    sel = finalize(scorer.score(steps), k=5)            # batched
+    ids = scorer.select_one(step, scorer.embed([step]), k=5)   # one live step (Retriever.select: messages)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tracer.core.context import ContextRendering
+from tracer.core.folds import inner_seed
+from tracer.core.store import Verify, save_snapshot
+from tracer.core.types import Step, Trajectory
+from tracer.learn.trainer import TrainConfig
+from tracer.memory.keys import parse_key
+from tracer.memory.trie import ExecutionTrie
+from tracer.scorers.tracer_plus.features import Candidates, candidates, feature_names, keep_mask
+from tracer.scorers.tracer_plus.fit import clean_fold_view, inner_fold_candidates, train_model
+from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
+from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
+from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one
+from tracer.scoring.fit import FitReport
+from tracer.scoring.persist import check_trie, load_tensors, open_index, saved_config, write_common
+from tracer.scoring.protocol import Contexts, ScorerBase
+from tracer.scoring.ranking import confidence, scatter_primary
+from tracer.scoring.records import Scores
+from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
+from tracer.scoring.single_step import as_numpy, dense_scores_one, rank_one
+
+FORMAT_VERSION = 1
+CLASS_PATH = "tracer.scorers.tracer_plus.TracerPlusScorer"
+
+
+class TracerPlusScorer(ScorerBase):
+    """Multi-key candidate union with a learned candidate scorer (see the module docstring).
+
+    Args:
+        name: registry name.
+        keys: state keys, as labels (``prefix``, ``last_2+cross_turn``, ``last_1+cross_turn``, ...)
+            or ``{kind, n, cross_turn}`` mappings; one trie each.
+        vector_candidates: m, the top of the vector ranking added to the candidates (0: none).
+        query_context: rendering of the vector query (vector features and padding).
+        memory_context: rendering of the contexts of the edge memories (and of the step compared with them).
+        features: ``{drop: [...]}`` feature groups (or full names) left out, for ablations.
+        model: ``linear`` or ``mlp``.
+        eps: smoothing inside both priors' logs.
+        pad: fill the presented set up to k from the vector ranking.
+        successful_only: learn from successful trajectories only.
+        head: training settings: ``inner_folds``, ``lr``, ``weight_decay``, ``max_epochs``, ``patience``,
+            ``hidden`` (MLP width), ``members`` (MLPs averaged, ``mlp`` only), ``seed`` (default: the
+            resources' seed).
+        transfer: path of a candidate model saved by :func:`save_candidate_model` (trained on other
+            datasets): ``fit`` then builds the tries only and keeps these weights; zero trajectories
+            are allowed (cold start). ``None``: train on the fitted trajectories.
+    """
+
+    can_save = True
+
+    def __init__(self, *, name: str, keys: Sequence, vector_candidates: int, query_context: Mapping,
+                 memory_context: Mapping, features: Mapping, model: str, eps: float, pad: bool,
+                 successful_only: bool, head: Mapping, transfer: str | None = None):
+        self.name, self.pad, self.eps, self.successful_only = name, pad, eps, successful_only
+        self.transfer = str(transfer) if transfer else None
+        self.keys = tuple(parse_key(k) for k in keys)
+        if not self.keys and vector_candidates <= 0:
+            raise ValueError("tracer_plus needs at least one key or vector_candidates > 0")
+        self.m = int(vector_candidates)
+        self.query_rendering = ContextRendering.from_config(query_context)
+        self.memory_rendering = ContextRendering.from_config(memory_context)
+        self.rendering = self.memory_rendering  # the step's context as compared with the edge memories
+        self.drop = tuple((features or {}).get("drop") or ())
+        self.model_kind = model
+        self.head_cfg = dict(head)
+        self.feature_names = feature_names(self.keys)
+        self.keep = keep_mask(self.feature_names, self.drop)
+        check_model(model, self.members)
+        self.res: Resources | None = None
+        self.index: PlusIndex | None = None
+        self.model: CandidateModel | None = None
+        self.history: dict = {}
+        # [S, C] the model's scores of its out-of-fold training candidates (-inf where masked), read by a
+        # cascade's gate at its fit; not saved (None after a load or a transfer)
+        self.inner_scores: torch.Tensor | None = None
+
+    # ---- fitting -----------------------------------------------------------------------------
+    def embed(self, steps: Sequence[Step], res: Resources | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(memory contexts ``[B, d]``, query contexts ``[B, d]``); one encode when the renderings agree."""
+        res = res or self.res
+        mem = res.embed(steps, self.memory_rendering)
+        q = mem if self.query_rendering == self.memory_rendering else res.embed(steps, self.query_rendering)
+        return mem, q
+
+    def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+        """Tries and candidate model; the report holds the curves, the scorer their scalars (``history``)."""
+        t0 = time.perf_counter()
+        # with transferred weights an empty log is a cold start (the tries start empty); else it is an error
+        pick = training_steps if self.transfer else fit_steps
+        steps = pick(trajectories, res.registry, self.successful_only)
+        mem, q = self.embed(steps, res)                                         # [S, d] each
+        t1 = time.perf_counter()
+        vec = fallback_scores(res, q)                                           # [S, N]
+        gold = res.tool_ids([s.gold for s in steps])                            # [S]
+        cfg = self.head_cfg
+        seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
+        if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
+            self.model, hist, t2 = load_candidate_model(self.transfer, self.feature_names, self.model_kind,
+                                                         int(cfg["hidden"]), self.members), {}, time.perf_counter()
+        else:
+            data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
+                                         res.device, int(cfg["inner_folds"]), inner_seed(seed, 0),
+                                         clean_fold_view(res, steps, lambda r: self.embed(steps, r)))
+            t2 = time.perf_counter()
+            self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
+                                           keep=self.keep, refit=bool(cfg["refit"]), members=self.members)
+            with torch.no_grad():
+                self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
+        self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
+                     for k in self.keys], res)
+        history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1, "seconds_fit": time.perf_counter() - t1}
+        self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
+        return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
+
+    @property
+    def members(self) -> int:
+        """MLPs in the candidate model's ensemble (``head.members``; 1: a single model)."""
+        return int(self.head_cfg.get("members", 1))
+
+    def train_config(self, seed: int) -> TrainConfig:  # full batch; seed: the MLP's initial weights
+        return TrainConfig.from_config(self.head_cfg, batch_size=0, seed=seed)
+
+    def attach(self, tries: Sequence[ExecutionTrie], res: Resources, touched: tuple | None = None) -> TracerPlusScorer:
+        """``touched``: (nodes per trie, gold ids) after an online update of these very tries
+        (:func:`refreshed`)."""
+        if [t.key for t in tries] != list(self.keys):
+            raise ValueError(f"tries have keys {[t.key.label for t in tries]}, this scorer {[k.label for k in self.keys]}")
+        if any(t.n_tools != len(res.registry) for t in tries):
+            raise ValueError(f"tries are not over the registry's {len(res.registry)} tools")
+        self.res = res
+        self.index = refreshed(self.index, tries, res.registry.names, res.embedder.dim, touched)
+        return self
+
+    @property
+    def tries(self) -> list[ExecutionTrie]:
+        return self.index.tries if self.index is not None else []
+
+    @property
+    def cold(self) -> bool:
+        """No logged call yet (a transferred model before any update): every step is ranked by the vector
+        query alone. The transferred weights were learned where the trie features carry most of the signal;
+        over vector candidates alone they reorder worse than the vector ranking (tau2 recall@5 0.266 vs 0.333,
+        docs/learning.md)."""
+        return not any(t.n_edges for t in self.tries)
+
+    def _check_fitted(self) -> None:
+        if self.res is None or self.model is None:
+            raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources) or load()")
+
+    # ---- scoring (batched) -------------------------------------------------------------------
+    def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor) -> Candidates:
+        return candidates(self.index, steps, mem, vec, self.m)
+
+    def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor, query: torch.Tensor | None = None) -> Scores:
+        """Score steps whose contexts are embedded: ``mem [B, d]`` (memory rendering), ``query [B, d]``
+        (query rendering; default ``mem``)."""
+        self._check_fitted()
+        query = mem if query is None else query
+        n = len(self.res.registry)
+        vec = fallback_scores(self.res, query)                                  # [B, N]
+        cand = self.candidates(steps, mem, vec)
+        s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
+        has = cand.mask.any(1)                                                  # [B]
+        return Scores(
+            primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
+            fallback=vec,
+            fell_back=(~has | self.cold).cpu(),
+            diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
+                         "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
+                         "in_candidates": self._coverage(steps, cand.tool, cand.mask)},
+        )
+
+    def _coverage(self, steps: Sequence[Step], tool: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``[B]`` 1.0 if the step's gold is a candidate, 0.0 if not, -1.0 if unknown."""
+        reg = self.res.registry
+        gold = torch.tensor([reg.id(s.gold) if s.gold in reg else -1 for s in steps], dtype=torch.long)
+        hit = (mask.cpu() & (tool.cpu() == gold[:, None])).any(1).float()
+        return torch.where(gold >= 0, hit, -1.0)
+
+    # ---- scoring (one live step: tracer.scoring.single_step and candidates_one) -----------------
+    def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
+        """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
+        self._check_fitted()
+        mem = as_numpy(memory)
+        q = mem if query is None else as_numpy(query)
+        vec = dense_scores_one(self.res.tool_index, q)                          # [N]
+        one = candidates_one(self.index, step, mem, vec, self.m)
+        s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
+        return one, s, vec
+
+    def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
+        """The presented set of one step (``contexts = embed([step])``: memory and query contexts)."""
+        return self.select_scored(self.score_step(step, *contexts), k, pad)
+
+    def select_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], k: int, pad: bool | None = None
+                      ) -> tuple[int, ...]:
+        """:meth:`select_one` from the step's :meth:`score_step` (a cascade's gate reads its scores first), as
+        :func:`finalize` would present them. Not :func:`finalize_one`: candidate scores are always finite and
+        the vector order is at hand (``one.order``), so a lexsort of the candidates (score desc, vector score
+        desc, registry id) followed by that order gives the same set with less work on the per-step hot path
+        (``benchmarks/bench_step.py`` times it); tested equal to the batched path."""
+        pad = self.pad if pad is None else pad
+        one, s, vec = scored
+        if not len(one.tool) or self.cold:
+            return tuple(one.order[:k].tolist())
+        head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
+        if len(head) == k or not pad:
+            return tuple(head.tolist())
+        rest = one.order[:k + len(head)]
+        return tuple(head.tolist()) + tuple(rest[~np.isin(rest, head)][:k - len(head)].tolist())
+
+    def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
+        """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
+        return self.rank_scored(self.score_step(step, *contexts), top)
+
+    def rank_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], top: int | None = None) -> np.ndarray:
+        one, s, vec = scored  # rank_one from the step's score_step
+        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.cold, top)
+
+    # ---- persistence -------------------------------------------------------------------------
+    def config(self) -> dict:
+        return {"name": self.name, "keys": [asdict(k) for k in self.keys], "vector_candidates": self.m,
+                "query_context": asdict(self.query_rendering), "memory_context": asdict(self.memory_rendering),
+                "features": {"drop": list(self.drop)}, "model": self.model_kind, "eps": self.eps, "pad": self.pad,
+                "successful_only": self.successful_only, "head": dict(self.head_cfg), "transfer": self.transfer}
+
+    # ---- learning while serving (tracer.online) -------------------------------------------------------
+    @property
+    def learned_part(self) -> str | None:  # what a refit learns again: none while the weights are transferred
+        return None if self.transfer else "model"
+
+    def memory_tables(self) -> list[ExecutionTrie]:
+        return list(self.tries)
+
+    def memory_contexts(self, steps: Sequence[Step], res: Resources) -> torch.Tensor:
+        return self.embed(steps, res)[0]                                               # [S, d]
+
+    reattach = attach  # (tables, res, touched): the tries updated in place, and the entries they touched
+
+    def describe(self) -> dict:
+        out = {"scorer": self.name, "keys": [k.label for k in self.keys], "vector_candidates": self.m,
+               "model": self.model_kind, "features": list(self.feature_names), "dropped": list(self.drop)}
+        if self.model is not None:
+            out["fit"] = {k: v for k, v in self.history.items() if not isinstance(v, list)}
+            if self.model_kind == "linear":
+                out["weights"] = dict(zip(self.feature_names, self.model.net.weight.detach().cpu()[0].tolist()))
+        return out
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the index as a new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`: atomic
+        for readers, verified by a manifest; a directory that is not a tracer index is refused).
+
+        Files: ``meta.json`` (format version, class, config, embedder name and dim, feature names,
+        trie sizes, fit summary), ``tools.json`` (the registry), ``trie_<j>.pt`` (one per key),
+        ``model.pt`` (weights and the standardisation buffers), ``tools.faiss`` +
+        ``tools_idmap.json`` + ``tool_vectors.npy`` (the vector index and its id map).
+        """
+        self._check_fitted()
+        out = Path(directory)
+        with save_snapshot(out) as tmp:
+            write_common(tmp, {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
+                               "features": list(self.feature_names),
+                               "tries": [{"key": t.key.label, "n_nodes": t.n_nodes, "n_edges": t.n_edges}
+                                         for t in self.tries],
+                               "fit": {k: v for k, v in self.history.items() if not isinstance(v, list)}}, self.res)
+            for j, trie in enumerate(self.tries):
+                torch.save(trie.state_dict(), tmp / f"trie_{j}.pt")
+            torch.save(self.model.state_dict(), tmp / "model.pt")
+        return out
+
+    @classmethod
+    def load(cls, directory: str | Path, embedder, device: str | None = None, verify: Verify = "sha256"
+             ) -> TracerPlusScorer:
+        """Load a saved index with the checks of :meth:`TracerScorer.load`, and the feature names'."""
+        with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
+            obj = cls(**saved_config(meta["scorer"], "tracer_plus"))
+            if list(obj.feature_names) != meta["features"]:
+                raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; rebuild the index")
+            tries = [check_trie(ExecutionTrie.from_state_dict(load_tensors(d / f"trie_{j}.pt"), res.device),
+                                res, d / f"trie_{j}.pt")
+                     for j in range(len(obj.keys))]
+            obj.attach(tries, res)
+            obj.model = CandidateModel.from_state_dict(load_tensors(d / "model.pt"), obj.model_kind,
+                                                       int(obj.head_cfg["hidden"]), obj.members)
+            obj.history = dict(meta.get("fit") or {})
+        return obj
