@@ -113,8 +113,7 @@ def _link_tree(src: Path, dest: Path) -> None:
 def carried_config(entry: dict[str, Any], snap: Path) -> dict[str, Any] | None:
     """The config that builds a saved embedder (meta.json's ``embedder`` or ``slow_embedder``), its ``model``
     the folder the snapshot carries when it carries one; a carried folder that is missing or outside the
-    snapshot is a
-    :class:`CorruptIndex`."""
+    snapshot is a :class:`CorruptIndex`."""
     cfg, files = entry.get("config"), entry.get("files")
     if files is None or cfg is None:
         return cfg
