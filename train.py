@@ -11,6 +11,8 @@ The job is :func:`tracer.train.job.run_job`.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -23,13 +25,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @hydra.main(version_base="1.3", config_path="tracer/configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from tracer.learn.distributed import init_from_env, is_writer
     from tracer.train.job import run_job
 
     hc = HydraConfig.get()
     with open_dict(cfg):
         cfg.preset = hc.runtime.choices.get("experiment")
-    out = Path(hc.runtime.output_dir)
+    init_from_env()  # under torchrun: one process group; every rank runs the job, rank 0 keeps the outputs
+    out = Path(hc.runtime.output_dir) if is_writer() else Path(tempfile.mkdtemp(prefix="tracer-rank-"))
     report = run_job(cfg, out)
+    if not is_writer():
+        shutil.rmtree(out, ignore_errors=True)
+        return None
     print((out / "report.md").read_text())
     print(f"run directory: {out}")
     return report["heldout"]["mean"]["recall_at_k"] if report["heldout"] else None

@@ -31,6 +31,7 @@ from tracer.core.io import write_json
 from tracer.encode.manifest import folder_hash, new_artifact, reuse
 from tracer.encode.source import DEFAULT_CACHE, recipe_hash
 from tracer.encode.static import distilled
+from tracer.learn import distributed
 from tracer.learn.encoders.losses import ContextRanking, EmbeddedBatch, EncoderLoss, InBatchRanking, total
 from tracer.learn.encoders.pairs import Pairs, context_partners, no_duplicate_batches
 from tracer.learn.encoders.recipe import TrainConfig
@@ -70,20 +71,27 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
     opt = torch.optim.AdamW([table], lr=cfg.lr, weight_decay=cfg.weight_decay)
     terms = losses_for(cfg)
     losses, t0, step = [], time.perf_counter(), 0
+    world = distributed.world_size()  # under torchrun each rank embeds a shard of every batch (tracer.learn.distributed)
+
+    def embed(texts: Sequence[str]) -> torch.Tensor:                                                # [B, d]
+        return distributed.gather_rows(lambda part: encode(table, base, part, cfg.max_seq_length), texts)
+
     for epoch in range(cfg.epochs if len(pairs) > 1 else 0):
         partners = context_partners(pairs, cfg.seed + epoch) if cfg.context_weight > 0 else None
         for batch in no_duplicate_batches(pairs, cfg.batch_size, cfg.seed + epoch):
-            a = encode(table, base, [pairs.anchors[i] for i in batch], cfg.max_seq_length)         # [B, d]
-            p = encode(table, base, [pairs.positives[i] for i in batch], cfg.max_seq_length)       # [B, d]
+            a = embed([pairs.anchors[i] for i in batch])                                            # [B, d]
+            p = embed([pairs.positives[i] for i in batch])                                          # [B, d]
             both = [(r, partners[i]) for r, i in enumerate(batch) if partners[i] is not None] \
                 if partners is not None else []
             rows, c = None, None
             if len(both) > 1:
                 rows = torch.tensor([r for r, _ in both])
-                c = encode(table, base, [pairs.anchors[j] for _, j in both], cfg.max_seq_length)    # [B', d]
+                c = embed([pairs.anchors[j] for _, j in both])                                     # [B', d]
             loss = total(terms, EmbeddedBatch(a, p, unit=True, partner_rows=rows, partners=c))
             opt.zero_grad()
-            loss.backward()
+            # every rank computes the whole batch's loss; its gradient reaches each shard once per rank
+            (loss / world if world > 1 else loss).backward()
+            distributed.sum_gradients([table])
             opt.step()
             losses.append(float(loss.detach()))
             if log is not None:
@@ -112,9 +120,12 @@ def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
         return out
     base = StaticModel.from_pretrained(str(start / "model"))
     table, info = train_static(pairs, cfg, base, log)
-    with new_artifact(out, {"kind": "static-mnrl", "key": key}) as tmp:
-        trained = StaticModel(table, base.tokenizer, config=base.config, normalize=True)
-        trained.save_pretrained(str(tmp / "model"))
-        (tmp / "source.json").write_text(json.dumps({"model": str(start), "name": out.name, "key": key}))
-        write_json(tmp / "train_info.json", info)
+    if distributed.is_writer():  # under torchrun every rank holds the same table; rank 0 saves it
+        with new_artifact(out, {"kind": "static-mnrl", "key": key}) as tmp:
+            trained = StaticModel(table, base.tokenizer, config=base.config, normalize=True)
+            trained.save_pretrained(str(tmp / "model"))
+            (tmp / "source.json").write_text(json.dumps({"model": str(start), "name": out.name, "key": key}))
+            ranks = distributed.world_size()
+            write_json(tmp / "train_info.json", info | ({"world_size": ranks} if ranks > 1 else {}))
+    distributed.barrier()
     return out
