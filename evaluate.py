@@ -7,6 +7,8 @@ Writes metrics.json, steps.jsonl, the resolved config and plots to the Hydra run
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -19,9 +21,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @hydra.main(version_base="1.3", config_path="tracer/configs", config_name="evaluate")
 def main(cfg: DictConfig) -> float | None:
     from tracer.eval.job import run_job, summary_table
+    from tracer.learn.distributed import init_from_env, is_writer
 
-    run_dir = HydraConfig.get().runtime.output_dir
+    init_from_env()  # under torchrun: one process group; every rank runs the folds, rank 0 keeps the outputs
+    run_dir = HydraConfig.get().runtime.output_dir if is_writer() else tempfile.mkdtemp(prefix="tracer-rank-")
     doc = run_job(cfg, run_dir)
+    if not is_writer():
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return None
     print(summary_table(doc))
     print(f"metrics: {os.path.join(run_dir, 'metrics.json')}")
     return doc["mean"]["recall_at_k"]
