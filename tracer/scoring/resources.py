@@ -23,8 +23,9 @@ class Resources:
 
     ``executor`` is the model interface (for scorers that need summaries from a model, e.g.
     H-EPM and Insight); ``None`` means the offline deterministic path. ``without(groups)``, set when the
-    encoder was fine-tuned on the training trajectories (``FoldEncoders``), gives resources whose encoder
-    never saw those groups: what a scorer's inner folds need to stay clean; ``None``: a fixed encoder.
+    encoder was trained on the training trajectories with clean inner folds (``FoldEncoders``: an
+    :class:`tracer.learn.encoders.fold.InnerEncoders`), gives resources whose encoder never saw those groups:
+    what a scorer's inner folds need to stay clean; ``None``: a fixed encoder.
     ``removed``: names of registered tools masked out of every ranking and selection of a retriever (drift,
     :meth:`tracer.online.updater.Updater.remove_tool`); scorers ignore it, a saved index keeps it.
     ``slow``: the same registry under a second, slower and better encoder, for a cascade's second stage

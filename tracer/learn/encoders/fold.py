@@ -91,10 +91,23 @@ class FoldEncoders:
                                         if k != "trajectory_ids"}
         if self.recipe.inner_encoders and inner_of is None:
             outer = len(self.history) - 1
-            res.without = lambda groups: self([t for t in train if t.group not in groups], outer, groups)
+            res.without = InnerEncoders(self, tuple(train), outer)
         return res
 
     @property
     def outer(self) -> list[dict]:
         """The history of the outer folds' encoders (the inner folds' left out), one per outer fold."""
         return [h for h in self.history if h["inner_of"] is None]
+
+
+class InnerEncoders:
+    """``Resources.without`` of an outer fold's resources: ``without(groups)`` is the resources around an encoder
+    trained on the fold's training trajectories minus those groups (found in the cache when trained before), so
+    a scorer's inner fold is scored by an encoder that never saw it. Recorded in the encoders' history as an
+    inner call of outer fold ``outer``."""
+
+    def __init__(self, encoders: FoldEncoders, train: tuple[Trajectory, ...], outer: int):
+        self.encoders, self.train, self.outer = encoders, train, outer
+
+    def __call__(self, groups: frozenset[str]) -> Resources:
+        return self.encoders([t for t in self.train if t.group not in groups], self.outer, groups)
