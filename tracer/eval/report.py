@@ -1,7 +1,7 @@
 """Gather runs into one table, plots and paired tests.
 
     python -m tracer.eval.report DIR [DIR ...] [--out OUT]       # every metrics.json under the DIRs
-    python -m tracer.eval.report --paired RUN_A RUN_B [--metric hit_at_k]
+    python -m tracer.eval.report --paired RUN_A RUN_B [--metric hit_at_k] [--gold unseen]
     python -m tracer.eval.report --ablation DIR [--reference full]  # one row per run directory under DIR
 
 The table is Markdown and CSV (mean ± SD over folds); the plots are the cost–accuracy figure,
@@ -158,13 +158,21 @@ def report(dirs: Sequence[str | Path], out: str | Path, columns: Sequence[str] =
 
 
 def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed: int = 0,
-           folds: Sequence[int] | None = None) -> dict:
+           folds: Sequence[int] | None = None, gold: str | None = None) -> dict:
     """Paired test of a per-step outcome (``hit_at_k``, ``correct``, ``top1`` for recall@1, or ``rr`` for
     reciprocal rank), over the steps of ``folds`` only when given (e.g. a checkpoint trained for one outer
-    fold)."""
+    fold), and only over the steps whose gold tool the fold's training called (``gold="seen"``) or never
+    called (``"unseen"``: ``gold_seen`` in steps.jsonl) when ``gold`` is given."""
+    if gold not in (None, "seen", "unseen"):
+        raise ValueError(f"gold must be 'seen' or 'unseen', got {gold!r}")
+
     def outcomes(run):
         recs = read_steps(Path(run) / "steps.jsonl")
-        return {(r.fold, r.trajectory_id, r.step): r for r in recs if folds is None or r.fold in folds}
+        if gold is not None and all(r.gold_seen is None for r in recs):
+            raise ValueError(f"{run}/steps.jsonl records no gold_seen (a run older than the seen/unseen "
+                             "split)")
+        return {(r.fold, r.trajectory_id, r.step): r for r in recs if (folds is None or r.fold in folds)
+                and (gold is None or r.gold_seen is (gold == "seen"))}
 
     a, b = outcomes(run_a), outcomes(run_b)
     if set(a) != set(b):
@@ -182,7 +190,8 @@ def paired(run_a: str | Path, run_b: str | Path, metric: str = "hit_at_k", seed:
     res = paired_test(va, vb, seed=seed)
     res.update(metric=metric, a=str(run_a), b=str(run_b),
                mean_a=sum(va) / max(len(va), 1), mean_b=sum(vb) / max(len(vb), 1),
-               **({"folds": sorted(folds)} if folds is not None else {}))
+               **({"folds": sorted(folds)} if folds is not None else {}),
+               **({"gold": gold} if gold is not None else {}))
     return res
 
 
@@ -224,11 +233,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--folds", type=lambda v: [int(f) for f in v.split(",")], default=None,
                    help="with --paired: only the steps of these outer folds (comma-separated)")
+    p.add_argument("--gold", choices=["seen", "unseen"], default=None,
+                   help="with --paired: only the steps whose gold tool the fold's training called "
+                        "(seen) or never called (unseen)")
     p.add_argument("--columns", default=",".join(COLUMNS), help="comma-separated metric names for the table")
     p.add_argument("--compact", action="store_true", help="leave dataset/tools/regime/executor out of the Markdown")
     a = p.parse_args(argv)
     if a.paired:
-        print(json.dumps(paired(*a.paired, metric=a.metric, seed=a.seed, folds=a.folds), indent=2))
+        res = paired(*a.paired, metric=a.metric, seed=a.seed, folds=a.folds, gold=a.gold)
+        print(json.dumps(res, indent=2))
         return
     if a.ablation:
         print(ablation_table(a.ablation, a.reference))
