@@ -89,22 +89,26 @@ def main() -> None:
                     help="fold 0's student checkpoints (finetune_fold --config mnrl_l3_int8 --fold 0)")
     ap.add_argument("--named", nargs="*", default=[], metavar="LABEL=CHECKPOINT",
                     help="more fold 0 checkpoints, served in ONNX int8 under these labels")
-    ap.add_argument("--cascade", action="store_true", help="add the cascade (encoder_training=cascade, scorer=cascade; "
+    ap.add_argument("--cascade", action="store_true",
+                    help="add the cascade (encoder_training=cascade, scorer=cascade; "
                     "fold 0's teacher from finetune_fold --config mnrl --fold 0, or trained here)")
     ap.add_argument("--scorers", nargs="+", default=["vector", "tracer_plus"])
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--k", type=int, default=5)
-    ap.add_argument("--block", type=int, default=25, help="consecutive steps per encoder x scorer in the serving phase")
+    ap.add_argument("--block", type=int, default=25,
+                    help="consecutive steps per encoder x scorer in the serving phase")
     ap.add_argument("--only", nargs="*", default=None, metavar="LABEL",
-                    help="time only these encoders (labels as printed, e.g. '3-layer fine-tuned ONNX int8'), beside "
-                         "MiniLM torch, which is always kept as the reference; fewer models share the process")
+                    help="time only these encoders (labels as printed, e.g. '3-layer fine-tuned ONNX int8'), "
+                         "beside MiniLM torch, which is always kept as the reference; fewer models share the "
+                         "process")
     ap.add_argument("--out", default="results/encoders/frontier_latency.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
     train = [t for t in ds.trajectories if fold_of[t.group] != 0]
-    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
+    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0])
+            if s.gold in ds.registry]
     random.Random(0).shuffle(test)
     test = test[: a.n]
     # fold 0's static model trained on its training split (encoder_training=static_mnrl; seconds, cached)
@@ -124,7 +128,8 @@ def main() -> None:
             res = build_fold_encoders(ds.registry, "cascade", seed=0)(train)
             scorer = build_scorer("cascade")
             scorer.fit(train, res)
-            escalated[label] = float(scorer.score(test).diagnostics["escalated"].mean())  # the live path's share too
+            # the live path's share too
+            escalated[label] = float(scorer.score(test).diagnostics["escalated"].mean())
             res.embedder, res.slow.embedder = res.embedder.inner, res.slow.embedder.inner  # encode for real
             retrievers[label, "cascade"] = Retriever(scorer, a.k)
             print(f"fitted {label}: {escalated[label]:.1%} of the steps escalate", flush=True)
@@ -173,7 +178,8 @@ def main() -> None:
             t0 = time.perf_counter()
             for j in range(0, len(texts), 64):
                 emb.encode(texts[j:j + 64])
-            encode[label] = {"single_text_p50_ms": pct(single[label], 50), "single_text_p95_ms": pct(single[label], 95),
+            encode[label] = {"single_text_p50_ms": pct(single[label], 50),
+                             "single_text_p95_ms": pct(single[label], 95),
                              "single_text_ratio_to_minilm": pct(single[label], 50) / base,
                              "texts_per_s_batch64": len(texts) / (time.perf_counter() - t0)}
     rows = [{"encoder": label, "scorer": sc, "steps": len(test), "e2e_p50_ms": pct(wall[label, sc], 50),
@@ -184,18 +190,21 @@ def main() -> None:
              **({"escalated": escalated[label]} if label in escalated else {})}
             for label, sc in keys]
     load = os.getloadavg()[0]
-    print(f"| encoder | scorer | step p50 / p95 ms interleaved (wall) | step p50 ms (CPU) | step p50 / p95 ms "
-          f"serving (blocks of {a.block}) | single-text encode p50 ms | / MiniLM torch | texts/s (lists of 64) |   "
-          f"({len(test)} BFCL fold-0 steps, one thread, load avg {load:.2f}; {machine()})")
+    print("| encoder | scorer | step p50 / p95 ms interleaved (wall) | step p50 ms (CPU) | step p50 / p95 "
+          f"ms serving (blocks of {a.block}) | single-text encode p50 ms | / MiniLM torch | texts/s (lists "
+          f"of 64) |   ({len(test)} BFCL fold-0 steps, one thread, load avg {load:.2f}; {machine()})")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        enc = (f"{r['single_text_p50_ms']:.2f} | {r['single_text_ratio_to_minilm']:.3f} | {r['texts_per_s_batch64']:.0f}"
-               if "single_text_p50_ms" in r else f"(two encoders; {r['escalated']:.1%} of the steps escalated) | |")
+        enc = (f"{r['single_text_p50_ms']:.2f} | {r['single_text_ratio_to_minilm']:.3f} "
+               f"| {r['texts_per_s_batch64']:.0f}"
+               if "single_text_p50_ms" in r
+               else f"(two encoders; {r['escalated']:.1%} of the steps escalated) | |")
         print(f"| {r['encoder']} | {r['scorer']} | {r['e2e_p50_ms']:.2f} / {r['e2e_p95_ms']:.2f} | "
               f"{r['e2e_cpu_p50_ms']:.2f} | {r['serving_p50_ms']:.2f} / {r['serving_p95_ms']:.2f} "
               f"(mean {r['serving_mean_ms']:.2f}) | {enc} |")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"steps": len(test), "load_avg_1min": load, "finetuned": a.finetuned, "block": a.block,
+    Path(a.out).write_text(json.dumps({"steps": len(test), "load_avg_1min": load, "finetuned": a.finetuned,
+                                       "block": a.block,
                                        "only": a.only,
                                        "machine": machine(),
                                        "rows": rows}, indent=2))

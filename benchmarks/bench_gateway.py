@@ -81,7 +81,8 @@ def floor_app(upstream: str):
     async def health(request):
         return JSONResponse({"status": "ok"})
 
-    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]), Route("/health", health)],
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
+                             Route("/health", health)],
                      lifespan=lifespan)
 
 
@@ -121,7 +122,8 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=120.0, help="per phase")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--index", type=Path, default=None, help="a saved BFCL index (default: fit tracer_plus)")
-    p.add_argument("--pin", action="store_true", help="gateway and floor on CPU 0, stub and load generator on CPU 1")
+    p.add_argument("--pin", action="store_true",
+                   help="gateway and floor on CPU 0, stub and load generator on CPU 1")
     args = p.parse_args()
     if args.role in ("stub", "floor"):
         serve(stub_app() if args.role == "stub" else floor_app(args.upstream), args.port)
@@ -142,8 +144,8 @@ def main() -> None:
     stub = subprocess.Popen([*on(1), sys.executable, "-m", "benchmarks.bench_gateway", "--role", "stub",
                              "--port", str(stub_port)], env=env)
     gateway = subprocess.Popen([*on(0), sys.executable, "-m", "tracer.cli", "serve", "--index", str(index),
-                                "--upstream", f"http://127.0.0.1:{stub_port}/v1", "--port", str(gw_port), "--k", "5",
-                                "--log-level", "warning"], env=env, cwd=ROOT)
+                                "--upstream", f"http://127.0.0.1:{stub_port}/v1", "--port", str(gw_port),
+                                "--k", "5", "--log-level", "warning"], env=env, cwd=ROOT)
     floor = None
     if args.floor:
         floor_port = free_port()
@@ -165,24 +167,27 @@ def main() -> None:
             pids = {"client": os.getpid(), "gateway": gateway.pid, "stub": stub.pid}
             cpu0, wait0 = cpu_seconds(stub.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             direct = asyncio.run(run_phase(direct_url, bodies, c, args.max_seconds, think / 1e3))
-            cpu1, gw0, wait1 = cpu_seconds(stub.pid), cpu_seconds(gateway.pid), {k: run_queue_ms(p) for k, p in pids.items()}
+            cpu1, gw0, wait1 = cpu_seconds(stub.pid), cpu_seconds(gateway.pid), {k: run_queue_ms(p)
+                                                                                 for k, p in pids.items()}
             through = asyncio.run(run_phase(gw_url, bodies, c, args.max_seconds, think / 1e3))
             gw1, wait2 = cpu_seconds(gateway.pid), {k: run_queue_ms(p) for k, p in pids.items()}
             beyond = through["latency"] - through["selection"]
             rows.append({
-                "clients": c, "think_ms": think, "pinned": int(args.pin), "load_avg_1m": round(load[0], 2), "requests": through["n"],
-                "errors": direct["errors"] + through["errors"],
+                "clients": c, "think_ms": think, "pinned": int(args.pin), "load_avg_1m": round(load[0], 2),
+                "requests": through["n"], "errors": direct["errors"] + through["errors"],
                 "stub_cpu_ms_per_request": (cpu1 - cpu0) / max(direct["n"], 1) * 1e3,
                 "gateway_cpu_ms_per_request": (gw1 - gw0) / max(through["n"], 1) * 1e3,
                 "direct_rps": direct["n"] / direct["wall"], "gateway_rps": through["n"] / through["wall"],
-                "direct_p50": np.percentile(direct["latency"], 50), "direct_p99": np.percentile(direct["latency"], 99),
+                "direct_p50": np.percentile(direct["latency"], 50),
+                "direct_p99": np.percentile(direct["latency"], 99),
                 "gateway_p50": np.percentile(through["latency"], 50),
                 "gateway_p99": np.percentile(through["latency"], 99),
                 "selection_p50": np.percentile(through["selection"], 50),
                 "selection_p99": np.percentile(through["selection"], 99),
                 "added_p50": np.percentile(beyond, 50) - np.percentile(direct["latency"], 50),
                 "added_p99": np.percentile(beyond, 99) - np.percentile(direct["latency"], 99),
-                **{f"wait_direct_{k}_ms": (wait1[k] - wait0[k]) / max(direct["n"], 1) for k in ("client", "stub")},
+                **{f"wait_direct_{k}_ms": (wait1[k] - wait0[k]) / max(direct["n"], 1)
+                   for k in ("client", "stub")},
                 **{f"wait_gateway_{k}_ms": (wait2[k] - wait1[k]) / max(through["n"], 1) for k in pids}})
             if floor is not None:  # after the gateway phase, so the two phases above keep their order
                 bare = asyncio.run(run_phase(f"http://127.0.0.1:{floor_port}/v1/chat/completions", bodies, c,
@@ -195,25 +200,27 @@ def main() -> None:
         for proc in (gateway, stub) if floor is None else (floor, gateway, stub):
             proc.terminate()
             proc.wait(30)
-    head = ("| clients | pause (ms) | load avg (1 min) | requests | errors | throughput direct / gateway (req/s) | "
-            "latency p50 / p99 direct (ms) | latency p50 / p99 gateway (ms) | selection p50 / p99 (ms) | "
-            "**added beyond selection p50 / p99 (ms)** | CPU per request: stub / gateway (ms) |\n"
+    head = ("| clients | pause (ms) | load avg (1 min) | requests | errors | throughput direct / gateway "
+            "(req/s) | latency p50 / p99 direct (ms) | latency p50 / p99 gateway (ms) | selection p50 / p99 "
+            "(ms) | **added beyond selection p50 / p99 (ms)** | CPU per request: stub / gateway (ms) |\n"
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     md = head + "".join(
         f"| {r['clients']} | {r['think_ms']:.0f} | {r['load_avg_1m']} | {r['requests']} | {r['errors']} | "
         f"{r['direct_rps']:.0f} / {r['gateway_rps']:.0f} | {ms(r['direct_p50'])} / {ms(r['direct_p99'])} | "
-        f"{ms(r['gateway_p50'])} / {ms(r['gateway_p99'])} | {ms(r['selection_p50'])} / {ms(r['selection_p99'])} | "
-        f"**{ms(r['added_p50'])} / {ms(r['added_p99'])}** | "
+        f"{ms(r['gateway_p50'])} / {ms(r['gateway_p99'])} | {ms(r['selection_p50'])} / "
+        f"{ms(r['selection_p99'])} | **{ms(r['added_p50'])} / {ms(r['added_p99'])}** | "
         f"{r['stub_cpu_ms_per_request']:.2f} / {r['gateway_cpu_ms_per_request']:.2f} |\n" for r in rows)
-    md += ("\nRun-queue wait per request (ms: time runnable but waiting for a CPU, from /proc/PID/task/*/schedstat)\n\n"
+    md += ("\nRun-queue wait per request (ms: time runnable but waiting for a CPU, from "
+           "/proc/PID/task/*/schedstat)\n\n"
            "| clients | pause (ms) | direct phase: client / stub | gateway phase: client / gateway / stub |\n"
            "|---:|---:|---:|---:|\n") + "".join(
-        f"| {r['clients']} | {r['think_ms']:.0f} | {r['wait_direct_client_ms']:.2f} / {r['wait_direct_stub_ms']:.2f} | "
-        f"{r['wait_gateway_client_ms']:.2f} / {r['wait_gateway_gateway_ms']:.2f} / {r['wait_gateway_stub_ms']:.2f} |\n"
+        f"| {r['clients']} | {r['think_ms']:.0f} | {r['wait_direct_client_ms']:.2f} / "
+        f"{r['wait_direct_stub_ms']:.2f} | {r['wait_gateway_client_ms']:.2f} / "
+        f"{r['wait_gateway_gateway_ms']:.2f} / {r['wait_gateway_stub_ms']:.2f} |\n"
         for r in rows)
     if args.floor:
-        md += ("\nThe floor: the same requests through a proxy on the same stack that forwards bytes without parsing "
-               "or choosing (`--floor`), its latency minus the direct one\n\n"
+        md += ("\nThe floor: the same requests through a proxy on the same stack that forwards bytes without "
+               "parsing or choosing (`--floor`), its latency minus the direct one\n\n"
                "| clients | pause (ms) | errors | added by the byte-forwarding proxy p50 / p99 (ms) |\n"
                "|---:|---:|---:|---:|\n") + "".join(
             f"| {r['clients']} | {r['think_ms']:.0f} | {r['floor_errors']} | "

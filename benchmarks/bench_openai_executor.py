@@ -28,7 +28,8 @@ from tracer.executors.openai import OpenAIExecutor
 ROOT = Path(__file__).resolve().parents[1]
 
 TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": "A tool.",
-                                           "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}
+                                           "parameters": {"type": "object",
+                                                          "properties": {"x": {"type": "string"}}}}}
          for i in range(5)]
 
 
@@ -46,7 +47,8 @@ def executor_at(rev: str) -> type:
 
 
 def throughput(cls: type, n: int, concurrency: int) -> float:
-    requests = [Request(messages=[{"role": "user", "content": f"tool_{i % 5} x=v{i}"}], tools=TOOLS) for i in range(n)]
+    requests = [Request(messages=[{"role": "user", "content": f"tool_{i % 5} x=v{i}"}], tools=TOOLS)
+                for i in range(n)]
     with StubOpenAIServer() as server:
         ex = cls(base_url=server.url, model="stub", api_key_env=None, concurrency=concurrency)
         start = time.perf_counter()

@@ -77,10 +77,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="passes over the held-out steps (single step)")
     ap.add_argument("--batch-repeats", type=int, default=5)
-    ap.add_argument("--embed-samples", type=int, default=20, help="contexts embedded cold for the embedding time")
+    ap.add_argument("--embed-samples", type=int, default=20,
+                    help="contexts embedded cold for the embedding time")
     ap.add_argument("--cache-dir", default=".cache/embeddings")
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads (1: on a shared 2-core machine OpenMP waits dominate small ops)")
+                    help="torch intra-op threads (1: on a shared 2-core machine OpenMP waits dominate small "
+                         "ops)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -152,7 +154,8 @@ def main(argv=None) -> dict:
         rank_wall += w
         rank_cpu += c
         msg_items = [(s.context, v) for s, v in items]
-        w, c = time_calls(lambda it, sc=sc: sc.select_one(step_from_messages(it[0]), (it[1],), args.k), msg_items, 1)
+        w, c = time_calls(lambda it, sc=sc: sc.select_one(step_from_messages(it[0]), (it[1],), args.k),
+                          msg_items, 1)
         facade_wall += w
         facade_cpu += c
         scores = sc.score_embedded(test, te_ctx)
@@ -187,7 +190,8 @@ def main(argv=None) -> dict:
     # ---- memory -------------------------------------------------------------------------------------
     trie = full.trie
     nbytes = trie.nbytes()
-    per_edge = (trie.edge_tool.element_size() + trie.edge_count.element_size() + trie.edge_log_p.element_size()
+    per_edge = (trie.edge_tool.element_size() + trie.edge_count.element_size()
+                + trie.edge_log_p.element_size()
                 + trie.edge_norm.element_size() + trie.edge_memory.element_size() * trie.dim)
     table_bytes = deep_size(trie.nodes) + deep_size(trie.node_states)
     index_bytes = res.tool_index.vectors.nbytes * 2  # FAISS copy + numpy copy
@@ -195,12 +199,15 @@ def main(argv=None) -> dict:
     p50, p95 = statistics.median(single_cpu), percentile(single_cpu, 95)
     out = {
         "dataset": "bfcl", "scorer": args.scorer, "k": args.k, "tools": len(ds.registry),
-        "trajectories": len(ds.trajectories), "steps": len(all_steps), "nodes": trie.n_nodes, "edges": trie.n_edges,
+        "trajectories": len(ds.trajectories), "steps": len(all_steps), "nodes": trie.n_nodes,
+        "edges": trie.n_edges,
         "dim": trie.dim, "embed_all_s": t_embed, "build_s": t_build, "save_s": t_save, "load_s": t_load,
         "single_cpu_p50_us": p50, "single_cpu_p95_us": p95,
-        "single_wall_p50_us": statistics.median(single_wall), "single_wall_p95_us": percentile(single_wall, 95),
+        "single_wall_p50_us": statistics.median(single_wall),
+        "single_wall_p95_us": percentile(single_wall, 95),
         "rank_cpu_p50_us": statistics.median(rank_cpu), "rank_wall_p50_us": statistics.median(rank_wall),
-        "facade_cpu_p50_us": statistics.median(facade_cpu), "facade_wall_p50_us": statistics.median(facade_wall),
+        "facade_cpu_p50_us": statistics.median(facade_cpu),
+        "facade_wall_p50_us": statistics.median(facade_wall),
         "batched_steps_per_s_median": statistics.median(batched), "batched_steps_per_s_best": max(batched),
         "batched_steps_per_cpu_s_median": statistics.median(batched_cpu),
         "fold_steps": n_steps / args.folds, "fell_back_share": n_fell / max(n_steps, 1),
@@ -226,7 +233,8 @@ def main(argv=None) -> dict:
          f"{out['facade_cpu_p50_us']:.1f} / {out['facade_wall_p50_us']:.1f} µs"),
         (f"batched, a fold (~{n_steps / args.folds:.0f} steps) incl. finalize: wall median / best",
          f"{out['batched_steps_per_s_median']:,.0f} / {out['batched_steps_per_s_best']:,.0f} steps/s"),
-        ("batched, per second of process CPU time (median)", f"{out['batched_steps_per_cpu_s_median']:,.0f} steps/s"),
+        ("batched, per second of process CPU time (median)",
+         f"{out['batched_steps_per_cpu_s_median']:,.0f} steps/s"),
         ("held-out steps that fell back to vector search", f"{out['fell_back_share']:.1%}"),
         ("MiniLM, one context, cold (p50)", f"{out['embed_cold_ms_p50']:.1f} ms"),
         ("embedding cache hit (p50)", f"{out['embed_cache_hit_us_p50']:.1f} µs"),
@@ -238,8 +246,8 @@ def main(argv=None) -> dict:
     ]
     for k_, v in rows:
         print(f"| {k_} | {v} |")
-    print(f"\n{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, load average {out['load_avg']:.1f} "
-          "during the run.\n\nCommand: `python -m benchmarks.bench_retriever "
+    print(f"\n{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, load average "
+          f"{out['load_avg']:.1f} during the run.\n\nCommand: `python -m benchmarks.bench_retriever "
           + " ".join(argv if argv is not None else sys.argv[1:]) + "`")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))

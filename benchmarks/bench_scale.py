@@ -139,7 +139,8 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
     disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     n_nodes, n_edges, nbytes = trie.n_nodes, trie.n_edges, trie.nbytes()
     table = node_table_bytes(trie)
-    per_edge = (trie.edge_tool.element_size() + trie.edge_count.element_size() + trie.edge_log_p.element_size()
+    per_edge = (trie.edge_tool.element_size() + trie.edge_count.element_size()
+                + trie.edge_log_p.element_size()
                 + trie.edge_norm.element_size() + trie.edge_memory.element_size() * trie.dim)
     del scorer, trie, res
     gc.collect()
@@ -156,16 +157,18 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
                 del loaded
                 gc.collect()
         t_load[mode] = min(times)
-    same = all(loaded.select_one(s, (c,), args.k) == e for s, c, e in zip(q_states[:200], q_ctx[:200], expected))
+    same = all(loaded.select_one(s, (c,), args.k) == e
+               for s, c, e in zip(q_states[:200], q_ctx[:200], expected))
     del loaded
     gc.collect()
     shutil.rmtree(path, ignore_errors=True)
     return {
         "trajectories": n_traj, "steps": n_steps, "nodes": n_nodes, "edges": n_edges,
-        "generate_s": t_gen, "contexts_s": t_ctx, "build_s": t_build, "save_s": t_save, "load_s": t_load["sha256"],
-        "load_none_s": t_load["none"], "load_size_s": t_load["size"],
+        "generate_s": t_gen, "contexts_s": t_ctx, "build_s": t_build, "save_s": t_save,
+        "load_s": t_load["sha256"], "load_none_s": t_load["none"], "load_size_s": t_load["size"],
         "trie_bytes": nbytes, "bytes_per_edge": per_edge, "node_table_bytes": table, "disk_bytes": disk,
-        "rss_after_build": rss_after_build, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "rss_after_build": rss_after_build,
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "step_p50_us": float(np.median(cpu_us)), "step_p95_us": float(np.percentile(cpu_us, 95)),
         "root_share": float(root.mean()), "fell_back_share": float(fell.mean()),
         "fell_back_p50_us": float(np.median(cpu_us[fell])) if fell.any() else float("nan"),
@@ -190,7 +193,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out-dir", type=Path, default=None, help="where indexes are saved (default: a temp dir)")
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="where indexes are saved (default: a temp dir)")
     args = ap.parse_args(argv)
     if args.quick:
         args.sizes = [s for s in args.sizes if s <= 100_000]
@@ -209,31 +213,34 @@ def main(argv=None) -> list[dict]:
         shutil.rmtree(out_dir, ignore_errors=True)
 
     mib = 1 << 20
-    print(f"\n## Scale: {args.tools:,} tools, d = {args.dim}, edge memory {args.dtype}, prefix key, k = {args.k}\n")
-    print("| trajectories | steps | nodes | edges | build | trie tensors (B/edge) | node table | on disk | save / load "
-          "| step p50 / p95 | turn-opening p50 (trie part) | deeper p50 (trie part) | fell back: share, p50 "
-          "| trie answered p50 | loaded identical |")
+    print(f"\n## Scale: {args.tools:,} tools, d = {args.dim}, edge memory {args.dtype}, prefix key, k = "
+          f"{args.k}\n")
+    print("| trajectories | steps | nodes | edges | build | trie tensors (B/edge) | node table | on disk | "
+          "save / load | step p50 / p95 | turn-opening p50 (trie part) | deeper p50 (trie part) | fell back: "
+          "share, p50 | trie answered p50 | loaded identical |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
     for r in rows:
-        print(f"| {r['trajectories']:,} | {r['steps']:,} | {r['nodes']:,} | {r['edges']:,} | {r['build_s']:.1f} s "
-              f"| {r['trie_bytes'] / mib:,.0f} MiB ({r['bytes_per_edge']}) | {r['node_table_bytes'] / mib:,.0f} MiB "
-              f"| {r['disk_bytes'] / mib:,.0f} MiB | {r['save_s']:.1f} / {r['load_s']:.1f} s "
-              f"| {r['step_p50_us']:,.0f} / {r['step_p95_us']:,.0f} µs "
-              f"| {r['root_p50_us']:,.0f} ({r['trie_root_p50_us']:,.0f}) µs "
+        print(f"| {r['trajectories']:,} | {r['steps']:,} | {r['nodes']:,} | {r['edges']:,} | "
+              f"{r['build_s']:.1f} s | {r['trie_bytes'] / mib:,.0f} MiB ({r['bytes_per_edge']}) | "
+              f"{r['node_table_bytes'] / mib:,.0f} MiB | {r['disk_bytes'] / mib:,.0f} MiB | "
+              f"{r['save_s']:.1f} / {r['load_s']:.1f} s | {r['step_p50_us']:,.0f} / {r['step_p95_us']:,.0f} "
+              f"µs | {r['root_p50_us']:,.0f} ({r['trie_root_p50_us']:,.0f}) µs "
               f"| {r['deep_p50_us']:,.0f} ({r['trie_deep_p50_us']:,.0f}) µs "
               f"| {r['fell_back_share']:.0%}, {r['fell_back_p50_us']:,.0f} µs | {r['kept_p50_us']:,.0f} µs "
               f"| {'yes' if r['loaded_identical'] else 'NO'} |")
     print("\n## Save and load with verification (docs/storage.md)\n")
-    print("| trajectories | on disk | save | load, no check | load, sizes | load, SHA-256 (default) | SHA-256 adds |")
+    print("| trajectories | on disk | save | load, no check | load, sizes | load, SHA-256 (default) | "
+          "SHA-256 adds |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['trajectories']:,} | {r['disk_bytes'] / mib:,.0f} MiB | {r['save_s']:.2f} s | {r['load_none_s']:.2f} s "
-              f"| {r['load_size_s']:.2f} s | {r['load_s']:.2f} s | {r['load_s'] - r['load_none_s']:+.2f} s |")
-    print(f"\nPer-step cost: thread CPU time of select_one over {args.queries} query steps from a fresh run of the chain "
-          f"({rows[-1]['root_share']:.0%} open a turn). The trie part is the children's cosines and both priors; a step "
-          f"that falls back (or pads) also scans all {args.tools:,} tools (a float32 pass, then exact rescoring of the "
-          "leaders), and a turn-opening step scores the root's children, most of the registry (float64): both are "
-          "O(registry x d) and do not grow with the corpus. "
+        print(f"| {r['trajectories']:,} | {r['disk_bytes'] / mib:,.0f} MiB | {r['save_s']:.2f} s | "
+              f"{r['load_none_s']:.2f} s | {r['load_size_s']:.2f} s | {r['load_s']:.2f} s | "
+              f"{r['load_s'] - r['load_none_s']:+.2f} s |")
+    print(f"\nPer-step cost: thread CPU time of select_one over {args.queries} query steps from a fresh run "
+          f"of the chain ({rows[-1]['root_share']:.0%} open a turn). The trie part is the children's cosines "
+          f"and both priors; a step that falls back (or pads) also scans all {args.tools:,} tools (a float32 "
+          "pass, then exact rescoring of the leaders), and a turn-opening step scores the root's children, "
+          "most of the registry (float64): both are O(registry x d) and do not grow with the corpus. "
           "Build excludes generating the tool sequences and the random "
           "contexts (which stand in for the embedding). Peak RSS of the whole run: "
           f"{max(r['peak_rss'] for r in rows) / (1 << 30):.1f} GiB. Torch threads: {args.threads}. "

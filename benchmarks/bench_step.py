@@ -59,8 +59,10 @@ def main() -> None:
     res = Resources.build(ds.registry, build_embedder("minilm"), device="cpu")
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
     train = [t for t in ds.trajectories if fold_of[t.group] != 0]
-    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
-    print("| scorer | batch of one: p50 / p95 µs | live select_one: p50 / p95 µs | same presented sets |\n|---|---:|---:|:---:|")
+    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0])
+            if s.gold in ds.registry]
+    print("| scorer | batch of one: p50 / p95 µs | live select_one: p50 / p95 µs | same presented sets "
+          "|\n|---|---:|---:|:---:|")
     runs = [(name, {}) for name in a.scorers]
     if a.members:
         runs.append((f"tracer_plus, {a.members} MLPs", {"model": "mlp", "head": {"members": a.members}}))
@@ -68,7 +70,8 @@ def main() -> None:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)
         contexts = sc.embed(test)                                                 # tuple of [B, d]
-        rows = [tuple(c[i:i + 1] for c in contexts) for i in range(len(test))]   # one step's contexts, [1, d] each
+        # one step's contexts, [1, d] each
+        rows = [tuple(c[i:i + 1] for c in contexts) for i in range(len(test))]
 
         def batched(i, sc=sc, rows=rows):
             return finalize(sc.score_embedded([test[i]], *rows[i]), a.k, sc.pad).presented[0]
@@ -78,8 +81,9 @@ def main() -> None:
 
         same = all(batched(i) == live(i) for i in range(len(test)))
         b, o = cpu_us(batched, len(test)), cpu_us(live, len(test))
-        print(f"| {name} ({len(test)} steps, {len(ds.registry)} tools, k={a.k}) | {np.percentile(b, 50):.0f} / "
-              f"{np.percentile(b, 95):.0f} | {np.percentile(o, 50):.0f} / {np.percentile(o, 95):.0f} | {same} |",
+        print(f"| {name} ({len(test)} steps, {len(ds.registry)} tools, k={a.k}) | {np.percentile(b, 50):.0f} "
+              f"/ {np.percentile(b, 95):.0f} | {np.percentile(o, 50):.0f} / {np.percentile(o, 95):.0f} | "
+              f"{same} |",
               flush=True)
 
 

@@ -49,7 +49,8 @@ class HashEncoder:
 
     def encode(self, texts):
         rows = [np.random.default_rng(abs(hash(t)) % (1 << 63)).standard_normal(self.dim) for t in texts]
-        return torch.nn.functional.normalize(torch.from_numpy(np.asarray(rows, np.float32).reshape(-1, self.dim)), dim=1)
+        return torch.nn.functional.normalize(
+            torch.from_numpy(np.asarray(rows, np.float32).reshape(-1, self.dim)), dim=1)
 
 
 def timed(fn, *args) -> float:
@@ -62,7 +63,8 @@ def in_place_stats(calls: list[tuple[float, int, bool]]) -> dict:
     """Share of update calls done in place (no edge added, so no merge) and their µs per trajectory."""
     placed = [(us, n) for us, n, ok in calls if ok]
     return {"in_place": len(placed) / len(calls),
-            "us_per_traj_in_place": sum(us for us, _ in placed) / sum(n for _, n in placed) if placed else None}
+            "us_per_traj_in_place": sum(us for us, _ in placed) / sum(n for _, n in placed) if placed
+            else None}
 
 
 def bfcl_rows(args) -> list[dict]:
@@ -89,7 +91,8 @@ def bfcl_rows(args) -> list[dict]:
             for lo in range(0, len(new), batch):
                 ptrs = [t.edge_memory.data_ptr() for t in tries]
                 us = timed(update_scorer, scorer, new[lo:lo + batch])
-                calls.append((us, len(new[lo:lo + batch]), all(t.edge_memory.data_ptr() == p for t, p in zip(tries, ptrs))))
+                calls.append((us, len(new[lo:lo + batch]),
+                              all(t.edge_memory.data_ptr() == p for t, p in zip(tries, ptrs))))
             us = sum(c[0] for c in calls)
             n_steps = len(training_steps(new, ds.registry))
             rows.append({"corpus": "BFCL", "scorer": name, "base": len(base), "batch": batch,
@@ -102,7 +105,8 @@ def bfcl_rows(args) -> list[dict]:
         up = Updater(scorer, history=train)
         t0 = time.perf_counter()
         up.refit(wait=True)
-        rows.append({"corpus": "BFCL", "scorer": name, "refit_s": time.perf_counter() - t0, "base": len(train)})
+        rows.append({"corpus": "BFCL", "scorer": name, "refit_s": time.perf_counter() - t0,
+                     "base": len(train)})
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
@@ -143,8 +147,10 @@ def scale_rows(args) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--add", type=int, default=200, help="BFCL trajectories added after the fit")
-    ap.add_argument("--scale", type=int, default=100_000, help="trajectories of the synthetic corpus (0: skip)")
-    ap.add_argument("--calls", type=int, default=20, help="update calls timed per batch size on the scale corpus")
+    ap.add_argument("--scale", type=int, default=100_000,
+                    help="trajectories of the synthetic corpus (0: skip)")
+    ap.add_argument("--calls", type=int, default=20,
+                    help="update calls timed per batch size on the scale corpus")
     ap.add_argument("--tools", type=int, default=10_000)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--seed", type=int, default=0)
@@ -152,8 +158,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = ([] if args.skip_bfcl else bfcl_rows(args)) + (scale_rows(args) if args.scale else [])
-    print("| corpus | scorer | trajectories in the index | batch | µs / trajectory | µs / step | edges | calls in place "
-          "| µs / trajectory, calls in place |")
+    print("| corpus | scorer | trajectories in the index | batch | µs / trajectory | µs / step | edges | "
+          "calls in place | µs / trajectory, calls in place |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "batch" in r:

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-STAGES = ("asgi", "chat", "body_read", "parsed", "select_start", "selected", "forward_start", "upstream_headers",
-          "upstream_body", "chat_done", "sent")
+STAGES = ("asgi", "chat", "body_read", "parsed", "select_start", "selected", "forward_start",
+          "upstream_headers", "upstream_body", "chat_done", "sent")
 
 
 def instrumented_gateway(argv: list[str], gc_threshold: int | None) -> None:
@@ -216,7 +216,8 @@ def main() -> None:
         stub.terminate()
         stub.wait(30)
     report = json.loads([line for line in err.splitlines() if line.startswith('{"requests"')][-1])
-    report.update(load_avg_1m=round(load, 2), errors=phase["errors"], clients=args.clients, think_ms=args.think_ms)
+    report.update(load_avg_1m=round(load, 2), errors=phase["errors"], clients=args.clients,
+                  think_ms=args.think_ms)
     if args.quiet_loop:
         report["quiet_loop_cpu_per_request"] = quiet_loop(bodies, index)
     for key, value in report.items():

@@ -267,7 +267,8 @@ def stub_app():
         if kind == "odd_upstream":
             return JSONResponse(odd_answer(rid))
         if h.get("x-soak-final") == "1" or not names:
-            message: dict[str, Any] = {"role": "assistant", "content": "Done: everything you asked is finished."}
+            message: dict[str, Any] = {"role": "assistant",
+                                       "content": "Done: everything you asked is finished."}
         else:  # the tool the agent wants when it was presented, else the first presented: deterministic
             name = want if want in names else names[0]
             message = {"role": "assistant", "content": None, "tool_calls": [
@@ -344,7 +345,8 @@ def check_index(index: Path, original: Path) -> dict[str, Any]:
     for text, want in probe_contexts():
         msgs = [{"role": "user", "content": text}]
         rb, ra = before.rank(msgs), after.rank(msgs)
-        probes.append({"context": text, "want": want, "rank_before": rb.index(want) + 1 if want in rb else None,
+        probes.append({"context": text, "want": want,
+                       "rank_before": rb.index(want) + 1 if want in rb else None,
                        "rank_after": ra.index(want) + 1 if want in ra else None,
                        "top3_before": rb[:3], "top3_after": ra[:3]})
     old = set(before.registry.names)
@@ -427,7 +429,8 @@ def machine() -> dict[str, Any]:
 
 def help_flags(cmd: list[str], env: dict[str, str]) -> set[str]:
     """The long options a command's --help lists."""
-    out = subprocess.run([*cmd, "--help"], check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([*cmd, "--help"], check=False, env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[1:])} --help failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return set(re.findall(r"(--[a-z][a-z0-9-]*)", out.stdout))
@@ -497,7 +500,8 @@ class Stats:
                 "server_errors": self.server_errors, "fell_back": self.fell_back, "over_k": self.over_k,
                 "selection_ms_p50": percentile(self.selection_ms, 50), "selection_ms_max":
                     max(self.selection_ms) if self.selection_ms else None,
-                "latency_ms_p50": percentile(self.latency_ms, 50), "latency_ms_p99": percentile(self.latency_ms, 99),
+                "latency_ms_p50": percentile(self.latency_ms, 50),
+                "latency_ms_p99": percentile(self.latency_ms, 99),
                 "latency_ms_max": max(self.latency_ms) if self.latency_ms else None}
 
 
@@ -516,7 +520,8 @@ class Soak:
         self.unexpected_samples: list[dict[str, Any]] = []
         self.samples: list[dict[str, Any]] = []
         self.health: list[tuple[float, float, int | None]] = []
-        self.reported: dict[str, tuple[str, bool]] = {}  # conversation -> (kind, success) reported by the client
+        # conversation -> (kind, success) reported by the client
+        self.reported: dict[str, tuple[str, bool]] = {}
         self.unreported: set[str] = set()
         self.cut_conversations: set[str] = set()
         self.conv_kind: dict[str, str] = {}
@@ -635,14 +640,16 @@ class Soak:
         return {"message": message if isinstance(message, dict) else None,
                 "conversation": rh.get("x-tracer-conversation"), "extra": extra}
 
-    async def chat_sdk(self, sdk, kind: str, rid: str, body: dict, hdrs: dict[str, str]) -> dict[str, Any] | None:
+    async def chat_sdk(self, sdk, kind: str, rid: str, body: dict,
+                       hdrs: dict[str, str]) -> dict[str, Any] | None:
         import openai
 
         extra_headers = {k: v for k, v in hdrs.items() if k not in ("content-type", "authorization")}
         t0 = time.perf_counter()
         try:
             raw = await sdk.chat.completions.with_raw_response.create(
-                model=body["model"], messages=body["messages"], tools=body["tools"], extra_headers=extra_headers)
+                model=body["model"], messages=body["messages"], tools=body["tools"],
+                extra_headers=extra_headers)
             completion_ = raw.parse()
             message = completion_.choices[0].message.model_dump(exclude_none=True)
             status = raw.status_code
@@ -686,11 +693,13 @@ class Soak:
         rng.shuffle(tools)
         return tools
 
-    async def conversation(self, session, sdk, client: int, kind: str, rng: random.Random, episode: int) -> None:
+    async def conversation(self, session, sdk, client: int, kind: str, rng: random.Random,
+                           episode: int) -> None:
         plan = [(fill(text, rng), wants) for text, wants in rng.choice(TEMPLATES)]
         tools = list(self.agent_tools(client))
         names = {t["function"]["name"] for t in tools}
-        system: list[dict] = [{"role": "system", "content": "You are a travel and office assistant. Use the tools."}]
+        system: list[dict] = [{"role": "system",
+                               "content": "You are a travel and office assistant. Use the tools."}]
         prefix: list[dict] = []
         first = plan[0][0]
         stream = kind == "stream"
@@ -723,7 +732,8 @@ class Soak:
                                f"{rng.choice(VERBS).capitalize()} a {rng.choice(NOUNS).replace('_', ' ')} "
                                f"(variant {rng.randrange(10**6)})") for i in range(100)]
         conv = f"soak-{kind}-{client}-{episode}-{self.run_tag}" if rng.random() < 0.5 else None
-        if conv is None:  # the id the gateway derives (system + first user message): made unique by a reference
+        # the id the gateway derives (system + first user message): made unique by a reference
+        if conv is None:
             ref = f" (ref {self.run_tag}-{client}-{episode})"
             if prefix and prefix[0]["role"] == "user":
                 prefix[0] = {**prefix[0], "content": prefix[0]["content"] + ref}
@@ -739,7 +749,8 @@ class Soak:
             if turn:
                 msgs.append({"role": "user", "content": text})
             for want in wants:
-                r = await self.chat(session, req_kind, msgs, tools, stream=stream, want=want, conv=conv, sdk=use_sdk)
+                r = await self.chat(session, req_kind, msgs, tools, stream=stream, want=want, conv=conv,
+                                    sdk=use_sdk)
                 if r is None or r["message"] is None:
                     return
                 cid, extra = cid or r["conversation"], {**extra, **r["extra"]}
@@ -757,8 +768,8 @@ class Soak:
                              "content": json.dumps({"ok": True, "tool": called})})
                 await self.think(rng)
         outcome = ("success" if success else "failure") if mode == "header" else None
-        r = await self.chat(session, req_kind, msgs, tools, stream=stream, final=True, conv=conv, outcome=outcome,
-                            sdk=use_sdk)
+        r = await self.chat(session, req_kind, msgs, tools, stream=stream, final=True, conv=conv,
+                            outcome=outcome, sdk=use_sdk)
         if r is None:
             return
         cid, extra = cid or r["conversation"], {**extra, **r["extra"]}
@@ -823,8 +834,8 @@ class Soak:
     @staticmethod
     def http(method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
              length: int | None = None) -> bytes:
-        h = {"Host": "127.0.0.1", "Authorization": "Bearer soak-client-key", "Content-Type": "application/json",
-             "Connection": "close", **(headers or {})}
+        h = {"Host": "127.0.0.1", "Authorization": "Bearer soak-client-key",
+             "Content-Type": "application/json", "Connection": "close", **(headers or {})}
         if "Transfer-Encoding" not in h:
             h["Content-Length"] = str(len(body) if length is None else length)
         head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
@@ -837,8 +848,8 @@ class Soak:
             msgs = [{"role": "user", "content": "hello"}]
             path, body = "/v1/chat/completions", b""
             if kind == "bad_json":
-                body = rng.choice([b'{"messages": [', b"not json at all", b'{"messages": [{"role": "user"}],}',
-                                   b"\xff\xfe\x00garbage"])
+                body = rng.choice([b'{"messages": [', b"not json at all",
+                                   b'{"messages": [{"role": "user"}],}', b"\xff\xfe\x00garbage"])
             elif kind == "wrong_types":
                 body = json.dumps(rng.choice([
                     {"messages": "hi"}, {"messages": []}, {"messages": [{"role": 5, "content": "x"}]},
@@ -853,11 +864,13 @@ class Soak:
                 tools = self.agent_tools(client)
                 body = json.dumps(rng.choice([
                     {"messages": [{"role": big, "content": "x"}, *msgs], "tools": tools},
-                    {"messages": msgs, "tools": [*tools, tool_def(big, "a tool with a huge name")]}])).encode()
+                    {"messages": msgs,
+                     "tools": [*tools, tool_def(big, "a tool with a huge name")]}])).encode()
             elif kind == "outcome_bad":
                 path = "/v1/tracer/outcome"
                 body = rng.choice([b"{not json", b'{"conversation": 5, "success": true}',
-                                   b'{"conversation": "nobody-' + self.run_tag.encode() + b'", "success": "yes"}',
+                                   b'{"conversation": "nobody-' + self.run_tag.encode()
+                                   + b'", "success": "yes"}',
                                    b'{"conversation": "x", "success": true, "reward": "high"}',
                                    b'{"conversation": "nobody", "success": true, "reward": Infinity}', b"[]"])
             elif kind == "reload":
@@ -873,8 +886,10 @@ class Soak:
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 self.record(kind, rid, None, type(e).__name__, detail=str(e))
         elif kind == "traversal":
-            path = rng.choice(["/v1/../admin", "/v1/%2e%2e/admin", "/v1/..%2fadmin", "/v1/x/../../../etc/passwd",
-                               "/v1/models/..%5c..%5cadmin", "/v1/%2E%2E/%2E%2E/soak/records", "/v1/./../health"])
+            path = rng.choice(["/v1/../admin", "/v1/%2e%2e/admin", "/v1/..%2fadmin",
+                               "/v1/x/../../../etc/passwd",
+                               "/v1/models/..%5c..%5cadmin", "/v1/%2E%2E/%2E%2E/soak/records",
+                               "/v1/./../health"])
             method = rng.choice(["GET", "POST"])
             status, exc = await self.raw([self.http(method, path, b"{}" if method == "POST" else b"")])
             self.record(kind, self.next_id(), status, exc, detail=path)
@@ -884,7 +899,8 @@ class Soak:
             if episode % 2:  # declared: refused on the header, before the body
                 total = len(head_body) + len(self.big) + len(tail)
                 head = self.http("POST", "/v1/chat/completions", length=total)
-                parts = [head, head_body] + [self.big[i:i + 256 * 1024] for i in range(0, len(self.big), 256 * 1024)]
+                parts = [head, head_body] + [self.big[i:i + 256 * 1024]
+                                             for i in range(0, len(self.big), 256 * 1024)]
                 status, exc = await self.raw(parts + [tail], pause_after_first=1.0)
             else:  # chunked: refused once the read passes the limit
                 head = self.http("POST", "/v1/chat/completions", headers={"Transfer-Encoding": "chunked"})
@@ -1180,18 +1196,20 @@ def markdown(res: dict[str, Any]) -> str:
            (f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; load average (1/5/15 min) at start "
             f"{' / '.join(f'{x:.2f}' for x in res['load_start'])}, at end "
             f"{' / '.join(f'{x:.2f}' for x in res['load_end'])}  "),
-           (f"Index: `{cfg['scorer']}` on data/example (6 tools), k = {cfg['k']}, sticky cap {res['cap']}; each "
-            f"agent carries the 6 indexed tools + {cfg['extra_tools']} of its own; pause {cfg['think_ms']:g} ms "
-            f"(x U[0.5, 1.5]); started {res['started']}\n")]
+           (f"Index: `{cfg['scorer']}` on data/example (6 tools), k = {cfg['k']}, sticky cap {res['cap']}; "
+            f"each agent carries the 6 indexed tools + {cfg['extra_tools']} of its own; pause "
+            f"{cfg['think_ms']:g} ms (x U[0.5, 1.5]); started {res['started']}\n")]
     tot = res["totals"]
     verdict = "PASS" if res["passed"] else "FAIL"
-    out.append(f"**{verdict}**: valid requests {tot['valid']['requests']}, errors **{tot['valid']['errors']}**, "
-               f"fell back to the whole list **{res['fallbacks']['total']}** (at the upstream "
-               f"{res['fallbacks']['at_upstream']}, selection header missing/0 {res['fallbacks']['no_selection']}, "
-               f"gateway's tracer_errors{{kind=\"selection\"}} {fmt(res['fallbacks']['metrics_selection_errors'], 0)}); "
-               f"hostile {tot['hostile']['requests']} (unexpected answers {tot['hostile']['unexpected']}, 5xx "
+    out.append(f"**{verdict}**: valid requests {tot['valid']['requests']}, errors "
+               f"**{tot['valid']['errors']}**, fell back to the whole list **{res['fallbacks']['total']}** "
+               f"(at the upstream {res['fallbacks']['at_upstream']}, selection header missing/0 "
+               f"{res['fallbacks']['no_selection']}, gateway's tracer_errors{{kind=\"selection\"}} "
+               f"{fmt(res['fallbacks']['metrics_selection_errors'], 0)}); hostile "
+               f"{tot['hostile']['requests']} (unexpected answers {tot['hostile']['unexpected']}, 5xx "
                f"{tot['hostile']['server_errors']}); disconnects {tot['disconnect']['requests']}; "
-               f"gateway {'died at ' + fmt(res['died_at']) + ' s' if res['died_at'] is not None else 'up throughout'}."
+               "gateway "
+               f"{'died at ' + fmt(res['died_at']) + ' s' if res['died_at'] is not None else 'up throughout'}."
                f" Wanted tool presented: {res['want_presented']}.\n")
     out.append("| class | kind | requests | statuses | exceptions | errors / unexpected | fell back | "
                "selection p50 / max (ms) | latency p50 / p99 / max (ms) |")
@@ -1199,17 +1217,20 @@ def markdown(res: dict[str, Any]) -> str:
     for kind, st in sorted(res["kinds"].items(), key=lambda kv: (kv[1]["class"], kv[0])):
         bad = st["errors"] if st["class"] == VALID else st["unexpected"] if st["class"] == HOSTILE else "-"
         out.append(f"| {st['class']} | {kind} | {st['requests']} | {counts(st['status'])} | "
-                   f"{counts(st['exceptions'])} | {bad} | {st['fell_back'] if st['class'] == VALID else '-'} | "
-                   f"{fmt(st['selection_ms_p50'], 1)} / {fmt(st['selection_ms_max'], 1)} | "
-                   f"{fmt(st['latency_ms_p50'], 0)} / {fmt(st['latency_ms_p99'], 0)} / {fmt(st['latency_ms_max'], 0)} |")
+                   f"{counts(st['exceptions'])} | {bad} | {st['fell_back'] if st['class'] == VALID else '-'} "
+                   f"| {fmt(st['selection_ms_p50'], 1)} / {fmt(st['selection_ms_max'], 1)} | "
+                   f"{fmt(st['latency_ms_p50'], 0)} / {fmt(st['latency_ms_p99'], 0)} / "
+                   f"{fmt(st['latency_ms_max'], 0)} |")
     r = res["resources"]
-    out.append(f"\nResources (start = first sample at or after {r['warmup_s']:g} s; slope: least squares over the "
-               f"samples from then on, {r['samples_fitted']} samples every {cfg['sample_every']:g} s"
-               + ("; a window this short says little about a slope" if not r["slopes_meaningful"] else "") + "):\n")
+    out.append(f"\nResources (start = first sample at or after {r['warmup_s']:g} s; slope: least squares "
+               f"over the samples from then on, {r['samples_fitted']} samples every {cfg['sample_every']:g} s"
+               + ("; a window this short says little about a slope" if not r["slopes_meaningful"] else "")
+               + "):\n")
     out.append("| | start | end | max | slope per minute |")
     out.append("|---|---:|---:|---:|---:|")
     for label, key, unit in (("gateway RSS (MB)", "rss_mb", 1), ("log dir (MB)", "log_bytes", MiB),
-                             ("gateway .cache (MB)", "cache_bytes", MiB), ("gateway .cache files", "cache_files", 1),
+                             ("gateway .cache (MB)", "cache_bytes", MiB),
+                             ("gateway .cache files", "cache_files", 1),
                              ("gateway open fds", "fds", 1), ("gateway threads", "threads", 1)):
         row = r[key]
         out.append(f"| {label} | {fmt(row['start'], 2)} | {fmt(row['end'], 2)} | {fmt(row['max'], 2)} | "
@@ -1219,23 +1240,25 @@ def markdown(res: dict[str, Any]) -> str:
                f"{h['probes']} probes, p50 {fmt(h['p50_ms'])} ms, p99 {fmt(h['p99_ms'])} ms, max "
                f"{fmt(h['max_ms'])} ms, {h['over_1s']} over 1 s, {h['failed']} failed. Valid selection "
                f"(`X-Tracer-Selection-Ms`) p50 / p99 / max: {fmt(res['selection_ms']['p50'], 2)} / "
-               f"{fmt(res['selection_ms']['p99'], 2)} / {fmt(res['selection_ms']['max'], 2)} ms. Shutdown after "
-               f"SIGTERM: {fmt(res['shutdown']['seconds'])} s, exit code {res['shutdown']['rc']}"
+               f"{fmt(res['selection_ms']['p99'], 2)} / {fmt(res['selection_ms']['max'], 2)} ms. Shutdown "
+               f"after SIGTERM: {fmt(res['shutdown']['seconds'])} s, exit code {res['shutdown']['rc']}"
                f"{' (uvicorn re-raises the SIGTERM once it has drained)' if res['shutdown']['rc'] == -15 else ''}.\n")
     stalls = [f"t={t:g} s {ms:.0f} ms" for t, ms, _ in res["health_probes"] if ms > 1000][:10]
     if stalls:
         out.append(f"`/health` over 1 s: {'; '.join(stalls)}. Answers over 1 s: "
-                   + ("; ".join(f"t={x['t']:g} s {x['kind']} ({x['tools']} tools) {x['latency_ms']} ms, selection "
-                                f"{fmt(x['selection_ms'], 0)} ms" for x in res["slow"][:10]) or "none") + ".\n")
+                   + ("; ".join(f"t={x['t']:g} s {x['kind']} ({x['tools']} tools) {x['latency_ms']} ms, "
+                                f"selection {fmt(x['selection_ms'], 0)} ms" for x in res["slow"][:10])
+                      or "none") + ".\n")
     lg = res["log"]
     if lg.get("exists"):
-        out.append(f"Conversation log: {lg['lines']} lines, {lg['bytes'] / MiB:.2f} MB ({lg['bytes_per_line']} B a "
-                   f"line, longest {lg['max_line_bytes']} B); by outcome {counts(lg['by_outcome'])}; "
-                   f"unparsable {lg['unparsable_lines']}, non-finite rewards {lg['nonfinite_rewards']}, "
-                   f"conversations logged twice {lg['conversations_logged_twice']}; clients reported "
-                   f"{lg['reported_by_clients']} ({lg['reported_missing_from_log']} missing from the log, "
-                   f"{lg['reported_success_logged_as_success']} of {lg['reported_success']} successes logged as "
-                   f"such); cut streams with `X-Tracer-Outcome: success` logged as a success: "
+        out.append(f"Conversation log: {lg['lines']} lines, {lg['bytes'] / MiB:.2f} MB "
+                   f"({lg['bytes_per_line']} B a line, longest {lg['max_line_bytes']} B); by outcome "
+                   f"{counts(lg['by_outcome'])}; unparsable {lg['unparsable_lines']}, non-finite rewards "
+                   f"{lg['nonfinite_rewards']}, conversations logged twice "
+                   f"{lg['conversations_logged_twice']}; clients reported {lg['reported_by_clients']} "
+                   f"({lg['reported_missing_from_log']} missing from the log, "
+                   f"{lg['reported_success_logged_as_success']} of {lg['reported_success']} successes logged "
+                   "as such); cut streams with `X-Tracer-Outcome: success` logged as a success: "
                    f"{lg['cut_streams_logged_as_success']} of {lg['cut_streams']}; tools.json holds "
                    f"{lg['tools_json_tools']} tools, {lg['tools_json_never_called']} never called.\n")
     else:
@@ -1243,12 +1266,13 @@ def markdown(res: dict[str, Any]) -> str:
     for i, up in enumerate(res["updates"], 1):
         out.append(f"`tracer update` run {i}: exit {up['rc']} in {up['seconds']} s; report "
                    f"`{json.dumps(brief(up.get('report')))}`"
-                   + (f"; stderr: `{up.get('stderr_tail', '').strip()[-300:]}`" if up.get("rc") != 0 else "") + "  ")
+                   + (f"; stderr: `{up.get('stderr_tail', '').strip()[-300:]}`" if up.get("rc") != 0 else "")
+                   + "  ")
     ck = res["check"]
     if ck.get("loads"):
         out.append(f"\nUpdated index loads: {ck['tools_before']} -> {ck['tools_after']} tools "
-                   f"(new: {', '.join(ck['new_tools'][:10]) or '-'}). Rank of the first wanted tool for a probe "
-                   "context, original -> updated:\n")
+                   f"(new: {', '.join(ck['new_tools'][:10]) or '-'}). Rank of the first wanted tool for a "
+                   "probe context, original -> updated:\n")
         out.append("| probe context | wanted | rank | top 3 after |")
         out.append("|---|---|---:|---|")
         for p in ck["probes"]:
@@ -1257,9 +1281,9 @@ def markdown(res: dict[str, Any]) -> str:
     else:
         out.append(f"\nUpdated index check failed: `{ck.get('error', '')[-500:]}`")
     se = res["stderr"]
-    out.append(f"\nGateway stderr (`gateway.stderr.log`, log level {cfg['gateway_log_level']}): {se['lines']} lines, "
-               f"levels {counts(se['levels'])}, events {counts(se['events'])}, {se['raw_lines']} non-JSON lines, "
-               f"{se['tracebacks']} tracebacks.")
+    out.append(f"\nGateway stderr (`gateway.stderr.log`, log level {cfg['gateway_log_level']}): "
+               f"{se['lines']} lines, levels {counts(se['levels'])}, events {counts(se['events'])}, "
+               f"{se['raw_lines']} non-JSON lines, {se['tracebacks']} tracebacks.")
     for s in se["samples"]:
         out.append(f"- `{s}`")
     if res["findings"]:
@@ -1286,11 +1310,13 @@ def findings(res: dict[str, Any]) -> list[str]:
     if tot["hostile"]["server_errors"]:
         out.append(f"{tot['hostile']['server_errors']} hostile requests got a 5xx")
     if res["outside_v1"]:
-        out.append(f"{res['outside_v1']} requests reached the upstream outside /v1/: {res['outside_paths'][:5]}")
+        out.append(
+            f"{res['outside_v1']} requests reached the upstream outside /v1/: {res['outside_paths'][:5]}")
     if res["died_at"] is not None:
         out.append(f"the gateway died at {res['died_at']:.0f} s")
     if res["health"]["over_1s"]:
-        out.append(f"/health took over 1 s {res['health']['over_1s']} times (max {res['health']['max_ms']:.0f} ms)")
+        out.append(
+            f"/health took over 1 s {res['health']['over_1s']} times (max {res['health']['max_ms']:.0f} ms)")
     if lg.get("exists"):
         if lg["nonfinite_rewards"]:
             out.append(f"the log holds {lg['nonfinite_rewards']} non-finite rewards")
@@ -1316,7 +1342,8 @@ def findings(res: dict[str, Any]) -> list[str]:
     if res["shutdown"]["rc"] not in (0, -15):
         out.append(f"the gateway's exit after SIGTERM: {res['shutdown']['rc']}")
     # flat: what a slope past these would add over an hour is worth a look
-    for key, label, limit in (("rss_mb", "gateway RSS (MB)", 1.0), ("cache_bytes", "the gateway's .cache (MB)", 0.5),
+    for key, label, limit in (("rss_mb", "gateway RSS (MB)", 1.0),
+                              ("cache_bytes", "the gateway's .cache (MB)", 0.5),
                               ("fds", "open fds", 1.0), ("threads", "threads", 1.0)):
         slope = res["resources"][key]["slope"]
         if res["resources"]["slopes_meaningful"] and slope is not None and slope > limit:
@@ -1339,8 +1366,10 @@ def main() -> int:
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--max-presented", type=int, default=None, help="passed to the gateway (default: its 4 k)")
     p.add_argument("--max-body-bytes", type=int, default=8 * MiB, help="passed to the gateway")
-    p.add_argument("--log-idle", type=float, default=120.0, help="passed to the gateway: idle conversations end")
-    p.add_argument("--extra-tools", type=int, default=30, help="tools of each agent's own beside the index's 6")
+    p.add_argument("--log-idle", type=float, default=120.0,
+                   help="passed to the gateway: idle conversations end")
+    p.add_argument("--extra-tools", type=int, default=30,
+                   help="tools of each agent's own beside the index's 6")
     p.add_argument("--scorer", default="tracer_plus", choices=("tracer_plus", "tracer_fixed", "tracer"))
     p.add_argument("--sample-every", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=60.0, help="seconds excluded from the slope (a third of a "
@@ -1348,7 +1377,8 @@ def main() -> int:
     p.add_argument("--max-episodes", type=int, default=100_000, help="per client (a bound beside the time)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", type=lambda s: s.split(","), default=None,
-                   help="only these episode kinds, comma-separated (a check of the script; default: all, weighted)")
+                   help="only these episode kinds, comma-separated (a check of the script; default: all, "
+                        "weighted)")
     p.add_argument("--gateway-log-level", default="warning")
     p.add_argument("--gateway-arg", action="append", default=[],
                    help="an extra argument for tracer serve (repeat), e.g. --gateway-arg=--no-sticky")
@@ -1424,14 +1454,16 @@ def soak(args: argparse.Namespace) -> int:
     soak_: Soak | None = None
     try:
         with open(args.out / "stub.stderr.log", "wb") as stub_err:
-            procs.append(subprocess.Popen([sys.executable, __file__, "--role", "stub", "--port", str(stub_port)],
+            procs.append(subprocess.Popen([sys.executable, __file__, "--role", "stub", "--port",
+                                           str(stub_port)],
                                           env=env, stdout=stub_err, stderr=subprocess.STDOUT))
         with open(stderr_path, "wb") as gw_err:
             gateway = subprocess.Popen(gw_cmd, env=env, cwd=gw_cwd, stdout=gw_err, stderr=subprocess.STDOUT)
         procs.append(gateway)
         wait_ready(f"http://127.0.0.1:{stub_port}/health", procs[0])
         wait_ready(f"http://127.0.0.1:{gw_port}/health", gateway)
-        print(f"gateway up ({' '.join(gw_cmd[1:])}); {args.clients} clients for {args.minutes:g} min", flush=True)
+        print(f"gateway up ({' '.join(gw_cmd[1:])}); {args.clients} clients for {args.minutes:g} min",
+              flush=True)
         soak_ = Soak(args, gw_port, stub_port, gateway, log_dir, gw_cwd / ".cache")
         asyncio.run(soak_.run())
         stub_view = _stub_records(stub_port)
@@ -1455,8 +1487,8 @@ def soak(args: argparse.Namespace) -> int:
         updates.append(run_update(upd, env, gw_cwd))
         try:
             ck = subprocess.run([sys.executable, __file__, "--role", "check", "--index", str(index),
-                                 "--original", str(original)], check=False, env=env, cwd=gw_cwd, capture_output=True,
-                                text=True, timeout=900)
+                                 "--original", str(original)], check=False, env=env, cwd=gw_cwd,
+                                capture_output=True, text=True, timeout=900)
             check = json.loads(ck.stdout.strip().splitlines()[-1]) if ck.returncode == 0 else \
                 {"loads": False, "error": ck.stderr[-2000:]}
         except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
@@ -1508,7 +1540,8 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
             soak_.stat(kind).fell_back += 1
     sel_errors = None
     if metrics_end:
-        sel_errors = sum(v for k, v in metrics_end.items() if k.startswith("tracer_errors") and 'selection' in k
+        sel_errors = sum(v
+                         for k, v in metrics_end.items() if k.startswith("tracer_errors") and 'selection' in k
                          and not k.endswith("_created"))
     totals = {cls: {"requests": 0, "errors": 0, "unexpected": 0, "server_errors": 0}
               for cls in (VALID, HOSTILE, DISCONNECT)}
@@ -1521,8 +1554,8 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
     after = [s for s in samples if s["t"] >= warmup]
     resources: dict[str, Any] = {"warmup_s": warmup, "samples_fitted": len(after),
                                  "slopes_meaningful": duration - warmup >= 180}
-    for key, scale in (("rss_mb", 1), ("log_bytes", MiB), ("cache_bytes", MiB), ("cache_files", 1), ("fds", 1),
-                       ("threads", 1)):
+    for key, scale in (("rss_mb", 1), ("log_bytes", MiB), ("cache_bytes", MiB), ("cache_files", 1),
+                       ("fds", 1), ("threads", 1)):
         vals = [s[key] / scale for s in after if key in s]
         allv = [s[key] / scale for s in samples if key in s]
         resources[key] = {"start": vals[0] if vals else None, "end": vals[-1] if vals else None,
@@ -1536,7 +1569,8 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
     res: dict[str, Any] = {
         "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
         "gateway_command": " ".join(shlex.quote(str(a)) for a in ["python", *gw_cmd[1:]]),
-        "started": started, "machine": machine(), "load_start": list(load_start), "load_end": list(os.getloadavg()),
+        "started": started, "machine": machine(), "load_start": list(load_start),
+        "load_end": list(os.getloadavg()),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "cap": soak_.cap, "requests": n_req,
         "kinds": {k: st.as_dict() for k, st in soak_.stats.items()}, "totals": totals,
@@ -1554,8 +1588,8 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
                    "max_ms": max(lat) if lat else None, "over_1s": sum(x > 1000 for x in lat),
                    "failed": sum(1 for _, _, s in soak_.health if s != 200)},
         "log": log_report, "updates": updates, "check": check, "stderr": analyze_stderr(stderr_path),
-        "error_samples": soak_.error_samples, "unexpected_samples": soak_.unexpected_samples, "slow": soak_.slow,
-        "samples": samples, "health_probes": soak_.health,
+        "error_samples": soak_.error_samples, "unexpected_samples": soak_.unexpected_samples,
+        "slow": soak_.slow, "samples": samples, "health_probes": soak_.health,
     }
     res["findings"] = findings(res)
     res["passed"] = (totals[VALID]["errors"] == 0 and not fell and soak_.died_at is None

@@ -58,7 +58,8 @@ def main(mode: str, directory: str, seconds: float) -> None:
             scorers[n % N_VARIANTS].save(directory)
         else:
             try:
-                print(json.dumps({"ok": fingerprint(TracerScorer.load(directory, emb, device="cpu"))}), flush=True)
+                print(json.dumps({"ok": fingerprint(TracerScorer.load(directory, emb, device="cpu"))}),
+                      flush=True)
             except Exception as e:  # noqa: BLE001 - reported to the test, which fails on any error
                 print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
         n += 1

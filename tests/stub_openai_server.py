@@ -88,8 +88,8 @@ class StubOpenAIServer:
 
     def __init__(self, *, fail_first: int = 0, fail_status: int = 500, delay_s: float = 0.0,
                  delay_first: int = 0, delay_first_s: float = 0.0,
-                 policy: Callable[[dict], dict] | None = None, reply: Callable[[int, dict], Any] | None = None,
-                 drip_s: float = 0.0):
+                 policy: Callable[[dict], dict] | None = None,
+                 reply: Callable[[int, dict], Any] | None = None, drip_s: float = 0.0):
         self.policy = policy
         self.reply = reply
         self.drip_s = drip_s
@@ -189,7 +189,8 @@ class StubOpenAIServer:
         if h.path.rstrip("/") != "/v1/chat/completions":
             return 404, _error(f"no route {h.path}", "not_found_error", 404)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or "model" not in body:
-            return 400, _error("body must be a JSON object with model and messages", "invalid_request_error", 400)
+            return 400, _error("body must be a JSON object with model and messages", "invalid_request_error",
+                               400)
         if n < self.fail_first:
             kind = "rate_limit_error" if self.fail_status == 429 else "server_error"
             return self.fail_status, _error(f"injected failure {n + 1} of {self.fail_first}", kind,

@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]  # experiments/reproduce/ -> the repository
 EXPERIMENTS = ROOT / "tracer" / "configs" / "experiment"
 PARTS = {"table": "bfcl_table", "ablation": "tracer_plus_ablation"}
-QUALITY = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens", "cic_reduction",
-           "out_of_trie_rate", "fallback_rate", "recall_out_of_trie")
+QUALITY = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens",
+           "cic_reduction", "out_of_trie_rate", "fallback_rate", "recall_out_of_trie")
 IDENTITY = ("dataset", "registry_size", "scorer", "k", "regime", "n_steps")
 
 
@@ -65,7 +65,8 @@ def close(a, b, tol: float) -> bool:
 
 def diff(got: dict, ref: dict, tol: float) -> list[str]:
     """Differences of a run's metrics.json from the reference, one readable line each."""
-    lines = [f"{f}: reference {ref.get(f)!r}, got {got.get(f)!r}" for f in IDENTITY if got.get(f) != ref.get(f)]
+    lines = [f"{f}: reference {ref.get(f)!r}, got {got.get(f)!r}"
+             for f in IDENTITY if got.get(f) != ref.get(f)]
     if len(got["per_fold"]) != len(ref["per_fold"]):
         return lines + [f"folds: reference {len(ref['per_fold'])}, got {len(got['per_fold'])}"]
     where = [("mean", got["mean"], ref["mean"])]
@@ -81,11 +82,14 @@ def diff(got: dict, ref: dict, tol: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "reproduce", help="where the runs are written")
-    p.add_argument("--reuse", type=Path, default=None, help="diff the runs already in this directory; run nothing")
+    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "reproduce",
+                   help="where the runs are written")
+    p.add_argument("--reuse", type=Path, default=None,
+                   help="diff the runs already in this directory; run nothing")
     p.add_argument("--only", choices=sorted(PARTS), default=None, help="one part only")
     p.add_argument("--rows", default=None, help="comma-separated rows (scorers of the table, ablation rows)")
-    p.add_argument("--tol", type=float, default=0.0, help="largest allowed |difference| of a metric (default: exact)")
+    p.add_argument("--tol", type=float, default=0.0,
+                   help="largest allowed |difference| of a metric (default: exact)")
     p.add_argument("--table-reference", type=Path, default=ROOT / "results" / "bfcl" / "teacher_forcing")
     p.add_argument("--ablation-reference", type=Path, default=ROOT / "results" / "bfcl" / "ablation")
     a = p.parse_args(argv)
@@ -117,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             lines = diff(json.loads(got_path.read_text()), json.loads(ref_path.read_text()), a.tol)
             problems += bool(lines)
-            print(f"{'DIFF' if lines else 'same'} {name} (reference {ref_path.relative_to(ref_path.parents[1])})")
+            print(f"{'DIFF' if lines else 'same'} {name} (reference "
+                  f"{ref_path.relative_to(ref_path.parents[1])})")
             for line in lines:
                 print(f"    {line}")
     n = sum(len(rows) for rows in plan.values())

@@ -36,7 +36,8 @@ from tracer.scoring.resources import training_steps
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--teacher", required=True, help="fold F's mnrl checkpoint (torch)")
-    ap.add_argument("--student", nargs="+", required=True, metavar="LABEL=CHECKPOINT", help="served in ONNX int8")
+    ap.add_argument("--student", nargs="+", required=True, metavar="LABEL=CHECKPOINT",
+                    help="served in ONNX int8")
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--out", default="results/encoders/context_knn_bfcl_fold0.json")
     a = ap.parse_args()
@@ -45,22 +46,27 @@ def main() -> None:
     train = training_steps(split.train, ds.registry)
     test = [s for s in extract_all(split.test) if s.gold in ds.registry]
     # the anchors' rendering of the encoder recipes (tracer_plus's query)
-    rendering = ContextRendering.from_config(plain(load_config("encoder_training", "mnrl", seed=0))["context"])
+    rendering = ContextRendering.from_config(
+        plain(load_config("encoder_training", "mnrl", seed=0))["context"])
     texts = [rendering.render(s.context) for s in train], [rendering.render(s.context) for s in test]
     gold_train, gold_test = np.array([s.gold for s in train]), np.array([s.gold for s in test])
     encoders = {"teacher": build_embedder("finetuned", model=a.teacher)}
     for spec in a.student:
         label, path = spec.split("=", 1)
         encoders[label] = build_embedder("onnx_int8", model=path)
-    vecs = {label: (e.encode(texts[0]), e.encode(texts[1])) for label, e in encoders.items()}  # [S, d], [T, d]
-    pairs = [(label, label) for label in encoders] + [(label, "teacher") for label in encoders if label != "teacher"]
+    # [S, d], [T, d]
+    vecs = {label: (e.encode(texts[0]), e.encode(texts[1])) for label, e in encoders.items()}
+    pairs = [(label, label) for label in encoders] + [(label, "teacher")
+                                                      for label in encoders if label != "teacher"]
     out = {}
     for live, stored in pairs:
         nearest = (vecs[live][1] @ vecs[stored][0].T).argmax(1).numpy()                         # [T]
         out[f"{live} -> {stored}"] = float((gold_train[nearest] == gold_test).mean())
         print(f"{live} -> {stored}: {out[f'{live} -> {stored}']:.4f}", flush=True)
-    Path(a.out).write_text(json.dumps({"fold": a.fold, "held_out_steps": len(test), "training_steps": len(train),
-                                       "teacher": a.teacher, "students": a.student, "accuracy": out}, indent=1))
+    Path(a.out).write_text(json.dumps({"fold": a.fold, "held_out_steps": len(test),
+                                       "training_steps": len(train),
+                                       "teacher": a.teacher, "students": a.student, "accuracy": out},
+                                      indent=1))
 
 
 if __name__ == "__main__":

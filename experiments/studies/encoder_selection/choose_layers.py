@@ -73,7 +73,8 @@ def interleaved_encode_ms(embedders: list, texts: list[str], block: int = 25) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cuts", nargs="+", required=True, help="comma-separated layer indices per cut, or 'all'")
+    ap.add_argument("--cuts", nargs="+", required=True,
+                    help="comma-separated layer indices per cut, or 'all'")
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--latency", action="store_true")
     ap.add_argument("--base", default=None, help="a checkpoint to cut from (default: the bundled MiniLM)")
@@ -81,14 +82,16 @@ def main() -> None:
     cuts = [None if c == "all" else tuple(int(i) for i in c.split(",")) for c in a.cuts]
     torch.set_num_threads(1 if a.latency else torch.get_num_threads())
     ds = build_dataset("bfcl", "large", 0)
-    train = kfold(ds.trajectories, 5, 0)[a.fold].train  # evaluate.py's outer split; its test side is never read
+    # evaluate.py's outer split; its test side is never read
+    train = kfold(ds.trajectories, 5, 0)[a.fold].train
     pairs = build_fold_encoders(ds.registry, "mnrl", seed=0).pairs(train)
     tools = [t.search_text for t in ds.registry]
     gold = torch.tensor([tools.index(p) for p in pairs.positives])                          # [P]
     queries = list(dict.fromkeys(pairs.anchors))[:300]
     if a.latency:
         tok = cut_model(None).tokenizer
-        print(f"query texts: median {int(np.median([len(tok(t)['input_ids']) for t in queries]))} word pieces")
+        print(
+            f"query texts: median {int(np.median([len(tok(t)['input_ids']) for t in queries]))} word pieces")
     with tempfile.TemporaryDirectory() as work:
         lines, embedders = [], []
         for layers in cuts:

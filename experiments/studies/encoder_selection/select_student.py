@@ -47,7 +47,8 @@ def variant(text: str) -> tuple[str, dict]:
     except json.JSONDecodeError as e:
         raise argparse.ArgumentTypeError(f"--variant {label}: its fields are not JSON ({e})") from e
     if not isinstance(over, dict):
-        raise argparse.ArgumentTypeError(f"--variant {label}: its fields must be a JSON object, got {fields!r}")
+        raise argparse.ArgumentTypeError(
+            f"--variant {label}: its fields must be a JSON object, got {fields!r}")
     return label, over
 
 
@@ -69,24 +70,29 @@ def main() -> None:
         except (TypeError, ValueError) as e:  # an unknown field, a bad value
             ap.error(f"--variant {label}: {e}")
         if kind != "transformer":
-            ap.error(f"--variant {label}: kind {kind!r}; this script serves transformer checkpoints in ONNX int8")
+            ap.error(
+                f"--variant {label}: kind {kind!r}; this script serves transformer checkpoints in ONNX int8")
     fit = [t for t in train if t.group not in val_groups]
-    steps = [s for s in extract_all(t for t in train if t.group in val_groups and t.success) if s.gold in ds.registry]
+    steps = [s for s in extract_all(t for t in train if t.group in val_groups and t.success)
+             if s.gold in ds.registry]
     rows = []
     for label, over in a.variant:
         enc = build_fold_encoders(ds.registry, recipe | over)
         path = enc.checkpoint(enc.pairs(fit))
-        res = Resources.build(ds.registry, CachedEmbedder(OnnxEmbedder(path, "int8"), a.embed_cache), device="cpu")
-        row = {"variant": label, "fields": over, "checkpoint": str(path), "train_seconds": train_info(path)["train_seconds"]}
+        res = Resources.build(ds.registry, CachedEmbedder(OnnxEmbedder(path, "int8"), a.embed_cache),
+                              device="cpu")
+        row = {"variant": label, "fields": over, "checkpoint": str(path),
+               "train_seconds": train_info(path)["train_seconds"]}
         for name in ("vector", "tracer_plus"):
             scorer = build_scorer(name)
             scorer.fit(fit, res)
-            row[name] = {m: round(float(np.mean(v)), 4) for m, v in teacher_forced_outcomes(scorer, steps, a.k).items()}
+            row[name] = {m: round(float(np.mean(v)), 4)
+                         for m, v in teacher_forced_outcomes(scorer, steps, a.k).items()}
         rows.append(row)
         print(json.dumps(row), flush=True)
     write_out(a.out, {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,
-                      "recipe": a.recipe, "validation_groups": len(val_groups), "validation_steps": len(steps),
-                      "rows": rows})
+                      "recipe": a.recipe, "validation_groups": len(val_groups),
+                      "validation_steps": len(steps), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ from tracer.learn.encoders import finetuned, train_info
 
 def vector_metrics(model: str, anchors, golds, tools) -> dict:
     emb = SentenceTransformerEmbedder(model, device="cpu", progress=0)
-    return ranking_metrics((emb.encode(list(anchors)) @ emb.encode(list(tools)).T).numpy(), golds, tools)  # [S, N]
+    # [S, N]
+    return ranking_metrics((emb.encode(list(anchors)) @ emb.encode(list(tools)).T).numpy(), golds, tools)
 
 
 def main() -> None:
@@ -61,7 +62,8 @@ def main() -> None:
         t0 = time.perf_counter()
         path = finetuned(fit, r.train, r.base_model, r.encoder_dir, "cpu")
         rows.append({"tool_text": name, "encoder": f"fine-tuned ({a.recipe})", "checkpoint": str(path),
-                     "train_seconds": train_info(path)["train_seconds"], "wall_seconds": round(time.perf_counter() - t0, 1),
+                     "train_seconds": train_info(path)["train_seconds"],
+                     "wall_seconds": round(time.perf_counter() - t0, 1),
                      **vector_metrics(str(path), val.anchors, val.positives, tools)})
         print(json.dumps(rows[-1]), flush=True)
     write_out(a.out, {"dataset": a.dataset, "registry": a.registry, "outer_fold": a.fold, "seed": a.seed,

@@ -38,7 +38,8 @@ def main() -> None:
     path = enc.checkpoint(enc.pairs(train), log=print_progress())
     info = train_info(path)
     out = {"checkpoint": str(path), "pairs": info["pairs"], "batches": info["batches"],
-           "train_seconds": info["train_seconds"], "first_loss": info["loss"][0], "last_loss": info["loss"][-1]}
+           "train_seconds": info["train_seconds"], "first_loss": info["loss"][0],
+           "last_loss": info["loss"][-1]}
     print(json.dumps(out))
 
 

@@ -48,7 +48,8 @@ def load(name: str, data_root: Path, seed: int):
 
 def step_hits(ds, res, folds: int, seed: int) -> list[dict]:
     """One row per test step: which subsets it falls in and whether each suggestion holds the gold tool."""
-    split = Evaluator(ds, lambda: None, res, OracleExecutor(), EvalConfig(folds=folds, seed=seed, progress=False))
+    split = Evaluator(ds, lambda: None, res, OracleExecutor(),
+                      EvalConfig(folds=folds, seed=seed, progress=False))
     rows = []
     for fold in range(folds):
         train, test = split.split(fold)
@@ -68,7 +69,8 @@ def step_hits(ds, res, folds: int, seed: int) -> list[dict]:
                 gold = ds.registry.id(s.gold)
                 succ = toolnet.successors(s.history[-1] if s.history else None)
                 strongest = max(succ, key=succ.get) if succ else None
-                rows.append({"fold": fold, "opens_turn": s.position == 0, "strongest_wrong": strongest != s.gold,
+                rows.append({"fold": fold, "opens_turn": s.position == 0,
+                             "strongest_wrong": strongest != s.gold,
                              "hepm_line": gold in lines[i], "hepm_no_line": not lines[i],
                              "toolnet_top2": gold in top2[i][:2], "vector_top2": gold in vector2[i]})
     return rows
@@ -86,11 +88,13 @@ def summarise(rows: list[dict]) -> dict[str, dict]:
 
 
 def table(results: dict[str, dict]) -> str:
-    md = ["| dataset | steps | H-EPM suggestion line | (no line) | ToolNet top 2 | vector top 2 |", "|---|---|---|---|---|---|"]
+    md = ["| dataset | steps | H-EPM suggestion line | (no line) | ToolNet top 2 | vector top 2 |",
+          "|---|---|---|---|---|---|"]
     for ds, by in results.items():
         for subset, m in by.items():
-            cells = ["–" if m[k] is None else f"{m[k]:.3f}" for k in ("hepm_line", "hepm_no_line", "toolnet_top2",
-                                                                        "vector_top2")]
+            cells = ["–" if m[k] is None else f"{m[k]:.3f}"
+                     for k in ("hepm_line", "hepm_no_line", "toolnet_top2",
+                                 "vector_top2")]
             md.append(f"| {ds}: {subset} | {m['steps']} | " + " | ".join(cells) + " |")
     return "\n".join(md) + "\n"
 

@@ -40,7 +40,8 @@ def main() -> None:
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--config", default="mnrl", help="a transformer recipe in tracer/configs/encoder_training/ "
+    ap.add_argument("--config", default="mnrl",
+                    help="a transformer recipe in tracer/configs/encoder_training/ "
                                                      "(mnrl_l3_int8: the 3-layer student, served in int8)")
     ap.add_argument("--out", default="results/encoders/inner_leak.json")
     a = ap.parse_args()

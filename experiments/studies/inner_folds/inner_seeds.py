@@ -46,15 +46,17 @@ def main() -> None:
             run = Path(a.root) / f"{model}_s{seed}"
             if not (run / "run_info.json").is_file():
                 subprocess.run([sys.executable, "evaluate.py", "encoder_training=mnrl", "scorer=tracer_plus",
-                                *MODELS[model], f"scorer.head.seed={seed}", "dataset=bfcl", "registry=large", "k=5",
-                                "folds=5", "seed=0", "progress=false", "latency_sample=0", f"hydra.run.dir={run}"],
+                                *MODELS[model], f"scorer.head.seed={seed}", "dataset=bfcl", "registry=large",
+                                "k=5",
+                                "folds=5", "seed=0", "progress=false", "latency_sample=0",
+                                f"hydra.run.dir={run}"],
                                check=True, env=env, stdout=subprocess.DEVNULL)
             rows[model, seed] = recall(run)
             r1, r5 = rows[model, seed]
             print(f"{model} {seed} recall@1 {r1:.4f} recall@5 {r5:.4f}", flush=True)
     head = " | ".join(f"seed {s}" for s in a.seeds)
-    title = ("BFCL, registry large, k 5, 5 outer folds, the per-fold fine-tuned encoder (`encoder_training=mnrl`), "
-             "oracle; tracer_plus with `scorer.head.seed` = the seed "
+    title = ("BFCL, registry large, k 5, 5 outer folds, the per-fold fine-tuned encoder "
+             "(`encoder_training=mnrl`), oracle; tracer_plus with `scorer.head.seed` = the seed "
              "(`python -m experiments.studies.inner_folds.inner_seeds`).")
     lines = [title, "",
              f"| candidate model | metric | {head} | mean | seeds at the goal |",
@@ -63,7 +65,8 @@ def main() -> None:
         for j, (name, goal) in enumerate((("recall@1", 0.80), ("recall@5", 0.97))):
             v = [rows[model, s][j] for s in a.seeds]
             lines.append(f"| {LABELS[model]} | {name} | " + " | ".join(f"{x:.4f}" for x in v) +
-                         f" | {sum(v) / len(v):.4f} | {sum(x >= goal for x in v)} of {len(v)} (≥ {goal:.2f}) |")
+                         f" | {sum(v) / len(v):.4f} | {sum(x >= goal for x in v)} of {len(v)} (≥ "
+                         f"{goal:.2f}) |")
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

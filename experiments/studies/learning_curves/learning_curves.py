@@ -40,7 +40,8 @@ from tracer.scoring.resources import Resources, training_steps
 
 ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
 SCORERS = ("vector", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")
-FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at_k", "n_test", "fit_s", "error")
+FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at_k", "n_test", "fit_s",
+          "error")
 
 
 def make_scorer(name: str, transfer: Path | None = None):
@@ -53,7 +54,8 @@ def make_scorer(name: str, transfer: Path | None = None):
 
 def load(name: str, seed: int) -> tuple:
     # teacher forcing needs no BFCL backend
-    ds = build_dataset(load_config("dataset", name, **({"execute": False} if name == "bfcl" else {})), "large", seed)
+    ds = build_dataset(load_config("dataset", name, **({"execute": False} if name == "bfcl" else {})),
+                       "large", seed)
     emb = build_embedder("minilm", cache_dir=str(ROOT / ".cache" / "embeddings"))
     return ds, Resources.build(ds.registry, emb, device="cpu", seed=seed)
 
@@ -92,7 +94,8 @@ def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
 
 
 def run_folds(name, ds, res, args, w, f, done, loaded, out) -> None:
-    transfer = transfer_model(name, loaded, out, args.seed) if "tracer_plus_transfer" in args.scorers else None
+    transfer = transfer_model(name, loaded, out,
+                              args.seed) if "tracer_plus_transfer" in args.scorers else None
     for split in kfold(ds.trajectories, args.folds, args.seed):
         if args.only_folds and split.fold not in args.only_folds:
             continue
@@ -130,10 +133,12 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-k", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "learning_curves")
-    p.add_argument("--tag", default="", help="write <dataset>.<tag>.csv (runs in parallel; the plot merges them)")
+    p.add_argument("--tag", default="",
+                   help="write <dataset>.<tag>.csv (runs in parallel; the plot merges them)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    need = set(args.datasets) | ({"bfcl", "tau2", "apibank"} if "tracer_plus_transfer" in args.scorers else set())
+    need = set(args.datasets) | ({"bfcl", "tau2", "apibank"} if "tracer_plus_transfer" in args.scorers
+                                 else set())
     loaded = {name: load(name, args.seed) for name in sorted(need)}
     for name in args.datasets:
         run_dataset(name, loaded, args, args.out)

@@ -98,7 +98,8 @@ def dataset_section(name: str, cells, k: int) -> list[str]:
     for plus in ("tracer_plus", "tracer_plus_transfer"):
         for rival in ("toolnet", "autotool"):
             if any(sc == plus for sc, _ in cells) and any(sc == rival for sc, _ in cells):
-                lines.append(f"- {plus} stays above {rival} (recall@{k}) from N = {passes(cells, ns, plus, rival)}.")
+                lines.append(
+                    f"- {plus} stays above {rival} (recall@{k}) from N = {passes(cells, ns, plus, rival)}.")
     return lines + [""]
 
 

@@ -41,8 +41,8 @@ def main() -> None:
     random.Random(0).shuffle(texts)
     texts = texts[: a.n]
     print(f"{len(texts)} BFCL contexts, one thread; {machine()}\n")
-    print(f"| model | variant | texts/s, batches of {a.batch} | texts/s, one at a time | cosine batched vs alone, "
-          f"mean / min |")
+    print(f"| model | variant | texts/s, batches of {a.batch} | texts/s, one at a time | cosine batched vs "
+          "alone, mean / min |")
     print("|---|---|---:|---:|---:|")
     for model in [None, *a.model]:
         for variant in ("fp32", "int8"):
@@ -53,8 +53,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 rows[batch] = (emb.encode(texts).numpy(), len(texts) / (time.perf_counter() - t0))  # [N, d]
             cos = (rows[a.batch][0] * rows[1][0]).sum(1)                                          # [N]
-            print(f"| {model or 'all-MiniLM-L6-v2'} | {variant} | {rows[a.batch][1]:.0f} | {rows[1][1]:.0f} | "
-                  f"{cos.mean():.4f} / {cos.min():.4f} |", flush=True)
+            print(f"| {model or 'all-MiniLM-L6-v2'} | {variant} | {rows[a.batch][1]:.0f} | {rows[1][1]:.0f} "
+                  f"| {cos.mean():.4f} / {cos.min():.4f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ from tokenizers import Tokenizer
 
 from tracer.encode.onnx import export, feeds, session
 
-QUERY = ("user: I just graduated and plan on traveling for alumni meetups. I'm really curious which airports are "
-         "around cities like Rivermist and Stonebrook, can you find some for me? And then book the cheapest flight.")
+QUERY = ("user: I just graduated and plan on traveling for alumni meetups. I'm really curious which airports "
+         "are around cities like Rivermist and Stonebrook, can you find some for me? And then book the "
+         "cheapest flight.")
 
 
 def kernel_us(sess: ort.InferenceSession, inputs: dict, runs: int, warm: int = 30) -> dict[str, float]:
@@ -53,7 +54,8 @@ def kernel_us(sess: ort.InferenceSession, inputs: dict, runs: int, warm: int = 3
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help="a sentence-transformers folder (default: the bundled MiniLM)")
+    ap.add_argument("--model", default=None,
+                    help="a sentence-transformers folder (default: the bundled MiniLM)")
     ap.add_argument("--variant", default="int8", choices=["fp32", "int8"])
     ap.add_argument("--pieces", type=int, default=48, help="word pieces the query is cut to")
     ap.add_argument("--runs", type=int, default=400, help="timed runs per graph (a multiple of 50)")
@@ -76,11 +78,14 @@ def main() -> None:
                 t0 = time.perf_counter()
                 s.run(None, inputs)
                 times[label].append((time.perf_counter() - t0) * 1000)
-    print(f"{a.model or 'all-MiniLM-L6-v2'}, {a.variant}, {len(enc.ids)} word pieces, one thread, {a.runs} runs\n")
+    print(f"{a.model or 'all-MiniLM-L6-v2'}, {a.variant}, {len(enc.ids)} word pieces, one thread, {a.runs} "
+          "runs\n")
     with tempfile.TemporaryDirectory() as tmp:
         for label, d in graphs.items():
-            ops = kernel_us(session(d / f"{a.variant}.onnx", profile_prefix=str(Path(tmp) / d.name)), inputs, a.runs)
-            print(f"{label}: session run p50 {np.median(times[label]):.3f} ms; kernel time {sum(ops.values()):.0f} us:")
+            ops = kernel_us(session(d / f"{a.variant}.onnx", profile_prefix=str(Path(tmp) / d.name)), inputs,
+                            a.runs)
+            print(f"{label}: session run p50 {np.median(times[label]):.3f} ms; kernel time "
+                  f"{sum(ops.values()):.0f} us:")
             print("  " + ", ".join(f"{op} {us:.1f}" for op, us in ops.items()))
 
 

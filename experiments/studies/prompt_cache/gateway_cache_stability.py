@@ -65,7 +65,8 @@ def replay(args: argparse.Namespace) -> dict:
     for split in kfold(ds.trajectories, args.folds, seed=args.seed):
         train = Dataset(name="bfcl-train", registry=ds.registry, trajectories=split.train)
         retriever = Retriever.from_dataset(train, args.scorer, device="cpu")
-        presenters = {"sticky": StickyPresenter(True, 4 * args.k), "sticky, no cap": StickyPresenter(True, None)}
+        presenters = {"sticky": StickyPresenter(True, 4 * args.k),
+                      "sticky, no cap": StickyPresenter(True, None)}
         for traj in split.test:
             previous: dict[str, list[str]] = {}
             for step in extract_steps(traj):

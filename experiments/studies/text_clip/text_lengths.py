@@ -27,7 +27,8 @@ def main(names=("bfcl", "tau2", "apibank")) -> int:
     limit = max_pieces * CHARS_PER_PIECE
     changed = 0
     print(f"clip: {max_pieces} word pieces x {CHARS_PER_PIECE} = {limit:,} characters\n")
-    print("| dataset | texts | longest (chars) | longest (word pieces) | chars per piece (all texts) | over the clip | embedding changed |")
+    print("| dataset | texts | longest (chars) | longest (word pieces) | chars per piece (all texts) | over "
+          "the clip | embedding changed |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in names:
         ds = load_dataset(name)
@@ -39,7 +40,8 @@ def main(names=("bfcl", "tau2", "apibank")) -> int:
         over = [t for t in texts if len(t) > limit]
         bad = sum(len(tok(t[:limit], add_special_tokens=False)["input_ids"]) < max_pieces for t in over)
         changed += bad
-        print(f"| {name} | {len(texts):,} | {len(longest):,} | {max(pieces):,} | {ratio:.2f} | {len(over)} | {bad} |")
+        print(f"| {name} | {len(texts):,} | {len(longest):,} | {max(pieces):,} | {ratio:.2f} | {len(over)} | "
+              f"{bad} |")
     return changed
 
 

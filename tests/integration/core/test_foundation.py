@@ -21,7 +21,8 @@ from tracer.encode.embedders import CachedEmbedder
 TWO_TURNS = Trajectory(id="x", group="g", domain="d", messages=(
     {"role": "system", "content": "be helpful"},
     {"role": "user", "content": "find and book"},
-    {"role": "assistant", "content": None, "tool_calls": [tool_call("search", "1", q="a"), tool_call("weather", "2")]},
+    {"role": "assistant", "content": None,
+     "tool_calls": [tool_call("search", "1", q="a"), tool_call("weather", "2")]},
     {"role": "tool", "tool_call_id": "1", "content": "r1"},
     {"role": "tool", "tool_call_id": "2", "content": "r2"},
     {"role": "assistant", "content": None, "tool_calls": [tool_call("book", "3", id=7)]},
@@ -38,9 +39,11 @@ def test_steps_of_a_two_turn_conversation_with_parallel_calls():
            for s in steps]
     assert got == [
         (0, 0, (), (), "search", 2, 0, {"q": "a"}),
-        (0, 1, ("search",), ("search",), "weather", 3, 1, {}),     # parallel: earlier call of the message in context
+        # parallel: earlier call of the message in context
+        (0, 1, ("search",), ("search",), "weather", 3, 1, {}),
         (0, 2, ("search", "weather"), ("search", "weather"), "book", 5, 2, {"id": 7}),
-        (1, 0, (), ("search", "weather", "book"), "cancel", 9, 3, {"id": 7}),  # prefix resets at the user message
+        # prefix resets at the user message
+        (1, 0, (), ("search", "weather", "book"), "cancel", 9, 3, {"id": 7}),
     ]
     assert steps[1].context[-1]["tool_calls"] == [TWO_TURNS.messages[2]["tool_calls"][0]]
     assert steps[3].previous_call == "book" and steps[3].opens_turn
@@ -53,7 +56,8 @@ def test_registry_lookup_and_render():
     with pytest.raises(TypeError):
         reg.positions["c"] = 2  # read-only: the registry's ids never change under it
     assert reg.to_openai(["b"]) == [{"type": "function", "function": {"name": "b", "description": "second",
-                                                                      "parameters": {"type": "object", "properties": {}}}}]
+                                                                      "parameters": {"type": "object",
+                                                                                     "properties": {}}}}]
     with pytest.raises(ValueError, match="duplicate tool name 'a'"):
         Registry([Tool("a"), Tool("a")])
     with pytest.raises(KeyError, match="'zz' is not in the registry"):
@@ -67,8 +71,9 @@ def _registry():
 
 def test_native_round_trip(tmp_path):
     reg = _registry()
-    trajs = [TWO_TURNS, Trajectory(id="y", group="g2", domain="d", messages=TWO_TURNS.messages[:3], reward=0.5,
-                                   success=False, metadata={"note": 1})]
+    trajs = [TWO_TURNS,
+             Trajectory(id="y", group="g2", domain="d", messages=TWO_TURNS.messages[:3], reward=0.5,
+                        success=False, metadata={"note": 1})]
     write_native(tmp_path / "ds", reg, trajs)
     ds = load_native(tmp_path / "ds")
     assert ds.registry == reg and ds.trajectories == tuple(trajs)
@@ -90,7 +95,8 @@ def _write(tmp_path, tools=None, lines=None):
 @pytest.mark.parametrize("lines, match", [
     (["{not json"], r"trajectories.jsonl, line 1: not valid JSON"),
     ([json.dumps({**TWO_TURNS.to_json(), "id": 3})], r"line 1, record 3, field 'id': missing or not a str"),
-    ([json.dumps(TWO_TURNS.to_json()), json.dumps(TWO_TURNS.to_json())], r"line 2, record 'x', field 'id'.*duplicate"),
+    ([json.dumps(TWO_TURNS.to_json()), json.dumps(TWO_TURNS.to_json())],
+     r"line 2, record 'x', field 'id'.*duplicate"),
     ([json.dumps({**TWO_TURNS.to_json(), "messages": [
         {"role": "assistant", "tool_calls": [tool_call("teleport", "1")]}]})],
      r"line 1, record 'x', field 'messages\[0\].tool_calls\[0\].function.name': .*'teleport'"),
@@ -108,7 +114,8 @@ def test_bad_trajectories_name_file_line_and_field(tmp_path, lines, match):
 def test_bad_tools_and_missing_directory(tmp_path):
     tools = _registry().to_openai()
     d = _write(tmp_path, tools=tools + [tools[0]])
-    with pytest.raises(DataError, match=r"tools.json, record '#4', field 'function.name': duplicate tool name 'search'"):
+    with pytest.raises(DataError,
+                       match=r"tools.json, record '#4', field 'function.name': duplicate tool name 'search'"):
         load_native(d)
     d = _write(tmp_path, tools=[])
     with pytest.raises(DataError, match="empty registry"):
@@ -118,7 +125,8 @@ def test_bad_tools_and_missing_directory(tmp_path):
 
 
 def test_folds_never_split_a_group_and_are_stable():
-    trajs = [Trajectory(id=f"{g}-{i}", group=f"g{g}", domain="d", messages=()) for g in range(23) for i in range(3)]
+    trajs = [Trajectory(id=f"{g}-{i}", group=f"g{g}", domain="d", messages=()) for g in range(23)
+             for i in range(3)]
     splits = kfold(trajs, 5, seed=1)
     for sp in splits:
         assert not {t.group for t in sp.train} & {t.group for t in sp.test}
@@ -148,7 +156,8 @@ def test_context_renderings():
 
 def test_join_users_reads_an_unanswered_request_with_the_message_after_it():
     msgs = [{"role": "system", "content": "be helpful"}, {"role": "user", "content": "list files"},
-            {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "ls", "arguments": "{}"}}]},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"function": {"name": "ls", "arguments": "{}"}}]},
             {"role": "tool", "content": "a.txt"}, {"role": "user", "content": "make a folder docs"},
             {"role": "user", "content": "What about now?"}]
     assert ContextRendering(window="since_user").render(msgs) == "user: What about now?"
@@ -168,7 +177,8 @@ class CountingEmbedder:
 
     def encode(self, texts):
         self.calls += len(texts)
-        return torch.nn.functional.normalize(torch.tensor([[len(t), 1.0, t.count("a"), 2.0] for t in texts]), dim=1)
+        return torch.nn.functional.normalize(torch.tensor([[len(t), 1.0, t.count("a"), 2.0] for t in texts]),
+                                             dim=1)
 
 
 def test_cache_second_run_encodes_nothing(tmp_path):

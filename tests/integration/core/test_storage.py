@@ -53,7 +53,8 @@ def test_concurrent_writers_and_reader_every_load_is_one_saved_index(variants, t
     scorers, prints = variants
     scorers[0].save(tmp_path / "ix")
     *writers, reader = spawn(("write", tmp_path / "ix", 3.0), ("write", tmp_path / "ix", 3.0),
-                             ("read", tmp_path / "ix", 2.5))  # two writers at once failed with ENOTEMPTY before
+                             # two writers at once failed with ENOTEMPTY before
+                             ("read", tmp_path / "ix", 2.5))
     out, err = reader.communicate(timeout=60)
     assert reader.returncode == 0, err
     for wr in writers:
@@ -80,7 +81,8 @@ def test_sigkill_during_save_leaves_old_or_new_index_and_next_save_cleans_up(var
         loaded = TracerScorer.load(root, w.KeywordEmbedder(), device="cpu")
         assert w.fingerprint(loaded) in prints
     scorers[1].save(root)  # the dead writers' temporaries are ours by prefix and their pids are gone
-    leftovers = [p.name for d in (root, root / "snapshots") for p in d.iterdir() if p.name.startswith((".tmp-", ".del-"))]
+    leftovers = [p.name for d in (root, root / "snapshots")
+                 for p in d.iterdir() if p.name.startswith((".tmp-", ".del-"))]
     assert leftovers == []
     assert w.fingerprint(TracerScorer.load(root, w.KeywordEmbedder(), device="cpu")) == prints[1]
 
@@ -117,7 +119,8 @@ def flip_last_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("name", ["tool_vectors.npy", "trie.pt", "tools.json", "meta.json", "tools_idmap.json"])
+@pytest.mark.parametrize("name",
+                         ["tool_vectors.npy", "trie.pt", "tools.json", "meta.json", "tools_idmap.json"])
 def test_a_flipped_byte_is_detected_and_named(variants, tmp_path, name):
     variants[0][0].save(tmp_path / "ix")
     flip_last_byte(snapshot_dir(tmp_path / "ix") / name)
@@ -140,7 +143,8 @@ def test_a_flipped_edge_memory_value_is_detected(variants, tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptIndex, match="trie.pt: SHA-256 does not match"):
         TracerScorer.load(tmp_path / "ix", w.KeywordEmbedder(), device="cpu")
-    loaded = TracerScorer.load(tmp_path / "ix", w.KeywordEmbedder(), device="cpu", verify="size")  # the fast mode
+    # the fast mode
+    loaded = TracerScorer.load(tmp_path / "ix", w.KeywordEmbedder(), device="cpu", verify="size")
     assert loaded.trie.state_dict()["edge_memory"].max() == pytest.approx(1e29)
 
 
@@ -193,9 +197,10 @@ def test_created_files_follow_the_umask(variants, tmp_path, umask, file_mode, di
     finally:
         os.umask(old)
     snap = snapshot_dir(tmp_path / "ix")
-    files = [tmp_path / "ix" / "CURRENT", tmp_path / "ix" / ".tracer-index", snap / MANIFEST, snap / "trie.pt",
-             tmp_path / "run" / "metrics.json", tmp_path / "ds" / "tools.json", tmp_path / "ds" / "trajectories.jsonl",
-             *(tmp_path / "cache").rglob("*.npz")]
+    files = [tmp_path / "ix" / "CURRENT", tmp_path / "ix" / ".tracer-index", snap / MANIFEST,
+             snap / "trie.pt",
+             tmp_path / "run" / "metrics.json", tmp_path / "ds" / "tools.json",
+             tmp_path / "ds" / "trajectories.jsonl", *(tmp_path / "cache").rglob("*.npz")]
     assert len(files) == 8
     assert {str(f): oct(f.stat().st_mode & 0o777) for f in files} == {str(f): oct(file_mode) for f in files}
     for d in (snap, tmp_path / "ix" / "snapshots", tmp_path / "ds"):

@@ -50,21 +50,29 @@ def with_args(args) -> dict:
 
 # line 6: the five tiny trajectories come first
 BAD_LINES = [
-    (traj([{"role": "user", "content": 5}]), "messages[0].content", "must be a string, null or a list of content parts"),
-    (traj([{"role": "user", "content": "\ud800 hi"}]), "messages[0].content", "lone surrogate '\\\\ud800' at character 0"),
+    (traj([{"role": "user", "content": 5}]), "messages[0].content",
+     "must be a string, null or a list of content parts"),
+    (traj([{"role": "user", "content": "\ud800 hi"}]), "messages[0].content",
+     "lone surrogate '\\\\ud800' at character 0"),
     (traj([{"role": "user", "content": [{"type": "text", "text": 3}]}]), "messages[0].content[0].text",
      "must be a string"),
     (traj([USER, with_args({"a": 1})]), "messages[1].tool_calls[0].function.arguments",
      "must be a JSON string encoding an object .* got a dict"),
-    (traj([USER, with_args("[1, 2]")]), "messages[1].tool_calls[0].function.arguments", "must encode a JSON object, got a list"),
-    (traj([USER, with_args("5")]), "messages[1].tool_calls[0].function.arguments", "must encode a JSON object, got a int"),
-    (traj([USER, with_args(7)]), "messages[1].tool_calls[0].function.arguments", "must be a JSON string .* got a int"),
+    (traj([USER, with_args("[1, 2]")]), "messages[1].tool_calls[0].function.arguments",
+     "must encode a JSON object, got a list"),
+    (traj([USER, with_args("5")]), "messages[1].tool_calls[0].function.arguments",
+     "must encode a JSON object, got a int"),
+    (traj([USER, with_args(7)]), "messages[1].tool_calls[0].function.arguments",
+     "must be a JSON string .* got a int"),
     (traj([USER, with_args("{oops")]), "messages[1].tool_calls[0].function.arguments", "not valid JSON"),
-    (traj([USER, call("search_flights", 0), result(7)]), "messages[2].tool_call_id", "'c7' answers no earlier tool call"),
-    (traj([USER, {"role": "tool", "content": "x"}]), "messages[1].tool_call_id", "None answers no earlier tool call"),
+    (traj([USER, call("search_flights", 0), result(7)]), "messages[2].tool_call_id",
+     "'c7' answers no earlier tool call"),
+    (traj([USER, {"role": "tool", "content": "x"}]), "messages[1].tool_call_id",
+     "None answers no earlier tool call"),
     (traj([USER, {"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]),
      "messages[1].tool_calls[0].function.name", "tool call without a function name"),
-    (traj([USER, call("teleport", 0)]), "messages[1].tool_calls[0].function.name", "names 'teleport', which is not in the registry"),
+    (traj([USER, call("teleport", 0)]), "messages[1].tool_calls[0].function.name",
+     "names 'teleport', which is not in the registry"),
     (traj([{"role": "robot", "content": "x"}]), "messages[0].role", "must be one of"),
     (traj([USER], reward=float("nan")), "reward", "reward must be a finite number, got nan"),
     (traj([USER], reward=float("inf")), "reward", "reward must be a finite number, got inf"),
@@ -73,16 +81,19 @@ BAD_LINES = [
 ]
 
 
-@pytest.mark.parametrize(("obj", "field", "problem"), BAD_LINES, ids=[f[1] + ":" + f[2][:20] for f in BAD_LINES])
+@pytest.mark.parametrize(("obj", "field", "problem"), BAD_LINES,
+                         ids=[f[1] + ":" + f[2][:20] for f in BAD_LINES])
 def test_native_loader_names_file_line_and_field(dataset, obj, field, problem):
     d = dataset(obj)
-    with pytest.raises(DataError, match=rf"trajectories.jsonl, line 6, .*field '{re.escape(field)}': {problem}") as e:
+    with pytest.raises(DataError,
+                       match=rf"trajectories.jsonl, line 6, .*field '{re.escape(field)}': {problem}") as e:
         load_native(d)
     assert e.value.line == 6 and e.value.field == field
 
 
 def test_accepted_argument_forms_and_content_parts(dataset):
-    ok = traj([{"role": "user", "content": [{"type": "text", "text": "find a flight"}, {"type": "image_url"}]},
+    ok = traj([{"role": "user",
+                "content": [{"type": "text", "text": "find a flight"}, {"type": "image_url"}]},
                with_args(""), result(9), with_args('{"to": "JFK"}'), result(9), with_args(None)])
     ok["messages"][-1]["tool_calls"][0]["function"].pop("arguments")
     ds = load_native(dataset(ok))
@@ -93,7 +104,8 @@ def test_non_utf8_bytes_name_the_byte_offset_and_line(dataset):
     line = b'{"id": "x", "group": "x", "domain": "d", "messages": [{"role": "user", "content": "caf\xe9"}]}\n'
     d = dataset(line)
     offset = (d / "trajectories.jsonl").stat().st_size - len(line) + line.index(b"\xe9")
-    with pytest.raises(DataError, match=rf"trajectories.jsonl, line 6: not UTF-8: byte 0xe9 at byte offset {offset}$"):
+    with pytest.raises(DataError,
+                       match=rf"trajectories.jsonl, line 6: not UTF-8: byte 0xe9 at byte offset {offset}$"):
         load_native(d)
     tools = b'[\n{"type": "function", "function": {"name": "\xff"}}]'
     (d / "tools.json").write_bytes(tools)
@@ -111,8 +123,10 @@ def retriever(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("k", "error", "msg"), [(-1, ValueError, "got -1"), (0, ValueError, "got 0"),
-                                                 (-5, ValueError, "got -5"), (2.5, TypeError, r"got 2.5 \(float\)"),
-                                                 ("3", TypeError, r"got '3' \(str\)"), (True, TypeError, r"got True \(bool\)")])
+                                                 (-5, ValueError, "got -5"),
+                                                 (2.5, TypeError, r"got 2.5 \(float\)"),
+                                                 ("3", TypeError, r"got '3' \(str\)"),
+                                                 (True, TypeError, r"got True \(bool\)")])
 def test_k_must_be_a_positive_int_everywhere(retriever, k, error, msg):
     msgs = [USER]
     for f in (lambda: retriever.select(msgs, k=k), lambda: retriever.select_batch([msgs], k=k),
@@ -148,7 +162,8 @@ def test_messages_that_cannot_be_read_are_named(retriever, messages, msg):
     ([{"role": "developer", "content": "Be brief"}, USER], [{"role": "system", "content": "Be brief"}, USER]),
     ([{"role": "user", "content": 5}], [{"role": "user", "content": "5"}]),
     ([USER, with_args("{oops"), result(9)], [USER, with_args("{}"), result(9)]),
-    ([USER, result(7), call("search_flights", 0)], [USER, call("search_flights", 0)]),  # results: not rendered
+    # results: not rendered
+    ([USER, result(7), call("search_flights", 0)], [USER, call("search_flights", 0)]),
 ])
 def test_a_live_conversation_the_dataset_rules_refuse_is_ranked_as_its_tidy_reading(retriever, live, tidy):
     """The dataset loader refuses these records (BAD_LINES); a live call ranks them (tracer.core.live)."""
@@ -167,14 +182,16 @@ def test_a_live_conversation_the_dataset_rules_refuse_is_ranked_as_its_tidy_read
 ])
 def test_evaluate_overrides_are_checked_before_any_work(override, msg, tmp_path):
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("evaluate", overrides=["dataset=jsonl", f"dataset.path={tmp_path / 'nowhere'}", override])
+        cfg = compose("evaluate",
+                      overrides=["dataset=jsonl", f"dataset.path={tmp_path / 'nowhere'}", override])
     with pytest.raises((ValueError, TypeError), match=msg):
         run_job(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_cli_k_minus_one_fails_with_the_override_named(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "k=-1", f"hydra.run.dir={tmp_path / 'run'}"],
+    out = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "k=-1",
+                          f"hydra.run.dir={tmp_path / 'run'}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode != 0

@@ -30,8 +30,8 @@ from tracer.data.bfcl import (
 )
 from tracer.data.bfcl_env import FAMILY_OF, BFCLEnv, gold_states
 
-FAMILY_SIZES = {"gorilla_file_system": 18, "math_api": 17, "message_api": 10, "posting_api": 14, "ticket_api": 9,
-                "trading_bot": 20, "travel_booking": 18, "vehicle_control": 22}
+FAMILY_SIZES = {"gorilla_file_system": 18, "math_api": 17, "message_api": 10, "posting_api": 14,
+                "ticket_api": 9, "trading_bot": 20, "travel_booking": 18, "vehicle_control": 22}
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,8 @@ def test_miss_param_clarification_turn_has_no_steps(by_id):
     t = by_id["multi_turn_miss_param_0"]
     assert t.metadata["ground_truth"][3] == []
     assert user_turn_steps(t, 3) == []
-    assert [m["content"] for m in t.messages if m["role"] == "user"][4] == "The specific file is previous_report.pdf."
+    assert ([m["content"] for m in t.messages if m["role"] == "user"][4]
+            == "The specific file is previous_report.pdf.")
     assert (user_turn_steps(t, 4)[0].gold, user_turn_steps(t, 4)[0].position) == ("cd", 0)
     assert len(turns_of(t)) == 5
 
@@ -194,7 +195,8 @@ def test_parse_call_literals():
         "x": [1, [2, -3.5]], "y": {"k": "v), (w", "n": [-1, {"d": None}]}, "z": -7,
         "s": "it's (fine), ok", "b": True, "e": [], "t": (1, 2)})
     assert parse_call("ls()") == ("ls", (), {})
-    assert parse_call("  tail(file_name='log.txt',lines=20) ") == ("tail", (), {"file_name": "log.txt", "lines": 20})
+    assert parse_call("  tail(file_name='log.txt',lines=20) ") == ("tail", (),
+                                                                   {"file_name": "log.txt", "lines": 20})
 
 
 @pytest.mark.parametrize("bad", ["x + 1", "a.b(c=1)", "f(x=y)", "f(**kw)", "f(", "f(x=1)(2)"])
@@ -226,7 +228,8 @@ def test_results_are_what_the_backend_returns(by_id):
     assert res[0] == json.dumps(fs.ls(a=True))
     assert json.loads(res[0]) == {"current_directory_content": ["workspace"]}
     assert res[1] == json.dumps(fs.cd(folder="workspace")) == '{"current_working_directory": "workspace"}'
-    assert by_id["multi_turn_base_0"].messages[4]["content"] == "None"  # mkdir returns None, rendered as BFCL does
+    # mkdir returns None, rendered as BFCL does
+    assert by_id["multi_turn_base_0"].messages[4]["content"] == "None"
     assert all(t.metadata["execution_errors"] == 0 for t in by_id.values())  # every gold call runs cleanly
 
 
@@ -243,10 +246,12 @@ def test_results_match_bfcl_own_executor(ds):
 
 def test_long_context_loads_the_long_scenario(ds):
     config = _task([])[0]["initial_config"]
-    short, long = BFCLEnv(["GorillaFileSystem"], config), BFCLEnv(["GorillaFileSystem"], config, long_context=True)
+    short, long = BFCLEnv(["GorillaFileSystem"], config), BFCLEnv(["GorillaFileSystem"], config,
+                                                                  long_context=True)
     assert json.loads(short.execute("ls", {})) == {"current_directory_content": ["a.txt"]}
     assert len(json.loads(long.execute("ls", {}))["current_directory_content"]) > 1  # padded with files
-    assert len(long.execute("cat", {"file_name": "a.txt"})) > len(short.execute("cat", {"file_name": "a.txt"}))
+    assert len(long.execute("cat", {"file_name": "a.txt"})) > len(short.execute("cat",
+                                                                                {"file_name": "a.txt"}))
     results = defaultdict(dict)
     for t in ds.trajectories:
         results[t.group][t.metadata["category"]] = _results(t)
@@ -277,7 +282,8 @@ def test_execution_error_is_recorded():
     ok, raised, reported = _results(t)
     assert ok == '{"file_content": "hello"}'
     assert raised.startswith("Error during execution: ") and "folder" in raised
-    assert json.loads(reported).keys() == {"error"}  # the backend's own failure report: a result, not an error
+    # the backend's own failure report: a result, not an error
+    assert json.loads(reported).keys() == {"error"}
     assert t.metadata["execution_errors"] == 1
     assert t.group == "bfcl-9999" and t.domain == "GorillaFileSystem"
 

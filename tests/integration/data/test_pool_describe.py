@@ -113,7 +113,8 @@ def tiny() -> Dataset:
         {"role": "user", "content": "one"},
         {"role": "assistant", "content": None, "tool_calls": [tool_call("a", "1")]},
         {"role": "tool", "tool_call_id": "1", "content": ""},
-        {"role": "assistant", "content": None, "tool_calls": [tool_call("b", "2"), tool_call("c", "3")]},  # parallel
+        # parallel
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("b", "2"), tool_call("c", "3")]},
         {"role": "tool", "tool_call_id": "2", "content": ""},
         {"role": "tool", "tool_call_id": "3", "content": ""},
         {"role": "user", "content": "two"},
@@ -127,7 +128,8 @@ def tiny() -> Dataset:
         {"role": "assistant", "content": None, "tool_calls": [tool_call("y", "2")]},
         {"role": "assistant", "content": None, "tool_calls": [tool_call("y", "3")]},
     ))
-    return Dataset(name="tiny", registry=registry("a b c x y z", "t"), trajectories=(t1, t2), skipped={"r": 2})
+    return Dataset(name="tiny", registry=registry("a b c x y z", "t"), trajectories=(t1, t2),
+                   skipped={"r": 2})
 
 
 def test_describe_tiny_by_hand():
@@ -142,8 +144,8 @@ def test_describe_tiny_by_hand():
 
 def test_format_table():
     lines = format_table([describe(tiny())]).splitlines()
-    assert lines[0] == ("| dataset | conversations | groups | turns | steps | tools | steps/turn (turns with calls) "
-                        "| steps/turn (all) | turn-opening steps | max calls in a turn | skipped |")
+    assert lines[0] == ("| dataset | conversations | groups | turns | steps | tools | steps/turn (turns with "
+                        "calls) | steps/turn (all) | turn-opening steps | max calls in a turn | skipped |")
     assert lines[1] == "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     assert lines[2] == "| tiny | 2 | 1 | 5 | 7 | 6 | 1.75 | 1.40 | 0.57 | 3 | r: 2 |"
 
@@ -152,7 +154,8 @@ def test_format_table():
 def test_describe_tau2_retail():
     d = describe(load_dataset("tau2", domains="retail"))
     # README: 112 tasks with actions, 550 actions, at most 13 per task, 15 distinct tools; one user turn each
-    assert (d["conversations"], d["groups"], d["turns"], d["active_turns"], d["steps"]) == (112, 112, 112, 112, 550)
+    assert (d["conversations"], d["groups"], d["turns"], d["active_turns"], d["steps"]) == (112, 112, 112,
+                                                                                            112, 550)
     assert (d["tools"], d["tools_called"], d["max_calls_per_turn"]) == (16, 15, 13)
     assert d["steps_per_active_turn"] == d["steps_per_turn"] == 550 / 112
     assert d["opening_share"] == 112 / 550
@@ -164,7 +167,8 @@ def test_main_prints_a_row_per_domain_and_notes_unknown_loaders(capsys, tmp_path
     write_native(tmp_path / "tiny", tiny().registry, tiny().trajectories)
     assert main(["tau2", "--tau2-domains", "retail,telecom", f"jsonl:{tmp_path / 'tiny'}", "nosuch"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split(" | ")[0] for line in out[2:6]] == ["| tau2-retail", "| tau2-telecom", "| tau2-retail+telecom",
+    assert [line.split(" | ")[0] for line in out[2:6]] == ["| tau2-retail", "| tau2-telecom",
+                                                           "| tau2-retail+telecom",
                                                             "| tiny"]
     assert out[2].startswith("| tau2-retail | 112 | 112 | 112 | 550 | 16 | 4.91 | 4.91 | 0.20 | 13 |")
     assert out[6].startswith("nosuch: not described: no loader registered")

@@ -26,7 +26,8 @@ from tracer.data.tau2 import SKIP_NO_AGENT_ACTIONS, SKIP_USER_ACTIONS
 DATA = repo_root() / ".." / "shared" / "datasets"
 TAU2, APIBANK = DATA / "tau2", DATA / "apibank"
 
-pytestmark = pytest.mark.skipif(not TAU2.is_dir() or not APIBANK.is_dir(), reason="shared datasets not present")
+pytestmark = pytest.mark.skipif(not TAU2.is_dir() or not APIBANK.is_dir(),
+                                reason="shared datasets not present")
 
 
 def call_names(ds) -> list[str]:
@@ -54,7 +55,8 @@ def test_tau2_domain_counts(domain, conversations, steps, tools, distinct, skipp
     for t in ds.trajectories:
         assert t.group == t.id == f"{domain}-{t.metadata['task_id']}"
         roles = [m["role"] for m in t.messages]
-        assert roles[:2] == ["system", "user"] and roles[2:] == ["assistant", "tool"] * ((len(roles) - 2) // 2)
+        assert roles[:2] == ["system", "user"] and roles[2:] == ["assistant",
+                                                                 "tool"] * ((len(roles) - 2) // 2)
         for call_msg, tool_msg in zip(t.messages[2::2], t.messages[3::2]):
             assert len(call_msg["tool_calls"]) == 1
             assert tool_msg["tool_call_id"] == call_msg["tool_calls"][0]["id"] and tool_msg["content"] == ""
@@ -81,7 +83,8 @@ def test_tau2_telecom_policy_and_user_actions():
     system = ds.trajectories[0].messages[0]["content"]
     main = (TAU2 / "telecom" / "main_policy.md").read_text()
     tech = (TAU2 / "telecom" / "tech_support_manual.md").read_text()
-    assert system == f"<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{tech}\n</tech_support_policy>"
+    assert (system
+            == f"<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{tech}\n</tech_support_policy>")
     by_id = {t.metadata["task_id"]: t for t in ds.trajectories}
     overdue = by_id["[service_issue]overdue_bill_suspension[PERSONA:Easy]"]
     # gold: send_payment_request (agent), make_payment (user), resume_line (agent), reboot_device (user)
@@ -113,8 +116,8 @@ def test_tau2_pooled_renames_colliding_names_only():
     # the pooled calls are the single-domain calls with the colliding names renamed
     for domain in ("retail", "airline", "telecom"):
         single = load_dataset("tau2", domains=domain)
-        renamed = [f"{domain}__{n}" if n in ("calculate", "get_user_details", "transfer_to_human_agents") else n
-                   for n in call_names(single)]
+        renamed = [f"{domain}__{n}" if n in ("calculate", "get_user_details", "transfer_to_human_agents")
+                   else n for n in call_names(single)]
         assert [s.gold for s in ds.steps() if s.trajectory_id.startswith(domain + "-")] == renamed
     assert Counter(call_names(ds))["retail__get_user_details"] == Counter(
         call_names(load_dataset("tau2", domains="retail")))["get_user_details"]
@@ -181,7 +184,8 @@ def _distinct_items(level: int) -> dict[str, list[str]]:
     by_file: dict[str, dict[str, str]] = {}
     for it in items:
         by_file.setdefault(it["file"], {})[it["input"]] = it["expected_output"]
-    return {f: [out[len("API-Request: ["):].split("(")[0] for _, out in sorted(d.items(), key=lambda kv: len(kv[0]))]
+    return {f: [out[len("API-Request: ["):].split("(")[0]
+                for _, out in sorted(d.items(), key=lambda kv: len(kv[0]))]
             for f, d in by_file.items()}
 
 
@@ -198,18 +202,22 @@ def test_apibank_levels_1_2(level, dialogues, steps):
     for t in ds.trajectories:
         assert t.id == f"apibank-l{level}-{t.group.removesuffix('.jsonl')}"
         assert [n for _, _, n, _ in iter_calls(t.messages)] == expected[t.group]
-        assert t.messages[-1]["role"] == "assistant" and t.messages[-1]["tool_calls"]  # the last call has no result
+        # the last call has no result
+        assert t.messages[-1]["role"] == "assistant" and t.messages[-1]["tool_calls"]
 
 
 def test_apibank_dialogue_messages():
     ds = load_dataset("apibank", levels=1)
-    t = next(t for t in ds.trajectories if t.group == "ModifyRegistration-QueryHealthData-CancelRegistration-level-2-2.jsonl")
+    t = next(t for t in ds.trajectories
+             if t.group == "ModifyRegistration-QueryHealthData-CancelRegistration-level-2-2.jsonl")
     roles = [m["role"] for m in t.messages]
     assert roles[:5] == ["user", "assistant", "user", "assistant", "assistant"]
-    assert t.messages[0]["content"].startswith("Can you please modify my appointment scheduled for March 25th")
+    assert t.messages[0]["content"].startswith(
+        "Can you please modify my appointment scheduled for March 25th")
     call = t.messages[4]["tool_calls"][0]["function"]
     assert call["name"] == "ModifyRegistration"
-    assert json.loads(call["arguments"]) == {"appointment_id": "34567890", "new_appointment_date": "2023-03-26",
+    assert json.loads(call["arguments"]) == {"appointment_id": "34567890",
+                                             "new_appointment_date": "2023-03-26",
                                              "new_appointment_doctor": "Dr. Lee"}
     assert t.messages[5] == {"role": "tool", "tool_call_id": "call_0", "name": "ModifyRegistration",
                              "content": "success"}
@@ -233,10 +241,12 @@ def test_apibank_level_3():
     assert [t.group for t in ds.trajectories] == [f"lv3-{i}" for i in range(50)]
     first = ds.trajectories[0]
     assert first.id == "apibank-l3-0" and first.domain == "apibank-l3"
-    assert first.messages[0] == {"role": "user", "content": "Query meeting of John and send email reminder to "
+    assert first.messages[0] == {"role": "user",
+                                 "content": "Query meeting of John and send email reminder to "
                                                             "john@example.com."}
     assert json.loads(first.messages[2]["content"])["name"] == "QueryMeeting"  # ToolSearcher's result
-    assert first.messages[-1]["role"] == "assistant" and first.messages[-1]["content"].startswith("For the meeting")
+    assert (first.messages[-1]["role"] == "assistant"
+            and first.messages[-1]["content"].startswith("For the meeting"))
 
 
 def test_apibank_pooled_prefixes_level_3_collisions():
@@ -249,7 +259,8 @@ def test_apibank_pooled_prefixes_level_3_collisions():
     assert ds.registry.get("QueryMeeting").source == "apibank"
     lv3 = Counter(s.gold for s in ds.steps() if s.trajectory_id.startswith("apibank-l3-"))
     assert lv3["lv3__ToolSearcher"] == 114 and lv3["lv3__AddMeeting"] == 5 and lv3["lv3__QueryMeeting"] == 5
-    assert lv3["lv3__Calculator"] == 4 and not {"ToolSearcher", "AddMeeting", "QueryMeeting", "Calculator"} & set(lv3)
+    assert lv3["lv3__Calculator"] == 4 and not {"ToolSearcher", "AddMeeting", "QueryMeeting",
+                                                "Calculator"} & set(lv3)
     lower = Counter(s.gold for s in ds.steps() if not s.trajectory_id.startswith("apibank-l3-"))
     assert not any(n.startswith("lv3__") for n in lower)
     assert lower == Counter(call_names(load_dataset("apibank", levels=(1, 2))))

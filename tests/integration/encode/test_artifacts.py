@@ -135,7 +135,8 @@ def test_vectors_cached_under_one_artifact_are_never_served_for_another(tiny, en
     second = CachedEmbedder(changed, tmp_path / "cache")
     assert second.name == first.name and second.fingerprint != first.fingerprint
     got = second.encode(TEXTS)
-    assert second.n_encoded == len(TEXTS)                          # none served from the first artifact's vectors
+    # none served from the first artifact's vectors
+    assert second.n_encoded == len(TEXTS)
     torch.testing.assert_close(got, changed.encode(TEXTS), atol=0, rtol=0)
     assert not torch.allclose(got, before)                         # it would have been wrong
 

@@ -88,7 +88,8 @@ def test_onnx_tokenizes_as_the_hugging_face_call(onnx_fp32):
                               return_tensors="np")
     enc = onnx_fp32.fast_tokenizer.encode_batch(TEXTS)
     assert ref["input_ids"].shape[1] == onnx_fp32.max_seq_length == 256
-    for field, key in (("ids", "input_ids"), ("attention_mask", "attention_mask"), ("type_ids", "token_type_ids")):
+    for field, key in (("ids", "input_ids"), ("attention_mask", "attention_mask"),
+                       ("type_ids", "token_type_ids")):
         np.testing.assert_array_equal(np.array([getattr(e, field) for e in enc]), ref[key])
     one = onnx_fp32.fast_tokenizer.encode_batch(TEXTS[:1])[0]
     assert one.ids == onnx_fp32.tokenizer(TEXTS[0])["input_ids"]  # alone: no padding
@@ -175,7 +176,8 @@ def test_presets_compose():
         best = compose("evaluate", overrides=["experiment=preset/best"])
         assert best.scorer.name == "tracer_plus" and best.encoder_training.get("layers") is None
         fast = compose("evaluate", overrides=["experiment=preset/fast"])
-        assert list(fast.encoder_training.layers) == [0, 1, 5] and fast.encoder_training.serve_as.variant == "int8"
+        assert list(fast.encoder_training.layers) == [0, 1,
+                                                      5] and fast.encoder_training.serve_as.variant == "int8"
         fastest = compose("evaluate", overrides=["experiment=preset/fastest"])
         assert fastest.encoder_training.kind == "static" and fastest.encoder_training.inner_encoders
         assert fastest.encoder_training.context_weight == 0.5

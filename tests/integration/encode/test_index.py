@@ -13,7 +13,8 @@ from tracer.scoring.single_step import dense_scores_one, rank_one, top_scores_on
 
 
 def unit_rows(n: int, d: int, seed: int) -> torch.Tensor:
-    return torch.nn.functional.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed)), dim=1)
+    return torch.nn.functional.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed)),
+                                         dim=1)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,8 @@ def test_exact_dense_scores_equal_faiss(random_index):
     gaps = in_faiss_order[:, :-1] - in_faiss_order[:, 1:]
     clear = gaps > 1e-6  # where no tie is possible, the orders agree exactly
     dense_order = torch.argsort(dense, dim=1, descending=True, stable=True)
-    assert clear.float().mean() > 0.99 and torch.equal(order[:, 0][clear[:, 0]], dense_order[:, 0][clear[:, 0]])
+    assert clear.float().mean() > 0.99 and torch.equal(order[:, 0][clear[:, 0]],
+                                                       dense_order[:, 0][clear[:, 0]])
 
 
 def test_exact_dense_scores_equal_faiss_on_minilm(minilm, tiny_registry):
@@ -126,5 +128,7 @@ def test_top_scores_one_keeps_the_exact_leaders_of_a_large_registry():
             assert np.array_equal(part[kept], full[kept]) and kept[include].all()
             assert kept.sum() < 5000
             fake = np.full(len(include), 1.0, dtype=np.float32)  # proposals scored above everything
-            assert np.array_equal(rank_one(include, fake, part, False, top), rank_one(include, fake, full, False, top))
-            assert np.array_equal(rank_one(none, none, part, True, top), rank_one(none, none, full, True, top))
+            assert np.array_equal(rank_one(include, fake, part, False, top),
+                                  rank_one(include, fake, full, False, top))
+            assert np.array_equal(rank_one(none, none, part, True, top),
+                                  rank_one(none, none, full, True, top))

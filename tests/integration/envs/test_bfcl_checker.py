@@ -87,7 +87,8 @@ def test_the_step_cap_force_stops_the_task(bfcl):
     v = play(traj, [[ToolCall("pwd", {})] * 30])
     assert v["force_terminated"] and v["steps"] == 21 and v["bfcl_error_type"] == FORCE_TERMINATED
     assert not v["success"] and not v["state_success"]
-    v = play(traj, [[ToolCall("ls", {"a": True})] * 20] + gold_script(traj)[1:])  # 20 calls, then a text answer
+    # 20 calls, then a text answer
+    v = play(traj, [[ToolCall("ls", {"a": True})] * 20] + gold_script(traj)[1:])
     assert not v["force_terminated"] and v["success"]
 
 

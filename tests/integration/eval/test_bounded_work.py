@@ -18,8 +18,10 @@ from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
 from tracer.scoring.resources import Resources
 
-SENTENCES = ["Find me a flight from SFO to JFK tomorrow morning.", "Then book the cheapest one with a window seat.",
-             "Email the confirmation to Bob and cancel the hotel.", "What is the weather like in Denver this week?"]
+SENTENCES = ["Find me a flight from SFO to JFK tomorrow morning.",
+             "Then book the cheapest one with a window seat.",
+             "Email the confirmation to Bob and cancel the hotel.",
+             "What is the weather like in Denver this week?"]
 
 
 def test_clip_keeps_what_the_encoder_sees(minilm):
@@ -46,7 +48,8 @@ def test_the_clip_is_by_characters_not_word_pieces(minilm):
 def test_fitting_on_zero_training_steps_is_an_error(name):
     res = Resources.build(Registry(TINY_TOOLS), KeywordEmbedder(), device="cpu", seed=0)
     failed = [t.__class__(**{**t.__dict__, "success": False}) for t in tiny_trajectories()]
-    with pytest.raises(ValueError, match=r"no training steps: 5 trajectories \(0 successful, only successful ones"):
+    with pytest.raises(ValueError,
+                       match=r"no training steps: 5 trajectories \(0 successful, only successful ones"):
         build_scorer(name).fit(failed, res)
 
 
@@ -62,8 +65,8 @@ def test_a_fold_without_test_steps_is_reported():
     ds = Dataset("tiny", ds.registry, tuple(t.__class__(**{**t.__dict__, "success": fold_of[t.group] == 0})
                                             for t in trajs))
     result = Evaluator(ds, fit_all, res, OracleExecutor(), cfg).run()
-    doc = metrics_document(dataset="tiny", registry_size=6, scorer="tracer_fixed", k=2, regime="teacher_forcing",
-                           executor="oracle", result=result)
+    doc = metrics_document(dataset="tiny", registry_size=6, scorer="tracer_fixed", k=2,
+                           regime="teacher_forcing", executor="oracle", result=result)
     assert doc["folds"] == 2 and doc["folds_without_test_steps"] == [1]
     assert doc["folds_in_mean"]["recall_at_k"] == 1 and doc["per_fold"][1]["recall_at_k"] is None
     table = summary_table(doc)

@@ -26,7 +26,8 @@ SLOW = TrainConfig(batch_size=6, lr=1e-4, warmup=0.1, epochs=1, max_seq_length=4
 
 @pytest.fixture
 def recipe(tmp_path):
-    start = distilled().resolve()  # the static table starts from MiniLM's distillation, built once in .cache/encoders
+    # the static table starts from MiniLM's distillation, built once in .cache/encoders
+    start = distilled().resolve()
     (tmp_path / "enc").mkdir()
     (tmp_path / "enc" / start.name).symlink_to(start)
     common = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu"}
@@ -38,25 +39,30 @@ def recipe(tmp_path):
 @pytest.mark.slow  # trains encoders: make test-all
 def test_both_stages_are_trained_on_the_outer_folds_training_trajectories_only(recipe, tiny_resources):
     # the tiny corpus twice (10 conversations): every inner fold of every outer fold holds pairs to train on
-    trajs = tiny_trajectories() + [dataclasses.replace(t, id=f"{t.id}b", group=f"{t.group}b") for t in tiny_trajectories()]
+    trajs = tiny_trajectories() + [dataclasses.replace(t, id=f"{t.id}b", group=f"{t.group}b")
+                                   for t in tiny_trajectories()]
     ds = Dataset("tiny", Registry(TINY_TOOLS), tuple(trajs))
     fold_encoders = build_fold_encoders(ds.registry, recipe, None, device="cpu")
-    ev = Evaluator(ds, lambda: build_scorer("cascade", fast={"head": HEAD}, slow={"head": HEAD}), tiny_resources,
+    ev = Evaluator(ds, lambda: build_scorer("cascade", fast={"head": HEAD}, slow={"head": HEAD}),
+                   tiny_resources,
                    OracleExecutor(), EvalConfig(k=2, folds=2, seed=0, latency_sample=0, progress=False),
                    fold_resources=fold_encoders)
     result = ev.run()
     assert result.n_steps > 0 and all("escalated" in r.extra for r in result.records)
     outer = fold_encoders.outer
-    assert len(outer) == 2 and len(fold_encoders.slow.history) == 2      # one slow encoder per outer fold, none inner
+    # one slow encoder per outer fold, none inner
+    assert len(outer) == 2 and len(fold_encoders.slow.history) == 2
     assert len(fold_encoders.history) > 2                                # the fast stage's inner tables
     for fold, h in enumerate(outer):
         train, test = ev.split(fold)
         slow = fold_encoders.slow.history[fold]
-        assert h["slow"] == {k: v for k, v in slow.items() if k != "trajectory_ids"}   # what run_info.json records
+        # what run_info.json records
+        assert h["slow"] == {k: v for k, v in slow.items() if k != "trajectory_ids"}
         for stage in (h, slow):
             ids = set(stage["trajectory_ids"])
             assert ids and ids <= {t.id for t in train} and not ids & {t.id for t in test}
-        assert h["served_as"].startswith("m2v-trained-") and Path(slow["served_as"]).name.startswith("finetuned-")
+        assert (h["served_as"].startswith("m2v-trained-")
+                and Path(slow["served_as"]).name.startswith("finetuned-"))
     # the last fold's scorer: its stages hold the fold's two encoders
     assert ev.res.embedder.name == outer[1]["served_as"]
     assert ev.res.slow.embedder.name == outer[1]["slow"]["checkpoint"]

@@ -33,11 +33,13 @@ def means(sweep_dir, scorer: str) -> dict:
     ("ray", "hydra_plugins.hydra_ray_launcher", ["+hydra.launcher.ray.init.num_cpus=2"]),
     ("submitit_local", "hydra_plugins.hydra_submitit_launcher", []),
 ])
-def test_a_two_job_sweep_runs_through_the_launcher_and_equals_the_basic_one(tmp_path, launcher, plugin, extra):
+def test_a_two_job_sweep_runs_through_the_launcher_and_equals_the_basic_one(tmp_path, launcher, plugin,
+                                                                            extra):
     pytest.importorskip(plugin, reason=f"the {launcher} launcher needs the [cluster] extra")
     run = evaluate("-m", f"hydra/launcher={launcher}", *extra, *SWEEP, "scorer=vector,bm25",
                    f"hydra.sweep.dir={tmp_path / 'sweep'}")
-    if launcher == "ray" and run.returncode != 0 and "ray" in run.stderr.lower() and "init" in run.stderr.lower():
+    if (launcher == "ray" and run.returncode != 0 and "ray" in run.stderr.lower()
+        and "init" in run.stderr.lower()):
         pytest.skip(f"a local Ray instance could not start here: {run.stderr[-300:]}")
     assert run.returncode == 0, run.stderr[-3000:]
     basic = evaluate(*SWEEP, "scorer=bm25", f"hydra.run.dir={tmp_path / 'basic'}")
@@ -51,7 +53,8 @@ def test_a_two_job_sweep_runs_through_the_launcher_and_equals_the_basic_one(tmp_
 
 
 def test_the_slurm_launcher_composes_with_its_settings_from_the_command_line():
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the [cluster] extra is not installed")
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason="the [cluster] extra is not installed")
     run = evaluate("--cfg", "hydra", "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu",
                    "hydra.launcher.timeout_min=30", timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]

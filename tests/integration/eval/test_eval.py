@@ -52,7 +52,8 @@ class ScriptedScorer(ScorerBase):
 
 
 def _records(hits_ranks):
-    return [StepRecord(fold=0, trajectory_id="t", group="g", step=i, turn=0, position=0, gold="x", gold_rank=r,
+    return [StepRecord(fold=0, trajectory_id="t", group="g", step=i, turn=0, position=0, gold="x",
+                       gold_rank=r,
                        ranking=[], presented=[], in_trie=it, fell_back=fb, kappa=None, selected=None,
                        correct=c, hit_at_k=r is not None and r <= 2, prompt_tokens=p, prompt_tokens_local=p,
                        full_registry_tokens=100)
@@ -79,7 +80,8 @@ def test_fold_metrics_by_hand():
     assert sd["recall_at_k"] == pytest.approx(((0.25 ** 2 * 2) / 1) ** 0.5)  # sample SD of (0.5, 1.0)
     assert fold_metrics(recs, trie_based=False)["out_of_trie_rate"] is None
     mean, _ = aggregate([m, {**m, "recall_out_of_trie": None}])  # a fold without out-of-trie steps
-    assert mean["recall_out_of_trie"] == 0.0 and aggregate([{**m, "task_success": None}])[0]["task_success"] is None
+    assert (mean["recall_out_of_trie"] == 0.0
+            and aggregate([{**m, "task_success": None}])[0]["task_success"] is None)
 
 
 def test_paired_test_detects_a_real_difference():
@@ -120,7 +122,8 @@ def test_steps_whose_gold_the_folds_training_never_called_are_unseen(tiny_trajs,
     unseen = sorted((r.trajectory_id, r.gold) for r in res.records if r.gold_seen is False)
     assert unseen == [("t1", "cancel_booking"), ("t2", "send_email"), ("t4", "list_files")]
     split = by_gold_seen(res.records)
-    assert split["unseen"] == {"n_steps": 3, "recall_at_k": 0.0, "mrr": pytest.approx((1 / 3 + 1 / 5 + 1 / 6) / 3)}
+    assert split["unseen"] == {"n_steps": 3, "recall_at_k": 0.0,
+                               "mrr": pytest.approx((1 / 3 + 1 / 5 + 1 / 6) / 3)}
     assert split["seen"] == {"n_steps": 7, "recall_at_k": pytest.approx(5 / 7), "mrr": pytest.approx(4.5 / 7)}
 
 
@@ -147,8 +150,9 @@ def bfcl_small():
     from tracer.data import load_dataset
 
     ds = load_dataset("bfcl", categories=["base"])
-    trajs = [t for t in ds.trajectories if t.id in ("multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2",
-                                                    "multi_turn_base_3")]
+    trajs = [t for t in ds.trajectories
+             if t.id in ("multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2",
+                         "multi_turn_base_3")]
     return Dataset("bfcl-small", ds.registry, tuple(trajs), environment=ds.environment)
 
 
@@ -173,7 +177,8 @@ def test_teacher_forcing_never_feeds_a_wrong_call_forward(bfcl_small, bfcl_res):
 
     scorer = ScriptedScorer("wrong")
     fr = _run(bfcl_small, bfcl_res, scorer, "free_running")
-    golds_done = {t.id: [c.name for _, calls in gold_turns(t) for c in calls] for t in bfcl_small.trajectories}
+    golds_done = {t.id: [c.name for _, calls in gold_turns(t) for c in calls]
+                  for t in bfcl_small.trajectories}
     wrong_fed = [s for s in scorer.seen if any(h not in golds_done[s.trajectory_id] for h in s.history)]
     assert wrong_fed, "free-running carries the executor's wrong calls forward"
     assert fr.mean["task_success"] == 0.0
@@ -212,7 +217,8 @@ def test_free_running_oracle_solves_turns_without_calls_and_turns_beyond_the_cap
     from tracer.data import load_dataset
 
     ds = load_dataset("bfcl", categories=["base", "miss_param", "long_context"])
-    ids = ("multi_turn_base_180", "multi_turn_miss_param_0", "multi_turn_miss_param_1", "multi_turn_long_context_46")
+    ids = ("multi_turn_base_180", "multi_turn_miss_param_0", "multi_turn_miss_param_1",
+           "multi_turn_long_context_46")
     trajs = tuple(t for t in ds.trajectories if t.id in ids)
     assert any(not calls for t in trajs for _, calls in gold_turns(t))
     # long_context_46's one turn needs 34 calls: more than the 20-step cap, so the cap stretches to cover them
@@ -237,8 +243,9 @@ def _gold_agent(trajs):
         presented = {t["function"]["name"] for t in body.get("tools") or []}
         if made < len(calls) and calls[made].name in presented:
             c = calls[made]
-            return {"content": None, "tool_calls": [{"id": f"agent-{len(msgs)}", "type": "function", "function": {
-                "name": c.name, "arguments": json.dumps(c.arguments)}}]}
+            return {"content": None,
+                    "tool_calls": [{"id": f"agent-{len(msgs)}", "type": "function", "function": {
+"name": c.name, "arguments": json.dumps(c.arguments)}}]}
         return {"content": "Done.", "tool_calls": []}
 
     return policy
@@ -259,14 +266,16 @@ def test_free_running_through_an_openai_endpoint(bfcl_small, bfcl_res):
     assert res.mean["task_success"] == 1.0 and len(res.tasks) == 4
     n_turns = sum(len(gold_turns(t)) for t in bfcl_small.trajectories)
     n_calls = sum(len(c) for t in bfcl_small.trajectories for _, c in gold_turns(t))
-    assert len(res.records) == len(sent) == n_calls + n_turns  # every gold call, plus one text answer per turn
+    # every gold call, plus one text answer per turn
+    assert len(res.records) == len(sent) == n_calls + n_turns
     assert sum(r.selected is None for r in res.records) == n_turns
     server_counts = sorted(count_prompt_tokens(b["messages"], b["tools"]) for b in sent)
     assert sorted(r.prompt_tokens for r in res.records) == server_counts
     assert all(r.prompt_tokens != r.prompt_tokens_local for r in res.records)  # the server's count, not ours
     # the model's own call ids are carried forward in the conversation it is sent next; its turn-ending text
     # is not
-    assert any(tc["id"].startswith("agent-") for b in sent for m in b["messages"] for tc in m.get("tool_calls") or [])
+    assert any(tc["id"].startswith("agent-") for b in sent for m in b["messages"]
+               for tc in m.get("tool_calls") or [])
     assert not any(m.get("content") == "Done." for b in sent for m in b["messages"])
 
     # a needed tool never presented: the agent cannot make that call, answers in text, and the task fails
@@ -286,8 +295,8 @@ def test_free_running_refused_without_an_environment(tiny_trajs, tiny_resources)
 # -----------------------------------
 def _evaluate(args, cwd):
     flags = [a for a in args if a.startswith("-")]  # Hydra's flags go before the overrides
-    env_args = [sys.executable, str(ROOT / "evaluate.py"), *flags, "progress=false", "latency_sample=2", "folds=2",
-                f"embedder.cache_dir={cwd / 'cache'}", *[a for a in args if not a.startswith("-")]]
+    env_args = [sys.executable, str(ROOT / "evaluate.py"), *flags, "progress=false", "latency_sample=2",
+                "folds=2", f"embedder.cache_dir={cwd / 'cache'}", *[a for a in args if not a.startswith("-")]]
     out = subprocess.run(env_args, check=False, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
@@ -301,8 +310,8 @@ def test_multirun_composes_and_report_gathers_it(native_dir, tmp_path):
     runs = sorted(p.parent for p in sweep.rglob("metrics.json"))
     assert len(runs) == 4
     doc = json.loads((runs[0] / "metrics.json").read_text())
-    assert set(doc) == {"dataset", "registry_size", "scorer", "k", "regime", "executor", "n_steps", "mean", "sd",
-                        "per_fold", "folds", "folds_in_mean", "folds_without_test_steps"}
+    assert set(doc) == {"dataset", "registry_size", "scorer", "k", "regime", "executor", "n_steps", "mean",
+                        "sd", "per_fold", "folds", "folds_in_mean", "folds_without_test_steps"}
     assert doc["registry_size"] == 6 and doc["n_steps"] == 10 and len(doc["per_fold"]) == 2
     lines = (runs[0] / "steps.jsonl").read_text().splitlines()
     assert len(lines) == 10 and {"fold", "gold", "ranking", "presented", "kappa", "prompt_tokens"} <= set(
@@ -331,8 +340,10 @@ def test_report_task_success_by_category(tmp_path):
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps(doc))
     tasks = [("base", True), ("base", False), ("base", True), ("miss_param", False), ("miss_param", True)]
-    (run / "tasks.jsonl").write_text("".join(json.dumps({"fold": i % 2, "trajectory_id": f"t{i}", "category": c,
-                                                         "success": ok}) + "\n" for i, (c, ok) in enumerate(tasks)))
+    (run / "tasks.jsonl").write_text("".join(json.dumps({"fold": i % 2, "trajectory_id": f"t{i}",
+                                                         "category": c,
+                                                         "success": ok}) + "\n"
+                                             for i, (c, ok) in enumerate(tasks)))
     md = category_table([load_run(run)])
     assert "| base | miss_param | all |" in md
     assert "| s | 5 | 0.667 (3) | 0.500 (2) | 0.600 (5) |" in md
@@ -357,7 +368,8 @@ def test_paired_report_over_one_fold_uses_only_its_steps(tmp_path):
         d.mkdir()
         rows = [StepRecord(fold=f, trajectory_id=f"t{i}", group=f"g{i}", step=0, turn=0, position=0, gold="a",
                            gold_rank=r, ranking=[], presented=[], in_trie=None, fell_back=None, kappa=None,
-                           selected=None, correct=None, hit_at_k=r <= 5, prompt_tokens=0, prompt_tokens_local=0,
+                           selected=None, correct=None, hit_at_k=r <= 5, prompt_tokens=0,
+                           prompt_tokens_local=0,
                            full_registry_tokens=0).to_json() for (f, i), r in ranks.items()]
         (d / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         return d
@@ -365,7 +377,8 @@ def test_paired_report_over_one_fold_uses_only_its_steps(tmp_path):
     # fold 0: A hits 3 of 4 steps, B 1 of 4; fold 1 (left out) would flip the difference
     a = run("a", {(0, 0): 1, (0, 1): 2, (0, 2): 3, (0, 3): 9, (1, 4): 9, (1, 5): 9, (1, 6): 9, (1, 7): 9})
     b = run("b", {(0, 0): 1, (0, 1): 8, (0, 2): 8, (0, 3): 8, (1, 4): 1, (1, 5): 1, (1, 6): 1, (1, 7): 1})
-    out = subprocess.run([sys.executable, "-m", "tracer.eval.report", "--paired", str(a), str(b), "--folds", "0"],
+    out = subprocess.run([sys.executable, "-m", "tracer.eval.report", "--paired", str(a), str(b), "--folds",
+                          "0"],
                          capture_output=True, text=True, check=True)
     res = json.loads(out.stdout)
     assert res["n"] == 4 and res["folds"] == [0]

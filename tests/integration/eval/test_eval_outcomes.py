@@ -65,7 +65,8 @@ def test_tokenizer_label_says_what_each_step_used(bfcl_small):
         ex = OpenAIExecutor(base_url=server.url, model="stub", api_key_env=None, max_retries=0)
         out = Evaluator(ds, lambda: FixedRankScorer(gold=-1e9), res, ex, cfg).run()
     assert out.mean["executor_error_rate"] == 1.0 and all("HTTP 500" in r.error for r in out.records)
-    assert all(r.prompt_tokens == r.prompt_tokens_local and r.prompt_tokens_by == "local" for r in out.records)
+    assert all(r.prompt_tokens == r.prompt_tokens_local and r.prompt_tokens_by == "local"
+               for r in out.records)
     assert tokenizer_label(out.records, ex.tokenizer_name).endswith("(local, offline)")
     half = out.records[: len(out.records) // 2]
     for r in half:
@@ -78,10 +79,12 @@ def test_a_run_that_failed_at_the_executor_exits_non_zero(native_dir, tmp_path):
     run = tmp_path / "run"
     with StubOpenAIServer(fail_first=10**6) as server:
         out = subprocess.run(
-            [sys.executable, str(ROOT / "evaluate.py"), "dataset=jsonl", f"dataset.path={native_dir}", "scorer=vector",
-             "executor=openai", f"executor.base_url={server.url}", "executor.model=stub", "executor.api_key_env=null",
-             "executor.max_retries=1", "executor.backoff_s=0.01", "progress=false", "latency_sample=0", "folds=2",
-             f"embedder.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run}"],
+            [sys.executable, str(ROOT / "evaluate.py"), "dataset=jsonl", f"dataset.path={native_dir}",
+             "scorer=vector",
+             "executor=openai", f"executor.base_url={server.url}", "executor.model=stub",
+             "executor.api_key_env=null",
+             "executor.max_retries=1", "executor.backoff_s=0.01", "progress=false", "latency_sample=0",
+             "folds=2", f"embedder.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run}"],
             check=False, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode != 0
     assert "100.0% of 10 steps failed at the executor (max_executor_error_rate=0.5)" in out.stderr
@@ -94,7 +97,8 @@ def test_a_run_that_failed_at_the_executor_exits_non_zero(native_dir, tmp_path):
     from tracer.eval.report import report
 
     md = report([run], tmp_path / "report")["markdown"]
-    assert "| teacher_forcing | openai | vector | 5 | 0.000 ± 0.000 | 0.000 ± 0.000 | 0.000 ± 0.000 | 1.000 ± 0.000 |" in md
+    assert ("| teacher_forcing | openai | vector | 5 | 0.000 ± 0.000 | 0.000 ± 0.000 | 0.000 ± 0.000 | 1.000 "
+            "± 0.000 |" in md)
 
 
 def test_withheld_tools_leave_the_presented_set_and_the_next_ranked_fill_in():
@@ -104,11 +108,13 @@ def test_withheld_tools_leave_the_presented_set_and_the_next_ranked_fill_in():
     assert without((4, 2, 7), ranking, {2}) == (4, 7, 1)
     assert without((4, 2, 7), ranking, {4, 7, 1}) == (2, 0, 3)   # 1 is withheld too, so 0 and 3 fill in
     assert without((4, 2, 7), ranking, {5}) == (4, 2, 7)
-    assert without(tuple(ranking), ranking, {3}) == (4, 2, 7, 1, 0)  # everything presented: nothing to fill in
+    # everything presented: nothing to fill in
+    assert without(tuple(ranking), ranking, {3}) == (4, 2, 7, 1, 0)
 
 
 @pytest.mark.parametrize("scorer_name", ["tracer", "tracer_plus"])
-def test_teacher_forced_outcomes_rank_the_gold_as_the_single_step_path_does(scorer_name, tiny_trajs, tiny_resources):
+def test_teacher_forced_outcomes_rank_the_gold_as_the_single_step_path_does(scorer_name, tiny_trajs,
+                                                                            tiny_resources):
     """tracer.eval.metrics.teacher_forced_outcomes (the scripts' held-out metric, batched through finalize)
     against each step's gold position in the scorer's own single-step ranking (rank_one, numpy)."""
     from dataclasses import replace
@@ -123,7 +129,8 @@ def test_teacher_forced_outcomes_rank_the_gold_as_the_single_step_path_does(scor
     # every registry tool as the gold of a few real contexts: golds at every rank, not only first
     steps = [replace(s, gold=t.name) for s in extract_all(tiny_trajs)[:3] for t in TINY_TOOLS]
     got = teacher_forced_outcomes(scorer, steps, 2)
-    ranks = [list(scorer.rank_one(s, scorer.embed([s]))).index(tiny_resources.registry.id(s.gold)) + 1 for s in steps]
+    ranks = [list(scorer.rank_one(s, scorer.embed([s]))).index(tiny_resources.registry.id(s.gold)) + 1
+             for s in steps]
     assert got == {"recall@1": [float(r == 1) for r in ranks], "recall@2": [float(r <= 2) for r in ranks],
                    "mrr": pytest.approx([1 / r for r in ranks])}
     assert set(ranks) == set(range(1, len(TINY_TOOLS) + 1))

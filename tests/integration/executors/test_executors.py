@@ -88,7 +88,8 @@ def test_base_url_trailing_slash(stub):
 
 def test_tool_call_parsed_with_name_arguments_and_id(stub):
     ex = client(stub)
-    [d] = ex.choose([Request(messages=user("book_flight origin=SFO dest=JFK seats=2 ignored=1"), tools=TOOLS)])
+    [d] = ex.choose(
+        [Request(messages=user("book_flight origin=SFO dest=JFK seats=2 ignored=1"), tools=TOOLS)])
     assert d.call == ToolCall("book_flight", {"origin": "SFO", "dest": "JFK", "seats": 2}, id="call_0")
     assert d.text == "" and d.raw == {"finish_reason": "tool_calls", "n_tool_calls": 1}  # usage: its own test
     assert not d.malformed and d.error is None
@@ -107,7 +108,8 @@ def test_text_only_reply_is_no_call(stub):
 
 
 def test_malformed_arguments_counted(stub):
-    ex = client(stub, concurrency=1)  # the stub numbers ids by arrival; in flight together, either may come first
+    # the stub numbers ids by arrival; in flight together, either may come first
+    ex = client(stub, concurrency=1)
     d1, d2 = ex.choose([Request(messages=user("get_weather [malformed]"), tools=TOOLS),
                         Request(messages=user("get_weather city=Rome"), tools=TOOLS)])
     assert d1.call is None and d1.malformed and d1.error is None
@@ -237,7 +239,8 @@ def test_each_wrong_shaped_reply_is_one_counted_error_never_a_crash():
     """Each reply below is HTTP 200 with a wrong shape: one error for that step, and the next steps go on."""
     shapes = list(WRONG_SHAPES.values())
     with StubOpenAIServer(reply=lambda n, body: shapes[n] if n < len(shapes) else _message(
-            {"content": None, "tool_calls": [{"id": "ok", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"content": None,
+             "tool_calls": [{"id": "ok", "function": {"name": "get_weather", "arguments": "{}"}}]},
             usage={"prompt_tokens": 3, "completion_tokens": 1})) as server:
         ex = client(server, concurrency=1)
         decisions = ex.choose([Request(messages=user(str(i)), tools=TOOLS) for i in range(len(shapes) + 1)])
@@ -245,7 +248,8 @@ def test_each_wrong_shaped_reply_is_one_counted_error_never_a_crash():
     for what, d in zip(WRONG_SHAPES, bad):
         assert d.call is None and d.error is not None and "wrong shape in reply" in d.error, what
     assert good.call == ToolCall("get_weather", {}, id="ok") and good.prompt_tokens == 3
-    assert ex.n_errors == len(shapes) and ex.n_retries == 0 and ex.prompt_tokens == 3  # no count from a bad usage
+    # no count from a bad usage
+    assert ex.n_errors == len(shapes) and ex.n_retries == 0 and ex.prompt_tokens == 3
 
 
 # -- concurrency ---------------------------------------------------------------------------------
@@ -319,8 +323,10 @@ def test_oracle_nothing_presented():
      [ToolCall("a", {"x": 1})], True),  # cut off by max_tokens after the first call
     ('<tool_call>{"name": "a", "arguments": {"x": </tool_call>', [], True),
     ('<tool_call>{"name": "a", "arguments": "{\\"x\\": 1}"}</tool_call>', [ToolCall("a", {"x": 1})], False),
-    ('{"name": "get_weather", "arguments": {"city": "Oslo"}}', [ToolCall("get_weather", {"city": "Oslo"})], False),
-    ('{"name": "get_weather", "parameters": {"city": "Oslo"}}', [ToolCall("get_weather", {"city": "Oslo"})], False),
+    ('{"name": "get_weather", "arguments": {"city": "Oslo"}}', [ToolCall("get_weather", {"city": "Oslo"})],
+     False),
+    ('{"name": "get_weather", "parameters": {"city": "Oslo"}}', [ToolCall("get_weather", {"city": "Oslo"})],
+     False),
     ('<|python_tag|>{"name": "f", "parameters": {"q": "x"}}', [ToolCall("f", {"q": "x"})], False),
     ('```json\n{"name": "f", "arguments": {}}\n```', [ToolCall("f", {})], False),
     ('{"name": "f", "arguments": {"a": 1}} I called f.', [ToolCall("f", {"a": 1})], False),
@@ -365,7 +371,8 @@ class _FakeLLM:
     def generate(self, prompts, sampling_params, use_tqdm=True):
         self.batches.append(prompts)
         return [types.SimpleNamespace(prompt_token_ids=p["prompt_token_ids"],
-                                      outputs=[types.SimpleNamespace(text=self.replies.pop(0), token_ids=[0] * 5)])
+                                      outputs=[types.SimpleNamespace(text=self.replies.pop(0),
+                                                                     token_ids=[0] * 5)])
                 for p in prompts]
 
 
@@ -378,8 +385,10 @@ def fake_vllm(monkeypatch):
 
 
 def test_vllm_executor_batches_and_parses(fake_vllm):
-    ex = build_executor("vllm", model="tiny", temperature=0.0, max_tokens=32, llm_kwargs={"max_model_len": 512})
-    assert ex.llm.kwargs == {"max_model_len": 512} and ex.sampling_params == {"temperature": 0.0, "max_tokens": 32}
+    ex = build_executor("vllm", model="tiny", temperature=0.0, max_tokens=32,
+                        llm_kwargs={"max_model_len": 512})
+    assert ex.llm.kwargs == {"max_model_len": 512} and ex.sampling_params == {"temperature": 0.0,
+                                                                              "max_tokens": 32}
     history = user("first") + [{"role": "assistant", "content": "", "tool_calls": [
         ToolCall("get_weather", {"city": "Paris"}, id="c0").to_openai()]},
         {"role": "tool", "tool_call_id": "c0", "content": "sunny"}]

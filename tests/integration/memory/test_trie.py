@@ -30,7 +30,8 @@ def bfcl():
 
 
 def unit_rows(n: int, d: int, seed: int = 0) -> torch.Tensor:
-    return torch.nn.functional.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed)), dim=1)
+    return torch.nn.functional.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed)),
+                                         dim=1)
 
 
 def bfcl_trie(bfcl, key: StateKey | None = None, d: int = 16):
@@ -85,7 +86,8 @@ def test_edge_memory_is_the_renormalised_mean_of_its_contexts(bfcl):
         e = lo + trie.edge_tool[lo:int(trie.indptr[u + 1])].tolist().index(tool)
         mean = ctx[rows].double().mean(0)
         torch.testing.assert_close(trie.edge_memory[e].double(), mean / mean.norm(), atol=2e-6, rtol=0)
-        torch.testing.assert_close(trie.edge_norm[e].double(), ctx[rows].double().sum(0).norm(), atol=1e-4, rtol=1e-6)
+        torch.testing.assert_close(trie.edge_norm[e].double(), ctx[rows].double().sum(0).norm(), atol=1e-4,
+                                   rtol=1e-6)
         assert int(trie.edge_count[e]) == len(rows)
 
 
@@ -116,7 +118,8 @@ def test_bad_updates_are_refused():
 TWO_TURNS = Trajectory(id="two", group="two", domain="x", messages=(
     {"role": "user", "content": "first"}, call("a", 0), {"role": "tool", "tool_call_id": "c0", "content": ""},
     call("b", 1), {"role": "tool", "tool_call_id": "c1", "content": ""},
-    {"role": "user", "content": "second"}, call("c", 2), {"role": "tool", "tool_call_id": "c2", "content": ""},
+    {"role": "user", "content": "second"}, call("c", 2),
+    {"role": "tool", "tool_call_id": "c2", "content": ""},
     call("d", 3), {"role": "tool", "tool_call_id": "c3", "content": ""},
 ))
 ABCD = Registry(Tool(n) for n in "abcd")
@@ -159,7 +162,8 @@ def three_edge_trie() -> ExecutionTrie:
 @pytest.mark.parametrize("c, sims, probs", [
     # cos with m0 = (1,1,0)/sqrt2, m1 = (0,1,0), m2 = (0,0,1)
     ((0.6, 0.8, 0.0), (1.4 / math.sqrt(2), 0.8, 0.0), (1.4 / math.sqrt(2), 0.8, 0.0)),   # relu keeps two
-    ((0.6, -0.8, 0.0), (-0.2 / math.sqrt(2), -0.8, 0.0), None),                       # every sim <= 0: uniform
+    # every sim <= 0: uniform
+    ((0.6, -0.8, 0.0), (-0.2 / math.sqrt(2), -0.8, 0.0), None),
     ((0.0, -0.6, 0.8), (-0.6 / math.sqrt(2), -0.6, 0.8), (0.0, 0.0, 0.8)),            # one positive
 ])
 def test_contextual_prior_by_hand_on_three_edges(c, sims, probs):
@@ -173,7 +177,8 @@ def test_contextual_prior_by_hand_on_three_edges(c, sims, probs):
     else:
         total = sum(probs)
         want = [math.log(p / total + EPS) for p in probs]
-    torch.testing.assert_close(cb.log_l[0].double(), torch.tensor(want, dtype=torch.float64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(cb.log_l[0].double(), torch.tensor(want, dtype=torch.float64), atol=1e-5,
+                               rtol=0)
     assert cb.log_p[0].tolist() == [np.float32(math.log(x + EPS)) for x in (0.5, 0.25, 0.25)]
     one = children_one(trie, (), ctx[0].numpy())  # the same float32 context
     assert one.sim.tolist() == cb.sim[0].tolist() and one.log_l.tolist() == cb.log_l[0].tolist()

@@ -54,7 +54,8 @@ def test_streaming_passes_the_events_through_unchanged(index_dir, minilm):
         stream = client(url).chat.completions.create(model="m", messages=WEATHER, tools=TOOLS, stream=True)
         chunks = list(stream)
         names = [tc.function.name for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
-        assert names == [stub.requests[0]["tools"][0]["function"]["name"]]  # the stub calls the first presented
+        # the stub calls the first presented
+        assert names == [stub.requests[0]["tools"][0]["function"]["name"]]
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
         body = {"model": "m", "messages": WEATHER, "tools": TOOLS, "stream": True}
         with httpx.stream("POST", url + "/v1/chat/completions", json=body) as r:
@@ -100,7 +101,8 @@ def test_sticky_presentation_keeps_earlier_tools_in_place_and_appends(index_dir,
         for msgs in (step1, step2):
             c.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
         assert [[t["function"]["name"] for t in r["tools"]] for r in stub.requests] == [first, second]
-    with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url, sticky=False).app) as url:
+    with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url,
+                                                          sticky=False).app) as url:
         client(url).chat.completions.create(model="m", messages=step2, tools=TOOLS)
         assert [t["function"]["name"] for t in stub.requests[0]["tools"]] == chosen2
 
@@ -111,7 +113,8 @@ def test_unknown_tools_compete_by_vector_search_and_omitted_tools_are_never_pres
                                               "parameters": {"type": "object", "properties": {}}}}
     msgs = [{"role": "user", "content": "What is the stock price of ACME today?"}]
     offered = [TOOLS[0], TOOLS[3], stock, TOOLS[4]]  # no book_flight, cancel_booking, list_files
-    with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url, sticky=False).app) as url:
+    with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url,
+                                                          sticky=False).app) as url:
         client(url).chat.completions.create(model="m", messages=msgs, tools=offered)
         presented = [t["function"]["name"] for t in stub.requests[0]["tools"]]
     assert "get_stock_price" in presented and len(presented) == 2
@@ -137,10 +140,12 @@ def test_health_metrics_size_limit_and_upstream_deadline(index_dir, minilm):
             client(url).chat.completions.create(model="m", messages=big, tools=TOOLS)
         assert e.value.status_code == 413 and len(stub.requests) == 2
         health = httpx.get(url + "/health").json()
-        assert health["status"] == "ok" and health["tools"] == len(TOOLS) and health["scorer"] == "tracer_fixed"
+        assert (health["status"] == "ok" and health["tools"] == len(TOOLS)
+                and health["scorer"] == "tracer_fixed")
         text = httpx.get(url + "/metrics").text
     assert 'tracer_requests_total{status="200"} 1.0' in text
-    assert 'tracer_requests_total{status="504"} 1.0' in text and 'tracer_requests_total{status="413"} 1.0' in text
+    assert ('tracer_requests_total{status="504"} 1.0' in text
+            and 'tracer_requests_total{status="413"} 1.0' in text)
     assert 'tracer_errors_total{kind="upstream_timeout"} 1.0' in text
     assert "tracer_selection_seconds_count 2.0" in text and "tracer_upstream_seconds_count 1.0" in text
 
@@ -159,7 +164,8 @@ def test_finished_conversations_are_logged_in_the_native_format(index_dir, minil
         first = c.chat.completions.with_raw_response.create(model="m", messages=WEATHER, tools=TOOLS)
         conv = first.headers["x-tracer-conversation"]
         reply = first.parse().choices[0].message.model_dump(exclude_none=True)
-        step2 = WEATHER + [reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": "sunny"}]
+        step2 = WEATHER + [reply,
+                           {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": "sunny"}]
         c.chat.completions.create(model="m", messages=step2, tools=TOOLS,
                                   extra_headers={"X-Tracer-Outcome": "success"})
         other = [{"role": "user", "content": "list the files"}]
@@ -199,7 +205,8 @@ def test_the_index_reloads_when_its_version_changes(index_dir, minilm, tmp_path)
     served = tmp_path / "index"
     shutil.copytree(index_dir, served)
     loads = []
-    holder = IndexHolder(served, lambda d: loads.append(d) or Retriever.load(d, embedder=minilm, device="cpu"))
+    holder = IndexHolder(served,
+                         lambda d: loads.append(d) or Retriever.load(d, embedder=minilm, device="cpu"))
     assert not holder.maybe_reload() and len(loads) == 1
     first, token = holder.retriever, version_token(served)
     first.save(served)  # a new snapshot of the same index is published: CURRENT names it
@@ -229,7 +236,8 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
     root = ROOT
     with StubOpenAIServer() as stub:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tracer.cli", "serve", "--index", str(served), "--port", str(port), "--k", "2",
+            [sys.executable, "-m", "tracer.cli", "serve", "--index", str(served), "--port", str(port), "--k",
+             "2",
              "--upstream", stub.url.replace("http://", "http://user:s3cret@"), "--log", str(tmp_path / "log"),
              "--reload-interval", "0", "--read-timeout", "1"],
             cwd=root, env={"PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -252,7 +260,8 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
                 assert time.monotonic() < deadline, "no reload after SIGHUP"
                 time.sleep(0.05)
             dripped = drip(url, b"", b"POST /v1/chat/completions HTTP/1.1\r\nx-pad: " + b"a" * 100, 2)
-            reload = httpx.post(url + "/v1/tracer/reload", headers={"authorization": "Bearer adm-env"}, timeout=60)
+            reload = httpx.post(url + "/v1/tracer/reload", headers={"authorization": "Bearer adm-env"},
+                                timeout=60)
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
@@ -288,12 +297,15 @@ def test_a_cascade_index_is_served_each_step_by_the_stage_its_gate_picks(tmp_pat
     reference = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)
     holder = IndexHolder(tmp_path / "index", lambda d: Retriever.load(d, device="cpu", cache_dir=None))
     convs = [WEATHER, [{"role": "user", "content": "Find me a flight to Rome and book it"}],
-             [{"role": "user", "content": "Show the files here"}], [{"role": "user", "content": "cancel my booking"}],
+             [{"role": "user", "content": "Show the files here"}],
+             [{"role": "user", "content": "cancel my booking"}],
              [{"role": "user", "content": "Search flights to Oslo"}, call("search_flights", 0), result(0)]]
     escalated = reference.scorer.score([step_from_messages(m) for m in convs]).diagnostics["escalated"]
     assert 0 < int(escalated.sum()) < len(convs)                                 # both stages answer here
-    with StubOpenAIServer() as stub, serving(Gateway(holder, GatewayConfig(upstream=stub.url, k=2, sticky=False)).app) as url:
+    with StubOpenAIServer() as stub, serving(Gateway(holder, GatewayConfig(upstream=stub.url, k=2,
+                                                                           sticky=False)).app) as url:
         for i, msgs in enumerate(convs):
             client(url).chat.completions.create(model="m", messages=msgs, tools=TOOLS)
-            want = [NAMES[j] for j in reference.select_ids(msgs, 2)]           # not sticky: in the index's order
+            # not sticky: in the index's order
+            want = [NAMES[j] for j in reference.select_ids(msgs, 2)]
             assert [t["function"]["name"] for t in stub.requests[i]["tools"]] == want, i

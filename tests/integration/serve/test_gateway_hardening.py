@@ -146,7 +146,8 @@ def test_a_2mb_client_value_makes_a_short_error_and_short_log_lines(index_dir, m
     # a conversation id keys the sticky lists, the pending log and the outcome tokens: refused, not kept
     assert named.status_code == 400 and named.json()["error"] == {
         "message": "X-Tracer-Conversation: a conversation id is 1 to 256 printable ASCII characters "
-                   "(got 10000 characters)", "type": "invalid_request_error", "param": "X-Tracer-Conversation",
+                   "(got 10000 characters)", "type": "invalid_request_error",
+                   "param": "X-Tracer-Conversation",
         "code": None}
     assert lines and max(map(len, lines)) < 20_000, sorted(map(len, lines))[-3:]
 

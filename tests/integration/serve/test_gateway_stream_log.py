@@ -44,7 +44,8 @@ def sse_events() -> list[bytes]:
     """The upstream's answer, event by event (a keep-alive comment and a usage-only chunk included)."""
     chunks = [{**HEAD, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in DELTAS]
     chunks.append({**HEAD, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
-    chunks.append({**HEAD, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16}})
+    chunks.append({**HEAD, "choices": [],
+                   "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16}})
     events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
     return [b": keep-alive\n\n", *events, b"data: [DONE]\n\n"]
 

@@ -41,7 +41,8 @@ def index_dir(tmp_path_factory, minilm):
 def chat(url: str, messages: list, conversation: str, tools=None, outcome: str | None = None, **body):
     headers = {"x-tracer-conversation": conversation} | ({"x-tracer-outcome": outcome} if outcome else {})
     return httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": messages,
-                                                           "tools": TOOLS if tools is None else tools, **body},
+                                                           "tools": TOOLS if tools is None else tools,
+                                                          **body},
                       headers=headers, timeout=60)
 
 
@@ -57,18 +58,20 @@ def test_hostile_requests_are_logged_as_records_the_strict_loader_reads(index_di
         {"role": "developer", "content": "You are terse."},
         {"role": "user", "content": 5},
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "h1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Par'}},
+            {"id": "h1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Par'}},
             {"id": "h2", "type": "function", "function": {"name": "legacy_tool", "arguments": {"a": 1}}}]},
         {"role": "tool", "tool_call_id": "h1", "content": "sunny"},
-        {"role": "tool", "tool_call_id": "trimmed", "content": "an answer to a call no longer in the history"},
+        {"role": "tool", "tool_call_id": "trimmed",
+         "content": "an answer to a call no longer in the history"},
         {"role": "function", "name": "old", "content": "a legacy role"},
         {"role": "user", "content": [{"type": "text", "text": "now email Bob call:send_email"}, 7]},
     ]
     sink = ConversationLog(tmp_path / "log")
     with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url, sink=sink).app) as url:
         answer = chat(url, history, "hostile", OFFERED, "success")
-        malformed = chat(url, [{"role": "user", "content": "[malformed] call:get_weather"}], "bad-reply", OFFERED,
-                         "success")
+        malformed = chat(url, [{"role": "user", "content": "[malformed] call:get_weather"}], "bad-reply",
+                         OFFERED, "success")
         assert answer.status_code == malformed.status_code == 200
         chat(url, [{"role": "user", "content": "weather please"}], "pending")
         for reward in (float("nan"), float("inf"), 10 ** 400):  # what /v1/tracer/outcome also refuses (400)
@@ -78,14 +81,16 @@ def test_hostile_requests_are_logged_as_records_the_strict_loader_reads(index_di
     ds = load_native(tmp_path / "log")  # the strict loader: every line valid
     by_group = {t.group: t for t in ds.trajectories}
     hostile = by_group["hostile"]
-    assert [m["role"] for m in hostile.messages] == ["system", "user", "assistant", "tool", "user", "assistant"]
+    assert [m["role"] for m in hostile.messages] == ["system", "user", "assistant", "tool", "user",
+                                                     "assistant"]
     assert hostile.messages[1]["content"] == "5"
     calls = hostile.messages[2]["tool_calls"]
     assert [c["function"]["arguments"] for c in calls] == ["{}", '{"a": 1}']
     assert hostile.metadata["raw_arguments"] == {"messages[2].tool_calls[0]": '{"city": "Par'}
     assert hostile.messages[4]["content"][1] == {"type": "text", "text": "7"}
     assert hostile.metadata["called"] == ["get_weather", "legacy_tool", "send_email"]
-    assert hostile.metadata["normalised"] == {"developer_as_system": 1, "content_as_text": 1, "arguments_replaced": 1,
+    assert hostile.metadata["normalised"] == {"developer_as_system": 1, "content_as_text": 1,
+                                              "arguments_replaced": 1,
                                               "arguments_object_as_text": 1, "orphan_tool_message_dropped": 1,
                                               "message_dropped": 1, "content_part_as_text": 1}
     assert hostile.success and hostile.metadata["outcome"] == "reported"
@@ -94,7 +99,8 @@ def test_hostile_requests_are_logged_as_records_the_strict_loader_reads(index_di
     assert by_group["pending"].metadata["outcome"] == "unreported" and by_group["pending"].reward == 0.0
     # only the called tools, with the schema the request offered (a placeholder for one never offered)
     tools = {t.name: t for t in ds.registry}
-    assert set(tools) == {"get_weather", "legacy_tool", "send_email"} | set(by_group["pending"].metadata["called"])
+    assert set(tools) == {"get_weather", "legacy_tool",
+                          "send_email"} | set(by_group["pending"].metadata["called"])
     assert tools["send_email"].description == TINY_TOOLS[4].description
     assert tools["legacy_tool"].description == "" and tools["legacy_tool"].parameters == {"type": "object",
                                                                                            "properties": {}}
@@ -132,13 +138,17 @@ def cutting_upstream() -> Starlette:
     return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
 
 
-def test_a_cut_stream_leaves_its_conversation_pending_whatever_its_outcome_header(index_dir, minilm, tmp_path):
+def test_a_cut_stream_leaves_its_conversation_pending_whatever_its_outcome_header(index_dir, minilm,
+                                                                                  tmp_path):
     sink = ConversationLog(tmp_path / "log")
-    with serving(cutting_upstream()) as up, serving(make_gateway(index_dir, minilm, up + "/v1", sink=sink).app) as url:
+    with serving(cutting_upstream()) as up, serving(make_gateway(index_dir, minilm, up + "/v1",
+                                                                 sink=sink).app) as url:
         for how in ("whole", "abort", "short"):
-            body = {"model": "m", "messages": [{"role": "user", "content": how}], "tools": TOOLS, "stream": True}
+            body = {"model": "m", "messages": [{"role": "user", "content": how}], "tools": TOOLS,
+                    "stream": True}
             headers = {"x-tracer-conversation": how, "x-tracer-outcome": "success"}
-            with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=30) as r:
+            with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=headers,
+                              timeout=30) as r:
                 try:
                     for _ in r.iter_raw():
                         pass
@@ -159,18 +169,22 @@ def test_an_outcome_posted_while_its_stream_is_still_open_is_applied_once_with_t
     """A client reads ``[DONE]`` and posts the outcome at once, before the gateway's stream has ended: the
     outcome waits for the stream, so the record holds the streamed answer and is written once."""
     sink = ConversationLog(tmp_path / "log")
-    with serving(cutting_upstream()) as up, serving(make_gateway(index_dir, minilm, up + "/v1", sink=sink).app) as url:
-        body = {"model": "m", "messages": [{"role": "user", "content": "linger"}], "tools": TOOLS, "stream": True}
+    with serving(cutting_upstream()) as up, serving(make_gateway(index_dir, minilm, up + "/v1",
+                                                                 sink=sink).app) as url:
+        body = {"model": "m", "messages": [{"role": "user", "content": "linger"}], "tools": TOOLS,
+                "stream": True}
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as r:
             conv, token = r.headers["x-tracer-conversation"], r.headers["x-tracer-outcome-token"]
             for line in r.iter_lines():
                 if line == "data: [DONE]":
-                    posted = httpx.post(url + "/v1/tracer/outcome", json={"conversation": conv, "success": True},
+                    posted = httpx.post(url + "/v1/tracer/outcome",
+                                        json={"conversation": conv, "success": True},
                                         headers={"x-tracer-outcome-token": token}, timeout=30)
                     assert posted.status_code == 200 and posted.json()["logged"] is True
                     assert sink.written == 0  # held: the stream is still open
         wait_written(sink, 1)
-    records = load_native(tmp_path / "log").trajectories  # the gateway has stopped: anything pending is written
+    # the gateway has stopped: anything pending is written
+    records = load_native(tmp_path / "log").trajectories
     assert len(records) == 1 and records[0].success and records[0].metadata["outcome"] == "reported"
     assert records[0].messages[-1]["tool_calls"][0]["id"] == "s0"
 
@@ -191,19 +205,20 @@ def test_pending_conversations_and_the_log_files_stay_within_their_caps(index_di
         scraped = httpx.get(url + "/metrics").text.splitlines()  # the log's accounting, read at each scrape
         assert {'tracer_log_dropped_total{reason="evicted"} 8.0', "tracer_log_pending 4.0",
                 f"tracer_log_pending_bytes {float(held[-1]['pending_bytes'])}"} <= set(scraped)
-        chat(url, [{"role": "user", "content": "many " * 18_000 + "call:get_weather"}], "huge", outcome="success")
+        chat(url, [{"role": "user", "content": "many " * 18_000 + "call:get_weather"}], "huge",
+             outcome="success")
         assert sink.stats()["dropped"]["oversized"] == 1 and sink.stats()["pending"] == 4  # not held
         for i in range(8, 12):  # the four still held are finished and written
-            assert chat(url, [{"role": "user", "content": f"{big} conversation {i} call:get_weather"}], f"p{i}",
-                        outcome="success").status_code == 200
+            assert chat(url, [{"role": "user", "content": f"{big} conversation {i} call:get_weather"}],
+                        f"p{i}", outcome="success").status_code == 200
     stats = sink.stats()  # the gateway has stopped: its sink wrote everything queued
     files = [p for p in trajectory_files(tmp_path / "log") if p.exists()] + [tmp_path / "log" / "tools.json"]
     on_disk = sum(p.stat().st_size for p in files)
     # 50 KB records in 60 KB segments, 200 KB in all: three written, the fourth refused and counted
     assert stats["written"] == 3 and stats["dropped"] == {"evicted": 8, "oversized": 1, "log_full": 1}
     assert on_disk <= 200_000 and stats["log_bytes"] == on_disk
-    assert [p.name for p in files] == ["trajectories-000001.jsonl", "trajectories-000002.jsonl", "trajectories.jsonl",
-                                       "tools.json"]
+    assert [p.name for p in files] == ["trajectories-000001.jsonl", "trajectories-000002.jsonl",
+                                       "trajectories.jsonl", "tools.json"]
     ds = load_native(tmp_path / "log")  # every segment, in write order
     assert [t.group for t in ds.trajectories] == ["p8", "p9", "p10"]
 
@@ -227,7 +242,8 @@ def test_finished_records_wait_for_the_writer_within_the_backlog_cap(tmp_path):
     release.set()
     sink.close()
     # the first is in the writer's hands, two more fit the 30 KB backlog, the last two are refused
-    assert finished == [True, True, True, False, False] and sink.dropped == {"backlog": 2} and sink.written == 3
+    assert finished == [True, True, True, False,
+                        False] and sink.dropped == {"backlog": 2} and sink.written == 3
     assert sink.stats()["queued_bytes"] == 0 and sink.stats()["pending_bytes"] == 0
 
 
@@ -235,7 +251,8 @@ def test_the_caps_are_tracer_serve_flags(index_dir, tmp_path):
     parser = argparse.ArgumentParser()
     serve_cli.add_arguments(parser)
     base = ["--index", str(index_dir), "--upstream", "http://127.0.0.1:9/v1", "--log", str(tmp_path / "log")]
-    gateway = serve_cli.build(parser.parse_args([*base, "--log-max-pending", "7", "--log-max-pending-bytes", "9000",
+    gateway = serve_cli.build(parser.parse_args([*base, "--log-max-pending", "7", "--log-max-pending-bytes",
+                                                 "9000",
                                                  "--log-max-record-bytes", "800", "--log-max-bytes", "5000",
                                                  "--log-segment-bytes", "1000"]))
     assert gateway.sink.limits == LogLimits(7, 9000, 800, 5000, 1000)

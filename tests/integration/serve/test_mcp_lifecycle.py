@@ -163,7 +163,8 @@ def test_a_dead_stdio_upstream_leaves_the_lists(index_dir, minilm, tmp_path):
     """Kill the travel server's process: its tools leave tools/list and find_tools, the client is told
     (list_changed), and calling one is an error naming the server."""
     pidfile = tmp_path / "travel.pid"
-    config = write_config(tmp_path, travel=stdio("travel", MCP_UPSTREAM_PIDFILE=str(pidfile)), office=stdio("office"))
+    config = write_config(tmp_path, travel=stdio("travel", MCP_UPSTREAM_PIDFILE=str(pidfile)),
+                          office=stdio("office"))
     reference = Retriever.load(index_dir, embedder=minilm, device="cpu")
     ask = {"role": "user", "content": "book a flight to Paris"}
     notes: list = []
@@ -247,6 +248,7 @@ def test_a_lost_upstream_is_restarted_a_bounded_number_of_times(index_dir, minil
             await until(lambda: router.upstreams["travel"].gave_up)
             assert "book_flight" not in router.tools
             booked = await client.call_tool("book_flight", {"flight": "UA1"})
-            assert booked.is_error and "'travel'" in booked.content[0].text and "2 attempts" in booked.content[0].text
+            assert (booked.is_error and "'travel'" in booked.content[0].text
+                    and "2 attempts" in booked.content[0].text)
 
     anyio.run(scenario)

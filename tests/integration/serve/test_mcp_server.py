@@ -70,10 +70,12 @@ def test_lists_the_best_k_proxies_calls_and_announces_changes(index_dir, minilm,
                     await anyio.sleep(0.01)
             assert isinstance(notes[0], types.ToolListChangedNotification)
             assert [t.name for t in (await client.list_tools()).tools] == ["find_tools"] + second
-            booked = await client.call_tool("book_flight", {"flight": "UA1"})  # the stdio upstream; not listed
+            # the stdio upstream; not listed
+            booked = await client.call_tool("book_flight", {"flight": "UA1"})
             assert booked.content[0].text == 'travel.book_flight({"flight": "UA1"})'
             found = await client.call_tool("find_tools", {"query": "cancel my booking"})
-            asked = after + [booked_messages(1), booked_result(1), {"role": "user", "content": "cancel my booking"}]
+            asked = after + [booked_messages(1), booked_result(1),
+                             {"role": "user", "content": "cancel my booking"}]
             assert found.structured_content == {"tools": top(reference, asked)}
             missing = await client.call_tool("no_such_tool", {})
             assert missing.is_error and "find_tools" in missing.content[0].text
@@ -83,8 +85,9 @@ def test_lists_the_best_k_proxies_calls_and_announces_changes(index_dir, minilm,
 
 
 def booked_messages(i: int) -> dict:
-    return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
-        "name": "book_flight", "arguments": json.dumps({"flight": "UA1"})}}]}
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+"name": "book_flight", "arguments": json.dumps({"flight": "UA1"})}}]}
 
 
 def booked_result(i: int) -> dict:
@@ -93,7 +96,8 @@ def booked_result(i: int) -> dict:
 
 def test_tracer_mcp_over_stdio_with_a_listen_stream(index_dir, tmp_path):
     """The real command as a subprocess, a 2026-07-28 client: list_changed arrives on subscriptions/listen."""
-    config = write_config(tmp_path / "servers.json", {"command": sys.executable, "args": [UPSTREAM, "office"]})
+    config = write_config(tmp_path / "servers.json",
+                          {"command": sys.executable, "args": [UPSTREAM, "office"]})
     root = ROOT
     params = StdioServerParameters(command=sys.executable, cwd=root, env={
         "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, args=[
@@ -131,7 +135,8 @@ def test_streamable_http_keeps_one_activity_per_session(index_dir, minilm, tmp_p
 
     import uvicorn
 
-    config = write_config(tmp_path / "servers.json", {"command": sys.executable, "args": [UPSTREAM, "office"]})
+    config = write_config(tmp_path / "servers.json",
+                          {"command": sys.executable, "args": [UPSTREAM, "office"]})
     holder = IndexHolder(index_dir, lambda d: Retriever.load(d, embedder=minilm, device="cpu"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -139,8 +144,8 @@ def test_streamable_http_keeps_one_activity_per_session(index_dir, minilm, tmp_p
 
     async def scenario() -> None:
         async with ToolRouter(config, holder, k=2) as router, anyio.create_task_group() as tg:
-            server = uvicorn.Server(uvicorn.Config(router.server.streamable_http_app(), host="127.0.0.1", port=port,
-                                                   log_level="warning"))
+            server = uvicorn.Server(uvicorn.Config(router.server.streamable_http_app(), host="127.0.0.1",
+                                                   port=port, log_level="warning"))
             tg.start_soon(server.serve)
             with anyio.fail_after(20):
                 while not server.started:

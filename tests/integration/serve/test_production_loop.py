@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[3]
 K = 3
 ARCHIVE = {"type": "function", "function": {
     "name": "archive_files", "description": "Compress the listed files into a zip archive",
-    "parameters": {"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string"}}}}}}
+    "parameters": {"type": "object",
+                   "properties": {"files": {"type": "array", "items": {"type": "string"}}}}}}
 UNUSED = [{"type": "function", "function": {"name": name, "description": text}} for name, text in (
     ("convert_currency", "Convert an amount between two currencies"), ("translate_text", "Translate text"),
     ("create_event", "Create a calendar event"), ("play_music", "Play a song or playlist"),
@@ -80,8 +81,10 @@ def run_agent(client: openai.OpenAI, messages: list[dict], tools: list[dict] = T
 
 
 def update(index: Path, log: Path, cache: Path) -> tuple[int, dict, str]:
-    out = subprocess.run([sys.executable, "-m", "tracer.cli", "update", "--index", str(index), "--log", str(log),
-                          "--cache-dir", str(cache)], check=False, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "tracer.cli", "update", "--index", str(index), "--log",
+                          str(log),
+                          "--cache-dir", str(cache)], check=False, cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
     return out.returncode, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
@@ -109,7 +112,8 @@ def test_traffic_is_filtered_logged_learned_once_and_ranked(minilm, tmp_path):
     code, report, err = update(index, tmp_path / "log", tmp_path / "cache")
     assert code == 0, err
     # archive_files, offered to the first agent, is real where the third agent called it unoffered: learned
-    assert (report["trajectories"], report["new_tools"], report["saved"], report["skipped"]) == (2, 1, True, 1)
+    assert (report["trajectories"], report["new_tools"], report["saved"], report["skipped"]) == (2, 1, True,
+                                                                                                 1)
     assert report["problems"][0].endswith(
         "metadata.unoffered: calls teleport_files, which no request offered and the index lacks: not learned")
     learned = Retriever.load(index, embedder=minilm, device="cpu")
@@ -118,7 +122,8 @@ def test_traffic_is_filtered_logged_learned_once_and_ranked(minilm, tmp_path):
                                                                                       for t in UNUSED}
     after_listing = [{"role": "user", "content": "Show the files here and archive them"},
                      {"role": "assistant", "content": None, "tool_calls": [
-                         {"id": "a", "type": "function", "function": {"name": "list_files", "arguments": "{}"}}]},
+                         {"id": "a", "type": "function",
+                          "function": {"name": "list_files", "arguments": "{}"}}]},
                      {"role": "tool", "tool_call_id": "a", "content": "a.txt b.txt"}]
     assert learned.rank(after_listing)[0] == "archive_files"
 

@@ -25,7 +25,8 @@ def test_a_served_index_persists_no_vector_and_its_memory_stays_at_its_bound(min
     index = save_test_index(tmp_path / "index", minilm)
     work = tmp_path / "work"
     work.mkdir()
-    monkeypatch.chdir(work)                                     # where the cache once landed: the working directory
+    # where the cache once landed: the working directory
+    monkeypatch.chdir(work)
     before = _files(tmp_path)
     p = argparse.ArgumentParser()
     serve.add_arguments(p)
@@ -36,10 +37,12 @@ def test_a_served_index_persists_no_vector_and_its_memory_stays_at_its_bound(min
         with serving(gateway.app) as url:
             client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, timeout=30)
             for i in range(30):
-                extra = {"type": "function", "function": {"name": f"lookup_{i}", "description": f"Look up record {i}",
-                                                          "parameters": {"type": "object", "properties": {}}}}
+                extra = {"type": "function",
+                         "function": {"name": f"lookup_{i}", "description": f"Look up record {i}",
+                                      "parameters": {"type": "object", "properties": {}}}}
                 client.chat.completions.create(model="m", tools=TOOLS + [extra], messages=[
                     {"role": "user", "content": f"Conversation {i}: what is the weather in city {i}?"}])
     assert len(stub.requests) == 30
-    assert _files(tmp_path) == before                            # nothing written, in the working dir or the index
+    # nothing written, in the working dir or the index
+    assert _files(tmp_path) == before
     assert emb.n_encoded >= 60 and len(emb) == emb.max_entries   # a context and a new tool each: 8 kept

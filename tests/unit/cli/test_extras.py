@@ -13,8 +13,8 @@ WITHOUT_SERVE = "import sys; sys.modules['uvicorn'] = None; from tracer.cli impo
 
 
 def tracer(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", WITHOUT_SERVE, *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run([sys.executable, "-c", WITHOUT_SERVE, *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
 
 
 def test_serve_without_its_extra_names_the_extra_and_update_still_parses(tmp_path):
@@ -25,4 +25,5 @@ def test_serve_without_its_extra_names_the_extra_and_update_still_parses(tmp_pat
     assert refused.stderr.strip().endswith("tracer serve needs the [serve] extra (uvicorn is not installed): "
                                            "pip install 'tracer-toolret[serve]'")
     missing = tracer("update", "--index", str(tmp_path / "none"), "--log", str(tmp_path / "log.jsonl"))
-    assert missing.returncode == 2 and missing.stderr.strip().endswith(f"{tmp_path / 'none'}: no saved index here (no CURRENT pointer)")
+    assert (missing.returncode == 2 and missing.stderr.strip().endswith(
+        f"{tmp_path / 'none'}: no saved index here (no CURRENT pointer)"))

@@ -25,7 +25,8 @@ def test_memory_is_a_bounded_lru():
     emb.encode([TEXTS[2], TEXTS[4], TEXTS[5]])
     assert emb.n_encoded == 6 and len(emb) == 3                                  # all three kept
     emb.encode([TEXTS[3]])
-    assert emb.n_encoded == 7                                                    # 3 was evicted: encoded again
+    # 3 was evicted: encoded again
+    assert emb.n_encoded == 7
     # one call with more distinct texts than the bound still answers every row
     torch.testing.assert_close(emb.encode(TEXTS), KeywordEmbedder().encode(TEXTS), atol=0, rtol=0)
     assert len(emb) == 3
@@ -36,7 +37,8 @@ def test_a_cache_told_so_keeps_contexts_in_memory_and_tool_texts_on_disk(tmp_pat
     emb = CachedEmbedder(KeywordEmbedder(), tmp_path, persist_contexts=False)
     emb.encode(contexts)
     assert not list(tmp_path.rglob("*.npz"))                                     # no shard for a context
-    emb.encode_tools(tools + contexts[:1])                                       # a context seen as a tool text too
+    # a context seen as a tool text too
+    emb.encode_tools(tools + contexts[:1])
     assert len(list(tmp_path.rglob("*.npz"))) == 1
     again = CachedEmbedder(KeywordEmbedder(), tmp_path, persist_contexts=False)
     again.encode_tools(tools + contexts[:1])
@@ -53,10 +55,12 @@ def test_the_shards_of_many_calls_are_compacted_into_one_when_the_cache_opens(tm
     assert len(list(first.cache_dir.glob("*.npz"))) == len(texts)
     want = first.encode(texts)
     again = CachedEmbedder(KeywordEmbedder(), tmp_path)
-    (shard,) = again.cache_dir.glob("*.npz")                                     # one shard, nothing else left
+    # one shard, nothing else left
+    (shard,) = again.cache_dir.glob("*.npz")
     assert sorted(p.name for p in again.cache_dir.iterdir()) == [shard.name]
     torch.testing.assert_close(again.encode(texts), want, atol=0, rtol=0)
     assert again.n_encoded == 0
-    stamp = shard.stat().st_mtime_ns                                             # one shard: nothing to compact
+    # one shard: nothing to compact
+    stamp = shard.stat().st_mtime_ns
     CachedEmbedder(KeywordEmbedder(), tmp_path).encode(texts)
     assert shard.stat().st_mtime_ns == stamp

@@ -40,7 +40,8 @@ def test_a_damaged_shard_is_reported_quarantined_and_recomputed(tmp_path, damage
     want = first.encode(TEXTS)
     shard = shard_of(tmp_path)
     damage(shard)
-    with pytest.warns(RuntimeWarning, match=rf"{shard.name}: corrupt embedding-cache shard .* moved to {shard.name}.corrupt"):
+    with pytest.warns(RuntimeWarning,
+                      match=rf"{shard.name}: corrupt embedding-cache shard .* moved to {shard.name}.corrupt"):
         again = CachedEmbedder(KeywordEmbedder(), tmp_path)
     assert not shard.exists() and shard.with_name(shard.name + ".corrupt").exists()  # aside, not deleted
     torch.testing.assert_close(again.encode(TEXTS), want, rtol=0, atol=0)

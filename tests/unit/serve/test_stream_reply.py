@@ -16,7 +16,8 @@ HEAD = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"
 DELTAS = [
     {"role": "assistant"},
     {"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather"}}]},
-    {"tool_calls": [{"index": 1, "id": "call_", "type": "function", "function": {"name": "send_", "arguments": "{"}}]},
+    {"tool_calls": [{"index": 1, "id": "call_", "type": "function",
+                     "function": {"name": "send_", "arguments": "{"}}]},
     {"tool_calls": [{"index": 1, "id": "b", "function": {"name": "email", "arguments": '"to": "x"}'}}]},
     {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}]},
 ]
@@ -39,10 +40,13 @@ def reference() -> list[tuple[str, str, str]]:
 def test_fragments_merge_by_index_as_the_openai_client_merges_them(newline):
     events = [b"data: " + json.dumps(c).encode() for c in chunks()]
     events.insert(2, b": a comment\n" + b"event: ping\ndata: not json")  # skipped
-    stream = (newline * 2).join(events) + newline * 2 + b"data: [DONE]" + newline * 2 + b"data: {\"after\": 1}\n\n"
+    stream = ((newline * 2).join(events) + newline * 2 + b"data: [DONE]" + newline * 2
+              + b"data: {\"after\": 1}\n\n")
     reply = assemble_reply(stream)
-    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in reply["tool_calls"]] == reference()
-    assert reference() == [("call_a", "get_weather", '{"city": "Oslo"}'), ("call_b", "send_email", '{"to": "x"}')]
+    assert [(c["id"], c["function"]["name"],
+             c["function"]["arguments"]) for c in reply["tool_calls"]] == reference()
+    assert reference() == [("call_a", "get_weather", '{"city": "Oslo"}'),
+                           ("call_b", "send_email", '{"to": "x"}')]
     assert reply["role"] == "assistant" and reply["content"] is None
     assert all(c["type"] == "function" and "index" not in c for c in reply["tool_calls"])
 
@@ -52,7 +56,8 @@ def test_multi_line_data_is_one_event_and_an_unfinished_last_event_is_dropped():
     text = json.dumps(content, indent=1).encode()  # several lines: each its own data: field
     stream = b"".join(b"data: " + line + b"\n" for line in text.splitlines()) + b"\n"
     assert assemble_reply(stream)["content"] == "a"
-    assert assemble_reply(stream + b"data: " + json.dumps(content).encode())["content"] == "a"  # no blank line: not sent
+    # no blank line: not sent
+    assert assemble_reply(stream + b"data: " + json.dumps(content).encode())["content"] == "a"
     assert assemble_reply(b"data: [DONE]\n\n") is None
     odd = {**HEAD, "choices": [{"index": 0, "delta": {"tool_calls": [
         {"index": "x", "function": {"name": "f"}}, {"index": None, "function": {"name": "g"}}]}}]}
@@ -80,10 +85,12 @@ def test_the_copy_passes_chunks_through_and_rebuilds_only_a_whole_stream():
     async def run():
         cut: list = []
         copy = StreamCopy(limit=1 << 20)
-        assert await _drain(whole(), copy, lambda complete: cut.append("whole" if complete else "cut")) == data and copy.complete and cut == ["whole"]
+        assert (await _drain(whole(), copy, lambda complete: cut.append("whole" if complete else "cut"))
+                == data and copy.complete and cut == ["whole"])
         assert [c["function"]["arguments"] for c in copy.reply()["tool_calls"]] == [r[2] for r in reference()]
         small = StreamCopy(limit=100)  # over the limit: passed through, not rebuilt
-        assert await _drain(whole(), small, lambda complete: cut.append("whole" if complete else "cut")) == data and small.reply() is None and cut == ["whole", "whole"]
+        assert (await _drain(whole(), small, lambda complete: cut.append("whole" if complete else "cut"))
+                == data and small.reply() is None and cut == ["whole", "whole"])
         broken_copy = StreamCopy(limit=1 << 20)
         with pytest.raises(ConnectionError):
             await _drain(broken(), broken_copy, lambda complete: cut.append("whole" if complete else "cut"))
