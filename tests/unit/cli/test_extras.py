@@ -9,7 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 # None in sys.modules makes `import uvicorn` raise ImportError, as if [serve] were not installed
-WITHOUT_SERVE = "import sys; sys.modules['uvicorn'] = None; from tracer.cli import main; sys.exit(main(sys.argv[1:]))"
+WITHOUT_SERVE = ("import sys; sys.modules['uvicorn'] = None; from tracer.cli import main; "
+                 "sys.exit(main(sys.argv[1:]))")
 
 
 def tracer(*argv: str) -> subprocess.CompletedProcess:

@@ -43,10 +43,10 @@ def test_fragments_merge_by_index_as_the_openai_client_merges_them(newline):
     stream = ((newline * 2).join(events) + newline * 2 + b"data: [DONE]" + newline * 2
               + b"data: {\"after\": 1}\n\n")
     reply = assemble_reply(stream)
-    assert [(c["id"], c["function"]["name"],
-             c["function"]["arguments"]) for c in reply["tool_calls"]] == reference()
-    assert reference() == [("call_a", "get_weather", '{"city": "Oslo"}'),
-                           ("call_b", "send_email", '{"to": "x"}')]
+    assert ([(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in reply["tool_calls"]]
+            == reference())
+    assert (reference()
+            == [("call_a", "get_weather", '{"city": "Oslo"}'), ("call_b", "send_email", '{"to": "x"}')])
     assert reply["role"] == "assistant" and reply["content"] is None
     assert all(c["type"] == "function" and "index" not in c for c in reply["tool_calls"])
 
