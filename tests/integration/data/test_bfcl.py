@@ -195,8 +195,8 @@ def test_parse_call_literals():
         "x": [1, [2, -3.5]], "y": {"k": "v), (w", "n": [-1, {"d": None}]}, "z": -7,
         "s": "it's (fine), ok", "b": True, "e": [], "t": (1, 2)})
     assert parse_call("ls()") == ("ls", (), {})
-    assert parse_call("  tail(file_name='log.txt',lines=20) ") == ("tail", (),
-                                                                   {"file_name": "log.txt", "lines": 20})
+    assert (parse_call("  tail(file_name='log.txt',lines=20) ")
+            == ("tail", (), {"file_name": "log.txt", "lines": 20}))
 
 
 @pytest.mark.parametrize("bad", ["x + 1", "a.b(c=1)", "f(x=y)", "f(**kw)", "f(", "f(x=1)(2)"])
@@ -250,8 +250,8 @@ def test_long_context_loads_the_long_scenario(ds):
                                                                   long_context=True)
     assert json.loads(short.execute("ls", {})) == {"current_directory_content": ["a.txt"]}
     assert len(json.loads(long.execute("ls", {}))["current_directory_content"]) > 1  # padded with files
-    assert len(long.execute("cat", {"file_name": "a.txt"})) > len(short.execute("cat",
-                                                                                {"file_name": "a.txt"}))
+    assert (len(long.execute("cat", {"file_name": "a.txt"}))
+            > len(short.execute("cat", {"file_name": "a.txt"})))
     results = defaultdict(dict)
     for t in ds.trajectories:
         results[t.group][t.metadata["category"]] = _results(t)

@@ -154,8 +154,8 @@ def test_format_table():
 def test_describe_tau2_retail():
     d = describe(load_dataset("tau2", domains="retail"))
     # README: 112 tasks with actions, 550 actions, at most 13 per task, 15 distinct tools; one user turn each
-    assert (d["conversations"], d["groups"], d["turns"], d["active_turns"], d["steps"]) == (112, 112, 112,
-                                                                                            112, 550)
+    assert ((d["conversations"], d["groups"], d["turns"], d["active_turns"], d["steps"])
+            == (112, 112, 112, 112, 550))
     assert (d["tools"], d["tools_called"], d["max_calls_per_turn"]) == (16, 15, 13)
     assert d["steps_per_active_turn"] == d["steps_per_turn"] == 550 / 112
     assert d["opening_share"] == 112 / 550

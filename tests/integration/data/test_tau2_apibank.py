@@ -55,8 +55,8 @@ def test_tau2_domain_counts(domain, conversations, steps, tools, distinct, skipp
     for t in ds.trajectories:
         assert t.group == t.id == f"{domain}-{t.metadata['task_id']}"
         roles = [m["role"] for m in t.messages]
-        assert roles[:2] == ["system", "user"] and roles[2:] == ["assistant",
-                                                                 "tool"] * ((len(roles) - 2) // 2)
+        assert (roles[:2] == ["system", "user"]
+                and roles[2:] == ["assistant", "tool"] * ((len(roles) - 2) // 2))
         for call_msg, tool_msg in zip(t.messages[2::2], t.messages[3::2]):
             assert len(call_msg["tool_calls"]) == 1
             assert tool_msg["tool_call_id"] == call_msg["tool_calls"][0]["id"] and tool_msg["content"] == ""
@@ -83,8 +83,8 @@ def test_tau2_telecom_policy_and_user_actions():
     system = ds.trajectories[0].messages[0]["content"]
     main = (TAU2 / "telecom" / "main_policy.md").read_text()
     tech = (TAU2 / "telecom" / "tech_support_manual.md").read_text()
-    assert (system
-            == f"<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{tech}\n</tech_support_policy>")
+    assert (system == f"<main_policy>\n{main}\n</main_policy>\n<tech_support_policy>\n{tech}\n"
+                      "</tech_support_policy>")
     by_id = {t.metadata["task_id"]: t for t in ds.trajectories}
     overdue = by_id["[service_issue]overdue_bill_suspension[PERSONA:Easy]"]
     # gold: send_payment_request (agent), make_payment (user), resume_line (agent), reboot_device (user)
@@ -259,8 +259,8 @@ def test_apibank_pooled_prefixes_level_3_collisions():
     assert ds.registry.get("QueryMeeting").source == "apibank"
     lv3 = Counter(s.gold for s in ds.steps() if s.trajectory_id.startswith("apibank-l3-"))
     assert lv3["lv3__ToolSearcher"] == 114 and lv3["lv3__AddMeeting"] == 5 and lv3["lv3__QueryMeeting"] == 5
-    assert lv3["lv3__Calculator"] == 4 and not {"ToolSearcher", "AddMeeting", "QueryMeeting",
-                                                "Calculator"} & set(lv3)
+    assert (lv3["lv3__Calculator"] == 4
+            and not {"ToolSearcher", "AddMeeting", "QueryMeeting", "Calculator"} & set(lv3))
     lower = Counter(s.gold for s in ds.steps() if not s.trajectory_id.startswith("apibank-l3-"))
     assert not any(n.startswith("lv3__") for n in lower)
     assert lower == Counter(call_names(load_dataset("apibank", levels=(1, 2))))
