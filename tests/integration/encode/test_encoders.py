@@ -176,8 +176,8 @@ def test_presets_compose():
         best = compose("evaluate", overrides=["experiment=preset/best"])
         assert best.scorer.name == "tracer_plus" and best.encoder_training.get("layers") is None
         fast = compose("evaluate", overrides=["experiment=preset/fast"])
-        assert list(fast.encoder_training.layers) == [0, 1,
-                                                      5] and fast.encoder_training.serve_as.variant == "int8"
+        assert (list(fast.encoder_training.layers) == [0, 1, 5]
+                and fast.encoder_training.serve_as.variant == "int8")
         fastest = compose("evaluate", overrides=["experiment=preset/fastest"])
         assert fastest.encoder_training.kind == "static" and fastest.encoder_training.inner_encoders
         assert fastest.encoder_training.context_weight == 0.5

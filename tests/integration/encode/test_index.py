@@ -54,8 +54,8 @@ def test_exact_dense_scores_equal_faiss(random_index):
     gaps = in_faiss_order[:, :-1] - in_faiss_order[:, 1:]
     clear = gaps > 1e-6  # where no tie is possible, the orders agree exactly
     dense_order = torch.argsort(dense, dim=1, descending=True, stable=True)
-    assert clear.float().mean() > 0.99 and torch.equal(order[:, 0][clear[:, 0]],
-                                                       dense_order[:, 0][clear[:, 0]])
+    assert (clear.float().mean() > 0.99
+            and torch.equal(order[:, 0][clear[:, 0]], dense_order[:, 0][clear[:, 0]]))
 
 
 def test_exact_dense_scores_equal_faiss_on_minilm(minilm, tiny_registry):
