@@ -1,7 +1,7 @@
 """Sweeps through the cluster launchers of the ``cluster`` extra, as real processes: a 2-job evaluate.py sweep
-through Hydra's Ray launcher on a local Ray instance and through submitit's local executor (the Slurm launcher's
-machinery without a cluster); each job's metrics equal the same run through the basic launcher. Skipped, with the
-reason, where the extra is not installed (``pip install -e '.[cluster]'``)."""
+through Hydra's Ray launcher on a local Ray instance and through submitit's local executor (the Slurm
+launcher's machinery without a cluster); each job's metrics equal the same run through the basic launcher.
+Skipped, with the reason, where the extra is not installed (``pip install -e '.[cluster]'``)."""
 
 from __future__ import annotations
 

@@ -122,8 +122,8 @@ def test_steps_whose_gold_the_folds_training_never_called_are_unseen(tiny_trajs,
     unseen = sorted((r.trajectory_id, r.gold) for r in res.records if r.gold_seen is False)
     assert unseen == [("t1", "cancel_booking"), ("t2", "send_email"), ("t4", "list_files")]
     split = by_gold_seen(res.records)
-    assert split["unseen"] == {"n_steps": 3, "recall_at_k": 0.0,
-                               "mrr": pytest.approx((1 / 3 + 1 / 5 + 1 / 6) / 3)}
+    assert (split["unseen"]
+            == {"n_steps": 3, "recall_at_k": 0.0, "mrr": pytest.approx((1 / 3 + 1 / 5 + 1 / 6) / 3)})
     assert split["seen"] == {"n_steps": 7, "recall_at_k": pytest.approx(5 / 7), "mrr": pytest.approx(4.5 / 7)}
 
 
@@ -245,7 +245,7 @@ def _gold_agent(trajs):
             c = calls[made]
             return {"content": None,
                     "tool_calls": [{"id": f"agent-{len(msgs)}", "type": "function", "function": {
-"name": c.name, "arguments": json.dumps(c.arguments)}}]}
+                "name": c.name, "arguments": json.dumps(c.arguments)}}]}
         return {"content": "Done.", "tool_calls": []}
 
     return policy
@@ -341,8 +341,7 @@ def test_report_task_success_by_category(tmp_path):
     (run / "metrics.json").write_text(json.dumps(doc))
     tasks = [("base", True), ("base", False), ("base", True), ("miss_param", False), ("miss_param", True)]
     (run / "tasks.jsonl").write_text("".join(json.dumps({"fold": i % 2, "trajectory_id": f"t{i}",
-                                                         "category": c,
-                                                         "success": ok}) + "\n"
+                                                         "category": c, "success": ok}) + "\n"
                                              for i, (c, ok) in enumerate(tasks)))
     md = category_table([load_run(run)])
     assert "| base | miss_param | all |" in md
@@ -369,16 +368,16 @@ def test_paired_report_over_one_fold_uses_only_its_steps(tmp_path):
         rows = [StepRecord(fold=f, trajectory_id=f"t{i}", group=f"g{i}", step=0, turn=0, position=0, gold="a",
                            gold_rank=r, ranking=[], presented=[], in_trie=None, fell_back=None, kappa=None,
                            selected=None, correct=None, hit_at_k=r <= 5, prompt_tokens=0,
-                           prompt_tokens_local=0,
-                           full_registry_tokens=0).to_json() for (f, i), r in ranks.items()]
+                           prompt_tokens_local=0, full_registry_tokens=0).to_json()
+                for (f, i), r in ranks.items()]
         (d / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         return d
 
     # fold 0: A hits 3 of 4 steps, B 1 of 4; fold 1 (left out) would flip the difference
     a = run("a", {(0, 0): 1, (0, 1): 2, (0, 2): 3, (0, 3): 9, (1, 4): 9, (1, 5): 9, (1, 6): 9, (1, 7): 9})
     b = run("b", {(0, 0): 1, (0, 1): 8, (0, 2): 8, (0, 3): 8, (1, 4): 1, (1, 5): 1, (1, 6): 1, (1, 7): 1})
-    out = subprocess.run([sys.executable, "-m", "tracer.eval.report", "--paired", str(a), str(b), "--folds",
-                          "0"],
+    out = subprocess.run([sys.executable, "-m", "tracer.eval.report", "--paired", str(a), str(b),
+                          "--folds", "0"],
                          capture_output=True, text=True, check=True)
     res = json.loads(out.stdout)
     assert res["n"] == 4 and res["folds"] == [0]

@@ -82,9 +82,9 @@ def test_a_run_that_failed_at_the_executor_exits_non_zero(native_dir, tmp_path):
             [sys.executable, str(ROOT / "evaluate.py"), "dataset=jsonl", f"dataset.path={native_dir}",
              "scorer=vector",
              "executor=openai", f"executor.base_url={server.url}", "executor.model=stub",
-             "executor.api_key_env=null",
-             "executor.max_retries=1", "executor.backoff_s=0.01", "progress=false", "latency_sample=0",
-             "folds=2", f"embedder.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run}"],
+             "executor.api_key_env=null", "executor.max_retries=1", "executor.backoff_s=0.01",
+             "progress=false", "latency_sample=0", "folds=2",
+             f"embedder.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run}"],
             check=False, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode != 0
     assert "100.0% of 10 steps failed at the executor (max_executor_error_rate=0.5)" in out.stderr
@@ -97,8 +97,8 @@ def test_a_run_that_failed_at_the_executor_exits_non_zero(native_dir, tmp_path):
     from tracer.eval.report import report
 
     md = report([run], tmp_path / "report")["markdown"]
-    assert ("| teacher_forcing | openai | vector | 5 | 0.000 ± 0.000 | 0.000 ± 0.000 | 0.000 ± 0.000 | 1.000 "
-            "± 0.000 |" in md)
+    assert ("| teacher_forcing | openai | vector | 5 | 0.000 ± 0.000 | 0.000 ± 0.000 | 0.000 ± 0.000 | "
+            "1.000 ± 0.000 |" in md)
 
 
 def test_withheld_tools_leave_the_presented_set_and_the_next_ranked_fill_in():
