@@ -387,8 +387,8 @@ def fake_vllm(monkeypatch):
 def test_vllm_executor_batches_and_parses(fake_vllm):
     ex = build_executor("vllm", model="tiny", temperature=0.0, max_tokens=32,
                         llm_kwargs={"max_model_len": 512})
-    assert ex.llm.kwargs == {"max_model_len": 512} and ex.sampling_params == {"temperature": 0.0,
-                                                                              "max_tokens": 32}
+    assert (ex.llm.kwargs == {"max_model_len": 512}
+            and ex.sampling_params == {"temperature": 0.0, "max_tokens": 32})
     history = user("first") + [{"role": "assistant", "content": "", "tool_calls": [
         ToolCall("get_weather", {"city": "Paris"}, id="c0").to_openai()]},
         {"role": "tool", "tool_call_id": "c0", "content": "sunny"}]
