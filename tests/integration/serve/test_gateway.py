@@ -108,9 +108,9 @@ def test_sticky_presentation_keeps_earlier_tools_in_place_and_appends(index_dir,
 
 
 def test_unknown_tools_compete_by_vector_search_and_omitted_tools_are_never_presented(index_dir, minilm):
-    stock = {"type": "function", "function": {"name": "get_stock_price",
-                                              "description": "Get the current stock price of a company ticker",
-                                              "parameters": {"type": "object", "properties": {}}}}
+    stock = {"type": "function", "function": {
+        "name": "get_stock_price", "description": "Get the current stock price of a company ticker",
+        "parameters": {"type": "object", "properties": {}}}}
     msgs = [{"role": "user", "content": "What is the stock price of ACME today?"}]
     offered = [TOOLS[0], TOOLS[3], stock, TOOLS[4]]  # no book_flight, cancel_booking, list_files
     with StubOpenAIServer() as stub, serving(make_gateway(index_dir, minilm, stub.url,
@@ -236,10 +236,9 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
     root = ROOT
     with StubOpenAIServer() as stub:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tracer.cli", "serve", "--index", str(served), "--port", str(port), "--k",
-             "2",
-             "--upstream", stub.url.replace("http://", "http://user:s3cret@"), "--log", str(tmp_path / "log"),
-             "--reload-interval", "0", "--read-timeout", "1"],
+            [sys.executable, "-m", "tracer.cli", "serve", "--index", str(served), "--port", str(port),
+             "--k", "2", "--upstream", stub.url.replace("http://", "http://user:s3cret@"),
+             "--log", str(tmp_path / "log"), "--reload-interval", "0", "--read-timeout", "1"],
             cwd=root, env={"PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                            "PATH": "/usr/bin:/bin", "TRACER_ADMIN_TOKEN": "adm-env"},
             stderr=subprocess.PIPE, text=True)

@@ -147,8 +147,7 @@ def test_a_2mb_client_value_makes_a_short_error_and_short_log_lines(index_dir, m
     assert named.status_code == 400 and named.json()["error"] == {
         "message": "X-Tracer-Conversation: a conversation id is 1 to 256 printable ASCII characters "
                    "(got 10000 characters)", "type": "invalid_request_error",
-                   "param": "X-Tracer-Conversation",
-        "code": None}
+        "param": "X-Tracer-Conversation", "code": None}
     assert lines and max(map(len, lines)) < 20_000, sorted(map(len, lines))[-3:]
 
 

@@ -96,7 +96,8 @@ def test_a_streamed_answer_is_logged_with_its_reassembled_tool_calls(index_dir, 
     assert done.metadata["called"] == ["get_weather", "send_email"]
     reply = done.messages[-1]
     assert reply["role"] == "assistant" and reply["content"] == expected.content == "Checking now."
-    assert [(c["id"], c["type"], c["function"]["name"], c["function"]["arguments"]) for c in reply["tool_calls"]] \
+    assert [(c["id"], c["type"], c["function"]["name"], c["function"]["arguments"])
+            for c in reply["tool_calls"]] \
         == [(c.id, c.type, c.function.name, c.function.arguments) for c in expected.tool_calls] \
         == [("call_w", "function", "get_weather", '{"city": "Paris"}'),
             ("call_e", "function", "send_email", '{"to": "bob", "body": "sunny"}')]

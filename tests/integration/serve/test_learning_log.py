@@ -42,7 +42,7 @@ def chat(url: str, messages: list, conversation: str, tools=None, outcome: str |
     headers = {"x-tracer-conversation": conversation} | ({"x-tracer-outcome": outcome} if outcome else {})
     return httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": messages,
                                                            "tools": TOOLS if tools is None else tools,
-                                                          **body},
+                                                           **body},
                       headers=headers, timeout=60)
 
 
@@ -81,8 +81,8 @@ def test_hostile_requests_are_logged_as_records_the_strict_loader_reads(index_di
     ds = load_native(tmp_path / "log")  # the strict loader: every line valid
     by_group = {t.group: t for t in ds.trajectories}
     hostile = by_group["hostile"]
-    assert [m["role"] for m in hostile.messages] == ["system", "user", "assistant", "tool", "user",
-                                                     "assistant"]
+    assert ([m["role"] for m in hostile.messages]
+            == ["system", "user", "assistant", "tool", "user", "assistant"])
     assert hostile.messages[1]["content"] == "5"
     calls = hostile.messages[2]["tool_calls"]
     assert [c["function"]["arguments"] for c in calls] == ["{}", '{"a": 1}']
@@ -99,8 +99,8 @@ def test_hostile_requests_are_logged_as_records_the_strict_loader_reads(index_di
     assert by_group["pending"].metadata["outcome"] == "unreported" and by_group["pending"].reward == 0.0
     # only the called tools, with the schema the request offered (a placeholder for one never offered)
     tools = {t.name: t for t in ds.registry}
-    assert set(tools) == {"get_weather", "legacy_tool",
-                          "send_email"} | set(by_group["pending"].metadata["called"])
+    assert (set(tools)
+            == {"get_weather", "legacy_tool", "send_email"} | set(by_group["pending"].metadata["called"]))
     assert tools["send_email"].description == TINY_TOOLS[4].description
     assert tools["legacy_tool"].description == "" and tools["legacy_tool"].parameters == {"type": "object",
                                                                                            "properties": {}}
@@ -242,8 +242,8 @@ def test_finished_records_wait_for_the_writer_within_the_backlog_cap(tmp_path):
     release.set()
     sink.close()
     # the first is in the writer's hands, two more fit the 30 KB backlog, the last two are refused
-    assert finished == [True, True, True, False,
-                        False] and sink.dropped == {"backlog": 2} and sink.written == 3
+    assert (finished == [True, True, True, False, False] and sink.dropped == {"backlog": 2}
+            and sink.written == 3)
     assert sink.stats()["queued_bytes"] == 0 and sink.stats()["pending_bytes"] == 0
 
 
@@ -251,8 +251,8 @@ def test_the_caps_are_tracer_serve_flags(index_dir, tmp_path):
     parser = argparse.ArgumentParser()
     serve_cli.add_arguments(parser)
     base = ["--index", str(index_dir), "--upstream", "http://127.0.0.1:9/v1", "--log", str(tmp_path / "log")]
-    gateway = serve_cli.build(parser.parse_args([*base, "--log-max-pending", "7", "--log-max-pending-bytes",
-                                                 "9000",
+    gateway = serve_cli.build(parser.parse_args([*base, "--log-max-pending", "7",
+                                                 "--log-max-pending-bytes", "9000",
                                                  "--log-max-record-bytes", "800", "--log-max-bytes", "5000",
                                                  "--log-segment-bytes", "1000"]))
     assert gateway.sink.limits == LogLimits(7, 9000, 800, 5000, 1000)

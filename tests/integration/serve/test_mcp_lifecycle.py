@@ -102,7 +102,8 @@ def test_sessions_are_capped_least_recently_used_first(index_dir, minilm, tmp_pa
     config = write_config(tmp_path, office=stdio("office"), travel=stdio("travel"))
 
     async def scenario() -> None:
-        async with ToolRouter(config, holder(index_dir, minilm), k=2, caps=SessionCaps(max_sessions=2)) as router, \
+        async with ToolRouter(config, holder(index_dir, minilm), k=2,
+                              caps=SessionCaps(max_sessions=2)) as router, \
                 Client(router.server, mode="legacy") as a, Client(router.server, mode="legacy") as b, \
                 Client(router.server, mode="legacy") as c:
             first = names(await a.list_tools())
@@ -121,7 +122,8 @@ def test_an_idle_session_expires(index_dir, minilm, tmp_path):
     config = write_config(tmp_path, office=stdio("office"), travel=stdio("travel"))
 
     async def scenario() -> None:
-        async with ToolRouter(config, holder(index_dir, minilm), k=2, caps=SessionCaps(idle_s=2.0)) as router, \
+        async with ToolRouter(config, holder(index_dir, minilm), k=2,
+                              caps=SessionCaps(idle_s=2.0)) as router, \
                 Client(router.server, mode="legacy") as a, Client(router.server, mode="legacy") as b:
             first = names(await a.list_tools())
             await a.call_tool("get_weather", {"city": "Oslo"})
@@ -233,7 +235,8 @@ def test_a_lost_upstream_is_restarted_a_bounded_number_of_times(index_dir, minil
         return sum(isinstance(n, types.ToolListChangedNotification) for n in notes)
 
     async def scenario() -> None:
-        async with ToolRouter(config, holder(index_dir, minilm), k=2, retries=2, retry_delay_s=0.1) as router, \
+        async with ToolRouter(config, holder(index_dir, minilm), k=2,
+                              retries=2, retry_delay_s=0.1) as router, \
                 Client(router.server, mode="legacy", message_handler=on_message) as client:
             assert set(TRAVEL) & set(router.tools)
             await client.list_tools()  # the session begins

@@ -87,7 +87,7 @@ def test_lists_the_best_k_proxies_calls_and_announces_changes(index_dir, minilm,
 def booked_messages(i: int) -> dict:
     return {"role": "assistant", "content": None,
             "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
-"name": "book_flight", "arguments": json.dumps({"flight": "UA1"})}}]}
+        "name": "book_flight", "arguments": json.dumps({"flight": "UA1"})}}]}
 
 
 def booked_result(i: int) -> dict:

@@ -81,10 +81,9 @@ def run_agent(client: openai.OpenAI, messages: list[dict], tools: list[dict] = T
 
 
 def update(index: Path, log: Path, cache: Path) -> tuple[int, dict, str]:
-    out = subprocess.run([sys.executable, "-m", "tracer.cli", "update", "--index", str(index), "--log",
-                          str(log),
-                          "--cache-dir", str(cache)], check=False, cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run([sys.executable, "-m", "tracer.cli", "update", "--index", str(index),
+                          "--log", str(log), "--cache-dir", str(cache)],
+                         check=False, cwd=ROOT, capture_output=True, text=True, timeout=600)
     return out.returncode, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
@@ -112,8 +111,8 @@ def test_traffic_is_filtered_logged_learned_once_and_ranked(minilm, tmp_path):
     code, report, err = update(index, tmp_path / "log", tmp_path / "cache")
     assert code == 0, err
     # archive_files, offered to the first agent, is real where the third agent called it unoffered: learned
-    assert (report["trajectories"], report["new_tools"], report["saved"], report["skipped"]) == (2, 1, True,
-                                                                                                 1)
+    assert ((report["trajectories"], report["new_tools"], report["saved"], report["skipped"])
+            == (2, 1, True, 1))
     assert report["problems"][0].endswith(
         "metadata.unoffered: calls teleport_files, which no request offered and the index lacks: not learned")
     learned = Retriever.load(index, embedder=minilm, device="cpu")
