@@ -99,8 +99,8 @@ def main() -> None:
                     help="consecutive steps per encoder x scorer in the serving phase")
     ap.add_argument("--only", nargs="*", default=None, metavar="LABEL",
                     help="time only these encoders (labels as printed, e.g. '3-layer fine-tuned ONNX int8'), "
-                         "beside MiniLM torch, which is always kept as the reference; fewer models share the "
-                         "process")
+                         "beside MiniLM torch, which is always kept as the reference; "
+                         "fewer models share the process")
     ap.add_argument("--out", default="results/encoders/frontier_latency.json")
     a = ap.parse_args()
     torch.set_num_threads(1)

@@ -3,7 +3,8 @@
     python -m benchmarks.bench_gateway                          # 16 and 64 clients, BFCL index (tracer_plus)
     python -m benchmarks.bench_gateway --clients 16 --requests 1000 --out results/gateway
     python -m benchmarks.bench_gateway --floor ...          # also the floor: a proxy that only forwards bytes
-    python -m benchmarks.bench_gateway --pin ...    # the gateway (and floor) on CPU 0, stub and clients on CPU 1
+    python -m benchmarks.bench_gateway --pin ...    # the gateway (and floor) on CPU 0,
+                                                    # stub and clients on CPU 1
 
 Three processes: a stub upstream that answers every chat completion at once with a fixed body
 (uvicorn + Starlette, this file with ``--role stub``), the gateway (``python -m tracer.cli serve``,

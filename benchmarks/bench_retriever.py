@@ -81,8 +81,8 @@ def main(argv=None) -> dict:
                     help="contexts embedded cold for the embedding time")
     ap.add_argument("--cache-dir", default=".cache/embeddings")
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads (1: on a shared 2-core machine OpenMP waits dominate small "
-                         "ops)")
+                    help="torch intra-op threads (1: on a shared 2-core machine "
+                         "OpenMP waits dominate small ops)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -200,9 +200,8 @@ def main(argv=None) -> dict:
     out = {
         "dataset": "bfcl", "scorer": args.scorer, "k": args.k, "tools": len(ds.registry),
         "trajectories": len(ds.trajectories), "steps": len(all_steps), "nodes": trie.n_nodes,
-        "edges": trie.n_edges,
-        "dim": trie.dim, "embed_all_s": t_embed, "build_s": t_build, "save_s": t_save, "load_s": t_load,
-        "single_cpu_p50_us": p50, "single_cpu_p95_us": p95,
+        "edges": trie.n_edges, "dim": trie.dim, "embed_all_s": t_embed, "build_s": t_build, "save_s": t_save,
+        "load_s": t_load, "single_cpu_p50_us": p50, "single_cpu_p95_us": p95,
         "single_wall_p50_us": statistics.median(single_wall),
         "single_wall_p95_us": percentile(single_wall, 95),
         "rank_cpu_p50_us": statistics.median(rank_cpu), "rank_wall_p50_us": statistics.median(rank_wall),

@@ -213,8 +213,8 @@ def main(argv=None) -> list[dict]:
         shutil.rmtree(out_dir, ignore_errors=True)
 
     mib = 1 << 20
-    print(f"\n## Scale: {args.tools:,} tools, d = {args.dim}, edge memory {args.dtype}, prefix key, k = "
-          f"{args.k}\n")
+    print(f"\n## Scale: {args.tools:,} tools, d = {args.dim}, edge memory {args.dtype}, "
+          f"prefix key, k = {args.k}\n")
     print("| trajectories | steps | nodes | edges | build | trie tensors (B/edge) | node table | on disk | "
           "save / load | step p50 / p95 | turn-opening p50 (trie part) | deeper p50 (trie part) | fell back: "
           "share, p50 | trie answered p50 | loaded identical |")

@@ -61,8 +61,8 @@ def main() -> None:
     train = [t for t in ds.trajectories if fold_of[t.group] != 0]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0])
             if s.gold in ds.registry]
-    print("| scorer | batch of one: p50 / p95 µs | live select_one: p50 / p95 µs | same presented sets "
-          "|\n|---|---:|---:|:---:|")
+    print("| scorer | batch of one: p50 / p95 µs | live select_one: p50 / p95 µs | same presented sets |\n"
+          "|---|---:|---:|:---:|")
     runs = [(name, {}) for name in a.scorers]
     if a.members:
         runs.append((f"tracer_plus, {a.members} MLPs", {"model": "mlp", "head": {"members": a.members}}))

@@ -63,8 +63,8 @@ def in_place_stats(calls: list[tuple[float, int, bool]]) -> dict:
     """Share of update calls done in place (no edge added, so no merge) and their µs per trajectory."""
     placed = [(us, n) for us, n, ok in calls if ok]
     return {"in_place": len(placed) / len(calls),
-            "us_per_traj_in_place": sum(us for us, _ in placed) / sum(n for _, n in placed) if placed
-            else None}
+            "us_per_traj_in_place":
+                sum(us for us, _ in placed) / sum(n for _, n in placed) if placed else None}
 
 
 def bfcl_rows(args) -> list[dict]:

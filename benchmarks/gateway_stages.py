@@ -1,6 +1,6 @@
 """Where a request's time goes inside ``tracer serve``, and what the cyclic collector does meanwhile.
 
-    python -m benchmarks.gateway_stages --index DIR                  # 16 clients, 250 ms pauses, 1000 requests
+    python -m benchmarks.gateway_stages --index DIR                 # 16 clients, 250 ms pauses, 1000 requests
     python -m benchmarks.gateway_stages --index DIR --gc-threshold 700  # CPython's default young threshold
 
 The stub upstream and the load generator are those of ``benchmarks/bench_gateway.py``; the gateway is ``tracer

@@ -887,9 +887,8 @@ class Soak:
                 self.record(kind, rid, None, type(e).__name__, detail=str(e))
         elif kind == "traversal":
             path = rng.choice(["/v1/../admin", "/v1/%2e%2e/admin", "/v1/..%2fadmin",
-                               "/v1/x/../../../etc/passwd",
-                               "/v1/models/..%5c..%5cadmin", "/v1/%2E%2E/%2E%2E/soak/records",
-                               "/v1/./../health"])
+                               "/v1/x/../../../etc/passwd", "/v1/models/..%5c..%5cadmin",
+                               "/v1/%2E%2E/%2E%2E/soak/records", "/v1/./../health"])
             method = rng.choice(["GET", "POST"])
             status, exc = await self.raw([self.http(method, path, b"{}" if method == "POST" else b"")])
             self.record(kind, self.next_id(), status, exc, detail=path)
@@ -1020,7 +1019,8 @@ class Soak:
         self.t0 = time.monotonic()
         deadline = self.t0 + duration
         timeout = aiohttp.ClientTimeout(total=120)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session, \
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                         timeout=timeout) as session, \
                 aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=70)) as observer:
             sdk = openai.AsyncOpenAI(base_url=f"{self.gw}/v1", api_key="soak-client-key", max_retries=0,
                                      timeout=120.0)
@@ -1207,10 +1207,9 @@ def markdown(res: dict[str, Any]) -> str:
                f"{res['fallbacks']['no_selection']}, gateway's tracer_errors{{kind=\"selection\"}} "
                f"{fmt(res['fallbacks']['metrics_selection_errors'], 0)}); hostile "
                f"{tot['hostile']['requests']} (unexpected answers {tot['hostile']['unexpected']}, 5xx "
-               f"{tot['hostile']['server_errors']}); disconnects {tot['disconnect']['requests']}; "
-               "gateway "
-               f"{'died at ' + fmt(res['died_at']) + ' s' if res['died_at'] is not None else 'up throughout'}."
-               f" Wanted tool presented: {res['want_presented']}.\n")
+               f"{tot['hostile']['server_errors']}); disconnects {tot['disconnect']['requests']}; gateway "
+               f"{'died at ' + fmt(res['died_at']) + ' s' if res['died_at'] is not None else 'up throughout'}"
+               f". Wanted tool presented: {res['want_presented']}.\n")
     out.append("| class | kind | requests | statuses | exceptions | errors / unexpected | fell back | "
                "selection p50 / max (ms) | latency p50 / p99 / max (ms) |")
     out.append("|---|---|---:|---|---|---:|---:|---:|---:|")
@@ -1236,13 +1235,15 @@ def markdown(res: dict[str, Any]) -> str:
         out.append(f"| {label} | {fmt(row['start'], 2)} | {fmt(row['end'], 2)} | {fmt(row['max'], 2)} | "
                    f"{fmt(row['slope'], 3)} |")
     h = res["health"]
-    out.append(f"\nGateway CPU: {fmt(r['cpu_ms_per_request'], 2)} ms per request. `/health` every second: "
-               f"{h['probes']} probes, p50 {fmt(h['p50_ms'])} ms, p99 {fmt(h['p99_ms'])} ms, max "
-               f"{fmt(h['max_ms'])} ms, {h['over_1s']} over 1 s, {h['failed']} failed. Valid selection "
-               f"(`X-Tracer-Selection-Ms`) p50 / p99 / max: {fmt(res['selection_ms']['p50'], 2)} / "
-               f"{fmt(res['selection_ms']['p99'], 2)} / {fmt(res['selection_ms']['max'], 2)} ms. Shutdown "
-               f"after SIGTERM: {fmt(res['shutdown']['seconds'])} s, exit code {res['shutdown']['rc']}"
-               f"{' (uvicorn re-raises the SIGTERM once it has drained)' if res['shutdown']['rc'] == -15 else ''}.\n")
+    out.append(
+        f"\nGateway CPU: {fmt(r['cpu_ms_per_request'], 2)} ms per request. `/health` every second: "
+        f"{h['probes']} probes, p50 {fmt(h['p50_ms'])} ms, p99 {fmt(h['p99_ms'])} ms, max "
+        f"{fmt(h['max_ms'])} ms, {h['over_1s']} over 1 s, {h['failed']} failed. Valid selection "
+        f"(`X-Tracer-Selection-Ms`) p50 / p99 / max: {fmt(res['selection_ms']['p50'], 2)} / "
+        f"{fmt(res['selection_ms']['p99'], 2)} / {fmt(res['selection_ms']['max'], 2)} ms. Shutdown "
+        f"after SIGTERM: {fmt(res['shutdown']['seconds'])} s, exit code {res['shutdown']['rc']}"
+        f"{' (uvicorn re-raises the SIGTERM once it has drained)' if res['shutdown']['rc'] == -15 else ''}"
+        ".\n")
     stalls = [f"t={t:g} s {ms:.0f} ms" for t, ms, _ in res["health_probes"] if ms > 1000][:10]
     if stalls:
         out.append(f"`/health` over 1 s: {'; '.join(stalls)}. Answers over 1 s: "
@@ -1377,8 +1378,8 @@ def main() -> int:
     p.add_argument("--max-episodes", type=int, default=100_000, help="per client (a bound beside the time)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", type=lambda s: s.split(","), default=None,
-                   help="only these episode kinds, comma-separated (a check of the script; default: all, "
-                        "weighted)")
+                   help="only these episode kinds, comma-separated "
+                        "(a check of the script; default: all, weighted)")
     p.add_argument("--gateway-log-level", default="warning")
     p.add_argument("--gateway-arg", action="append", default=[],
                    help="an extra argument for tracer serve (repeat), e.g. --gateway-arg=--no-sticky")
