@@ -88,8 +88,8 @@ TRANSFER = "transfer"  # transfer_<scorer>: an encoder fine-tuned on the other d
 def row(run: Path, latency: dict) -> dict:
     info = json.loads((run / "run_info.json").read_text())
     doc = json.loads((run / "metrics.json").read_text())
-    enc, scorer = run.name.rsplit("_", 1) if not run.name.endswith("tracer_plus") else (run.name[:-12],
-                                                                                        "tracer_plus")
+    enc, scorer = (run.name.rsplit("_", 1) if not run.name.endswith("tracer_plus")
+                   else (run.name[:-12], "tracer_plus"))
     label, bench = ENCODERS.get(enc, (f"fine-tuned on the other datasets ({enc})", None))
     # a cascade's fold trained both its encoders (the slow one's time under "slow")
     trained = [h["train_seconds"] + (h.get("slow") or {}).get("train_seconds", 0)
@@ -138,8 +138,8 @@ def table(rows: list[dict], kept: dict[tuple[str, str], tuple[str, str]] | None 
     for r in sorted(rows, key=lambda r: (r["scorer"], list(ENCODERS).index(r["encoder"])
                                          if r["encoder"] in ENCODERS else 99)):
         pr = r.get("paired", {})
-        d5, d1 = (fmt_delta(pr.get("hit_at_k")),
-                  fmt_delta(pr.get("top1"))) if pr else kept.get((r["label"], r["scorer"]), ("", ""))
+        d5, d1 = ((fmt_delta(pr.get("hit_at_k")), fmt_delta(pr.get("top1"))) if pr
+                  else kept.get((r["label"], r["scorer"]), ("", "")))
         lat = f"{r['p50']:.2f} / {r['p95']:.2f}" if r["p50"] is not None else ""
         serve = f"{r['serve50']:.2f} / {r['serve95']:.2f}" if r["serve50"] is not None else ""
         train = "" if r["train_s"] is None else f"{r['train_s']:.0f}"

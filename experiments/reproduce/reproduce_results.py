@@ -1,10 +1,10 @@
 """Re-run the committed BFCL results and diff them against the committed metrics (issue 13, "Done when").
 
-    python -m experiments.reproduce.reproduce_results                    # both parts (~40 min on 2 cores), exact
+    python -m experiments.reproduce.reproduce_results                 # both parts (~40 min on 2 cores), exact
     python -m experiments.reproduce.reproduce_results --only ablation --rows full,mlp --out /tmp/repro
     python -m experiments.reproduce.reproduce_results --reuse /tmp/repro # diff runs already there, run
     nothing
-    python -m experiments.reproduce.reproduce_results --tol 1e-12        # allow float differences up to 1e-12
+    python -m experiments.reproduce.reproduce_results --tol 1e-12     # allow float differences up to 1e-12
 
 Parts (each an experiment group in tracer/configs/experiment/, run as one Hydra multirun, k = 5,
 5 folds, seed 0, registry large, latency_sample=0):

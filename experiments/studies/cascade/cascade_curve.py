@@ -1,7 +1,8 @@
 """Recall of the cascade against the share of steps it escalates, from two evaluate.py runs on the same folds.
 
     python evaluate.py experiment=preset/fastest ... hydra.run.dir=FAST          # the fast stage alone
-    python evaluate.py experiment=preset/cascade scorer.escalate=1.0 ... hydra.run.dir=ALL   # every step escalated
+    python evaluate.py experiment=preset/cascade scorer.escalate=1.0 ... hydra.run.dir=ALL
+                                                                                 # every step escalated
     python -m experiments.studies.cascade.cascade_curve --fast FAST --all ALL [--preset CASCADE_RUN] \
         [--out results/encoders/cascade_curve_bfcl.md]
 

@@ -64,9 +64,8 @@ def main() -> None:
         out[f"{live} -> {stored}"] = float((gold_train[nearest] == gold_test).mean())
         print(f"{live} -> {stored}: {out[f'{live} -> {stored}']:.4f}", flush=True)
     Path(a.out).write_text(json.dumps({"fold": a.fold, "held_out_steps": len(test),
-                                       "training_steps": len(train),
-                                       "teacher": a.teacher, "students": a.student, "accuracy": out},
-                                      indent=1))
+                                       "training_steps": len(train), "teacher": a.teacher,
+                                       "students": a.student, "accuracy": out}, indent=1))
 
 
 if __name__ == "__main__":

@@ -96,12 +96,14 @@ def main() -> None:
     split_arguments(ap)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--tool-text", choices=tuple(TOOL_TEXTS), default="search",
-                    help="the tool text trained and ranked (search: Tool.search_text, what the scorers embed)")
+                    help="the tool text trained and ranked (search: Tool.search_text, "
+                         "what the scorers embed)")
     ap.add_argument("--recipes", nargs="+", default=None, help="labels of RECIPES to run (default: all)")
     ap.add_argument("--scorer", choices=("vector", "tracer_plus"), default="vector",
                     help="what scores a recipe on the validation split: plain vector search, or tracer_plus")
     ap.add_argument("--inner", choices=("clean", "shared"), default="clean",
-                    help="tracer_plus's inner folds: each under an encoder trained without it, or sharing one")
+                    help="tracer_plus's inner folds: each under an encoder trained without it, "
+                         "or sharing one")
     a = ap.parse_args()
     if a.scorer == "tracer_plus" and a.tool_text != "search":
         ap.error("--scorer tracer_plus ranks the registry's own tool text; --tool-text must stay search")

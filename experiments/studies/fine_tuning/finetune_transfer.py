@@ -1,6 +1,6 @@
 """Fine-tune one encoder on every trajectory of some datasets, for a dataset it never saw (the cold start).
 
-    python -m experiments.studies.fine_tuning.finetune_transfer --train bfcl tau2   # then evaluate on apibank:
+    python -m experiments.studies.fine_tuning.finetune_transfer --train bfcl tau2  # then evaluate on apibank:
     python evaluate.py dataset=apibank embedder=finetuned embedder.model=<printed folder> scorer=vector
 
 The pairs are each dataset's own (its registry's tool texts, the encoder_training recipe's context

@@ -93,8 +93,7 @@ def table(results: dict[str, dict]) -> str:
     for ds, by in results.items():
         for subset, m in by.items():
             cells = ["–" if m[k] is None else f"{m[k]:.3f}"
-                     for k in ("hepm_line", "hepm_no_line", "toolnet_top2",
-                                 "vector_top2")]
+                     for k in ("hepm_line", "hepm_no_line", "toolnet_top2", "vector_top2")]
             md.append(f"| {ds}: {subset} | {m['steps']} | " + " | ".join(cells) + " |")
     return "\n".join(md) + "\n"
 

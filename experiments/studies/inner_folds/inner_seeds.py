@@ -47,8 +47,7 @@ def main() -> None:
             if not (run / "run_info.json").is_file():
                 subprocess.run([sys.executable, "evaluate.py", "encoder_training=mnrl", "scorer=tracer_plus",
                                 *MODELS[model], f"scorer.head.seed={seed}", "dataset=bfcl", "registry=large",
-                                "k=5",
-                                "folds=5", "seed=0", "progress=false", "latency_sample=0",
+                                "k=5", "folds=5", "seed=0", "progress=false", "latency_sample=0",
                                 f"hydra.run.dir={run}"],
                                check=True, env=env, stdout=subprocess.DEVNULL)
             rows[model, seed] = recall(run)

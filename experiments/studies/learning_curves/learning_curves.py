@@ -94,8 +94,8 @@ def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
 
 
 def run_folds(name, ds, res, args, w, f, done, loaded, out) -> None:
-    transfer = transfer_model(name, loaded, out,
-                              args.seed) if "tracer_plus_transfer" in args.scorers else None
+    transfer = (transfer_model(name, loaded, out, args.seed) if "tracer_plus_transfer" in args.scorers
+                else None)
     for split in kfold(ds.trajectories, args.folds, args.seed):
         if args.only_folds and split.fold not in args.only_folds:
             continue

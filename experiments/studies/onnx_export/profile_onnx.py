@@ -78,8 +78,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 s.run(None, inputs)
                 times[label].append((time.perf_counter() - t0) * 1000)
-    print(f"{a.model or 'all-MiniLM-L6-v2'}, {a.variant}, {len(enc.ids)} word pieces, one thread, {a.runs} "
-          "runs\n")
+    print(f"{a.model or 'all-MiniLM-L6-v2'}, {a.variant}, {len(enc.ids)} word pieces, "
+          f"one thread, {a.runs} runs\n")
     with tempfile.TemporaryDirectory() as tmp:
         for label, d in graphs.items():
             ops = kernel_us(session(d / f"{a.variant}.onnx", profile_prefix=str(Path(tmp) / d.name)), inputs,
