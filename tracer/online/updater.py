@@ -44,7 +44,6 @@ from typing import Any
 
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.online.updates import grow_resources, rename_scorer, update_scorer
-from tracer.scoring.ranking import without
 from tracer.scoring.resources import Resources
 
 
@@ -124,7 +123,6 @@ class Updater:
             with self._lock:
                 trajectories, res, self._pending = list(self.trajectories), self.scorer.res, False
             t0 = time.perf_counter()
-            attr = self.scorer.learned_part
             entry = {"trajectories": len(trajectories)}
             try:
                 if self.encoder is not None:
@@ -132,9 +130,7 @@ class Updater:
                 else:
                     fresh = type(self.scorer)(**self.scorer.config())
                     fresh.fit(trajectories, res)
-                    setattr(self.scorer, attr, getattr(fresh, attr))   # one assignment: the swap is atomic
-                    if attr == "model":
-                        self.scorer.history = fresh.history
+                    self.scorer.adopt(fresh)   # the learned part in one assignment: the swap is atomic
             except Exception as e:  # noqa: BLE001  (kept for wait() to raise; the old weights keep serving)
                 entry["error"] = e
             with self._lock:
@@ -192,12 +188,3 @@ class Updater:
     def removed(self) -> frozenset[str]:
         """Names of the tools masked out of every ranking (the scorer's ``res.removed``)."""
         return self.scorer.res.removed
-
-    @property
-    def removed_ids(self) -> frozenset[int]:
-        reg = self.scorer.res.registry
-        return frozenset(reg.id(n) for n in self.removed)
-
-    def live(self, ranking: Iterable[int], k: int | None = None) -> tuple[int, ...]:
-        """A ranking (registry ids, best first) without the removed tools, cut to ``k`` when given."""
-        return without(ranking, self.removed_ids, k)

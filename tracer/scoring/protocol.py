@@ -21,8 +21,9 @@ changes:
 - Learning while serving (:mod:`tracer.online`): ``memory_tables()`` (the tries and transition tables the
   scorer reads, which logged steps are added to), ``memory_contexts(steps, res)`` (the ``[S, d]`` contexts its
   tries store; ``None`` for count-only tables), ``reattach(tables, res, touched)`` (use the updated tables
-  over ``res``), ``learned_part`` (the attribute holding weights a refit learns again, or ``None``) and
-  ``updatable`` (``False``: the scorer is refitted, never updated in place).
+  over ``res``), ``learned_part`` (the attribute holding weights a refit learns again, or ``None``),
+  ``adopt(fresh)`` (take a refitted scorer's learned part in place of its own) and ``updatable``
+  (``False``: the scorer is refitted, never updated in place).
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class Scorer(Protocol):
     def memory_contexts(self, steps: Sequence[Step], res: Resources) -> torch.Tensor | None: ...
 
     def reattach(self, tables: Sequence[TransitionTable], res: Resources, touched: tuple | None = None) -> None: ...
+
+    def adopt(self, fresh: Scorer) -> None: ...
 
 
 class ScorerBase:
@@ -142,6 +145,11 @@ class ScorerBase:
 
     def reattach(self, tables: Sequence[TransitionTable], res: Resources, touched: tuple | None = None) -> None:
         self.res = res
+
+    def adopt(self, fresh: Scorer) -> None:
+        """Take the learned part of ``fresh`` (a scorer of this config fitted on more trajectories) in place of
+        this one's: one assignment, so a step is scored by the old weights or the new, never a mix."""
+        setattr(self, self.learned_part, getattr(fresh, self.learned_part))
 
     def save(self, directory: str | Path) -> Path:
         raise TypeError(f"scorer {self.name!r} ({type(self).__name__}) cannot be saved: only scorers with "

@@ -94,9 +94,7 @@ class TracerPlusScorer(ScorerBase):
         self.query_rendering = ContextRendering.from_config(query_context)
         self.memory_rendering = ContextRendering.from_config(memory_context)
         self.rendering = self.memory_rendering  # the step's context as compared with the edge memories
-        self.drop = tuple((features or {}).get("drop") or ())
-        self.model_kind = model
-        self.head_cfg = dict(head)
+        self.drop, self.model_kind, self.head_cfg = tuple((features or {}).get("drop") or ()), model, dict(head)
         self.feature_names = feature_names(self.keys)
         self.keep = keep_mask(self.feature_names, self.drop)
         check_model(model, self.members)
@@ -173,8 +171,7 @@ class TracerPlusScorer(ScorerBase):
     def cold(self) -> bool:
         """No logged call yet (a transferred model before any update): every step is ranked by the vector
         query alone. The transferred weights were learned where the trie features carry most of the signal;
-        over vector candidates alone they reorder worse than the vector ranking (tau2 recall@5 0.266 vs 0.333,
-        docs/learning.md)."""
+        over vector candidates alone they reorder worse than the vector ranking (docs/learning.md)."""
         return not any(t.n_edges for t in self.tries)
 
     def _check_fitted(self) -> None:
@@ -270,6 +267,9 @@ class TracerPlusScorer(ScorerBase):
         return self.embed(steps, res)[0]                                               # [S, d]
 
     reattach = attach  # (tables, res, touched): the tries updated in place, and the entries they touched
+
+    def adopt(self, fresh: TracerPlusScorer) -> None:  # a refit's model, with the scalars of its fit
+        self.model, self.history = fresh.model, fresh.history
 
     def describe(self) -> dict:
         out = {"scorer": self.name, "keys": [k.label for k in self.keys], "vector_candidates": self.m,
