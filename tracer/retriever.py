@@ -44,7 +44,7 @@ from tracer.encode.embedders import Embedder
 from tracer.online.updater import Updater
 from tracer.scoring.persist import read_meta
 from tracer.scoring.protocol import Scorer
-from tracer.scoring.ranking import finalize, without
+from tracer.scoring.ranking import finalize, present_without, without
 from tracer.scoring.resources import Resources
 
 MINILM = "all-MiniLM-L6-v2"
@@ -76,11 +76,6 @@ def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | 
                              "pass that embedder to Retriever.load")
         return build_embedder("minilm", cache_dir=cache_dir, device=device, persist_contexts=False)
     return build_embedder(_on_device(cfg, device), cache_dir=cache_dir, persist_contexts=False)
-
-
-def removed_ids(res: Resources) -> frozenset[int]:
-    """Registry ids of the tools drift masked out (``res.removed``): never ranked or presented."""
-    return frozenset(res.registry.id(n) for n in res.removed)
 
 
 def _on_device(cfg: Mapping[str, Any], device: str | None) -> dict[str, Any]:
@@ -183,8 +178,8 @@ class Retriever:
         step = self._step(messages)
         scorer = self.scorer  # read once: an encoder refit may swap it meanwhile (Updater.on_swap)
         if scorer.res.removed:  # drift: the top k of the ranking without the removed tools
-            gone = removed_ids(scorer.res)
-            return without(self._ranking(step, k + len(gone), scorer), gone, k) + without(scorer.global_set, gone)
+            gone = scorer.res.removed_ids
+            return present_without(self._ranking(step, k + len(gone), scorer), gone, k, scorer.global_set)
         return scorer.select_one(step, scorer.embed([step]), k)
 
     def select(self, messages: Sequence[Message], k: int | None = None) -> list[dict[str, Any]]:
@@ -201,10 +196,9 @@ class Retriever:
         scorer = self.scorer
         sel = finalize(scorer.score(steps), k, scorer.pad)
         presented = sel.presented
-        if scorer.res.removed:
-            gone = removed_ids(scorer.res)
-            always = without(scorer.global_set, gone)
-            presented = [without(r.tolist(), gone, k) + always for r in sel.ranking]
+        if scorer.res.removed:  # drift
+            gone = scorer.res.removed_ids
+            presented = [present_without(r.tolist(), gone, k, scorer.global_set) for r in sel.ranking]
         return [[scorer.res.registry[i].to_openai() for i in ids] for ids in presented]
 
     def rank(self, messages: Sequence[Message] | LiveStep) -> list[str]:
@@ -213,7 +207,7 @@ class Retriever:
         names = self.registry.names
         step = messages.step if isinstance(messages, LiveStep) else self._step(messages)
         scorer = self.scorer
-        return [names[i] for i in without(self._ranking(step, scorer=scorer), removed_ids(scorer.res))]
+        return [names[i] for i in without(self._ranking(step, scorer=scorer), scorer.res.removed_ids)]
 
     def _ranking(self, step: Step, top: int | None = None, scorer: Scorer | None = None) -> np.ndarray:
         """Registry ids best first: the whole ranking, or its first ``top``."""

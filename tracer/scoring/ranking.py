@@ -13,7 +13,7 @@ import torch
 
 from tracer.scoring.records import Scores, Selection
 
-__all__ = ["confidence", "finalize", "no_proposal", "rank", "scatter_primary", "without"]
+__all__ = ["confidence", "finalize", "no_proposal", "present_without", "rank", "scatter_primary", "without"]
 
 
 def _desc_keys(x: np.ndarray, low: np.ndarray) -> np.ndarray:
@@ -102,3 +102,9 @@ def without(ranking, removed, k: int | None = None) -> tuple[int, ...]:
     ids = ranking if isinstance(ranking, np.ndarray) else np.fromiter(ranking, dtype=np.int64)
     kept = ids[~np.isin(ids, list(removed))] if removed else ids
     return tuple((kept if k is None else kept[:k]).tolist())
+
+
+def present_without(ranking, removed, k: int, always=()) -> tuple[int, ...]:
+    """The presented set of a ranking once drift removed tools (``removed``: registry ids): its first ``k`` ids
+    not removed, then the always-present ids (a scorer's ``global_set``) not removed."""
+    return without(ranking, removed, k) + without(always, removed)

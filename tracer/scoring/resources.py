@@ -51,6 +51,11 @@ class Resources:
         return cls(registry, embedder, ToolIndex.build(registry, embedder, factory), device or default_device(),
                    seed, executor)
 
+    @property
+    def removed_ids(self) -> frozenset[int]:
+        """Registry ids of the ``removed`` tools: never ranked or presented."""
+        return frozenset(self.registry.id(n) for n in self.removed)
+
     def embed(self, steps: Sequence[Step], rendering: ContextRendering) -> torch.Tensor:
         """Context embeddings of steps under a rendering, ``[B, d]`` on ``self.device``."""
         return self.embedder.encode([rendering.render(s.context) for s in steps]).to(self.device)
