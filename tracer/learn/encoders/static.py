@@ -6,7 +6,8 @@ mean of its tokens' rows, L2-normalised, as model2vec encodes it, and the table 
 and batches as the transformer, each step's loss the sum of the recipe's terms (:func:`losses_for`: the
 in-batch ranking of each context over the batch's tool texts, plus the context-to-context term when
 ``context_weight`` is set), starting from the model2vec distillation of the base model. One epoch over a BFCL
-fold takes seconds on one CPU thread.
+fold takes seconds on one CPU thread. Under ``torchrun`` each batch is split over the ranks and trained as one
+global batch (:mod:`tracer.learn.distributed`); rank 0 writes the checkpoint.
 
 The result is saved atomically as a model2vec folder in ``<encoder_dir>/m2v-trained-<hash>/`` (the layout
 :class:`tracer.encode.static.StaticEmbedder` loads), the hash covering the pairs, the recipe and the starting
@@ -71,10 +72,11 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
     opt = torch.optim.AdamW([table], lr=cfg.lr, weight_decay=cfg.weight_decay)
     terms = losses_for(cfg)
     losses, t0, step = [], time.perf_counter(), 0
-    world = distributed.world_size()  # under torchrun each rank embeds a shard of every batch (tracer.learn.distributed)
+    world = distributed.world_size()  # under torchrun each rank embeds a shard of every batch
 
     def embed(texts: Sequence[str]) -> torch.Tensor:                                                # [B, d]
-        return distributed.gather_rows(lambda part: encode(table, base, part, cfg.max_seq_length), texts)
+        return distributed.gather_rows(lambda part: encode(table, base, part, cfg.max_seq_length), texts,
+                                       table.shape[1])
 
     for epoch in range(cfg.epochs if len(pairs) > 1 else 0):
         partners = context_partners(pairs, cfg.seed + epoch) if cfg.context_weight > 0 else None
@@ -109,14 +111,15 @@ def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
                    log: Callable[[dict], None] | None = None) -> Path:
     """The trained static model folder for ``pairs``: trained and saved atomically on a miss, reused on a hit.
     It starts from the model2vec distillation of ``base_model`` (None: MiniLM) at ``pca_dims``."""
-    start = distilled(base_model, pca_dims, encoder_dir)
+    start = distributed.writer_first(lambda: distilled(base_model, pca_dims, encoder_dir))
     # the context term's weight enters the key beside the config, only when set: the keys of the checkpoints
     # trained before the term existed stay what they were
     extra = {"context_weight": float(cfg.context_weight)} if cfg.context_weight > 0 else {}
     key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=replace(cfg, context_weight=0.0).key(),
-                      start=folder_hash(start / "model"), **extra)
+                      start=folder_hash(start / "model"), **extra, **distributed.world_key())
     out = Path(encoder_dir) / f"m2v-trained-{key[:16]}"
-    if reuse(out) is not None:  # a damaged or unfinished one is moved aside and trained again
+    # a damaged or unfinished one is moved aside and trained again (once: the writer checks first)
+    if distributed.writer_first(lambda: reuse(out)) is not None:
         return out
     base = StaticModel.from_pretrained(str(start / "model"))
     table, info = train_static(pairs, cfg, base, log)

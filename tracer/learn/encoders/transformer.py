@@ -8,7 +8,8 @@ embed it, ``Tool.search_text`` (positive). Each step's loss is the sum of the re
 ``context_weight`` is set. A batch never holds the same anchor text or the same tool twice (a repeated tool
 would be a false negative). AdamW, linear warm-up then decay, seeded; CUDA when present, else the CPU, where a
 run is deterministic. A student (``layers``) is cut from the base model, or with ``from_teacher`` from the
-full-depth recipe fine-tuned on the same pairs first.
+full-depth recipe fine-tuned on the same pairs first. Under ``torchrun`` each batch is split over the ranks
+and trained as one global batch (:mod:`tracer.learn.distributed`); rank 0 writes the checkpoint.
 
 The checkpoint lands atomically in ``<encoder_dir>/finetuned-<hash>/``, the hash covering the pairs, the
 recipe and the base weights: a rerun on the same training data loads it instead of training, once it matches
@@ -31,6 +32,7 @@ from tracer.core.io import write_json
 from tracer.encode.embedders import default_device
 from tracer.encode.manifest import new_artifact, reuse
 from tracer.encode.source import DEFAULT_CACHE, model_folder, recipe_hash, source_hash
+from tracer.learn import distributed
 from tracer.learn.encoders.losses import (
     ContextRanking,
     EmbeddedBatch,
@@ -99,20 +101,32 @@ def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * len(batches)), len(batches))
     model.train()
+    # under torchrun each rank embeds a shard of every batch (tracer.learn.distributed), with dropout of its own
+    world = distributed.world_size()
+    dim = (getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()
+    if distributed.rank() > 0:
+        torch.manual_seed(distributed.rank_seed(cfg.seed))
+
+    def embed(columns: Sequence[Sequence[str]]) -> list[torch.Tensor]:                  # [n_c, d] per column
+        return distributed.gather_columns(
+            lambda cols: embed_columns(model, [_features(model, col, device) for col in cols]), columns, dim,
+            device)
+
     losses, t0 = [], time.perf_counter()
     for step, batch in enumerate(batches):
-        feats = [_features(model, [col[i] for i in batch], device)
-                 for col in (pairs.anchors, pairs.positives)]
+        columns = [[col[i] for i in batch] for col in (pairs.anchors, pairs.positives)]
         both = [(r, j) for r, i in enumerate(batch) if (j := partners[epoch_of[step]][i]) is not None] \
             if partners is not None else []
         if len(both) > 1:  # the partner contexts, one more column embedded in the same pass
-            feats.append(_features(model, [pairs.anchors[j] for _, j in both], device))
-        embs = embed_columns(model, feats)                                       # [B, d] per column
+            columns.append([pairs.anchors[j] for _, j in both])
+        embs = embed(columns)                                                    # [B, d] per column
         loss = total(terms, EmbeddedBatch(embs[0], embs[1], unit=False,
-                                          partner_rows=[r for r, _ in both] if len(feats) > 2 else None,
-                                          partners=embs[2] if len(feats) > 2 else None))
+                                          partner_rows=[r for r, _ in both] if len(embs) > 2 else None,
+                                          partners=embs[2] if len(embs) > 2 else None))
         opt.zero_grad()
-        loss.backward()
+        # every rank computes the whole batch's loss; its gradient reaches each shard once per rank
+        (loss / world if world > 1 else loss).backward()
+        distributed.sum_gradients(list(model.parameters()))
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
@@ -122,15 +136,16 @@ def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, 
     model.max_seq_length = own_length
     info = {"pairs": len(pairs), "batches": len(batches), "pairs_used": sum(map(len, batches)),
             "train_seconds": round(time.perf_counter() - t0, 2), "device": device, "loss": losses,
-            "config": cfg.key()}
+            "config": cfg.key()} | ({"world_size": world} if world > 1 else {})
     return model, info
 
 
 def checkpoint_dir(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None,
                    encoder_dir: str | Path = DEFAULT_CACHE) -> Path:
-    """Where the checkpoint for these pairs, recipe and base weights lives (content-addressed)."""
+    """Where the checkpoint for these pairs, recipe and base weights lives (content-addressed; under torchrun
+    also keyed by the world size, :func:`tracer.learn.distributed.world_key`)."""
     key = recipe_hash(kind="finetune-mnrl", pairs=pairs.digest(), config=cfg.key(),
-                      weights=source_hash(base_model)[1])
+                      weights=source_hash(base_model)[1], **distributed.world_key())
     return Path(encoder_dir) / f"finetuned-{key[:16]}"
 
 
@@ -144,18 +159,21 @@ def finetuned(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = No
     ``train_info.json`` (loss curve, wall time, and the teacher's folder for a student cut from it).
     """
     out = checkpoint_dir(pairs, cfg, base_model, encoder_dir)
-    if reuse(out) is not None:  # a damaged or unfinished one is moved aside and trained again
+    # a damaged or unfinished one is moved aside and trained again (once: the writer checks first)
+    if distributed.writer_first(lambda: reuse(out)) is not None:
         return out
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     teacher = (finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) if cfg.needs_teacher
                else None)
     model, info = train(pairs, cfg, teacher if teacher is not None else base_model, device, log)
     # sealed with the checkpoint's key (tracer.encode.manifest); config.from_teacher says where the layers
-    # came from
-    with new_artifact(out, {"kind": "finetune-mnrl", "key": out.name}) as tmp:
-        model.save(str(tmp))
-        write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))}
-                   | ({"teacher": str(teacher)} if teacher else {}))
+    # came from. Under torchrun every rank holds the same weights: rank 0 saves them, the others wait
+    if distributed.is_writer():
+        with new_artifact(out, {"kind": "finetune-mnrl", "key": out.name}) as tmp:
+            model.save(str(tmp))
+            write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))}
+                       | ({"teacher": str(teacher)} if teacher else {}))
+    distributed.barrier()
     return out
 
 
