@@ -12,7 +12,7 @@ import tempfile
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -25,6 +25,9 @@ def main(cfg: DictConfig) -> float | None:
 
     init_from_env()  # under torchrun: one process group; every rank runs the folds, rank 0 keeps the outputs
     run_dir = HydraConfig.get().runtime.output_dir if is_writer() else tempfile.mkdtemp(prefix="tracer-rank-")
+    if not is_writer():  # one logger run (W&B): rank 0's
+        with open_dict(cfg):
+            cfg.logger = None
     doc = run_job(cfg, run_dir)
     if not is_writer():
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -33,6 +33,9 @@ def main(cfg: DictConfig) -> float | None:
         cfg.preset = hc.runtime.choices.get("experiment")
     init_from_env()  # under torchrun: one process group; every rank runs the job, rank 0 keeps the outputs
     out = Path(hc.runtime.output_dir) if is_writer() else Path(tempfile.mkdtemp(prefix="tracer-rank-"))
+    if not is_writer():  # one logger run (W&B): rank 0's
+        with open_dict(cfg):
+            cfg.logger = None
     report = run_job(cfg, out)
     if not is_writer():
         shutil.rmtree(out, ignore_errors=True)
