@@ -311,7 +311,8 @@ def test_multirun_composes_and_report_gathers_it(native_dir, tmp_path):
     assert len(runs) == 4
     doc = json.loads((runs[0] / "metrics.json").read_text())
     assert set(doc) == {"dataset", "registry_size", "scorer", "k", "regime", "executor", "n_steps", "mean",
-                        "sd", "per_fold", "folds", "folds_in_mean", "folds_without_test_steps"}
+                        "sd", "per_fold", "folds", "folds_in_mean", "folds_without_test_steps",
+                        "by_gold_seen"}
     assert doc["registry_size"] == 6 and doc["n_steps"] == 10 and len(doc["per_fold"]) == 2
     lines = (runs[0] / "steps.jsonl").read_text().splitlines()
     assert len(lines) == 10 and {"fold", "gold", "ranking", "presented", "kappa", "prompt_tokens"} <= set(
