@@ -114,7 +114,7 @@ class Retriever:
     @classmethod
     def from_dataset(cls, data: Dataset | str | Path, scorer: str | Scorer = "tracer_plus",
                      embedder: Embedder | None = None, *, k: int = 5, device: str | None = None,
-                     factory: str = "Flat", cache_dir: str | Path | None = ".cache/embeddings",
+                     factory: str = "auto", cache_dir: str | Path | None = ".cache/embeddings",
                      dataset_options: Mapping[str, Any] | None = None,
                      encoder_training: str | Mapping[str, Any] | None = None, **scorer_cfg: Any) -> Retriever:
         """Fit a scorer on every trajectory of a dataset.
@@ -126,7 +126,8 @@ class Retriever:
                 or an unfitted scorer object.
             embedder: default: the bundled MiniLM behind a disk cache at ``cache_dir``.
             device: where tensors live (default CUDA when present).
-            factory: FAISS index factory for the fallback (``Flat`` = exact).
+            factory: FAISS index factory of the tool index (``Flat``: exact; ``auto``: exact up to 2,048 tools,
+                HNSW above, :mod:`tracer.encode.index`).
             dataset_options: passed to the loader (e.g. ``{"execute": False}`` for BFCL).
             encoder_training: train an encoder on the dataset's trajectories first and serve with it: a
                 recipe of ``tracer/configs/encoder_training/`` (``mnrl``: MiniLM fine-tuned, the best

@@ -1,9 +1,13 @@
 """The vector fallback: a FAISS inner-product index over embedded tool names and descriptions.
 
 Vectors are L2-normalised, so inner product is cosine. ``IndexFlatIP`` (exact) is the default; an
-index factory string (e.g. ``"HNSW32,Flat"``) can be configured for large registries. With
-faiss-gpu and CUDA present the index is moved to the GPU. As in DPR's ``faiss_indexers.py`` the
-FAISS ids map to tool names and the map is checked on load.
+index factory string (e.g. ``"HNSW32,Flat"``) builds an approximate index for large registries, and
+``"auto"`` picks exact up to :data:`EXACT_UP_TO` tools and :data:`ANN_FACTORY` above (the threshold is
+measured: docs/performance.md). An approximate index answers a query with its ``ann_k`` best tools,
+rescored exactly (float64, as the exact path), every other tool scoring ``-inf``: what the scorers rank is
+then the retrieved tools, and a step's cost no longer grows with the registry. With faiss-gpu and CUDA
+present an exact index is moved to the GPU (FAISS has no GPU HNSW). As in DPR's ``faiss_indexers.py``
+the FAISS ids map to tool names and the map is checked on load.
 """
 
 from __future__ import annotations
@@ -20,8 +24,21 @@ from tracer.core.store import CorruptIndex, read_json
 from tracer.core.types import Registry
 from tracer.encode.embedders import Embedder, encode_tools
 
+EXACT_UP_TO = 2048          # "auto": an exact index up to this many tools
+ANN_FACTORY = "HNSW32,Flat"  # "auto" above it
+ANN_K, EF_SEARCH = 32, 64     # tools an approximate index retrieves per query; HNSW's search breadth
+
+
+def resolve_factory(factory: str, n: int) -> str:
+    """The FAISS factory string ``factory`` stands for over ``n`` tools (``"auto"`` picks by size)."""
+    if factory == "auto":
+        return "Flat" if n <= EXACT_UP_TO else ANN_FACTORY
+    return factory
+
 
 def _maybe_gpu(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
+    if not isinstance(index, faiss.IndexFlat):
+        return index  # only an exact index moves (FAISS has no GPU HNSW)
     want = torch.cuda.is_available() if use_gpu is None else use_gpu
     if want and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
         return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
@@ -34,31 +51,42 @@ class ToolIndex:
     Args:
         names: tool names, in FAISS id order (the registry order).
         vectors: ``[N, d]`` normalised tool embeddings.
-        factory: FAISS index factory string; ``"Flat"`` means exact inner product.
+        factory: FAISS index factory string; ``"Flat"`` means exact inner product, ``"auto"`` picks by
+            registry size (:func:`resolve_factory`).
+        ann_k: tools an approximate index retrieves per query (the rest score ``-inf``).
+        ef_search: HNSW's search breadth (at least ``ann_k``).
     """
 
     def __init__(self, names: Sequence[str], vectors: torch.Tensor, factory: str = "Flat",
-                 use_gpu: bool | None = None):
+                 use_gpu: bool | None = None, ann_k: int = ANN_K, ef_search: int = EF_SEARCH):
         vecs = np.ascontiguousarray(vectors.detach().cpu().numpy(), dtype=np.float32)  # [N, d]
         if vecs.shape[0] != len(names):
             raise ValueError(f"{len(names)} names but {vecs.shape[0]} vectors")
+        if ann_k < 1 or ef_search < ann_k:
+            raise ValueError(f"ann_k={ann_k}, ef_search={ef_search}: need 1 <= ann_k <= ef_search")
         self.names = tuple(names)
         self.dim = vecs.shape[1]
-        self.factory = factory
+        self.factory = resolve_factory(factory, len(self.names))
         self.vectors = vecs
-        cpu = faiss.IndexFlatIP(self.dim) if factory == "Flat" else faiss.index_factory(
-            self.dim, factory, faiss.METRIC_INNER_PRODUCT)
+        self.ann_k, self.ef_search = ann_k, ef_search
+        cpu = faiss.IndexFlatIP(self.dim) if self.factory == "Flat" else faiss.index_factory(
+            self.dim, self.factory, faiss.METRIC_INNER_PRODUCT)
         if not cpu.is_trained:
             cpu.train(vecs)
         cpu.add(vecs)
         self._cpu = cpu
+        self._tune()
         self.index = _maybe_gpu(cpu, use_gpu)
+
+    def _tune(self) -> None:
+        if hasattr(self._cpu, "hnsw"):
+            self._cpu.hnsw.efSearch = self.ef_search
 
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat",
-              use_gpu: bool | None = None) -> ToolIndex:
+              use_gpu: bool | None = None, **ann) -> ToolIndex:
         vecs = encode_tools(embedder, [t.search_text for t in registry])  # [N, d]
-        return cls(registry.names, vecs, factory, use_gpu)
+        return cls(registry.names, vecs, factory, use_gpu, **ann)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -93,11 +121,23 @@ class ToolIndex:
         if self.exact:
             q = queries.detach()
             return (q.to(torch.float64) @ self._matrix64(q.device).T).float().cpu()  # [B, N]
-        scores, ids = self.search(queries, len(self))  # [B, N], [B, N]; id -1 = not returned
-        n = len(self)
-        out = torch.full((queries.shape[0], n + 1), float("-inf"))
-        out.scatter_(1, torch.where(ids >= 0, ids.long(), n), scores)  # misses land in a dump column
-        return out[:, :n]
+        q = np.ascontiguousarray(queries.detach().cpu().numpy(), dtype=np.float32)     # [B, d]
+        out = np.full((len(q), len(self)), -np.inf, dtype=np.float32)                    # [B, N]
+        for row, query in zip(out, q):  # query by query: the live path's own call, so the two agree bit for bit
+            ids, scores = self.top_one(query)
+            row[ids] = scores
+        return torch.from_numpy(out)
+
+    def top_one(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """An approximate index's answer to one query ``[d]``: (registry ids ``[T]``, cosines ``[T]`` float32),
+        best first, ties by registry position; T = ``ann_k`` (fewer when the index returns fewer). The
+        cosines are exact (float64 dot products rounded to float32, the exact path's numbers)."""
+        q32 = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(1, -1))
+        _, ids = self._cpu.search(q32, min(self.ann_k, len(self)))
+        ids = ids[0][ids[0] >= 0].astype(np.int64)                                        # [T]
+        scores = (self.vectors[ids].astype(np.float64) @ q32[0].astype(np.float64)).astype(np.float32)
+        order = np.lexsort((ids, -scores))
+        return ids[order], scores[order]
 
     # ---- drift: a new index over changed rows (the old one keeps serving until it is swapped) ---------
     def with_rows(self, names: Sequence[str] = (), vectors: np.ndarray | torch.Tensor | None = None,
@@ -115,13 +155,16 @@ class ToolIndex:
         if len(add) != len(names):
             raise ValueError(f"{len(names)} new names but {len(add)} vectors")
         return ToolIndex(out_names + list(names), torch.from_numpy(np.concatenate([vecs, add])), self.factory,
-                         use_gpu=self.index is not self._cpu)
+                         use_gpu=self.index is not self._cpu, ann_k=self.ann_k, ef_search=self.ef_search)
 
     # ---- persistence -------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
         faiss.write_index(self._cpu, str(d / "tools.faiss"))
-        (d / "tools_idmap.json").write_text(json.dumps({"factory": self.factory, "names": list(self.names)}))
+        meta = {"factory": self.factory, "names": list(self.names)}
+        if not self.exact:
+            meta.update(ann_k=self.ann_k, ef_search=self.ef_search)
+        (d / "tools_idmap.json").write_text(json.dumps(meta))
         np.save(d / "tool_vectors.npy", self.vectors)
 
     @classmethod
@@ -148,6 +191,8 @@ class ToolIndex:
         if obj.vectors.ndim != 2 or len(obj.vectors) != len(registry):
             raise CorruptIndex(d / "tool_vectors.npy", f"shape {obj.vectors.shape}, expected [{len(registry)}, d]")
         obj.dim = obj.vectors.shape[1]
+        obj.ann_k, obj.ef_search = int(meta.get("ann_k", ANN_K)), int(meta.get("ef_search", EF_SEARCH))
         obj._cpu = index
+        obj._tune()
         obj.index = _maybe_gpu(index, use_gpu)
         return obj

@@ -46,7 +46,7 @@ class Resources:
     applied: Applied = field(default_factory=Applied)
 
     @classmethod
-    def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat", device: str | None = None,
+    def build(cls, registry: Registry, embedder: Embedder, factory: str = "auto", device: str | None = None,
               seed: int = 0, executor: Any = None) -> Resources:
         return cls(registry, embedder, ToolIndex.build(registry, embedder, factory), device or default_device(),
                    seed, executor)

@@ -151,6 +151,17 @@ def dense_scores_one(index: ToolIndex, query: np.ndarray) -> np.ndarray:
         return (m64 @ np.asarray(query, dtype=np.float64)).astype(np.float32)  # [N]
     return index.dense_scores(torch.as_tensor(np.asarray(query, dtype=np.float32))[None])[0].numpy()
 
+def vector_scores_one(index: ToolIndex, query: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(scores ``[N]`` float32, retrieved ``[T]`` or None) of one query: an exact index's
+    :func:`dense_scores_one` and None; an approximate index's retrieved tools (best first) with their
+    scores, ``-inf`` elsewhere, without a scan of the registry."""
+    if index.exact:
+        return dense_scores_one(index, query), None
+    ids, top = index.top_one(query)                                                      # [T], [T]
+    vec = np.full(len(index), -np.inf, dtype=np.float32)                                 # [N]
+    vec[ids] = top
+    return vec, ids
+
 def top_scores_one(index: ToolIndex, query: np.ndarray, top: int, include: np.ndarray | None = None) -> np.ndarray:
     """:func:`dense_scores_one` where only the leaders are needed: ``[N]`` float32 holding the exact
     score of every tool that can be among the ``top`` best (and of ``include``), ``-inf`` for the rest.

@@ -78,17 +78,41 @@ def test_dense_scores_one_equals_the_batched_rows_bit_for_bit(random_index):
     assert torch.equal(random_index.dense_scores(q[:3]), batched[:3])
 
 
-def test_approximate_index_scores_through_faiss():
-    index = ToolIndex([f"t{i}" for i in range(200)], unit_rows(200, 32, seed=5), factory="HNSW16,Flat")
+def test_approximate_index_retrieves_ann_k_tools_with_exact_scores():
+    index = ToolIndex([f"t{i}" for i in range(200)], unit_rows(200, 32, seed=5), factory="HNSW16,Flat",
+                      ann_k=10, ef_search=40)
     assert not index.exact
     q = unit_rows(5, 32, seed=6)
-    dense = index.dense_scores(q)
-    exact = q @ torch.from_numpy(index.vectors).T
-    found = torch.isfinite(dense)  # HNSW may leave tools out: they score -inf
-    assert found.sum(1).min() > 0
-    torch.testing.assert_close(dense[found], exact[found], atol=1e-5, rtol=0)
+    dense = index.dense_scores(q)                                                   # [5, 200]
+    exact = ToolIndex(index.names, torch.from_numpy(index.vectors)).dense_scores(q)
+    found = torch.isfinite(dense)  # the retrieved tools; every other one scores -inf
+    assert (found.sum(1) == 10).all()
+    assert torch.equal(dense[found], exact[found])  # rescored exactly: the exact index's numbers
     assert torch.equal(dense.argmax(1), exact.argmax(1))
     assert np.array_equal(dense_scores_one(index, q[0].numpy()), dense[0].numpy())
+    ids, scores = index.top_one(q[0].numpy())
+    assert np.array_equal(np.sort(ids), np.flatnonzero(found[0].numpy()))
+    assert np.all(np.diff(scores) <= 0) and np.array_equal(scores, dense[0].numpy()[ids])
+
+
+def test_auto_factory_is_exact_up_to_the_threshold_and_hnsw_above(monkeypatch):
+    import tracer.encode.index as mod
+    monkeypatch.setattr(mod, "EXACT_UP_TO", 100)
+    assert ToolIndex([f"t{i}" for i in range(100)], unit_rows(100, 16, seed=1), "auto").exact
+    big = ToolIndex([f"t{i}" for i in range(101)], unit_rows(101, 16, seed=1), "auto")
+    assert big.factory == mod.ANN_FACTORY and big._cpu.hnsw.efSearch == mod.EF_SEARCH
+    with pytest.raises(ValueError, match="ann_k"):
+        ToolIndex(["a"], unit_rows(1, 16, seed=1), "HNSW16,Flat", ann_k=50, ef_search=10)
+
+
+def test_approximate_index_save_load_keeps_its_search_settings(tmp_path):
+    index = ToolIndex([f"t{i}" for i in range(200)], unit_rows(200, 32, seed=5), "HNSW16,Flat", ann_k=7,
+                      ef_search=21)
+    index.save(tmp_path)
+    again = ToolIndex.load(tmp_path, Registry(Tool(n) for n in index.names))
+    assert (again.ann_k, again.ef_search, again._cpu.hnsw.efSearch) == (7, 21, 21)
+    q = unit_rows(4, 32, seed=8)
+    assert torch.equal(again.dense_scores(q), index.dense_scores(q))
 
 
 def test_save_load_round_trip_and_id_map_check(tmp_path, random_index):

@@ -232,3 +232,37 @@ def test_single_step_path_equals_the_batched_path_on_bfcl_with_minilm(bfcl_fold,
         one = tuple(c[i:i + 1] for c in contexts)
         assert scorer.select_one(step, one, 5) == presented[i], i
         assert np.array_equal(scorer.rank_one(step, one), ranking[i].numpy()), i
+
+
+def test_approximate_index_live_path_equals_its_batched_path_on_bfcl(bfcl_fold):
+    """tracer_plus over an HNSW tool index retrieving 8 tools (so trie children outside the retrieved ones
+    occur): the live step, which never scans the registry, presents and ranks as the batched path; the
+    candidates a step gets are the retrieved top m and the trie's children, nothing else."""
+    from dataclasses import replace
+
+    from tracer.encode.index import ToolIndex
+    from tracer.scorers.tracer_plus.step import retrieved_order
+
+    res, train, test = bfcl_fold
+    exact = res.tool_index
+    ann = ToolIndex(exact.names, torch.from_numpy(exact.vectors), "HNSW32,Flat", ann_k=8, ef_search=16)
+    assert not ann.exact
+    res = replace(res, tool_index=ann)
+    scorer = build_scorer("tracer_plus", head={"max_epochs": 30, "inner_folds": 3})
+    scorer.fit(train, res)
+    contexts = scorer.embed(test)
+    scores = scorer.score_embedded(test, *contexts)
+    assert (torch.isfinite(scores.fallback).sum(1) == 8).all()  # what the index retrieved, -inf elsewhere
+    ranking = finalize(scores, 1).ranking
+    presented = finalize(scores, 5, scorer.pad).presented
+    far = 0
+    for i, step in enumerate(test):
+        one = tuple(c[i:i + 1] for c in contexts)
+        assert scorer.select_one(step, one, 5) == presented[i], i
+        assert np.array_equal(scorer.rank_one(step, one), ranking[i].numpy()), i
+        cand, _, vec = scorer.score_step(step, *one)
+        order = retrieved_order(vec)
+        assert np.array_equal(order, ann.top_one(one[1][0].numpy())[0])
+        far += int((~np.isin(cand.tool, order)).sum())
+        assert set(order[:scorer.m].tolist()) <= set(cand.tool.tolist()), i
+    assert far > 0  # some trie children were not retrieved: their features took the clipped rank and cosine

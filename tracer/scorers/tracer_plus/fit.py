@@ -27,6 +27,7 @@ from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer_plus.features import candidates, feature_names
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model
+from tracer.scorers.tracer_plus.step import candidates_rows
 from tracer.scoring.resources import Resources, fallback_scores
 
 # held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never
@@ -72,13 +73,15 @@ def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: to
 
 def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor, vec: torch.Tensor,
                           keys, m: int, eps: float, names: Sequence[str], device, inner_folds: int = 5,
-                          seed: int = 0, fold_view: FoldView | None = None) -> CandidateData:
+                          seed: int = 0, fold_view: FoldView | None = None, approximate: bool = False
+                          ) -> CandidateData:
     """Candidates of every training step, each scored by tries built from the other inner folds only.
 
     ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
     seeded); ``mem_ctx [S, d]``, ``vec [S, N]`` and ``gold_ids [S]`` are row-aligned with them.
     ``fold_view(held)``, when given, returns ``(mem_ctx, vec)`` of every step under an encoder that never
     saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold).
+    ``approximate``: ``vec`` comes from an approximate tool index (:func:`candidates_rows`).
     """
     groups = sorted({s.group for s in steps})
     if len(groups) < 2:  # nothing to hold out: no training data
@@ -98,7 +101,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
 
     def score(idx: PlusIndex, held: torch.Tensor, f: int) -> CandidateData:
         mem, v = views.pop(f, (mem_ctx, vec))
-        cand = candidates(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m)
+        make = candidates_rows if approximate else candidates
+        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
                              torch.full((len(held),), f))
 

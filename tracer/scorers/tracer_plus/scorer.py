@@ -6,7 +6,8 @@ user request say much more. So instead of one trie and a fixed blend:
 
 1. *Candidates* (:mod:`tracer.scorers.tracer_plus.features`): the union of the children of the step's state
    under each configured key (one trie per key, all sharing the same embedded training contexts) and the
-   top ``vector_candidates`` (m) tools of the vector ranking.
+   top ``vector_candidates`` (m) tools of the vector ranking (of what an approximate tool index retrieves,
+   :mod:`tracer.scorers.tracer_plus.step`).
 2. *Features* per candidate and key (membership, log P, log R, edge cosine, the state's visits and children,
    the vector cosine, log rank and top-m flag), standardised with the training split's statistics.
 3. *Model* (:mod:`tracer.scorers.tracer_plus.model`): linear (default), an MLP or the mean of several, trained
@@ -16,11 +17,8 @@ Ranking: candidates by model score, then the rest of the registry in vector orde
 the vector ranking. References: DPR (Karpukhin et al., 2020), the NLL over a candidate set; the TRACER paper,
 the trie, its priors and edge memories; ToolNet (Liu et al., 2024), the previous-call key.
 
-Example::
-
-    scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)
-    sel = finalize(scorer.score(steps), k=5)            # batched
-    ids = scorer.select_one(step, scorer.embed([step]), k=5)   # one live step (Retriever.select: messages)
+Example: ``scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, res)``, then
+``finalize(scorer.score(steps), k=5)`` (batched) or ``scorer.select_one(step, scorer.embed([step]), k=5)``.
 """
 
 from __future__ import annotations
@@ -44,14 +42,14 @@ from tracer.scorers.tracer_plus.features import Candidates, candidates, feature_
 from tracer.scorers.tracer_plus.fit import clean_fold_view, inner_fold_candidates, train_model
 from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
-from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one
+from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one, candidates_rows
 from tracer.scoring.fit import FitReport
 from tracer.scoring.persist import check_trie, load_tensors, open_index, saved_config, write_common
 from tracer.scoring.protocol import Contexts, ScorerBase
 from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
-from tracer.scoring.single_step import as_numpy, dense_scores_one, rank_one
+from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
 
 FORMAT_VERSION = 1
 CLASS_PATH = "tracer.scorers.tracer_plus.TracerPlusScorer"
@@ -132,7 +130,8 @@ class TracerPlusScorer(ScorerBase):
         else:
             data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
                                          res.device, int(cfg["inner_folds"]), inner_seed(seed, 0),
-                                         clean_fold_view(res, steps, lambda r: self.embed(steps, r)))
+                                         clean_fold_view(res, steps, lambda r: self.embed(steps, r)),
+                                         approximate=not res.tool_index.exact)
             t2 = time.perf_counter()
             self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
                                            keep=self.keep, refit=bool(cfg["refit"]), members=self.members)
@@ -180,7 +179,8 @@ class TracerPlusScorer(ScorerBase):
 
     # ---- scoring (batched) -------------------------------------------------------------------
     def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor) -> Candidates:
-        return candidates(self.index, steps, mem, vec, self.m)
+        make = candidates if self.res.tool_index.exact else candidates_rows  # an ANN: what it retrieved
+        return make(self.index, list(steps), mem, vec, self.m)
 
     def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor, query: torch.Tensor | None = None) -> Scores:
         """Score steps whose contexts are embedded: ``mem [B, d]`` (memory rendering), ``query [B, d]``
@@ -214,8 +214,8 @@ class TracerPlusScorer(ScorerBase):
         self._check_fitted()
         mem = as_numpy(memory)
         q = mem if query is None else as_numpy(query)
-        vec = dense_scores_one(self.res.tool_index, q)                          # [N]
-        one = candidates_one(self.index, step, mem, vec, self.m)
+        vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
+        one = candidates_one(self.index, step, mem, vec, self.m, order)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         return one, s, vec
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from tracer.core.types import Step
-from tracer.scorers.tracer_plus.features import KEY_FEATURES, n_features
+from tracer.scorers.tracer_plus.features import KEY_FEATURES, Candidates, n_features
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scoring.single_step import children_one
 
@@ -25,18 +26,39 @@ class OneCandidates:
     feats: np.ndarray       # [C, F] float32 raw features
     in_state: np.ndarray    # [K] bool
     depth: int              # length of the first key's state (-1 when unseen)
-    order: np.ndarray       # [N] registry ids by vector score, best first (ties by registry position)
+    order: np.ndarray       # [N] registry ids by vector score, best first (ties by registry position);
+                            # [T] the tools an approximate index retrieved
 
 
-def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int) -> OneCandidates:
-    """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit."""
+def retrieved_order(vec: np.ndarray) -> np.ndarray:
+    """The tools with a finite vector score, best first, ties by registry position: an approximate index's
+    answer (:meth:`tracer.encode.index.ToolIndex.top_one`) read back from its scores ``[N]``."""
+    ids = np.flatnonzero(np.isfinite(vec))
+    return ids[np.lexsort((ids, -vec[ids]))]
+
+
+def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int,
+                   order: np.ndarray | None = None) -> OneCandidates:
+    """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit.
+
+    With ``order`` (the tools an approximate index retrieved, best first; ``vec`` is ``-inf`` for the
+    others) nothing scans the registry: a retrieved tool's rank is its position there, one not retrieved
+    (a trie child) gets rank T + 1 and the lowest retrieved cosine as its ``vec_cos`` (as far as the index
+    knows, it scores at most that), the tool-memory cosine is taken for the candidates alone. This is the
+    definition for approximate indexes; the batched path is this function row by row
+    (:func:`candidates_rows`).
+    """
     tries, tables = idx.tries, idx.tables
     n = len(vec)
     states = [t.key.state(step) for t in tries]
     kids = [children_one(t, s, mem_ctx) for t, s in zip(tries, states)]
-    order = np.argsort(-vec, kind="stable")                                              # [N]
+    approx = order is not None
     rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(1, n + 1)
+    if approx:
+        rank[order] = np.arange(1, len(order) + 1)
+    else:
+        order = np.argsort(-vec, kind="stable")                                          # [N]
+        rank[order] = np.arange(1, n + 1)
     is_cand = np.zeros(n, dtype=bool)
     for ch in kids:
         is_cand[ch.tool] = True
@@ -61,17 +83,27 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
             block[:, 7::2] = block[:, :4] * lc
             feats[col_of[ch.tool], base:base + n_key] = block
     g = len(tries) * n_key
-    r = rank[tool]
-    feats[:, g] = vec[tool]
+    ctx64 = np.asarray(mem_ctx, dtype=np.float64)
+    if approx:
+        cos = vec[tool]
+        far = ~np.isfinite(cos)
+        r = np.where(far, len(order) + 1, rank[tool] * ~far)
+        feats[:, g] = np.where(far, vec[order[-1]] if len(order) else np.float32(0), cos)
+        feats[:, g + 4] = (idx.tool_memory64[tool] @ ctx64).astype(np.float32)
+    else:
+        r = rank[tool]
+        feats[:, g] = vec[tool]
+        feats[:, g + 4] = (idx.tool_memory64 @ ctx64).astype(np.float32)[tool]
     feats[:, g + 1] = idx.log_ranks[r - 1]
     feats[:, g + 2] = r <= m
     feats[:, g + 3] = idx.tool_log_freq_np[tool]
-    feats[:, g + 4] = (idx.tool_memory64 @ np.asarray(mem_ctx, dtype=np.float64)).astype(np.float32)[tool]
     if step.history:
         get = idx.tool_id.get
         hist = [i for i in map(get, step.history) if i is not None]
         if hist:
-            feats[:, g + 5] = np.log1p(np.bincount(hist, minlength=n)[tool].astype(np.float64))
+            calls = np.zeros(n, dtype=np.int64)
+            np.add.at(calls, hist, 1)
+            feats[:, g + 5] = np.log1p(calls[tool].astype(np.float64))
             turn = np.zeros(n, dtype=np.float32)
             turn[[i for i in map(get, step.prefix) if i is not None]] = 1
             feats[:, g + 6] = turn[tool]
@@ -80,3 +112,25 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
                 feats[col_of[last], g + 7] = 1
     depth = len(states[0]) if kids and kids[0].node >= 0 else -1
     return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)
+
+
+def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int
+                    ) -> Candidates:
+    """:func:`candidates` for an approximate index: :func:`candidates_one` row by row (``vec [B, N]`` with
+    ``-inf`` for the tools not retrieved), stacked and padded; the live path's numbers by construction."""
+    mem = mem_ctx.detach().cpu().numpy()                                                 # [B, d]
+    v = vec.detach().cpu().numpy()                                                       # [B, N]
+    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i])) for i, s in enumerate(steps)]
+    width = max([len(o.tool) for o in ones] + [1])
+    b, f = len(ones), n_features(len(idx.tries))
+    tool = np.zeros((b, width), dtype=np.int64)
+    mask = np.zeros((b, width), dtype=bool)
+    feats = np.zeros((b, width, f), dtype=np.float32)
+    for i, o in enumerate(ones):
+        c = len(o.tool)
+        tool[i, :c], mask[i, :c], feats[i, :c] = o.tool, True, o.feats
+    in_state = np.array([o.in_state for o in ones], dtype=bool).reshape(b, len(idx.tries))
+    device = idx.tries[0].device if idx.tries else vec.device
+    return Candidates(tool=torch.from_numpy(tool).to(device), mask=torch.from_numpy(mask).to(device),
+                      feats=torch.from_numpy(feats).to(device), in_state=torch.from_numpy(in_state).to(device),
+                      depth=torch.tensor([o.depth for o in ones], dtype=torch.long, device=device))
