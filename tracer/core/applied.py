@@ -31,7 +31,9 @@ FILE = "applied.npy"
 
 def digest(tid: str) -> int:
     """The ledger's key of a trajectory id (the first 8 bytes of its BLAKE2b digest, little-endian)."""
-    return int.from_bytes(hashlib.blake2b(tid.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    return int.from_bytes(
+        hashlib.blake2b(tid.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
+    )
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ def check_folds(k: int, items: Sequence, group=lambda x: x.group, name: str = "f
     straddles folds, so there can be no more folds than groups."""
     n = len({group(x) for x in items})
     if k > n:
-        raise ValueError(f"{name}={k} (override {name}=...): the dataset has {n} groups (tasks), and a group never "
-                         f"straddles folds; use at most {n}")
+        raise ValueError(f"{name}={k} (override {name}=...): the dataset has {n} groups (tasks), "
+                         f"and a group never straddles folds; use at most {n}")
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,11 @@ def kfold(items: Sequence[T], k: int, seed: int = 0, group=lambda x: x.group) ->
     """Split records (anything with a group) into k (train, test) splits by group."""
     fold_of = assign_folds([group(x) for x in items], k, seed)
     return [
-        Split(f, tuple(x for x in items if fold_of[group(x)] != f), tuple(x for x in items if fold_of[group(x)] == f))
+        Split(
+            f,
+            tuple(x for x in items if fold_of[group(x)] != f),
+            tuple(x for x in items if fold_of[group(x)] == f),
+        )
         for f in range(k)
     ]
 

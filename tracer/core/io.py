@@ -53,7 +53,9 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, fsync: 
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix or f".tmp-{os.getpid()}-{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=prefix or f".tmp-{os.getpid()}-{path.name}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

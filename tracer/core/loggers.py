@@ -56,15 +56,15 @@ class WandbLogger:
     """
 
     def __init__(self, project: str = "tracer", entity: str | None = None, mode: str = "offline",
-                 dir: str | Path = ".", name: str | None = None, tags: Sequence[str] = (), group: str | None = None,
-                 **_: Any):
+                 dir: str | Path = ".", name: str | None = None, tags: Sequence[str] = (),
+                 group: str | None = None, **_: Any):
         import wandb  # lazy: only a wandb run needs it
 
         self._wandb = wandb
         Path(dir).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=project, entity=entity, mode=mode, dir=str(dir), name=name, tags=list(tags),
-                              group=group, reinit="finish_previous", settings=wandb.Settings(console="off",
-                                                                                             x_disable_stats=True))
+        self.run = wandb.init(project=project, entity=entity, mode=mode, dir=str(dir), name=name,
+                              tags=list(tags), group=group, reinit="finish_previous",
+                              settings=wandb.Settings(console="off", x_disable_stats=True))
 
     @property
     def run_dir(self) -> Path:

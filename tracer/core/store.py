@@ -90,7 +90,8 @@ def clean_stale(root: Path) -> list[Path]:
         for p in parent.iterdir():
             if _stale(p.name):
                 # ignore_errors: a concurrent save may be removing the same leftover
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+                (shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink()
+                 else p.unlink(missing_ok=True))
                 removed.append(p)
     return removed
 
@@ -133,14 +134,17 @@ def verify_snapshot(snap: Path, mode: Verify = "sha256") -> None:
     if not isinstance(files, dict):
         raise CorruptIndex(snap / MANIFEST, "no 'files' table")
     for name, want in files.items():
-        if not isinstance(want, dict) or not isinstance(want.get("size"), int) or not isinstance(want.get("sha256"), str):
+        if (not isinstance(want, dict) or not isinstance(want.get("size"), int)
+                or not isinstance(want.get("sha256"), str)):
             raise CorruptIndex(snap / MANIFEST, f"malformed entry for {name!r}")
         p = inside(snap, name)
         if not p.is_file():
             raise CorruptIndex(p, "listed in the manifest but missing")
         size = p.stat().st_size
         if size != want["size"]:
-            raise CorruptIndex(p, f"size {size} bytes, the manifest says {want['size']} (truncated or replaced)")
+            raise CorruptIndex(
+                p, f"size {size} bytes, the manifest says {want['size']} (truncated or replaced)"
+            )
         if mode == "sha256" and sha256_file(p) != want["sha256"]:
             raise CorruptIndex(p, "SHA-256 does not match the manifest (the file is corrupt)")
 
@@ -284,7 +288,9 @@ def save_snapshot(root: str | Path, keep: int = 2) -> Iterator[Path]:
             fsync_dir(tmp)
             os.replace(tmp, snaps / sid)
             fsync_dir(snaps)
-            atomic_write_text(root / POINTER, f"{SNAPSHOTS}/{sid}\n", fsync=True, prefix=f"{TMP}{os.getpid()}-")
+            atomic_write_text(
+                root / POINTER, f"{SNAPSHOTS}/{sid}\n", fsync=True, prefix=f"{TMP}{os.getpid()}-"
+            )
             fsync_dir(root)
         finally:
             os.close(fd)

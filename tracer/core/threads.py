@@ -33,5 +33,6 @@ def machine() -> str:
     names it."""
     info = Path("/proc/cpuinfo")
     lines = info.read_text().splitlines() if info.is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown processor")
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                 "unknown processor")
     return f"{model}, {os.cpu_count()} CPUs"

@@ -34,7 +34,11 @@ class Tool:
     def to_openai(self) -> dict[str, Any]:
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": dict(self.parameters)},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
         }
 
     @property
@@ -61,7 +65,8 @@ class Registry(Sequence[Tool]):
         self._index: dict[str, int] = {}
         for i, t in enumerate(self._tools):
             if t.name in self._index:
-                raise ValueError(f"duplicate tool name {t.name!r} in registry (positions {self._index[t.name]} and {i})")
+                raise ValueError(f"duplicate tool name {t.name!r} in registry "
+                                 f"(positions {self._index[t.name]} and {i})")
             self._index[t.name] = i
         self._names = tuple(self._index)  # the registry never changes (extend builds a new one): made once
         self._positions = MappingProxyType(self._index)

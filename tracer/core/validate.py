@@ -75,7 +75,9 @@ def check_text(value: Any, field: str) -> None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InvalidField(field, f"lone surrogate {value[e.start]!r} at character {e.start}: not valid Unicode") from None
+        raise InvalidField(
+            field, f"lone surrogate {value[e.start]!r} at character {e.start}: not valid Unicode"
+        ) from None
 
 
 def check_content(content: Any, field: str) -> None:
@@ -85,7 +87,9 @@ def check_content(content: Any, field: str) -> None:
         check_text(content, field)
         return
     if not isinstance(content, list):
-        raise InvalidField(field, f"must be a string, null or a list of content parts, got {type(content).__name__}")
+        raise InvalidField(
+            field, f"must be a string, null or a list of content parts, got {type(content).__name__}"
+        )
     for i, part in enumerate(content):
         if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
             raise InvalidField(f"{field}[{i}]", "a content part must be an object with a 'type'")
