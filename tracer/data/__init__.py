@@ -11,4 +11,6 @@ for _mod in ("bfcl", "tau2", "apibank"):
         if _e.name != f"{__name__}.{_mod}":
             raise
 
-__all__ = ["LOADERS", "Dataset", "load_dataset", "load_native", "read_tools", "register_loader", "write_native"]
+__all__ = [
+    "LOADERS", "Dataset", "load_dataset", "load_native", "read_tools", "register_loader", "write_native",
+]

@@ -145,7 +145,8 @@ def _call_messages(calls: list[tuple[str, dict]], registry: Registry, rename: di
                            "function": {"name": name, "arguments": json.dumps(args)}})
     out: list[dict] = [{"role": "assistant", "content": None, "tool_calls": tool_calls}]
     for call, result in zip(tool_calls, results or ()):
-        out.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": result})
+        out.append({"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"],
+                    "content": result})
     return out
 
 

@@ -135,7 +135,8 @@ def parse_call(text: str) -> tuple[str, tuple, dict[str, Any]]:
     except SyntaxError as e:
         raise ValueError(f"not a Python call: {text!r} ({e.msg})") from None
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        raise ValueError(f"not a call of a plain function name: {text!r}")  # noqa: TRY004  (bad text, not type)
+        # a bad text, not a bad type: TRY004 does not apply
+        raise ValueError(f"not a call of a plain function name: {text!r}")  # noqa: TRY004
     try:
         args = tuple(ast.literal_eval(a) for a in node.args)
         kwargs = {}
@@ -194,7 +195,8 @@ def _task_number(task_id: str) -> str:
 
 
 @register_loader("bfcl")
-def load_bfcl(categories: Iterable[str] = CATEGORIES, execute: bool = True, name: str = "bfcl", **_) -> Dataset:
+def load_bfcl(categories: Iterable[str] = CATEGORIES, execute: bool = True, name: str = "bfcl",
+              **_) -> Dataset:
     """Load BFCL v3 multi-turn: 200 tasks per category, each run on the real backends when ``execute``."""
     categories = (categories,) if isinstance(categories, str) else tuple(categories)
     unknown = [c for c in categories if c not in CATEGORIES]
@@ -222,7 +224,8 @@ def load_bfcl(categories: Iterable[str] = CATEGORIES, execute: bool = True, name
 
 
 def task_to_trajectory(task: Mapping[str, Any], truth: Any, category: str, registry: Registry, *,
-                       execute: bool = True, binder: CallBinder | None = None, task_path: Path | str = "<bfcl task>",
+                       execute: bool = True, binder: CallBinder | None = None,
+                       task_path: Path | str = "<bfcl task>",
                        answer_path: Path | str = "<bfcl answer>") -> Trajectory:
     """One BFCL entry and its ground truth (a list of call strings per turn) as a trajectory."""
     bind = binder or CallBinder()
@@ -234,26 +237,30 @@ def task_to_trajectory(task: Mapping[str, Any], truth: Any, category: str, regis
             raise DataError(task_path, "missing field", record=tid, field=key)
     question = task["question"]
     if not isinstance(truth, list) or len(truth) != len(question):
-        raise DataError(answer_path, f"ground truth needs one list per turn ({len(question)} turns)", record=tid,
-                        field="ground_truth")
+        raise DataError(answer_path, f"ground truth needs one list per turn ({len(question)} turns)",
+                        record=tid, field="ground_truth")
     gold: list[list[tuple[str, dict]]] = []
     for t, (users, turn) in enumerate(zip(question, truth)):
         if not isinstance(users, list) or not isinstance(turn, list):
             raise DataError(answer_path if not isinstance(turn, list) else task_path, "a turn must be a list",
-                            record=tid, field=f"{'ground_truth' if not isinstance(turn, list) else 'question'}[{t}]")
+                            record=tid,
+                            field=f"{'ground_truth' if not isinstance(turn, list) else 'question'}[{t}]")
         calls = []
         for i, text in enumerate(turn):
             fld = f"ground_truth[{t}][{i}]"
             try:
                 fname, args, kwargs = parse_call(text)
-                arguments = json.loads(json.dumps(bind(fname, args, kwargs)))  # exactly what the message holds
+                # exactly what the message holds
+                arguments = json.loads(json.dumps(bind(fname, args, kwargs)))
             except (ValueError, TypeError) as e:
                 raise DataError(answer_path, str(e), record=tid, field=fld) from None
             if fname not in registry:
-                raise DataError(answer_path, f"call names {fname!r}, which is not a BFCL tool", record=tid, field=fld)
+                raise DataError(answer_path, f"call names {fname!r}, which is not a BFCL tool", record=tid,
+                                field=fld)
             extra = set(arguments) - set(registry.get(fname).parameters.get("properties", {}))
             if extra:
-                raise DataError(answer_path, f"{fname} has no parameters {sorted(extra)}", record=tid, field=fld)
+                raise DataError(answer_path, f"{fname} has no parameters {sorted(extra)}", record=tid,
+                                field=fld)
             calls.append((fname, arguments))
         gold.append(calls)
 
@@ -261,8 +268,8 @@ def task_to_trajectory(task: Mapping[str, Any], truth: Any, category: str, regis
     metadata: dict[str, Any] = {
         "category": category, "bfcl_id": tid, "involved_classes": list(task["involved_classes"]),
         "initial_config": task["initial_config"], "long_context": long_context, "path": task.get("path", []),
-        "excluded_function": task.get("excluded_function", []), "missed_function": task.get("missed_function", {}),
-        "ground_truth": truth,
+        "excluded_function": task.get("excluded_function", []),
+        "missed_function": task.get("missed_function", {}), "ground_truth": truth,
     }
     results = None
     if execute:
@@ -270,5 +277,6 @@ def task_to_trajectory(task: Mapping[str, Any], truth: Any, category: str, regis
         results = [[env.execute(n, a) for n, a in calls] for calls in gold]
         metadata["execution_errors"] = env.errors
     messages = build_messages(tid, question, gold, results)
-    return Trajectory(id=tid, group=f"bfcl-{_task_number(tid)}", domain="+".join(sorted(task["involved_classes"])),
+    return Trajectory(id=tid, group=f"bfcl-{_task_number(tid)}",
+                      domain="+".join(sorted(task["involved_classes"])),
                       messages=tuple(messages), reward=1.0, success=True, metadata=metadata)

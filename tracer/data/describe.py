@@ -2,7 +2,8 @@
 
 Run as::
 
-    python -m tracer.data.describe bfcl tau2 apibank jsonl:DIR [--tau2-domains retail,telecom] [--registry large]
+    python -m tracer.data.describe bfcl tau2 apibank jsonl:DIR
+        [--tau2-domains retail,telecom] [--registry large]
 
 It prints one Markdown row per dataset; tau2 gets one row per domain and one for the pooled
 domains, API-Bank one per level and one for the pooled levels.
@@ -92,7 +93,8 @@ def _datasets(spec: str, tau2_domains: Sequence[str]) -> list[tuple[str, Dataset
         return [("jsonl", load_dataset("jsonl", path=spec[len("jsonl:"):]))]
     if spec == "tau2":
         parts = [("tau2", load_dataset("tau2", domains=(d,))) for d in tau2_domains]
-        return parts + ([("tau2", load_dataset("tau2", domains=tuple(tau2_domains)))] if len(tau2_domains) > 1 else [])
+        return parts + ([("tau2", load_dataset("tau2", domains=tuple(tau2_domains)))]
+                        if len(tau2_domains) > 1 else [])
     if spec == "apibank":
         levels = [replace(load_dataset("apibank", levels=(lv,)), name=f"apibank-l{lv}") for lv in (1, 2, 3)]
         return [("apibank", ds) for ds in levels] + [("apibank", load_dataset("apibank"))]
@@ -102,11 +104,14 @@ def _datasets(spec: str, tau2_domains: Sequence[str]) -> list[tuple[str, Dataset
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tracer.data.describe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tracer.data.describe",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("datasets", nargs="+", help="bfcl, tau2, apibank or jsonl:DIR")
-    parser.add_argument("--tau2-domains", default="retail,airline,telecom", help="comma-separated tau2 domains")
+    parser.add_argument("--tau2-domains", default="retail,airline,telecom",
+                        help="comma-separated tau2 domains")
     parser.add_argument("--registry", default="small", choices=("small", "medium", "large"),
-                        help="registry preset (tracer.data.pool.REGISTRY_PRESETS); jsonl datasets stay native")
+                        help="registry preset (tracer.data.pool.REGISTRY_PRESETS); "
+                             "jsonl datasets stay native")
     parser.add_argument("--seed", type=int, default=0, help="seed of the distractor draw")
     args = parser.parse_intermixed_args(argv)
     domains = [d.strip() for d in args.tau2_domains.split(",") if d.strip()]

@@ -98,7 +98,8 @@ def read_tools(path: str | Path, source: str = "", problems: Problems | None = N
 def _tool(path: Path, i: int, obj: Any, seen: dict[str, int], source: str) -> Tool:
     fn = obj.get("function") if isinstance(obj, dict) else None
     if not isinstance(fn, dict):
-        raise DataError(path, "expected {'type': 'function', 'function': {...}}", record=f"#{i}", field="function")
+        raise DataError(path, "expected {'type': 'function', 'function': {...}}", record=f"#{i}",
+                        field="function")
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         raise DataError(path, "missing or empty tool name", record=f"#{i}", field="function.name")
@@ -113,7 +114,8 @@ def _tool(path: Path, i: int, obj: Any, seen: dict[str, int], source: str) -> To
     seen[name] = i
     params = fn.get("parameters", {"type": "object", "properties": {}})
     if not isinstance(params, dict):
-        raise DataError(path, "parameters must be a JSON schema object", record=name, field="function.parameters")
+        raise DataError(path, "parameters must be a JSON schema object", record=name,
+                        field="function.parameters")
     return Tool(name=name, description=fn.get("description", "") or "", parameters=params, source=source)
 
 
@@ -157,7 +159,8 @@ def _json_line(path: Path, raw: bytes, lineno: int, start: int) -> dict | None:
     return obj
 
 
-def read_trajectories(path: str | Path, registry: Registry, problems: Problems | None = None) -> list[Trajectory]:
+def read_trajectories(path: str | Path, registry: Registry,
+                      problems: Problems | None = None) -> list[Trajectory]:
     """The trajectories of a JSONL file, every call naming a tool of ``registry``; with ``problems`` (a list),
     a bad line is put there and skipped, and an empty file is no error."""
     out = _read_file(Path(path), registry, problems, {})
@@ -213,7 +216,8 @@ def _trajectory(path: Path, lineno: int, obj: dict, registry: Registry, ids: dic
                       reward=float(reward), success=success, metadata=meta)
 
 
-def read_log_trajectories(root: Path, registry: Registry, problems: Problems | None = None) -> list[Trajectory]:
+def read_log_trajectories(root: Path, registry: Registry,
+                          problems: Problems | None = None) -> list[Trajectory]:
     """Every trajectory of a dataset directory's files (:func:`trajectory_files`, in write order), ids unique
     across them; strict (``problems`` None) or lenient as :func:`read_trajectories`."""
     ids: dict[str, tuple[Path, int]] = {}
@@ -234,7 +238,8 @@ def load_native(path: str | Path, name: str | None = None, problems: Problems | 
     instead: bad lines and tool entries are put there and skipped, an empty registry or dataset is allowed."""
     root = Path(path)
     if root.is_file():
-        raise DataError(root, "is a file; a native dataset is a directory holding tools.json and trajectories.jsonl")
+        raise DataError(root, "is a file; a native dataset is a directory holding tools.json "
+                              "and trajectories.jsonl")
     if not root.is_dir():
         raise DataError(root, "dataset directory not found")
     registry = read_tools(root / "tools.json", problems=problems)
@@ -261,10 +266,12 @@ def write_native(path: str | Path, registry: Registry, trajectories: Iterable[Tr
         clean_stale(root)
         foreign = sorted(p.name for p in root.iterdir() if p.name not in DATASET_FILES)
         if foreign:
-            raise FileExistsError(f"{root}: holds files that are not a tracer dataset ({', '.join(foreign[:5])}); "
+            raise FileExistsError(f"{root}: holds files that are not a tracer dataset "
+                                  f"({', '.join(foreign[:5])}); "
                                   "write the dataset to a new or empty directory")
     atomic_write(root / "trajectories.jsonl",
-                 lambda f: f.writelines((json.dumps(t.to_json()) + "\n").encode() for t in trajectories), fsync=True)
+                 lambda f: f.writelines((json.dumps(t.to_json()) + "\n").encode() for t in trajectories),
+                 fsync=True)
     atomic_write(root / "tools.json", lambda f: f.write(json.dumps(registry.to_openai(), indent=1).encode()),
                  fsync=True)
     return root

@@ -63,7 +63,8 @@ def distractor_pool(registry: Registry, distractors_from: Sequence[Dataset]) -> 
     return pool
 
 
-def pool_registry(dataset: Dataset, size: int | None, distractors_from: Sequence[Dataset], seed: int = 0) -> Dataset:
+def pool_registry(dataset: Dataset, size: int | None, distractors_from: Sequence[Dataset],
+                  seed: int = 0) -> Dataset:
     """The dataset with its registry grown to ``size`` tools by seeded distractors.
 
     Args:
@@ -133,5 +134,7 @@ def apply_preset(dataset_name: str, dataset: Dataset, preset: str | None, seed: 
         return pool_registry(dataset, size, sources, seed)
     except ValueError as e:
         if missing:
-            raise ValueError(f"{e}; distractor source(s) without a registered loader: {', '.join(missing)}") from None
+            raise ValueError(
+                f"{e}; distractor source(s) without a registered loader: {', '.join(missing)}"
+            ) from None
         raise

@@ -118,8 +118,8 @@ def _task_trajectory(path: Path, index: int, task: Any, domain: str, registry: R
             continue
         name = action["name"]
         if name not in registry:
-            raise DataError(path, f"action names {name!r}, which is not in {domain}/tools.json", record=task_id,
-                            field=fld + ".name")
+            raise DataError(path, f"action names {name!r}, which is not in {domain}/tools.json",
+                            record=task_id, field=fld + ".name")
         args = action.get("arguments") or {}
         if not isinstance(args, dict):
             raise DataError(path, "arguments must be an object", record=task_id, field=fld + ".arguments")
@@ -156,8 +156,8 @@ def load_tau2(path: str | Path = "../shared/datasets/tau2", domains: str | Itera
 
     tools, trajectories, skipped = [], [], Counter()
     for d in chosen:
-        tools += [Tool(name=renames[d].get(t.name, t.name), description=t.description, parameters=t.parameters,
-                       source=d) for t in registries[d]]
+        tools += [Tool(name=renames[d].get(t.name, t.name), description=t.description,
+                       parameters=t.parameters, source=d) for t in registries[d]]
         folder = root / d
         tasks_path = folder / _TASKS_FILE[d]
         policy = _policy(folder, d)
@@ -166,7 +166,8 @@ def load_tau2(path: str | Path = "../shared/datasets/tau2", domains: str | Itera
             traj = _task_trajectory(tasks_path, i, task, d, registries[d], renames[d], policy, skipped)
             tid = str(task["id"])
             if tid in seen:
-                raise DataError(tasks_path, f"duplicate task id (first at #{seen[tid]})", record=tid, field="id")
+                raise DataError(tasks_path, f"duplicate task id (first at #{seen[tid]})", record=tid,
+                                field="id")
             seen[tid] = i
             if traj is not None:
                 trajectories.append(traj)
