@@ -47,7 +47,8 @@ def group_sums(values: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.nd
     numbers)."""
     order = np.argsort(group, kind="stable")
     g = group[order]
-    change = np.empty(len(g) + 1, dtype=bool)                                            # a group starts or ends
+    # change: a group starts or ends
+    change = np.empty(len(g) + 1, dtype=bool)
     change[0] = change[-1] = True
     np.not_equal(g[1:], g[:-1], out=change[1:-1])
     starts = np.flatnonzero(change)[:-1]                                                 # [G]

@@ -87,7 +87,8 @@ class TransitionTable:
         edge_node = key // self.n_tools
         self.indptr = torch.zeros(n_nodes + 1, dtype=torch.long, device=self.device)
         self.indptr[1:] = torch.bincount(edge_node, minlength=n_nodes).cumsum(0)
-        self.node_count = torch.zeros(n_nodes, dtype=torch.long, device=self.device).index_add_(0, edge_node, count)
+        self.node_count = torch.zeros(n_nodes, dtype=torch.long, device=self.device).index_add_(
+            0, edge_node, count)
         new_depth = torch.tensor([len(s) for s in self.node_states[n_old_nodes:]], dtype=torch.long,
                                  device=self.device)
         self.node_depth = torch.cat([self.node_depth, new_depth])
@@ -117,7 +118,8 @@ class TransitionTable:
 
     def edge_node(self) -> torch.Tensor:
         """The source node of every edge, ``[E]``."""
-        return torch.repeat_interleave(torch.arange(len(self.indptr) - 1, device=self.device), self.indptr.diff())
+        return torch.repeat_interleave(torch.arange(len(self.indptr) - 1, device=self.device),
+                                       self.indptr.diff())
 
     def node(self, state: tuple[str, ...]) -> int:
         return self.nodes.get(tuple(state), -1)
@@ -132,8 +134,8 @@ class TransitionTable:
 
     def lookup(self, steps: Sequence[Step]) -> torch.Tensor:
         """Node id of each step's state, ``[B]`` (-1 where unseen)."""
-        return torch.tensor(self._node_ids((self.key.state(s) for s in steps), create=False), dtype=torch.long,
-                            device=self.device)
+        return torch.tensor(self._node_ids((self.key.state(s) for s in steps), create=False),
+                            dtype=torch.long, device=self.device)
 
     def slots(self, node: torch.Tensor) -> tuple[Transitions, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The children of nodes ``[B]``: (:class:`Transitions`, first edge ``[B]``, number of children

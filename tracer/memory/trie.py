@@ -119,17 +119,20 @@ class ExecutionTrie(TransitionTable):
         # old rows move in runs between insertion points: one slice copy per run (memcpy speed)
         shift = at_old - torch.arange(len(at_old), device=self.device)                              # [E_old]
         starts = torch.cat([torch.zeros(1, dtype=torch.long, device=self.device),
-                            (shift.diff() != 0).nonzero().squeeze(1) + 1, torch.tensor([len(at_old)], device=self.device)])
+                            (shift.diff() != 0).nonzero().squeeze(1) + 1,
+                            torch.tensor([len(at_old)], device=self.device)])
         for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()) if len(at_old) else ():
             dst = int(at_old[a])
             memory[dst:dst + b - a] = self.edge_memory[a:b]
             norm[dst:dst + b - a] = self.edge_norm[a:b]
         self.edge_memory = None  # free the old memory before the touched rows are recomputed
         was = is_old[at_new]                                                                          # [K]
-        total = torch.where(was[:, None], memory[at_new].float() * norm[at_new, None], 0.0).add_(new_sum)  # [K, d]
+        total = torch.where(was[:, None], memory[at_new].float() * norm[at_new, None],
+                            0.0).add_(new_sum)                                                        # [K, d]
         del new_sum
         norm[at_new] = torch.linalg.vector_norm(total, dim=1)
-        memory[at_new] = total.div_(norm[at_new].clamp_min(1e-12)[:, None]).to(self.dtype)  # m . c is a cosine
+        # m . c is a cosine
+        memory[at_new] = total.div_(norm[at_new].clamp_min(1e-12)[:, None]).to(self.dtype)
         self.edge_memory = memory
         self.edge_norm = norm
         edge_node = self._set_edges(key, count, n_old_nodes)
@@ -166,8 +169,8 @@ class ExecutionTrie(TransitionTable):
         else:
             sim = self._sims(node, start, n_child, contexts, width, heavy, chunk)       # [B, C]
         log_l = contextual_prior(sim, mask, self.eps)
-        return ChildBatch(node=node, tool=t.tool, mask=mask, count=t.count, node_count=t.node_count, depth=t.depth,
-                          log_p=log_p, sim=sim, log_l=log_l)
+        return ChildBatch(node=node, tool=t.tool, mask=mask, count=t.count, node_count=t.node_count,
+                          depth=t.depth, log_p=log_p, sim=sim, log_l=log_l)
 
     def _sims(self, node, start, n_child, contexts, width, heavy, chunk) -> torch.Tensor:
         """Cosines ``[B, C]`` (float32, -inf where masked), accumulated in float64."""
@@ -186,8 +189,8 @@ class ExecutionTrie(TransitionTable):
         big = counts >= min(heavy, len(rows))  # [n_unique]; a batch of one is one matmul (no pair indexing)
         ends = counts.cumsum(0)
         ub = uniq[big]
-        for lo, hi, end, cnt in zip(self.indptr[ub].tolist(), self.indptr[ub + 1].tolist(), ends[big].tolist(),
-                                    counts[big].tolist()):
+        for lo, hi, end, cnt in zip(self.indptr[ub].tolist(), self.indptr[ub + 1].tolist(),
+                                    ends[big].tolist(), counts[big].tolist()):
             r = rows[end - cnt:end]
             mem = self.edge_memory[lo:hi].to(torch.float64)                              # [C_u, d]
             sim[r, : hi - lo] = ctx[r] @ mem.T                                           # [n_u, C_u]
@@ -196,7 +199,8 @@ class ExecutionTrie(TransitionTable):
             nc = n_child[r]
             pair_row = torch.repeat_interleave(r, nc)                                    # [P]
             first = torch.cumsum(nc, 0) - nc
-            pair_off = torch.arange(len(pair_row), device=self.device) - torch.repeat_interleave(first, nc)  # [P]
+            pair_off = (torch.arange(len(pair_row), device=self.device)
+                        - torch.repeat_interleave(first, nc))                            # [P]
             pair_edge = start[pair_row] + pair_off
             for lo in range(0, len(pair_row), chunk):  # bound the [p, d] temporaries
                 pr, pe = pair_row[lo:lo + chunk], pair_edge[lo:lo + chunk]
@@ -212,9 +216,10 @@ class ExecutionTrie(TransitionTable):
         return {
             "config": {"n_tools": self.n_tools, "dim": self.dim, "key": asdict(self.key), "eps": self.eps,
                        "dtype": str(self.dtype).removeprefix("torch.")},
-            "vocab": list(vocab), "state_tokens": torch.tensor(tokens, dtype=torch.int32), "state_lengths": lengths,
-            "indptr": self.indptr.cpu(), "edge_tool": self.edge_tool.cpu(), "edge_count": self.edge_count.cpu(),
-            "edge_log_p": self.edge_log_p.cpu(), "edge_memory": self.edge_memory.cpu(), "edge_norm": self.edge_norm.cpu(),
+            "vocab": list(vocab), "state_tokens": torch.tensor(tokens, dtype=torch.int32),
+            "state_lengths": lengths, "indptr": self.indptr.cpu(), "edge_tool": self.edge_tool.cpu(),
+            "edge_count": self.edge_count.cpu(), "edge_log_p": self.edge_log_p.cpu(),
+            "edge_memory": self.edge_memory.cpu(), "edge_norm": self.edge_norm.cpu(),
         }
 
     @classmethod
@@ -231,8 +236,8 @@ class ExecutionTrie(TransitionTable):
         for name in ("indptr", "edge_tool", "edge_count", "edge_log_p", "edge_memory", "edge_norm"):
             setattr(trie, name, sd[name].to(trie.device))
         if len(trie.indptr) != trie.n_nodes + 1 or int(trie.indptr[-1]) != trie.n_edges:
-            raise ValueError(f"trie state dict is inconsistent: {trie.n_nodes} states, indptr of {len(trie.indptr)}, "
-                             f"{trie.n_edges} edges")
+            raise ValueError(f"trie state dict is inconsistent: {trie.n_nodes} states, "
+                             f"indptr of {len(trie.indptr)}, {trie.n_edges} edges")
         trie.node_count = torch.zeros(trie.n_nodes, dtype=torch.long, device=trie.device).index_add_(
             0, trie.edge_node(), trie.edge_count)
         trie.node_depth = sd["state_lengths"].to(trie.device)
