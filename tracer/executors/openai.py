@@ -39,11 +39,9 @@ Decisions:
       oversized reply and a wrong-shaped one are not. A request that still fails is
       ``Decision(call=None, error=...)``.
 
-Counters (thread-safe, cumulative over the executor's life): ``n_requests`` (logical requests:
-decisions and completions, not HTTP attempts), ``n_retries`` (extra attempts), ``n_errors``
-(requests that ended in an error), ``n_malformed``, ``prompt_tokens`` and ``completion_tokens``
-(summed from the server's ``usage``).
-"""
+Counters (thread-safe, cumulative over the executor's life): ``n_requests`` (logical requests: decisions and
+completions, not HTTP attempts), ``n_retries`` (extra attempts), ``n_errors`` (requests that ended in an
+error), ``n_malformed``, ``prompt_tokens`` and ``completion_tokens`` (summed from the server's ``usage``)."""
 
 from __future__ import annotations
 
@@ -101,11 +99,14 @@ class OpenAIExecutor:
                  timeout_s: float = 60, max_retries: int = 4, concurrency: int = 8, backoff_s: float = 0.5,
                  max_response_bytes: int = 8_000_000, extra_body: Mapping[str, Any] | None = None, **_: Any):
         if not base_url or not model:
-            raise ValueError("OpenAIExecutor needs base_url and model (e.g. executor.model=Qwen/Qwen2.5-7B-Instruct)")
+            raise ValueError("OpenAIExecutor needs base_url and model "
+                             "(e.g. executor.model=Qwen/Qwen2.5-7B-Instruct)")
         if concurrency < 1 or max_retries < 0:
-            raise ValueError(f"need concurrency >= 1 and max_retries >= 0, got {concurrency} and {max_retries}")
+            raise ValueError(f"need concurrency >= 1 and max_retries >= 0, "
+                             f"got {concurrency} and {max_retries}")
         if not timeout_s > 0 or max_response_bytes < 1:
-            raise ValueError(f"need timeout_s > 0 and max_response_bytes >= 1, got {timeout_s} and {max_response_bytes}")
+            raise ValueError(f"need timeout_s > 0 and max_response_bytes >= 1, "
+                             f"got {timeout_s} and {max_response_bytes}")
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
         self.model = model
@@ -157,7 +158,8 @@ class OpenAIExecutor:
         payload.update(self.extra_body)
         return payload
 
-    async def _gather(self, payloads: Sequence[dict], tools: Sequence[Sequence[Mapping[str, Any]]]) -> list[Decision]:
+    async def _gather(self, payloads: Sequence[dict],
+                      tools: Sequence[Sequence[Mapping[str, Any]]]) -> list[Decision]:
         limit = asyncio.Semaphore(self.concurrency)
         # the deadline is ours (asyncio.timeout); httpx's own timeouts only back it up
         async with httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers,
@@ -172,7 +174,8 @@ class OpenAIExecutor:
 
             return list(await asyncio.gather(*(one(p, t) for p, t in zip(payloads, tools))))
 
-    async def _post(self, http: httpx.AsyncClient, payload: Mapping[str, Any]) -> tuple[bytes | None, str | None]:
+    async def _post(self, http: httpx.AsyncClient,
+                    payload: Mapping[str, Any]) -> tuple[bytes | None, str | None]:
         """POST with retries. Returns ``(raw reply, None)`` or ``(None, error text)``."""
         self._count(n_requests=1)
         data = json.dumps(payload).encode("utf-8")
@@ -205,9 +208,11 @@ class OpenAIExecutor:
             async for chunk in response.aiter_bytes():
                 raw += chunk
                 if len(raw) > self.max_response_bytes:
-                    raise ExecutorError(f"reply from {self.url} is over max_response_bytes={self.max_response_bytes}")
+                    raise ExecutorError(f"reply from {self.url} is over "
+                                        f"max_response_bytes={self.max_response_bytes}")
         if response.status_code >= 400:
-            detail = f"HTTP {response.status_code} from {self.url}: {_error_detail(bytes(raw), response.reason_phrase)}"
+            detail = (f"HTTP {response.status_code} from {self.url}: "
+                      f"{_error_detail(bytes(raw), response.reason_phrase)}")
             if response.status_code == 429 or response.status_code >= 500:
                 raise _Retryable(detail, _retry_after(response.headers))
             raise ExecutorError(detail)
@@ -220,11 +225,14 @@ class OpenAIExecutor:
             reply = Completion.model_validate_json(raw)
         except ValidationError as e:
             self._count(n_errors=1)
-            what = "invalid JSON" if any(err["type"] == "json_invalid" for err in e.errors()) else "wrong shape"
-            return Decision(call=None, error=f"{what} in reply from {self.url}: {describe_error(e)} ({_clip(raw)})")
+            what = ("invalid JSON" if any(err["type"] == "json_invalid" for err in e.errors())
+                    else "wrong shape")
+            return Decision(call=None,
+                            error=f"{what} in reply from {self.url}: {describe_error(e)} ({_clip(raw)})")
         usage = {"prompt_tokens": reply.usage.prompt_tokens if reply.usage else None,
                  "completion_tokens": reply.usage.completion_tokens if reply.usage else None}
-        self._count(prompt_tokens=usage["prompt_tokens"] or 0, completion_tokens=usage["completion_tokens"] or 0)
+        self._count(prompt_tokens=usage["prompt_tokens"] or 0,
+                    completion_tokens=usage["completion_tokens"] or 0)
         choice = reply.choices[0]
         message = choice.message
         text = message.content or ""
@@ -243,7 +251,8 @@ class OpenAIExecutor:
             return Decision(call=None, text=text, malformed=True, raw=out, **usage)
         if name not in {t["function"]["name"] for t in tools}:
             out["not_presented"] = True
-        return Decision(call=ToolCall(name=name, arguments=parsed, id=first.id or ""), text=text, raw=out, **usage)
+        return Decision(call=ToolCall(name=name, arguments=parsed, id=first.id or ""), text=text, raw=out,
+                        **usage)
 
     # -- counters --------------------------------------------------------------------------------
 

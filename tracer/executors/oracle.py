@@ -36,4 +36,5 @@ class OracleExecutor:
         return Decision(call=ToolCall(name=names[0], arguments=args, id=r.gold.id if r.gold else "oracle"))
 
     def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        raise NotImplementedError("the oracle executor produces no free text; scorers use their offline digest")
+        raise NotImplementedError("the oracle executor produces no free text; "
+                                  "scorers use their offline digest")

@@ -198,7 +198,8 @@ class VLLMExecutor:
     def _render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict:
         """A ``TokensPrompt``: the chat template's token ids (special tokens included by the template)."""
         tokenizer = self.llm.get_tokenizer()
-        ids = tokenizer.apply_chat_template(_template_messages(messages), tools=[dict(t) for t in tools] or None,
+        ids = tokenizer.apply_chat_template(_template_messages(messages),
+                                            tools=[dict(t) for t in tools] or None,
                                             add_generation_prompt=True, tokenize=True)
         if isinstance(ids, Mapping):  # tokenizers that return a BatchEncoding
             ids = ids["input_ids"]
@@ -210,7 +211,8 @@ class VLLMExecutor:
         results = []
         for out in outputs:
             completion = out.outputs[0]
-            results.append((completion.text, len(out.prompt_token_ids or ()), len(completion.token_ids or ())))
+            results.append((completion.text, len(out.prompt_token_ids or ()),
+                            len(completion.token_ids or ())))
         self.n_requests += len(results)
         self.prompt_tokens += sum(r[1] for r in results)
         self.completion_tokens += sum(r[2] for r in results)
