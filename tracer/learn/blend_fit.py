@@ -81,7 +81,8 @@ class HeadConfig:
     def train_config(self) -> TrainConfig:
         if self.seed is None:
             raise ValueError("the blend head's training needs a seed (HeadConfig.seed)")
-        return TrainConfig(self.lr, self.weight_decay, self.max_epochs, self.patience, self.batch_size, self.seed)
+        return TrainConfig(self.lr, self.weight_decay, self.max_epochs, self.patience, self.batch_size,
+                           self.seed)
 
 
 # ---- step data -----------------------------------------------------------------------------------
@@ -144,9 +145,9 @@ def score_steps(trie: ExecutionTrie, steps: Sequence[Step], ctx: torch.Tensor, g
                     torch.full_like(cb.node, fold), list(steps), list(domains))
 
 
-def inner_fold_data(trajectories: Sequence[Trajectory], res: Resources, key: StateKey, rendering: ContextRendering,
-                    eps: float, successful_only: bool, inner_folds: int, seed: int,
-                    timings: dict | None = None) -> StepData:
+def inner_fold_data(trajectories: Sequence[Trajectory], res: Resources, key: StateKey,
+                    rendering: ContextRendering, eps: float, successful_only: bool, inner_folds: int,
+                    seed: int, timings: dict | None = None) -> StepData:
     """Out-of-fold step data for one training split: each inner fold scored by a trie of the others.
 
     The split's trajectories are divided into ``inner_folds`` folds by group (seeded); the trie and
@@ -165,8 +166,8 @@ def inner_fold_data(trajectories: Sequence[Trajectory], res: Resources, key: Sta
     gold_ids = res.tool_ids([s.gold for s in steps])                                     # [S]
 
     def build(seen: torch.Tensor, _fold: int) -> ExecutionTrie:
-        return ExecutionTrie.build([steps[i] for i in seen.tolist()], gold_ids[seen], ctx[seen.to(ctx.device)],
-                                   len(res.registry), key, eps, res.device)
+        return ExecutionTrie.build([steps[i] for i in seen.tolist()], gold_ids[seen],
+                                   ctx[seen.to(ctx.device)], len(res.registry), key, eps, res.device)
 
     def score(trie: ExecutionTrie, held: torch.Tensor, f: int) -> StepData:
         held_steps = [steps[i] for i in held.tolist()]
@@ -201,10 +202,12 @@ def train_head(data: StepData, cfg: HeadConfig) -> tuple[BlendHead, dict]:
         t0 = time.perf_counter()
         rows = data.in_trie
         head = BlendHead(len(FEATURES), cfg.t_floor, keep_mask(FEATURES, cfg.drop)).to(data.log_p.device)
-        hist: dict[str, Any] = {"n_steps": len(data), "n_in_trie": int(rows.sum()), "n_uncovered": data.n_uncovered,
-                                "n_train": int((rows & data.covered).sum()),
-                                "dropped": [f for f, k in zip(FEATURES, head.keep.tolist()) if k == 0], "runs": []}
-        if not bool((rows & data.covered).any()):  # nothing to learn from: the initial head, i.e. the fixed blend
+        hist: dict[str, Any] = {"n_steps": len(data), "n_in_trie": int(rows.sum()),
+                                "n_uncovered": data.n_uncovered, "n_train": int((rows & data.covered).sum()),
+                                "dropped": [f for f, k in zip(FEATURES, head.keep.tolist()) if k == 0],
+                                "runs": []}
+        # nothing to learn from: the initial head, i.e. the fixed blend
+        if not bool((rows & data.covered).any()):
             hist.update(best_val_loss=float("nan"), seconds_train=0.0,
                         note="no training step has its gold among the children")
             return head.eval(), hist
@@ -222,7 +225,8 @@ def train_head(data: StepData, cfg: HeadConfig) -> tuple[BlendHead, dict]:
             hist["runs"].append(run)
         head.load_state_dict({k: torch.stack([sd[k] for sd in states]).mean(0) for k in states[0]})
         n_val = [r["n_val"] for r in hist["runs"]]
-        hist["best_val_loss"] = sum(r["best_val_loss"] * n for r, n in zip(hist["runs"], n_val)) / max(sum(n_val), 1)
+        hist["best_val_loss"] = (sum(r["best_val_loss"] * n for r, n in zip(hist["runs"], n_val))
+                                 / max(sum(n_val), 1))
         hist["best_epochs"] = [r["best_epoch"] for r in hist["runs"]]
         hist["seconds_train"] = time.perf_counter() - t0
         return head.eval(), hist
@@ -253,8 +257,9 @@ def _fit_one(head: BlendHead, data: StepData, val_fold: int, cfg: TrainConfig) -
             "n_train": int(tr.covered.sum()), "n_val": n_val}
 
 
-def fit_blend_head(trajectories: Sequence[Trajectory], res: Resources, key: StateKey, rendering: ContextRendering,
-                   eps: float, successful_only: bool, cfg: HeadConfig) -> tuple[BlendHead, dict, StepData]:
+def fit_blend_head(trajectories: Sequence[Trajectory], res: Resources, key: StateKey,
+                   rendering: ContextRendering, eps: float, successful_only: bool,
+                   cfg: HeadConfig) -> tuple[BlendHead, dict, StepData]:
     """Build the inner-fold data of one training split and fit the head on it (``TracerScorer.fit``).
 
     ``cfg.seed`` (None: ``res.seed``) seeds the inner folds through :func:`tracer.core.folds.inner_seed`.

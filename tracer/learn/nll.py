@@ -23,7 +23,8 @@ IGNORE = -100    # gold index of a step whose gold is not a candidate (F.nll_los
 MASKED = -1e9    # logit of a padded candidate inside the loss (finite: no NaN in an all-padded row)
 
 
-def masked_nll(logits: torch.Tensor, mask: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_nll(logits: torch.Tensor, mask: torch.Tensor,
+               gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean NLL of the gold candidate, number of steps whose top candidate is the gold)``.
 
     Args:

@@ -27,7 +27,8 @@ Index = TypeVar("Index")
 Part = TypeVar("Part")
 
 
-def out_of_fold(groups: Sequence[str], inner_folds: int, seed: int, build: Callable[[torch.Tensor, int], Index],
+def out_of_fold(groups: Sequence[str], inner_folds: int, seed: int,
+                build: Callable[[torch.Tensor, int], Index],
                 score: Callable[[Index, torch.Tensor, int], Part]) -> list[Part]:
     """For each inner fold f (by ``groups``, row-aligned with the steps): ``score(build(seen, f), held, f)``,
     where ``seen`` and ``held`` are the row indices ``[n]`` outside and inside fold f."""

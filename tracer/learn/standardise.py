@@ -59,7 +59,8 @@ def keep_mask(names: Sequence[str], drop: Iterable[str | int], groups: Sequence[
     unknown = [d for d in drop if not isinstance(d, int) and d not in groups and d not in names]
     bad_index = [d for d in drop if isinstance(d, int) and not 0 <= d < len(names)]
     if unknown or bad_index:
-        known = f"groups: {', '.join(groups)} (or a full feature name)" if groups else f"features: {', '.join(names)}"
+        known = (f"groups: {', '.join(groups)} (or a full feature name)" if groups
+                 else f"features: {', '.join(names)}")
         raise ValueError(f"unknown feature groups or names to drop {unknown + bad_index}; {known}")
     by_name = {names[d] if isinstance(d, int) else d for d in drop}
     return torch.tensor([0.0 if (n in by_name or (groups_of is not None and groups_of(n) & by_name)) else 1.0

@@ -80,7 +80,8 @@ class FoldEncoders:
             "seconds": seconds,
             "teacher": teacher,
             "teacher_train_seconds": train_info(teacher)["train_seconds"] if teacher else None,
-            "final_loss": info["loss"][-1] if info["loss"] else None, "loss": info["loss"], "served_as": embedder.inner.name,
+            "final_loss": info["loss"][-1] if info["loss"] else None, "loss": info["loss"],
+            "served_as": embedder.inner.name,
             "inner_of": inner_of, "held_groups": sorted(held),
             "trajectory_ids": sorted(set(pairs.trajectory_ids))})
         res = Resources.build(self.registry, embedder, device=self.device, seed=self.seed,
@@ -101,10 +102,10 @@ class FoldEncoders:
 
 
 class InnerEncoders:
-    """``Resources.without`` of an outer fold's resources: ``without(groups)`` is the resources around an encoder
-    trained on the fold's training trajectories minus those groups (found in the cache when trained before), so
-    a scorer's inner fold is scored by an encoder that never saw it. Recorded in the encoders' history as an
-    inner call of outer fold ``outer``."""
+    """``Resources.without`` of an outer fold's resources: ``without(groups)`` is the resources around an
+    encoder trained on the fold's training trajectories minus those groups (found in the cache when trained
+    before), so a scorer's inner fold is scored by an encoder that never saw it. Recorded in the encoders'
+    history as an inner call of outer fold ``outer``."""
 
     def __init__(self, encoders: FoldEncoders, train: tuple[Trajectory, ...], outer: int):
         self.encoders, self.train, self.outer = encoders, train, outer

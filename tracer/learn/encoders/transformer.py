@@ -101,7 +101,8 @@ def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup * len(batches)), len(batches))
     model.train()
-    # under torchrun each rank embeds a shard of every batch (tracer.learn.distributed), with dropout of its own
+    # under torchrun each rank embeds a shard of every batch (tracer.learn.distributed),
+    # with dropout of its own
     world = distributed.world_size()
     dim = (getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()
     if distributed.rank() > 0:
