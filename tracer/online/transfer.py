@@ -1,11 +1,10 @@
 """Cold start: a tracer_plus candidate model trained on other datasets, for a dataset with few or no logs.
 
-The candidate features (:mod:`tracer.scorers.tracer_plus.features`) are dataset-agnostic: memberships, priors and
-cosines of each key's state, the state's visits and children, the vector cosine and rank. So the
-out-of-fold candidates of several source datasets (each scored by tries of its own inner folds,
-over its own registry) are pooled and one model is trained on them; a scorer configured with
-``transfer: PATH`` then fits its tries on the target's trajectories (none at all is allowed) and
-keeps these weights.
+The candidate features (:mod:`tracer.scorers.tracer_plus.features`) are dataset-agnostic: memberships, priors
+and cosines of each key's state, the state's visits and children, the vector cosine and rank. So the
+out-of-fold candidates of several source datasets (each scored by tries of its own inner folds, over its own
+registry) are pooled and one model is trained on them; a scorer configured with ``transfer: PATH`` then fits
+its tries on the target's trajectories (none at all is allowed) and keeps these weights.
 
     model = fit_transfer_model(build_scorer("tracer_plus"), [(bfcl_trajs, bfcl_res), (tau2_trajs, tau2_res)])
     save_candidate_model(model, scorer.feature_names, "transfer.pt")
@@ -50,5 +49,6 @@ def fit_transfer_model(scorer: TracerPlusScorer, sources: Sequence[tuple[Sequenc
         parts.append(source_candidates(scorer, trajectories, res, offset))
         offset = int(parts[-1].fold.max()) + 1 if len(parts[-1]) else offset
     cfg = scorer.head_cfg
-    return train_model(CandidateData.cat(parts), scorer.model_kind, int(cfg["hidden"]), scorer.train_config(seed),
-                       keep=scorer.keep, refit=bool(cfg["refit"]), members=scorer.members)
+    return train_model(CandidateData.cat(parts), scorer.model_kind, int(cfg["hidden"]),
+                       scorer.train_config(seed), keep=scorer.keep, refit=bool(cfg["refit"]),
+                       members=scorer.members)

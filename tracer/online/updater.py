@@ -61,7 +61,8 @@ class Updater:
     """
 
     def __init__(self, scorer, refit_every: int | None = None, history: Iterable[Trajectory] = (),
-                 background: bool = True, encoder: Callable[[Sequence[Trajectory], Registry], Resources] | None = None,
+                 background: bool = True,
+                 encoder: Callable[[Sequence[Trajectory], Registry], Resources] | None = None,
                  on_swap: Callable[[Any], None] | None = None):
         if scorer.res is None:
             raise ValueError(f"scorer {scorer.name!r} is not fitted")
@@ -93,8 +94,8 @@ class Updater:
             self.trajectories.extend(fresh)
             self.since_refit += len(fresh)
             due = self.refit_every is not None and self.since_refit >= self.refit_every
-        out = {"trajectories": len(fresh), "already_applied": n_seen, "steps": n_steps, "new_tools": n_new_tools,
-               "seconds": time.perf_counter() - t0, "refit_started": False}
+        out = {"trajectories": len(fresh), "already_applied": n_seen, "steps": n_steps,
+               "new_tools": n_new_tools, "seconds": time.perf_counter() - t0, "refit_started": False}
         if due and self.refits_anything:
             out["refit_started"] = self.refit(wait=not self.background)
         return out
@@ -112,7 +113,8 @@ class Updater:
                 self._pending = True
                 thread = self._thread
             else:
-                thread = self._thread = threading.Thread(target=self._refit_loop, name="tracer-refit", daemon=True)
+                thread = self._thread = threading.Thread(target=self._refit_loop, name="tracer-refit",
+                                                         daemon=True)
                 thread.start()
         if wait:
             self.wait()
@@ -163,8 +165,8 @@ class Updater:
         if thread is not None:
             thread.join(timeout)
         if self.refits and "error" in self.refits[-1]:
-            raise RuntimeError(f"refit on {self.refits[-1]['trajectories']} trajectories failed; the previous "
-                               "weights still serve") from self.refits[-1]["error"]
+            raise RuntimeError(f"refit on {self.refits[-1]['trajectories']} trajectories failed; "
+                               "the previous weights still serve") from self.refits[-1]["error"]
 
     # ---- registry drift ----------------------------------------------------------------------
     def add_tool(self, tool: Tool) -> None:

@@ -64,7 +64,8 @@ def rename_resources(res: Resources, old: str, new: str) -> Resources:
     vec = encode_tools(res.embedder, [tool.search_text])[0]                              # [d]
     tools = list(res.registry)
     tools[i] = tool
-    return dataclasses.replace(res, registry=Registry(tools), removed=frozenset(new if n == old else n for n in res.removed),
+    return dataclasses.replace(res, registry=Registry(tools),
+                               removed=frozenset(new if n == old else n for n in res.removed),
                                tool_index=res.tool_index.with_rows(replace={i: (new, vec.cpu().numpy())}))
 
 
@@ -95,8 +96,8 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
     dispatch each would cost more than the update (:mod:`tracer.memory.host_rows`).
     """
     u = trie._node_ids(states, create=False)
-    views = [host_view(t) for t in (trie.indptr, trie.edge_tool, trie.edge_count, trie.node_count, trie.edge_log_p,
-                                    trie.edge_memory, trie.edge_norm)]
+    views = [host_view(t) for t in (trie.indptr, trie.edge_tool, trie.edge_count, trie.node_count,
+                                    trie.edge_log_p, trie.edge_memory, trie.edge_norm)]
     if not states or min(u) < 0 or any(v is None for v in views):
         return _merge(trie, states, tools, contexts)
     if contexts.ndim != 2 or contexts.shape[1] != trie.dim:
@@ -105,8 +106,10 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
     node = np.asarray(u, dtype=np.int64)                                                # [S]
     key = node * trie.n_tools + to_host(tools)                                          # [S] (node, tool)
     nodes = np.unique(node)                                                              # [V] touched nodes
-    width = indptr[nodes + 1] - indptr[nodes]                                            # [V] children per node
-    rows = np.repeat(indptr[nodes] - np.cumsum(width) + width, width) + np.arange(int(width.sum()))  # [R] their edges
+    # children per node
+    width = indptr[nodes + 1] - indptr[nodes]                                            # [V]
+    rows = (np.repeat(indptr[nodes] - np.cumsum(width) + width, width)
+            + np.arange(int(width.sum())))                                               # [R] their edges
     row_key = np.repeat(nodes, width) * trie.n_tools + edge_tool[rows]                   # [R] ascending
     at = np.minimum(np.searchsorted(row_key, key), len(rows) - 1)                        # [S]
     if not len(rows) or (row_key[at] != key).any():
@@ -116,7 +119,8 @@ def add_steps(trie: ExecutionTrie, states: Sequence[tuple[str, ...]], tools: tor
     inv = np.searchsorted(touched, edge)                                                 # [S]
     ctx = to_host(contexts)
     new_sum = np.zeros((len(touched), trie.dim), dtype=np.float32)                      # [K, d]
-    if len(touched) == len(edge):  # each edge taken once (the usual case of one trajectory): nothing to add up
+    # each edge taken once (the usual case of one trajectory): nothing to add up
+    if len(touched) == len(edge):
         new_sum[inv] = ctx
     else:
         for i, k in enumerate(inv.tolist()):  # in arrival order; a few steps: cheaper than np.add.at on rows
@@ -156,17 +160,20 @@ def update_scorer(scorer: Scorer, trajectories: Sequence[Trajectory], res: Resou
     if scorer.res is None:
         raise RuntimeError(f"scorer {scorer.name!r} is not fitted: fit or load it before updating it")
     if not scorer.updatable:  # a cascade: two stages over two encoders, and a gate calibrated on their fit
-        raise TypeError(f"scorer {scorer.name!r}: a cascade is not updated in place (Retriever.update); refit it on "
-                        f"the logs so far (Retriever.from_dataset(..., scorer='cascade', encoder_training='cascade'))")
+        raise TypeError(f"scorer {scorer.name!r}: a cascade is not updated in place (Retriever.update); "
+                        f"refit it on the logs so far "
+                        f"(Retriever.from_dataset(..., scorer='cascade', encoder_training='cascade'))")
     if res.registry is not scorer.res.registry and (len(res.registry) < len(scorer.res.registry) or any(
             a.name != b.name for a, b in zip(res.registry, scorer.res.registry))):
-        raise ValueError("the new registry must extend the scorer's (same tools, same order, new ones at the end)")
+        raise ValueError("the new registry must extend the scorer's "
+                         "(same tools, same order, new ones at the end)")
     steps = training_steps(trajectories, res.registry, scorer.successful_only)
     tries = scorer_tries(scorer)
     nodes = []  # per trie: the nodes the new steps reached (what tracer_plus's tables recompute)
     gold = res.tool_ids([s.gold for s in steps])                                       # [S]
     if tries:
-        ctx = scorer.memory_contexts(steps, res)                                        # [S, d]; None: counts only
+        # None: counts only
+        ctx = scorer.memory_contexts(steps, res)                                        # [S, d]
         for trie in tries:
             trie.n_tools = len(res.registry)  # ids are registry positions: appended tools take the new ones
             states = [trie.key.state(s) for s in steps]
