@@ -94,11 +94,13 @@ class BFCLEpisode:
             self.turn_ok.append(False)
             self.done = self.force_terminated = True
             return
-        call = ToolCall(dec.call.name, dict(dec.call.arguments), dec.call.id or f"fr-{self.traj.id}-{self.n_step}")
+        call = ToolCall(dec.call.name, dict(dec.call.arguments),
+                        dec.call.id or f"fr-{self.traj.id}-{self.n_step}")
         result = self.env.execute(call.name, dict(call.arguments))
         self.calls_in_turn += 1
         self.turn_calls[-1].append(call)
-        self.messages.append({"role": "assistant", "content": dec.text or None, "tool_calls": [call.to_openai()]})
+        self.messages.append({"role": "assistant", "content": dec.text or None,
+                              "tool_calls": [call.to_openai()]})
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         if gold is not None and call.name == gold.name:
             self.outstanding.pop(0)

@@ -64,11 +64,13 @@ def bfcl_verdict(metadata: Mapping[str, Any], turn_calls: Sequence[Sequence[Tool
         return {"valid": False, "error_type": FORCE_TERMINATED,
                 "error_message": f"force-terminated after {len(turn_calls)} of {len(truth)} turns"}
     if len(turn_calls) != len(truth):
-        raise ValueError(f"{metadata['bfcl_id']}: {len(turn_calls)} turns of calls for {len(truth)} ground-truth turns")
+        raise ValueError(f"{metadata['bfcl_id']}: {len(turn_calls)} turns of calls "
+                         f"for {len(truth)} ground-truth turns")
     decoded = [[[call_string(c, tools)] for c in calls] for calls in turn_calls]  # turn -> step -> calls
     entry = {"id": metadata["bfcl_id"], "initial_config": metadata["initial_config"],
              "involved_classes": metadata["involved_classes"]}
-    backend_config()  # a clear error when bfcl_eval is missing (an optional dependency, imported on first use)
+    # a clear error when bfcl_eval is missing (an optional dependency, imported on first use)
+    backend_config()
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
