@@ -65,7 +65,8 @@ class AutoToolScorer(ScorerBase):
         self.res = res
         steps = fit_steps(trajectories, res.registry, self.successful_only)
         gold = res.tool_ids([s.gold for s in steps])
-        self.tries = [TransitionTable.build(steps, gold, len(res.registry), StateKey(kind="last_n", n=n, cross_turn=True))
+        self.tries = [TransitionTable.build(steps, gold, len(res.registry),
+                                            StateKey(kind="last_n", n=n, cross_turn=True))
                       for n in (2, 1)]
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0)
 
@@ -102,6 +103,7 @@ class AutoToolScorer(ScorerBase):
         return list(self.tries)
 
     def describe(self) -> dict:
-        return {"scorer": self.name, "paper": "AutoTool (Jia and Li 2026, arXiv:2511.14650)", "alpha": self.alpha,
-                "state": "last two calls across turns", "backoff": "last two -> last one -> similarity only",
+        return {"scorer": self.name, "paper": "AutoTool (Jia and Li 2026, arXiv:2511.14650)",
+                "alpha": self.alpha, "state": "last two calls across turns",
+                "backoff": "last two -> last one -> similarity only",
                 "scored": "whole registry", "successful_only": self.successful_only}

@@ -92,16 +92,18 @@ class CascadeScorer(ScorerBase):
     """
 
     can_save = True
-    updatable = False  # two stages over two encoders and a gate calibrated on their fit: refitted, not updated
+    # two stages over two encoders and a gate calibrated on their fit: refitted, not updated
+    updatable = False
 
-    def __init__(self, *, name: str, fast: TracerPlusScorer, slow: TracerPlusScorer, escalate: float, gate_k: int):
+    def __init__(self, *, name: str, fast: TracerPlusScorer, slow: TracerPlusScorer, escalate: float,
+                 gate_k: int):
         for arg, stage in (("fast", fast), ("slow", slow)):
             if not isinstance(stage, TracerPlusScorer):
                 raise TypeError(f"cascade: {arg} must be a tracer_plus scorer (scorer/tracer_plus.yaml), got "
                                 f"{type(stage).__name__}")
             if stage.transfer:
-                raise ValueError(f"cascade: {arg}.transfer: the gate is calibrated on the stage's own out-of-fold "
-                                 f"fit, which a transferred candidate model does not have")
+                raise ValueError(f"cascade: {arg}.transfer: the gate is calibrated on the stage's own "
+                                 f"out-of-fold fit, which a transferred candidate model does not have")
         if isinstance(escalate, bool) or not isinstance(escalate, (int, float)) or not 0.0 <= escalate <= 1.0:
             raise ValueError(f"cascade: escalate must be a share between 0 and 1, got {escalate!r}")
         if isinstance(gate_k, bool) or not isinstance(gate_k, int) or gate_k < 1:
@@ -116,9 +118,9 @@ class CascadeScorer(ScorerBase):
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
         """Both stages (``fast`` on ``res``, ``slow`` on ``res.slow``), then the gate's threshold."""
         if res.slow is None:
-            raise ValueError("cascade: the resources have no slow stage (Resources.slow: the registry under the "
-                             "second encoder); build them with FoldEncoders from a recipe with a slow recipe "
-                             "(encoder_training=cascade)")
+            raise ValueError("cascade: the resources have no slow stage (Resources.slow: the registry under "
+                             "the second encoder); build them with FoldEncoders from a recipe with a slow "
+                             "recipe (encoder_training=cascade)")
         if res.slow.registry.names != res.registry.names:
             raise ValueError("cascade: the two stages' resources hold different registries")
         t0 = time.perf_counter()
@@ -131,10 +133,12 @@ class CascadeScorer(ScorerBase):
                           else float(np.quantile(conf, self.escalate)))
         self.res = res
         self.history = {"threshold": self.threshold, "inner_escalated": float((conf < self.threshold).mean()),
-                        "inner_steps": len(conf), "seconds_fast": t1 - t0, "seconds_slow": time.perf_counter() - t1,
+                        "inner_steps": len(conf), "seconds_fast": t1 - t0,
+                        "seconds_slow": time.perf_counter() - t1,
                         # the threshold other shares would have set, on the same fit
                         # (experiments/studies/cascade/cascade_curve.py)
-                        "thresholds": {f"{e:.2f}": float(np.quantile(conf, e)) for e in np.arange(1, 20) / 20}}
+                        "thresholds": {f"{e:.2f}": float(np.quantile(conf, e))
+                                       for e in np.arange(1, 20) / 20}}
         return FitReport(self.name, len(trajectories), fast.n_steps, time.perf_counter() - t0,
                          {**self.history, **{f"fast.{k}": v for k, v in fast.history.items()},
                           **{f"slow.{k}": v for k, v in slow.history.items()}})
@@ -163,7 +167,8 @@ class CascadeScorer(ScorerBase):
         if len(up):
             slow = self.slow.score([steps[i] for i in up])
             rows = torch.from_numpy(up)
-            out.primary[rows], out.fallback[rows], out.fell_back[rows] = slow.primary, slow.fallback, slow.fell_back
+            out.primary[rows], out.fallback[rows], out.fell_back[rows] = (slow.primary, slow.fallback,
+                                                                          slow.fell_back)
             for key, v in slow.diagnostics.items():
                 if key in diagnostics:
                     diagnostics[key][rows] = v.to(diagnostics[key].dtype)
@@ -193,8 +198,8 @@ class CascadeScorer(ScorerBase):
         return self.fast.rank_scored(scored, top)
 
     def describe(self) -> dict:
-        return {"scorer": self.name, "escalate": self.escalate, "gate_k": self.gate_k, "fit": dict(self.history),
-                "fast": self.fast.describe(), "slow": self.slow.describe()}
+        return {"scorer": self.name, "escalate": self.escalate, "gate_k": self.gate_k,
+                "fit": dict(self.history), "fast": self.fast.describe(), "slow": self.slow.describe()}
 
     # ---- persistence -------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
@@ -208,7 +213,8 @@ class CascadeScorer(ScorerBase):
         with save_snapshot(out) as tmp:
             metas = {}
             for stage in STAGES:
-                scratch = Path(tempfile.mkdtemp(prefix=".tmp-stage-", dir=tmp.parent))  # same disk: moves rename
+                # same disk: moves rename
+                scratch = Path(tempfile.mkdtemp(prefix=".tmp-stage-", dir=tmp.parent))
                 try:
                     with open_snapshot(getattr(self, stage).save(scratch / stage), "none") as snap:
                         for f in sorted(snap.iterdir()):
@@ -229,29 +235,33 @@ class CascadeScorer(ScorerBase):
         return out
 
     @classmethod
-    def load(cls, directory: str | Path, embedder: Embedder, device: str | None = None, verify: Verify = "sha256",
-             slow_embedder: Embedder | None = None) -> CascadeScorer:
+    def load(cls, directory: str | Path, embedder: Embedder, device: str | None = None,
+             verify: Verify = "sha256", slow_embedder: Embedder | None = None) -> CascadeScorer:
         """Load a saved cascade (its current snapshot, verified): ``embedder`` encodes for the fast stage,
         ``slow_embedder`` for the slow one (``Retriever.load`` builds both from the configs saved with them);
         each stage is checked as :meth:`TracerPlusScorer.load` checks an index."""
         with open_snapshot(directory, verify) as snap:
             meta = read_meta(snap / "meta.json")
             if meta.get("format_version") != FORMAT_VERSION or meta.get("class") != CLASS_PATH:
-                raise ValueError(f"{snap / 'meta.json'}: format version {meta.get('format_version')} of class "
-                                 f"{meta.get('class')}, expected {FORMAT_VERSION} of {CLASS_PATH}; rebuild the index")
+                raise ValueError(f"{snap / 'meta.json'}: format version {meta.get('format_version')} "
+                                 f"of class {meta.get('class')}, expected {FORMAT_VERSION} of {CLASS_PATH}; "
+                                 "rebuild the index")
             if slow_embedder is None:
                 raise ValueError(f"{snap / 'meta.json'}: a cascade's slow stage needs its embedder "
-                                 f"({meta['slow_embedder']['name']!r}): pass slow_embedder, or load with Retriever.load")
+                                 f"({meta['slow_embedder']['name']!r}): pass slow_embedder, "
+                                 "or load with Retriever.load")
             stages = {}
             with tempfile.TemporaryDirectory(prefix="tracer-cascade-") as view:
                 for stage, emb in (("fast", embedder), ("slow", slow_embedder)):
-                    (Path(view) / stage).mkdir()  # the stage's files under their own names (links: nothing copied)
+                    # the stage's files under their own names (links: nothing copied)
+                    (Path(view) / stage).mkdir()
                     for f in snap.glob(f"{stage}.*"):
                         (Path(view) / stage / f.name.removeprefix(f"{stage}.")).symlink_to(f.resolve())
                     try:
                         stages[stage] = TracerPlusScorer.load(Path(view) / stage, emb, device, verify="none")
                     except ValueError as e:  # name the saved file, not its link in the view
-                        e.args = tuple(str(a).replace(f"{Path(view) / stage}/", f"{snap}/{stage}.") for a in e.args)
+                        e.args = tuple(str(a).replace(f"{Path(view) / stage}/", f"{snap}/{stage}.")
+                                       for a in e.args)
                         if hasattr(e, "path"):
                             e.path = e.path.replace(f"{Path(view) / stage}/", f"{snap}/{stage}.")
                         raise

@@ -80,7 +80,8 @@ class HEPMScorer(ScorerBase):
         if isinstance(policy, Mapping):
             policy = policy.get("rule", "auto")
         if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)} (or {{rule: turn_start}}), got {policy!r}")
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)} (or {{rule: turn_start}}), "
+                             f"got {policy!r}")
         if c < 0:
             raise ValueError(f"c must be >= 0, got {c}")
         self.name, self.c, self.policy, self.suggest, self.pad = name, c, policy, suggest, pad
@@ -122,7 +123,8 @@ class HEPMScorer(ScorerBase):
             for transition in {(s.history[-1:], s.gold) for s in kept}:   # once per trajectory
                 efficiency[transition] += 1.0 / len(all_steps)
             steps.extend(kept)
-        self.trie = TransitionTable.build(steps, res.tool_ids([s.gold for s in steps]), len(res.registry), LAST_CALL)
+        self.trie = TransitionTable.build(steps, res.tool_ids([s.gold for s in steps]), len(res.registry),
+                                          LAST_CALL)
         states = self.trie.node_states
         edge_node = self.trie.edge_node()                                                  # [E]
         names = self.res.registry.names
@@ -172,7 +174,8 @@ class HEPMScorer(ScorerBase):
             out.append(self.summarizer.summarise(s.context) if on else None)
         return out
 
-    def recall(self, query: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    def recall(self, query: torch.Tensor, edge: torch.Tensor, mask: torch.Tensor,
+               chunk: int = 256) -> torch.Tensor:
         """Max cosine of each query ``[B, d]`` with the annotations of the edges ``[B, C]`` -> ``[B, C]``."""
         out = torch.full(edge.shape, float("-inf"))
         n_edges = max(self.trie.n_edges, 1)
@@ -216,7 +219,8 @@ class HEPMScorer(ScorerBase):
     def suggested(self, scores: Scores) -> list[list[int]]:
         """The registry ids each step's guidance line suggests (best first; empty: no line, no successors)."""
         ranking = rank(scores.primary, scores.fallback, torch.zeros_like(scores.fell_back))  # [B, N]
-        return [ranking[i, :min(self.suggest, int(scores.diagnostics["n_children"][i]))].tolist() for i in range(len(ranking))]
+        return [ranking[i, :min(self.suggest, int(scores.diagnostics["n_children"][i]))].tolist()
+                for i in range(len(ranking))]
 
     def guidance_lines(self, scores: Scores, summarised: torch.Tensor) -> list[str]:
         lines = []

@@ -165,7 +165,8 @@ class InsightMemory:
     def label(self) -> str:
         if not self.summarizer.bound and self.summarizer.source != "offline":
             return "insights distilled by the model when an executor is configured, else offline extract"
-        return "insights distilled by the model" if self.summarizer.uses_model else "offline extract (no model)"
+        return ("insights distilled by the model" if self.summarizer.uses_model
+                else "offline extract (no model)")
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> InsightMemory:
         self.res = res
@@ -173,10 +174,11 @@ class InsightMemory:
         self.episodes = [Episode(t.id, turn, self.summarizer.summarise(msgs), calls, bool(t.success))
                          for t in trajectories for turn, msgs, calls in episodes(t)]
         self.embeddings = res.embedder.encode([e.text for e in self.episodes]).float().cpu()  # [M, d]
-        k, labels, self.silhouettes = select_k(self.embeddings.numpy(), res.seed, sample=self.silhouette_sample,
-                                               n_init=self.n_init)
+        k, labels, self.silhouettes = select_k(self.embeddings.numpy(), res.seed,
+                                               sample=self.silhouette_sample, n_init=self.n_init)
         self.k, self.labels = k, torch.as_tensor(labels, dtype=torch.long)
-        self.insights = [self.distil(c, [e for e, lab in zip(self.episodes, labels) if lab == c]) for c in range(k)]
+        self.insights = [self.distil(c, [e for e, lab in zip(self.episodes, labels) if lab == c])
+                         for c in range(k)]
         return self
 
     def distil(self, cluster: int, members: Sequence[Episode]) -> str:
@@ -186,12 +188,14 @@ class InsightMemory:
                           for e in members[: self.max_episodes])
         answer = self.summarizer.complete(
             "These are summaries of similar past episodes of a tool-using assistant, labelled by outcome:\n"
-            f"{shown}\nIn at most three short bullet points, say what to do and what to avoid in such situations.")
+            f"{shown}\nIn at most three short bullet points, "
+            "say what to do and what to avoid in such situations.")
         return f"cluster {cluster} (distilled by the model): {answer}"
 
     def nearest(self, steps: Sequence[Step]) -> torch.Tensor:
         """Indices of the ``neighbours`` summaries most similar to each step's recent messages, ``[B, m]``."""
-        q = self.res.embedder.encode([self.rendering.render(s.context) for s in steps]).float().cpu()  # [B, d]
+        q = self.res.embedder.encode(
+            [self.rendering.render(s.context) for s in steps]).float().cpu()                        # [B, d]
         sim = q @ self.embeddings.T                                                                 # [B, M]
         order = torch.sort(sim, dim=1, descending=True, stable=True).indices                       # [B, M]
         return order[:, : self.neighbours]
@@ -265,5 +269,6 @@ class InsightScorer(ScorerBase):
 
     def describe(self) -> dict:
         return {"scorer": self.name, "paper": "Insight memory (Rethinking the Role of Tool Graph Memory in "
-                "Multi-Turn Tool Use; ExpeL, arXiv:2308.10144)", "presented": "whole registry plus the insight block",
-                "ranking": "vector", **self.memory.describe()}
+                "Multi-Turn Tool Use; ExpeL, arXiv:2308.10144)",
+                "presented": "whole registry plus the insight block", "ranking": "vector",
+                **self.memory.describe()}

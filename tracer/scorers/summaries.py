@@ -147,7 +147,8 @@ class Summarizer:
     @property
     def label(self) -> str:
         if not self.bound and self.source != "offline":
-            return f"summarizer {self.source}: model summaries when an executor is configured, else offline digest"
+            return (f"summarizer {self.source}: model summaries when an executor is configured, "
+                    "else offline digest")
         return f"model summaries ({getattr(self.executor, 'name', 'executor')})" if self.uses_model \
             else "offline digest (no model)"
 
@@ -159,7 +160,8 @@ class Summarizer:
         if key not in self._cache:
             self.model_calls += 1
             self._cache[key] = (self.executor.complete([
-                {"role": "system", "content": "You summarise the state of a tool-using assistant for its memory."},
+                {"role": "system",
+                 "content": "You summarise the state of a tool-using assistant for its memory."},
                 {"role": "user", "content": prompt}]) or "").strip()
         return self._cache[key]
 
@@ -168,8 +170,8 @@ class Summarizer:
         d = self.digest(messages)
         if not self.uses_model:
             return d
-        return self._ask("summary", "Summarise in two sentences the user's goal, what the assistant has done and "
-                         f"what remains, given this state:\n{d}") or d
+        return self._ask("summary", "Summarise in two sentences the user's goal, what the assistant has done "
+                         f"and what remains, given this state:\n{d}") or d
 
     def decide_and_summarise(self, messages: Sequence[Message]) -> str | None:
         """One model call that decides whether the state needs recalling and, if so, summarises it.
@@ -177,9 +179,10 @@ class Summarizer:
         Returns the summary, or None when the model answers ``SKIP`` (a routine step).
         """
         d = self.digest(messages)
-        answer = self._ask("decide", "Is the next tool call a routine continuation of the previous one? If so, "
-                           f"reply exactly {SKIP}. Otherwise summarise in two sentences the user's goal, what "
-                           f"the assistant has done and what remains, given this state:\n{d}")
+        answer = self._ask("decide", "Is the next tool call a routine continuation of the previous one? "
+                           f"If so, reply exactly {SKIP}. Otherwise summarise in two sentences "
+                           f"the user's goal, what the assistant has done and what remains, "
+                           f"given this state:\n{d}")
         return None if answer.strip().upper().startswith(SKIP) else (answer or d)
 
     def complete(self, prompt: str) -> str:

@@ -63,7 +63,8 @@ class ToolNetScorer(ScorerBase):
         t0 = time.perf_counter()
         self.res = res
         steps = fit_steps(trajectories, res.registry, self.successful_only)
-        self.trie = TransitionTable.build(steps, res.tool_ids([s.gold for s in steps]), len(res.registry), LAST_CALL)
+        self.trie = TransitionTable.build(steps, res.tool_ids([s.gold for s in steps]), len(res.registry),
+                                          LAST_CALL)
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0)
 
     def successors(self, previous: str | None) -> dict[str, float]:
@@ -95,4 +96,5 @@ class ToolNetScorer(ScorerBase):
                 "state": "previous call across turns (START for the first call)",
                 "no_successors": "vector ranking (fell_back)", "pad": self.pad,
                 "successful_only": self.successful_only,
-                "n_nodes": self.trie.n_nodes if self.trie else 0, "n_edges": self.trie.n_edges if self.trie else 0}
+                "n_nodes": self.trie.n_nodes if self.trie else 0,
+                "n_edges": self.trie.n_edges if self.trie else 0}

@@ -6,9 +6,10 @@ At a step with state S (the turn-local prefix by default) and context embedding 
     L(t) = log(relu(cos(c, m_{S,t})) / sum_t' relu(cos(c, m_{S,t'})) + eps)   contextual prior
     s(t) = (w P(t) + (1-w) L(t)) / T                                blend
 
-with m_{S,t} the edge memory (mean context of the training steps that took S->t). ``tracer_fixed`` uses s = P +
-L; ``tracer`` takes w and T per step from the learned blend head (:mod:`tracer.learn.blend_head`). The step
-falls back to vector search when S has no children or the blend is flat: kappa = max_t softmax(s)(t) < tau.
+with m_{S,t} the edge memory (mean context of the training steps that took S->t). ``tracer_fixed`` uses s =
+P + L; ``tracer`` takes w and T per step from the learned blend head (:mod:`tracer.learn.blend_head`). The
+step falls back to vector search when S has no children or the blend is flat: kappa = max_t softmax(s)(t) <
+tau.
 
 ``tracer_g`` (Tracer+G) adds a global set G of the |G| tools with the highest prefix entropy H(S | t) to every
 presented set.
@@ -102,15 +103,14 @@ class TracerScorer(ScorerBase):
     Every argument is required: the values live in ``tracer/configs/scorer/<name>.yaml``; build with
     :func:`tracer.build.build_scorer` (``build_scorer("tracer", head={"max_epochs": 1})`` merges key by key).
 
-    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch,
-    on the resources' device) and :meth:`select_one` / :meth:`rank_one` (one live step through
-    :mod:`tracer.scoring.single_step` for the fixed blend; the learned blend takes the batched path).
-    """
+    Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch, on the
+    resources' device) and :meth:`select_one` / :meth:`rank_one` (one live step through
+    :mod:`tracer.scoring.single_step` for the fixed blend; the learned blend takes the batched path)."""
 
     can_save = True
 
-    def __init__(self, *, name: str, blend: str, key: Mapping, context: Mapping, eps: float, tau: float, pad: bool,
-                 global_set: int, successful_only: bool, head: Mapping | None):
+    def __init__(self, *, name: str, blend: str, key: Mapping, context: Mapping, eps: float, tau: float,
+                 pad: bool, global_set: int, successful_only: bool, head: Mapping | None):
         if blend not in ("fixed", "learned"):
             raise ValueError(f"blend must be 'fixed' or 'learned', got {blend!r}")
         self.name, self.blend, self.eps, self.tau, self.pad = name, blend, eps, tau, pad
@@ -148,8 +148,8 @@ class TracerScorer(ScorerBase):
         if trie.n_tools != len(res.registry):
             raise ValueError(f"trie is over {trie.n_tools} tools, the registry has {len(res.registry)}")
         if trie.key != self.key or trie.eps != self.eps:
-            raise ValueError(f"trie was built with key {trie.key} and eps {trie.eps}; this scorer uses {self.key} "
-                             f"and eps {self.eps}")
+            raise ValueError(f"trie was built with key {trie.key} and eps {trie.eps}; "
+                             f"this scorer uses {self.key} and eps {self.eps}")
         self.res, self.trie = res, trie
         self.global_set = ()
         if self.global_set_size:
@@ -160,7 +160,8 @@ class TracerScorer(ScorerBase):
 
     def _check_fitted(self) -> None:
         if self.trie is None or self.res is None:
-            raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources) or load()")
+            raise RuntimeError(f"scorer {self.name!r} is not fitted: "
+                               "call fit(trajectories, resources) or load()")
 
     # ---- scoring (batched) -------------------------------------------------------------------
     def blend_scores(self, cb: ChildBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -180,9 +181,9 @@ class TracerScorer(ScorerBase):
         self._check_fitted()
         n = len(self.res.registry)
         cb = self.trie.gather(self.trie.lookup(steps), ctx)
-        s, extra = self.blend_scores(cb)                                        # [B, C]
+        s, extra = self.blend_scores(cb)                                        # [B, C]; -inf off children
         has_children = cb.mask.any(1)                                           # [B]
-        kappa = confidence(s)                                                   # [B] float64 (s is -inf off the children)
+        kappa = confidence(s)                                                   # [B] float64
         fell_back = ~has_children | (kappa < self.tau)
         return Scores(
             primary=scatter_primary(cb.tool, cb.mask, s, n).cpu(),
@@ -215,10 +216,9 @@ class TracerScorer(ScorerBase):
         """The presented set of one step (``contexts``: :meth:`embed` of it), exactly as :func:`finalize`
         presents it.
 
-        The fallback scores are computed only when they can change the answer: when the step
-        falls back, when children are too few to fill k with padding, or when child scores tie
-        within the top k (ties are broken by the fallback).
-        """
+        The fallback scores are computed only when they can change the answer: when the step falls back, when
+        children are too few to fill k with padding, or when child scores tie within the top k (ties are
+        broken by the fallback)."""
         pad = self.pad if pad is None else pad
         if self.blend != "fixed":
             return super().select_one(self._as_step(step), contexts, k, pad)
@@ -236,7 +236,8 @@ class TracerScorer(ScorerBase):
         fallback = top_scores_one(self.res.tool_index, c, k + n_child, ch.tool)  # exact where it matters
         return finalize_one(ch.tool, s, fallback, fell_back, k, pad, self.global_set)
 
-    def rank_one(self, step: Step | tuple[str, ...], contexts: Contexts, top: int | None = None) -> np.ndarray:
+    def rank_one(self, step: Step | tuple[str, ...], contexts: Contexts, top: int | None = None
+                 ) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
         if self.blend != "fixed":
             return super().rank_one(self._as_step(step), contexts, top)
@@ -267,7 +268,8 @@ class TracerScorer(ScorerBase):
     def describe(self) -> dict:
         """The configuration plus what fitting produced (trie size, global set, blend-head fit)."""
         out = {"scorer": self.name, "paper": "TRACER", **self.config(),
-               "n_nodes": self.trie.n_nodes if self.trie else 0, "n_edges": self.trie.n_edges if self.trie else 0}
+               "n_nodes": self.trie.n_nodes if self.trie else 0,
+               "n_edges": self.trie.n_edges if self.trie else 0}
         if self.global_set:
             out["global_set_tools"] = [self.res.registry.names[i] for i in self.global_set]
         if self.head is not None:
@@ -276,19 +278,19 @@ class TracerScorer(ScorerBase):
 
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:
-        return {"name": self.name, "blend": self.blend, "key": asdict(self.key), "context": asdict(self.rendering),
-                "eps": self.eps, "tau": self.tau, "pad": self.pad, "global_set": self.global_set_size,
-                "successful_only": self.successful_only, "head": self.head_cfg}
+        return {"name": self.name, "blend": self.blend, "key": asdict(self.key),
+                "context": asdict(self.rendering), "eps": self.eps, "tau": self.tau, "pad": self.pad,
+                "global_set": self.global_set_size, "successful_only": self.successful_only,
+                "head": self.head_cfg}
 
     def save(self, directory: str | Path) -> Path:
         """Write the index as a new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`: atomic
         for readers, verified by a manifest; a directory that is not a tracer index is refused).
 
-        Files: ``meta.json`` (format version, scorer class and config, embedder name and dim,
-        global set), ``tools.json`` (the registry), ``trie.pt`` (states, CSR edges, counts, priors,
-        the ``[E, d]`` edge-memory tensor), ``tools.faiss`` + ``tools_idmap.json`` +
-        ``tool_vectors.npy`` (the fallback index and its id map), ``blend_head.pt`` (learned blend).
-        """
+        Files: ``meta.json`` (format version, scorer class and config, embedder name and dim, global set),
+        ``tools.json`` (the registry), ``trie.pt`` (states, CSR edges, counts, priors, the ``[E, d]``
+        edge-memory tensor), ``tools.faiss`` + ``tools_idmap.json`` + ``tool_vectors.npy`` (the fallback index
+        and its id map), ``blend_head.pt`` (learned blend)."""
         self._check_fitted()
         out = Path(directory)
         with save_snapshot(out) as tmp:
@@ -316,5 +318,3 @@ class TracerScorer(ScorerBase):
             if (d / "blend_head.pt").exists():
                 obj.head = BlendHead.from_state_dict(load_tensors(d / "blend_head.pt")).to(res.device)
         return obj
-
-
