@@ -31,7 +31,8 @@ from tracer.scoring.resources import Resources
 def summary_table(doc: Mapping[str, Any]) -> str:
     n, over = doc.get("folds"), doc.get("folds_in_mean", {})
     lines = [(f"{doc['dataset']} ({doc['registry_size']} tools) | scorer {doc['scorer']} | k={doc['k']} | "
-             f"{doc['regime']} | executor {doc['executor']} | {doc['n_steps']} steps | mean ± SD over {n} folds")]
+              f"{doc['regime']} | executor {doc['executor']} | {doc['n_steps']} steps | "
+              f"mean ± SD over {n} folds")]
     if doc.get("folds_without_test_steps"):
         lines.append(f"  folds without test steps (in no mean): {doc['folds_without_test_steps']}")
     for m in METRICS:
@@ -40,7 +41,8 @@ def summary_table(doc: Mapping[str, Any]) -> str:
         lines.append(f"  {m:<26} {'–' if mu is None else f'{mu:.4f} ± {sd:.4f}'}{note}")
     seen = doc.get("by_gold_seen") or {}
     if seen:  # pooled over steps: a tool the fold's training never called is "unseen"
-        parts = [f"{k} {v['n_steps']} steps {'–' if v['recall_at_k'] is None else format(v['recall_at_k'], '.4f')}"
+        parts = [f"{k} {v['n_steps']} steps "
+                 f"{'–' if v['recall_at_k'] is None else format(v['recall_at_k'], '.4f')}"
                  for k, v in seen.items()]
         lines.append(f"  {'recall_at_k by gold tool':<26} {', '.join(parts)} (pooled)")
     return "\n".join(lines)
@@ -58,7 +60,8 @@ def tokenizer_label(records: Sequence[StepRecord], server: str | None) -> str:
         return local
     if n_server == len(records):
         return server
-    return f"{server} on {n_server} steps, {local} on {len(records) - n_server} steps (no usage from the server)"
+    return (f"{server} on {n_server} steps, {local} on {len(records) - n_server} steps "
+            "(no usage from the server)")
 
 
 def check_executor_errors(records: Sequence[StepRecord], max_rate: float, run_dir: Path) -> None:
@@ -66,8 +69,9 @@ def check_executor_errors(records: Sequence[StepRecord], max_rate: float, run_di
     rate = outcome_rates(records)["executor_error_rate"] or 0.0
     if rate > max_rate:
         first = next(r.error for r in records if r.error is not None)
-        raise ExecutorFailure(f"{rate:.1%} of {len(records)} steps failed at the executor (max_executor_error_rate="
-                              f"{max_rate}); first error: {first}. Outputs are in {run_dir}.")
+        raise ExecutorFailure(f"{rate:.1%} of {len(records)} steps failed at the executor "
+                              f"(max_executor_error_rate={max_rate}); first error: {first}. "
+                              f"Outputs are in {run_dir}.")
 
 
 def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
@@ -75,7 +79,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     cfg = plain(cfg)
     check_config(cfg, EVAL_INTS)
     if (cfg.get("regime") or {}).get("max_steps_per_turn") is not None:
-        check_int(cfg["regime"]["max_steps_per_turn"], "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
+        check_int(cfg["regime"]["max_steps_per_turn"],
+                  "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
     run_dir = Path(run_dir)
     ds = build_dataset(cfg["dataset"], cfg.get("registry"), cfg.get("seed", 0))
     check_folds(cfg["folds"], ds.trajectories)
@@ -103,12 +108,14 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                        fold_resources=fold_encoders).run()
 
     scorer_label = scorer_cfg["name"] + ("+insight" if cfg.get("insight") else "")
-    executor_label = executor.name + (" (oracle: selection bounded by coverage)" if executor.is_oracle else "")
+    executor_label = executor.name + (" (oracle: selection bounded by coverage)" if executor.is_oracle
+                                      else "")
     doc = metrics_document(dataset=ds.name, registry_size=len(ds.registry), scorer=scorer_label, k=cfg["k"],
                            regime=ecfg.regime, executor=executor_label, result=result)
     if doc["folds_without_test_steps"]:
         warnings.warn(f"folds {doc['folds_without_test_steps']} had no test steps: the means are over "
-                      f"{doc['folds'] - len(doc['folds_without_test_steps'])} of {doc['folds']} folds", stacklevel=2)
+                      f"{doc['folds'] - len(doc['folds_without_test_steps'])} of {doc['folds']} folds",
+                      stacklevel=2)
     write_json(run_dir / "metrics.json", doc)
     write_jsonl(run_dir / "steps.jsonl", (r.to_json() for r in result.records))
     if result.tasks:
@@ -129,17 +136,20 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     encoder_history = fold_encoders.outer if fold_encoders else [{}] * len(result.per_fold)
     for f, (m, enc) in enumerate(zip(result.per_fold, encoder_history)):
         logger.log({f"fold/{k}": v for k, v in m.items() if v is not None}
-                   | {f"fold/encoder_{k}": enc[k] for k in ("train_seconds", "teacher_train_seconds", "final_loss")
+                   | {f"fold/encoder_{k}": enc[k]
+                      for k in ("train_seconds", "teacher_train_seconds", "final_loss")
                       if enc.get(k) is not None}, step=f)
     if fold_encoders:  # the loss curves, logged once the per-fold steps are written (W&B steps only go up)
         logger.log_table("encoder_loss", ["fold", "step", "loss"],
-                         [[f, i, v] for f, h in enumerate(fold_encoders.outer) for i, v in enumerate(h["loss"])])
+                         [[f, i, v] for f, h in enumerate(fold_encoders.outer)
+                          for i, v in enumerate(h["loss"])])
     logger.log_summary({f"{k}_mean": v for k, v in result.mean.items() if v is not None}
                        | {f"{k}_sd": v for k, v in result.sd.items() if v is not None}
                        | {"n_steps": result.n_steps})
-    cols = ["fold", "trajectory_id", "step", "gold", "gold_rank", "selected", "correct", "in_trie", "fell_back",
-            "kappa", "prompt_tokens", "presented"]
-    logger.log_table("steps", cols, [[json.dumps(getattr(r, c)) if c == "presented" else getattr(r, c) for c in cols]
+    cols = ["fold", "trajectory_id", "step", "gold", "gold_rank", "selected", "correct", "in_trie",
+            "fell_back", "kappa", "prompt_tokens", "presented"]
+    logger.log_table("steps", cols, [[json.dumps(getattr(r, c)) if c == "presented" else getattr(r, c)
+                                      for c in cols]
                                      for r in result.records])
     for png in sorted(run_dir.glob("*.png")):
         logger.log_image(png.stem, png)

@@ -15,7 +15,8 @@ from tracer.scoring.ranking import finalize
 
 METRICS = (
     "recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens", "cic_reduction",
-    "out_of_trie_rate", "fallback_rate", "recall_out_of_trie", "task_success", "latency_ms_p50", "latency_ms_p95",
+    "out_of_trie_rate", "fallback_rate", "recall_out_of_trie", "task_success", "latency_ms_p50",
+    "latency_ms_p95",
 )
 # what went wrong at the executor, as shares of all steps (a step is at most one of them)
 OUTCOME_RATES = ("unpresented_call_rate", "malformed_rate", "executor_error_rate", "no_call_rate")
@@ -51,7 +52,8 @@ class StepRecord:
     unpresented: bool = False      # the call named a tool that was not presented (never a correct selection)
     no_call: bool = False          # the executor answered without a call (no error, nothing malformed)
     prompt_tokens_by: str = "local"  # who counted prompt_tokens: "server" (its usage) or "local"
-    gold_seen: bool | None = None  # the gold tool was called in the fold's training trajectories (None: no gold)
+    # gold_seen: the gold tool was called in the fold's training trajectories (None: no gold)
+    gold_seen: bool | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -80,7 +82,8 @@ def _mean(xs: Sequence[float]) -> float | None:
     return float(np.mean(xs)) if len(xs) else None
 
 
-def fold_metrics(records: Sequence[StepRecord], *, trie_based: bool, task_success: Sequence[bool] | None = None,
+def fold_metrics(records: Sequence[StepRecord], *, trie_based: bool,
+                 task_success: Sequence[bool] | None = None,
                  latencies_ms: Sequence[float] | None = None) -> dict[str, float | None]:
     """Metrics of one fold from its step records."""
     gold_steps = [r for r in records if r.gold is not None]
@@ -146,7 +149,8 @@ def by_gold_seen(records: Sequence[StepRecord]) -> dict[str, dict[str, float | i
 def recall_curve(records: Iterable[StepRecord], max_k: int = 10) -> list[float]:
     """Recall at j for j = 1..max_k from the gold ranks."""
     ranks = [r.gold_rank for r in records if r.gold is not None]
-    return [float(np.mean([bool(x) and x <= j for x in ranks])) if ranks else 0.0 for j in range(1, max_k + 1)]
+    return [float(np.mean([bool(x) and x <= j for x in ranks])) if ranks else 0.0
+            for j in range(1, max_k + 1)]
 
 
 def paired_test(a: Sequence[float], b: Sequence[float], n_resamples: int = 10000, seed: int = 0) -> dict:
@@ -174,6 +178,7 @@ def teacher_forced_outcomes(scorer, steps: Sequence, k: int) -> dict[str, list[f
     runner."""
     sel = finalize(scorer.score(steps), k, scorer.pad)
     gold = scorer.res.tool_ids([s.gold for s in steps])                                  # [S]
-    rank = (sel.ranking == gold[:, None]).float().argmax(1) + 1                          # [S], 1-based; the ranking is [S, N]
+    # rank: 1-based; the ranking is [S, N]
+    rank = (sel.ranking == gold[:, None]).float().argmax(1) + 1                          # [S]
     return {"recall@1": (rank == 1).float().tolist(), f"recall@{k}": (rank <= k).float().tolist(),
             "mrr": (1.0 / rank).tolist()}

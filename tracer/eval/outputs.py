@@ -25,7 +25,8 @@ def metrics_document(*, dataset: str, registry_size: int, scorer: str, k: int, r
     return {
         "dataset": dataset, "registry_size": registry_size, "scorer": scorer, "k": k, "regime": regime,
         "executor": executor, "n_steps": result.n_steps, "mean": result.mean, "sd": result.sd,
-        "per_fold": result.per_fold, "folds": len(result.per_fold), "folds_in_mean": folds_in_mean(result.per_fold),
+        "per_fold": result.per_fold, "folds": len(result.per_fold),
+        "folds_in_mean": folds_in_mean(result.per_fold),
         "folds_without_test_steps": [f for f in range(len(result.per_fold)) if f not in tested],
         "by_gold_seen": by_gold_seen(result.records),
     }

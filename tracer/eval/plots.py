@@ -58,7 +58,8 @@ def out_of_trie(rows: Sequence[Mapping], path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     labels = [f"{r['scorer']} k={r['k']}" for r in rows]
     x = range(len(rows))
-    ax.bar([i - 0.2 for i in x], [r["mean"]["out_of_trie_rate"] for r in rows], width=0.4, label="out-of-trie rate")
+    ax.bar([i - 0.2 for i in x], [r["mean"]["out_of_trie_rate"] for r in rows], width=0.4,
+           label="out-of-trie rate")
     ax.bar([i + 0.2 for i in x], [r["mean"]["recall_out_of_trie"] or 0 for r in rows], width=0.4,
            label="recall on out-of-trie steps")
     ax.set_xticks(list(x))

@@ -52,9 +52,9 @@ def notes(rows: Sequence[dict]) -> str:
     for ex in sorted({r["executor"] for r in rows}):
         lines.append(f"- executor: {ex}")
         if ex.startswith("oracle"):
-            lines.append("  - oracle numbers: the executor picks the gold tool whenever it is presented, so selection "
-                         "accuracy is the coverage of the presented set and task success measures retrieval alone, "
-                         "not a model")
+            lines.append("  - oracle numbers: the executor picks the gold tool whenever it is presented, "
+                         "so selection accuracy is the coverage of the presented set and task success "
+                         "measures retrieval alone, not a model")
     for tok in sorted({r["tokenizer"] for r in rows if r.get("tokenizer")}):
         lines.append(f"- prompt tokens counted with: {tok}")
     return "\n".join(lines) + "\n" if lines else ""
@@ -79,13 +79,14 @@ def category_table(rows: Sequence[dict]) -> str:
     cats = sorted({c for by in per_run.values() for c in by})
     if not per_run or cats == ["all"]:
         return ""
-    md = ["| scorer | k | " + " | ".join(cats) + " | all | state check agrees |", "|" + "---|" * (len(cats) + 4)]
+    md = ["| scorer | k | " + " | ".join(cats) + " | all | state check agrees |",
+          "|" + "---|" * (len(cats) + 4)]
     for key, by in sorted(per_run.items()):
         cells = [f"{sum(by[c]) / len(by[c]):.3f} ({len(by[c])})" if c in by else "–" for c in cats]
         every = [x for c in cats for x in by.get(c, [])]
         same = f"{sum(agree[key])}/{len(agree[key])}" if agree[key] else "–"
-        md.append(f"| {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {sum(every) / len(every):.3f} ({len(every)})"
-                  f" | {same} |")
+        md.append(f"| {key[2]} | {key[3]} | " + " | ".join(cells)
+                  + f" | {sum(every) / len(every):.3f} ({len(every)}) | {same} |")
     return ("Task success by category (tasks pooled over folds; task count in brackets; on BFCL, success is "
             "bfcl_eval's own multi_turn_checker, and the last column counts the tasks where our turn-by-turn "
             "state comparison gives the same verdict):\n\n" + "\n".join(md) + "\n")
@@ -103,8 +104,8 @@ def outcome_table(rows: Sequence[dict]) -> str:
     for r in rows:
         md.append(f"| {r['regime']} | {r['executor']} | {r['scorer']} | {r['k']} | "
                   + " | ".join(fmt(r["mean"].get(c), r["sd"].get(c)) for c in cols) + " |")
-    return ("Executor outcomes (shares of all steps; a selection is correct only when the call names a presented "
-            "tool and equals the gold):\n\n" + "\n".join(md) + "\n")
+    return ("Executor outcomes (shares of all steps; a selection is correct only when the call names "
+            "a presented tool and equals the gold):\n\n" + "\n".join(md) + "\n")
 
 
 def fmt(mean, sd, digits=3) -> str:
@@ -129,8 +130,10 @@ def table(rows: Sequence[dict], columns: Sequence[str] = COLUMNS, compact: bool 
     w = csv.writer(buf)
     w.writerow(head + [f"{c}_sd" for c in columns])
     for r in rows:
-        base = [r["dataset"], r["registry_size"], r["regime"], r["executor"], r["scorer"], r["k"], r["n_steps"]]
-        md.append("| " + " | ".join(map(str, (base + [fmt(r["mean"][c], r["sd"][c]) for c in columns])[cut:])) + " |")
+        base = [r["dataset"], r["registry_size"], r["regime"], r["executor"], r["scorer"], r["k"],
+                r["n_steps"]]
+        md.append("| " + " | ".join(map(str, (base + [fmt(r["mean"][c], r["sd"][c]) for c in columns])[cut:]))
+                  + " |")
         w.writerow(base + [r["mean"][c] for c in columns] + [r["sd"][c] for c in columns])
     return "\n".join(md) + "\n", buf.getvalue()
 
@@ -150,7 +153,8 @@ def report(dirs: Sequence[str | Path], out: str | Path, columns: Sequence[str] =
     for r in rows:
         steps = Path(r["run_dir"]) / "steps.jsonl"
         if steps.exists():
-            curves[f"{r['scorer']} ({r['regime']}, {r['registry_size']} tools)"] = recall_curve(read_steps(steps))
+            curves[f"{r['scorer']} ({r['regime']}, {r['registry_size']} tools)"] = recall_curve(
+                read_steps(steps))
     plots.cost_accuracy(rows, out / "cost_accuracy.png")
     plots.recall_vs_k(curves, out / "recall_vs_k.png")
     plots.out_of_trie(rows, out / "out_of_trie.png")
@@ -200,16 +204,19 @@ def ablation_table(root: str | Path, reference: str = "full") -> str:
     ranks and MRR (mean ± SD over folds), candidate coverage, and a paired sign-flip test of hit@k against
     ``reference`` (``python evaluate.py -m '+experiment/tracer_plus_ablation=glob(*)'`` writes such a DIR)."""
     root = Path(root)
-    runs = sorted((p.parent for p in root.glob("*/metrics.json")), key=lambda p: (p.name != reference, p.name))
+    runs = sorted((p.parent for p in root.glob("*/metrics.json")),
+                  key=lambda p: (p.name != reference, p.name))
     if not runs:
         raise FileNotFoundError(f"no <row>/metrics.json under {root}")
     lines = [f"{root} (recall@j from the gold ranks; mean ± SD over folds)\n",
-             f"| row | scorer | recall@1 | recall@3 | recall@5 | recall@10 | MRR | coverage | Δhit@k vs {reference} (p) |",
+             "| row | scorer | recall@1 | recall@3 | recall@5 | recall@10 | MRR | coverage "
+             f"| Δhit@k vs {reference} (p) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         m = json.loads((run / "metrics.json").read_text())
         recs = read_steps(run / "steps.jsonl")
-        per_fold = np.array([recall_curve([r for r in recs if r.fold == f]) for f in sorted({r.fold for r in recs})])
+        per_fold = np.array([recall_curve([r for r in recs if r.fold == f])
+                             for f in sorted({r.fold for r in recs})])
         sd = per_fold.std(0, ddof=1) if len(per_fold) > 1 else np.zeros(per_fold.shape[1])  # [10]
         cells = [fmt(float(per_fold[:, j - 1].mean()), float(sd[j - 1])) for j in (1, 3, 5, 10)]
         cov = [r.extra["in_candidates"] for r in recs if "in_candidates" in r.extra]
@@ -225,10 +232,12 @@ def ablation_table(root: str | Path, reference: str = "full") -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tracer.eval.report", description=__doc__.split("\n\n")[0])
     p.add_argument("dirs", nargs="*", help="run or sweep directories")
-    p.add_argument("--out", default=None, help="where to write report.md/csv and plots (default: the first DIR)")
+    p.add_argument("--out", default=None,
+                   help="where to write report.md/csv and plots (default: the first DIR)")
     p.add_argument("--paired", nargs=2, metavar=("RUN_A", "RUN_B"))
     p.add_argument("--ablation", metavar="DIR", help="one table row per run directory under DIR")
-    p.add_argument("--reference", default="full", help="with --ablation: the row the others are tested against")
+    p.add_argument("--reference", default="full",
+                   help="with --ablation: the row the others are tested against")
     p.add_argument("--metric", default="hit_at_k", choices=["hit_at_k", "correct", "top1", "rr"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--folds", type=lambda v: [int(f) for f in v.split(",")], default=None,
@@ -237,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                    help="with --paired: only the steps whose gold tool the fold's training called "
                         "(seen) or never called (unseen)")
     p.add_argument("--columns", default=",".join(COLUMNS), help="comma-separated metric names for the table")
-    p.add_argument("--compact", action="store_true", help="leave dataset/tools/regime/executor out of the Markdown")
+    p.add_argument("--compact", action="store_true",
+                   help="leave dataset/tools/regime/executor out of the Markdown")
     a = p.parse_args(argv)
     if a.paired:
         res = paired(*a.paired, metric=a.metric, seed=a.seed, folds=a.folds, gold=a.gold)

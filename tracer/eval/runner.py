@@ -97,7 +97,8 @@ class Evaluator:
         self.counter = TokenCounter()
         self.registry = dataset.registry
         self.all_tools = self.registry.to_openai()
-        self.tool_tokens = [self.counter.tool(t) for t in self.all_tools]  # [N]: a step sums the presented ones
+        # [N]: a step sums the presented ones
+        self.tool_tokens = [self.counter.tool(t) for t in self.all_tools]
         self.all_tools_tokens = sum(self.tool_tokens)
         self.fold_of = assign_folds([t.group for t in dataset.trajectories], cfg.folds, cfg.seed)
 
@@ -112,7 +113,8 @@ class Evaluator:
         if self.cfg.regime not in ("teacher_forcing", "free_running"):
             raise ValueError(f"regime must be teacher_forcing or free_running, got {self.cfg.regime!r}")
         if self.cfg.regime == "free_running" and self.environment is None:
-            raise ValueError(f"dataset {self.ds.name!r} has no executable environment: it runs teacher_forcing only")
+            raise ValueError(f"dataset {self.ds.name!r} has no executable environment: "
+                             "it runs teacher_forcing only")
         per_fold, records, tasks, fit_s, infos = [], [], [], [], []
         trie_based = False
         folds = range(self.cfg.folds)
@@ -139,12 +141,12 @@ class Evaluator:
             trie_based = trie_based or any(r.in_trie is not None for r in recs)
             lat = self.latencies(scorer, insight, [s for t in test for s in extract_steps(t)], fold)
             per_fold.append(fold_metrics(recs, trie_based=trie_based,
-                                         task_success=[t["success"] for t in fold_tasks] if fold_tasks is not None
-                                         else None, latencies_ms=lat))
+                                         task_success=[t["success"] for t in fold_tasks]
+                                         if fold_tasks is not None else None, latencies_ms=lat))
             records.extend(recs)
         mean, sd = aggregate(per_fold)
-        return EvalResult(per_fold, mean, sd, records, tasks, recall_curve(records), len(records), trie_based, fit_s,
-                          infos)
+        return EvalResult(per_fold, mean, sd, records, tasks, recall_curve(records), len(records), trie_based,
+                          fit_s, infos)
 
     # ---- one batch of steps ----------------------------------------------------------------------
     def select(self, scorer: Scorer, insight, steps: Sequence[Step]):
@@ -156,7 +158,8 @@ class Evaluator:
         return sel, guidance
 
     def records_for(self, fold: int, steps: Sequence[Step], golds: Sequence[ToolCall | None], scorer: Scorer,
-                    insight, withheld: Sequence[frozenset[str]] | None = None) -> tuple[list[StepRecord], list]:
+                    insight, withheld: Sequence[frozenset[str]] | None = None
+                    ) -> tuple[list[StepRecord], list]:
         """Select, ask the executor and record each step; ``withheld[i]``: tool names step i may not
         present."""
         sel, guidance = self.select(scorer, insight, steps)
@@ -166,7 +169,8 @@ class Evaluator:
                 ids_out = {self.registry.id(n) for n in names_out if n in self.registry}
                 presented_ids[i] = without(presented_ids[i], sel.ranking[i].tolist(), ids_out)
         n = len(self.registry)
-        gold_ids = torch.tensor([self.registry.id(g.name) if g and g.name in self.registry else n for g in golds])
+        gold_ids = torch.tensor([self.registry.id(g.name) if g and g.name in self.registry else n
+                                 for g in golds])
         hit = sel.ranking == gold_ids[:, None]                                        # [B, N]
         gold_rank = torch.where(hit.any(1), hit.float().argmax(1) + 1, torch.zeros_like(gold_ids))  # [B]
         requests, msgs_all = [], []
@@ -182,15 +186,16 @@ class Evaluator:
         extra = {k: v for k, v in sc.diagnostics.items() if k not in RECORDED_DIAGNOSTICS}
         out = []
         for i, (step, gold, dec) in enumerate(zip(steps, golds, decisions)):
-            local = (sum(self.counter.message(m) for m in msgs_all[i])           # guidance is in the system prompt
+            # the guidance is in the system prompt
+            local = (sum(self.counter.message(m) for m in msgs_all[i])
                      + sum(self.tool_tokens[j] for j in presented_ids[i]))
             full = sum(self.counter.message(m) for m in step.context) + self.all_tools_tokens
             rank_i = int(gold_rank[i]) or None
             presented = [names[j] for j in presented_ids[i]]
             outcome = step_outcome(dec, presented, gold.name if gold else None)
             out.append(StepRecord(
-                fold=fold, trajectory_id=step.trajectory_id, group=step.group, step=step.index, turn=step.turn,
-                position=step.position, gold=gold.name if gold else None, gold_rank=rank_i,
+                fold=fold, trajectory_id=step.trajectory_id, group=step.group, step=step.index,
+                turn=step.turn, position=step.position, gold=gold.name if gold else None, gold_rank=rank_i,
                 ranking=[names[j] for j in sel.ranking[i, :10].tolist()],
                 presented=presented,
                 in_trie=None if in_trie is None else bool(in_trie[i]),
@@ -206,7 +211,8 @@ class Evaluator:
         return out, decisions
 
     # ---- regimes -------------------------------------------------------------------------------
-    def teacher_forcing(self, fold: int, scorer: Scorer, insight, test: Sequence[Trajectory]) -> list[StepRecord]:
+    def teacher_forcing(self, fold: int, scorer: Scorer, insight,
+                        test: Sequence[Trajectory]) -> list[StepRecord]:
         steps = [s for s in extract_all(test) if s.gold in self.registry]
         out = []
         bar = tqdm(total=len(steps), desc=f"fold {fold} steps", disable=not self.cfg.progress, leave=False)
@@ -235,7 +241,8 @@ class Evaluator:
             withheld = [e.withheld() for e in ready]
             for lo in range(0, len(ready), self.cfg.batch_size):
                 hi = lo + self.cfg.batch_size
-                recs, decs = self.records_for(fold, steps[lo:hi], golds[lo:hi], scorer, insight, withheld[lo:hi])
+                recs, decs = self.records_for(fold, steps[lo:hi], golds[lo:hi], scorer, insight,
+                                              withheld[lo:hi])
                 records.extend(recs)
                 for e, gold, dec in zip(ready[lo:hi], golds[lo:hi], decs):
                     e.apply(dec, gold, self.cfg.max_steps_per_turn)
