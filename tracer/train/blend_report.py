@@ -45,13 +45,14 @@ def evaluate(head: BlendHead | None, data: StepData) -> dict[str, float]:
     cov = d.covered
     nll = -logp[cov].gather(1, d.gold[cov][:, None]).squeeze(1)
     hit = (s.argmax(1) == d.gold) & cov
-    return {"nll_sum": float(nll.sum()), "n_covered": int(cov.sum()), "hits": int(hit.sum()), "n_in_trie": len(d),
-            "nll": float(nll.mean()) if len(nll) else float("nan"),
+    return {"nll_sum": float(nll.sum()), "n_covered": int(cov.sum()), "hits": int(hit.sum()),
+            "n_in_trie": len(d), "nll": float(nll.mean()) if len(nll) else float("nan"),
             "recall_at_1": int(hit.sum()) / len(d) if len(d) else float("nan")}
 
 
-def heldout_ablation(trajectories: Sequence[Trajectory], res: Resources, key: StateKey, rendering: ContextRendering,
-                     eps: float, successful_only: bool, head: Mapping[str, Any] | HeadConfig, folds: int,
+def heldout_ablation(trajectories: Sequence[Trajectory], res: Resources, key: StateKey,
+                     rendering: ContextRendering, eps: float, successful_only: bool,
+                     head: Mapping[str, Any] | HeadConfig, folds: int,
                      seed: int) -> dict[str, dict[str, float]]:
     """Outer k-fold comparison: fixed blend, the full head, the head with each feature dropped, and
     the head with every feature dropped (``bias_only``: one w and T for all states).
@@ -73,7 +74,8 @@ def heldout_ablation(trajectories: Sequence[Trajectory], res: Resources, key: St
                                    res.embed(train_steps, rendering), len(res.registry), key, eps, res.device)
         test_steps = training_steps(split.test, res.registry, True)
         domain_of = {t.id: t.domain for t in split.test}
-        test = score_steps(trie, test_steps, res.embed(test_steps, rendering), res.tool_ids([s.gold for s in test_steps]),
+        test = score_steps(trie, test_steps, res.embed(test_steps, rendering),
+                           res.tool_ids([s.gold for s in test_steps]),
                            [domain_of[s.trajectory_id] for s in test_steps])
         for name, drop in variants.items():
             h = None if drop is None else train_head(data, replace(cfg, drop=tuple(drop)))[0]
@@ -108,13 +110,16 @@ def build_report(dataset: str, head: BlendHead, history: Mapping, data: StepData
                  ablation: Mapping | None = None) -> dict[str, Any]:
     """Everything ``train.py`` reports, as one JSON-able dict."""
     wt = wt_summary(head, data)
-    corr = torch.corrcoef(data.feats.double().T) if len(data) > 1 else torch.eye(len(FEATURES))  # [F, F] Pearson
-    return {"dataset": dataset, "features": list(FEATURES), "wt": {"all": wt["all"], "by_domain": wt["by_domain"]},
+    # [F, F] Pearson
+    corr = torch.corrcoef(data.feats.double().T) if len(data) > 1 else torch.eye(len(FEATURES))
+    return {"dataset": dataset, "features": list(FEATURES),
+            "wt": {"all": wt["all"], "by_domain": wt["by_domain"]},
             "coefficients": head.coefficients(), "feature_stats": head.feature_stats(),
             "feature_correlation": {f: dict(zip(FEATURES, [round(float(x), 4) for x in row]))
                                     for f, row in zip(FEATURES, corr)},
             "fit": {**{k: v for k, v in history.items() if k != "runs"},
-                    "runs": [{k: v for k, v in r.items() if not isinstance(v, list)} for r in history.get("runs", [])]},
+                    "runs": [{k: v for k, v in r.items() if not isinstance(v, list)}
+                             for r in history.get("runs", [])]},
             "ablation": ablation}
 
 
@@ -122,10 +127,11 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     """A human-readable version of :func:`build_report`'s dict."""
     fit, a, nan = report["fit"], report["wt"]["all"], float("nan")
     lines = [f"# Blend head on {report['dataset']}", "",
-             (f"Fitted on {fit.get('n_train')} out-of-fold steps whose gold is a child ({fit.get('n_uncovered')} "
-              f"steps whose gold is not a child carry no gradient): {len(fit.get('runs', []))} head(s), each "
-              f"early-stopped on one held-out inner fold (best epochs {fit.get('best_epochs')}), parameters "
-              f"averaged; held-out inner-fold NLL {fit.get('best_val_loss', nan):.4f}."),
+             (f"Fitted on {fit.get('n_train')} out-of-fold steps whose gold is a child "
+              f"({fit.get('n_uncovered')} steps whose gold is not a child carry no gradient): "
+              f"{len(fit.get('runs', []))} head(s), each early-stopped on one held-out inner fold "
+              f"(best epochs {fit.get('best_epochs')}), parameters averaged; "
+              f"held-out inner-fold NLL {fit.get('best_val_loss', nan):.4f}."),
              (f"Fit time beyond embeddings: {fit.get('seconds_fit', nan):.2f} s (inner indexes "
               f"{fit.get('seconds_index', nan):.2f} s, training {fit.get('seconds_train', nan):.2f} s); "
               f"embedding {fit.get('seconds_embed', nan):.2f} s."), "",
@@ -134,16 +140,20 @@ def report_markdown(report: Mapping[str, Any]) -> str:
              (f"| **all** | {a.get('n', 0)} | {a.get('w_mean', nan):.3f} | {a.get('w_sd', nan):.3f} | "
               f"{a.get('T_mean', nan):.3f} | {a.get('T_sd', nan):.3f} |")]
     for dom, s in report["wt"]["by_domain"].items():
-        lines.append(f"| {dom} | {s['n']} | {s['w_mean']:.3f} | {s['w_sd']:.3f} | {s['T_mean']:.3f} | {s['T_sd']:.3f} |")
+        lines.append(f"| {dom} | {s['n']} | {s['w_mean']:.3f} | {s['w_sd']:.3f} | {s['T_mean']:.3f} | "
+                     f"{s['T_sd']:.3f} |")
     lines += ["", "## Coefficients over standardised features (w head: Table 14)", "",
-              "| head | " + " | ".join(report["features"]) + " | bias |", "|---|" + "---:|" * (len(report["features"]) + 1)]
+              "| head | " + " | ".join(report["features"]) + " | bias |",
+              "|---|" + "---:|" * (len(report["features"]) + 1)]
     for h, c in report["coefficients"].items():
-        lines.append(f"| {h} | " + " | ".join(f"{c[f]:+.3f}" for f in report["features"]) + f" | {c['bias']:+.3f} |")
+        lines.append(f"| {h} | " + " | ".join(f"{c[f]:+.3f}" for f in report["features"])
+                     + f" | {c['bias']:+.3f} |")
     if report.get("feature_correlation"):
         fs = report["features"]
         lines += ["", "## Feature correlations (Pearson, out-of-fold steps; read coefficients with care)", "",
                   "| | " + " | ".join(fs) + " |", "|---|" + "---:|" * len(fs)]
-        lines += [f"| {f} | " + " | ".join(f"{report['feature_correlation'][f][g]:+.2f}" for g in fs) + " |" for f in fs]
+        lines += [f"| {f} | " + " | ".join(f"{report['feature_correlation'][f][g]:+.2f}" for g in fs) + " |"
+                  for f in fs]
     if report.get("ablation"):
         lines += ["", "## Held-out comparison and feature ablation (outer folds)", "",
                   "| variant | NLL | recall@1 | steps in trie |", "|---|---:|---:|---:|"]
@@ -184,8 +194,9 @@ def blend_head_report(cfg: Mapping[str, Any], ds: Any, res: Resources, scorer: A
         for tl, vl, va in zip(run["train_loss"], run["val_loss"], run["val_acc"]):
             logger.log({f"fold{v}/train_loss": tl, f"fold{v}/val_loss": vl, f"fold{v}/val_recall_at_1": va})
     m = cfg["scorer"]
-    ablation = heldout_ablation(ds.trajectories, res, scorer.key, scorer.rendering, m["eps"], m["successful_only"],
-                                m["head"], cfg["folds"], cfg["seed"]) if cfg["folds"] else None
+    ablation = heldout_ablation(ds.trajectories, res, scorer.key, scorer.rendering, m["eps"],
+                                m["successful_only"], m["head"], cfg["folds"],
+                                cfg["seed"]) if cfg["folds"] else None
     report = build_report(ds.name, head, hist, fit.data, ablation)
     wt = wt_summary(head, fit.data)
     logger.log_image("w_T_hist", plot_wt(wt["w"], wt["T"], out / "wt_hist.png"))
