@@ -126,8 +126,8 @@ def main() -> None:
     train = [t for t in ds.trajectories if fold_of[t.group] != 0]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
     embedder = build_embedder("minilm", cache_dir=".cache/embeddings")
-    sizes = [len(ds.registry) + len(catalogue) if s == "all" else int(s) for s in a.sizes]
-    biggest = with_distractors(ds.registry, catalogue, min(max(sizes), len(ds.registry) + len(catalogue)))
+    biggest = with_distractors(ds.registry, catalogue, None if "all" in a.sizes else max(map(int, a.sizes)))
+    sizes = [len(biggest) if s == "all" else int(s) for s in a.sizes]
     vectors = encode_tools(embedder, [t.search_text for t in biggest])                  # [N, d]
     results = []
     for size in sizes:

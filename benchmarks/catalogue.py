@@ -267,14 +267,14 @@ def load_catalogue(path: Path = OUT) -> list[Tool]:
     return tools
 
 
-def with_distractors(registry: Registry, catalogue: list[Tool], size: int, seed: int = 0) -> Registry:
+def with_distractors(registry: Registry, catalogue: list[Tool], size: int | None, seed: int = 0) -> Registry:
     """``registry`` grown to ``size`` tools by catalogue tools in a seeded order (nested: a smaller size is a
-    prefix of a larger one); names already taken are skipped."""
+    prefix of a larger one); names already taken are skipped; ``None``: every catalogue tool."""
     import random
     taken = set(registry.names)
     pool = [t for t in catalogue if t.name not in taken]
     random.Random(seed).shuffle(pool)
-    need = size - len(registry)
+    need = len(pool) if size is None else size - len(registry)
     if need > len(pool):
         raise ValueError(f"registry size {size} needs {need} distractors; the catalogue has {len(pool)}")
     return registry.extend(pool[:max(need, 0)])

@@ -173,7 +173,8 @@ def test_candidates_equal_a_naive_union(tiny_trajs, tiny_resources):
         naive |= set(sorted(range(vec.shape[1]), key=lambda t: (-float(vec[i, t]), t))[:2])
         assert cand.tool[i][cand.mask[i]].tolist() == sorted(naive)
     # without vector candidates an unseen state has none and the step falls back to the vector ranking
-    bare = plus(tiny_resources, keys=["last_2+cross_turn"], vector_candidates=0)
+    bare = plus(tiny_resources, keys=["last_2+cross_turn"], vector_candidates=0,
+                zero_shot={"kind": "vector", "guard": False})  # the model served: its own fallbacks
     bare.fit(tiny_trajs, tiny_resources)
     new = extract_steps(traj("h", ("list my files and email them", ["list_files", "send_email"])))
     sc = bare.score(steps + new)

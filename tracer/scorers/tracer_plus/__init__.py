@@ -1,8 +1,10 @@
 """``tracer_plus``, the default scorer, in one package: the scorer (:mod:`.scorer`), its candidates and features
 (:mod:`.features`), the candidate model (:mod:`.model`) and its fit on inner folds (:mod:`.fit`), the tables
-precomputed from the tries (:mod:`.index`) and one live step's candidates (:mod:`.step`). docs/method.md
-describes the method; a saved index names the class ``tracer.scorers.tracer_plus.TracerPlusScorer``."""
+precomputed from the tries (:mod:`.index`), one live step's candidates (:mod:`.step`), the zero-shot ranking and
+its guard (:mod:`.zero_shot`) and the index on disk (:mod:`.persist`). docs/method.md describes the method; a
+saved index names the class ``tracer.scorers.tracer_plus.TracerPlusScorer``."""
 
-from tracer.scorers.tracer_plus.scorer import CLASS_PATH, FORMAT_VERSION, TracerPlusScorer
+from tracer.scorers.tracer_plus.persist import CLASS_PATH, FORMAT_VERSION
+from tracer.scorers.tracer_plus.scorer import TracerPlusScorer
 
 __all__ = ["CLASS_PATH", "FORMAT_VERSION", "TracerPlusScorer"]

@@ -120,6 +120,13 @@ class Candidates:
         return torch.where(hit.any(1), hit.float().argmax(1), torch.full_like(gold_ids, ignore))
 
 
+def coverage(registry, steps: Sequence[Step], tool: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B]`` 1.0 if the step's gold is a candidate, 0.0 if not, -1.0 if unknown."""
+    gold = torch.tensor([registry.id(s.gold) if s.gold in registry else -1 for s in steps], dtype=torch.long)
+    hit = (mask.cpu() & (tool.cpu() == gold[:, None])).any(1).float()
+    return torch.where(gold >= 0, hit, -1.0)
+
+
 def _history_counts(idx: PlusIndex, steps: Sequence[Step], n: int, device) -> tuple[torch.Tensor, ...]:
     """``[B, N]`` float32: times each tool was called so far, 1 if called this turn, 1 if the previous
     call."""

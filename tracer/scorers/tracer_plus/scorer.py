@@ -33,26 +33,24 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.folds import inner_seed
-from tracer.core.store import Verify, save_snapshot
+from tracer.core.store import Verify
 from tracer.core.types import Step, Trajectory
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import parse_key
 from tracer.memory.trie import ExecutionTrie
-from tracer.scorers.tracer_plus.features import Candidates, candidates, feature_names, keep_mask
+from tracer.scorers.tracer_plus.features import Candidates, candidates, coverage, feature_names, keep_mask
 from tracer.scorers.tracer_plus.fit import clean_fold_view, inner_fold_candidates, train_model
 from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
+from tracer.scorers.tracer_plus.persist import load_plus, save_plus
 from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one, candidates_rows
+from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.fit import FitReport
-from tracer.scoring.persist import check_trie, load_tensors, open_index, saved_config, write_common
 from tracer.scoring.protocol import Contexts, ScorerBase
 from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
 from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
-
-FORMAT_VERSION = 1
-CLASS_PATH = "tracer.scorers.tracer_plus.TracerPlusScorer"
 
 
 class TracerPlusScorer(ScorerBase):
@@ -76,15 +74,18 @@ class TracerPlusScorer(ScorerBase):
         transfer: path of a candidate model saved by :func:`save_candidate_model` (trained on other
             datasets): ``fit`` then builds the tries only and keeps these weights; zero trajectories
             are allowed (cold start). ``None``: train on the fitted trajectories.
+        zero_shot: what a cold index serves, and the guard that serves it in the model's place when the
+            inner folds rank it better (:mod:`tracer.scorers.tracer_plus.zero_shot`); None: vector, no guard.
     """
 
     can_save = True
 
     def __init__(self, *, name: str, keys: Sequence, vector_candidates: int, query_context: Mapping,
                  memory_context: Mapping, features: Mapping, model: str, eps: float, pad: bool,
-                 successful_only: bool, head: Mapping, transfer: str | None = None):
+                 successful_only: bool, head: Mapping, zero_shot: Mapping | None, transfer: str | None = None):
         self.name, self.pad, self.eps, self.successful_only = name, pad, eps, successful_only
         self.transfer = str(transfer) if transfer else None
+        self.zero = ZeroShot.from_config(zero_shot)
         self.keys = tuple(parse_key(k) for k in keys)
         if not self.keys and vector_candidates <= 0:
             raise ValueError("tracer_plus needs at least one key or vector_candidates > 0")
@@ -137,6 +138,9 @@ class TracerPlusScorer(ScorerBase):
                                            keep=self.keep, refit=bool(cfg["refit"]), members=self.members)
             with torch.no_grad():
                 self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
+            if self.zero.guard:  # the model against the zero-shot ranking, out of fold on the same steps
+                zero = self.zero.hits(self.zero.scores(steps, vec.numpy(), res, self.query_rendering), gold.numpy())
+                hist.update(self.zero.choose(self.inner_scores, data.gold, zero))
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1, "seconds_fit": time.perf_counter() - t1}
@@ -173,6 +177,10 @@ class TracerPlusScorer(ScorerBase):
         over vector candidates alone they reorder worse than the vector ranking (docs/learning.md)."""
         return not any(t.n_edges for t in self.tries)
 
+    @property
+    def zero_shot_only(self) -> bool:  # cold, or the guard found the zero-shot ranking better than the model
+        return self.cold or self.history.get("serves") == "zero_shot"
+
     def _check_fitted(self) -> None:
         if self.res is None or self.model is None:
             raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources) or load()")
@@ -194,19 +202,13 @@ class TracerPlusScorer(ScorerBase):
         has = cand.mask.any(1)                                                  # [B]
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
-            fallback=vec,
-            fell_back=(~has | self.cold).cpu(),
+            fallback=torch.from_numpy(self.zero.scores(steps, vec.numpy(), self.res, self.query_rendering))
+            if self.zero_shot_only else vec,
+            fell_back=(~has | self.zero_shot_only).cpu(),
             diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
                          "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
-                         "in_candidates": self._coverage(steps, cand.tool, cand.mask)},
+                         "in_candidates": coverage(self.res.registry, steps, cand.tool, cand.mask)},
         )
-
-    def _coverage(self, steps: Sequence[Step], tool: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``[B]`` 1.0 if the step's gold is a candidate, 0.0 if not, -1.0 if unknown."""
-        reg = self.res.registry
-        gold = torch.tensor([reg.id(s.gold) if s.gold in reg else -1 for s in steps], dtype=torch.long)
-        hit = (mask.cpu() & (tool.cpu() == gold[:, None])).any(1).float()
-        return torch.where(gold >= 0, hit, -1.0)
 
     # ---- scoring (one live step: tracer.scoring.single_step and candidates_one) -----------------
     def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
@@ -217,6 +219,9 @@ class TracerPlusScorer(ScorerBase):
         vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
         one = candidates_one(self.index, step, mem, vec, self.m, order)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
+        if self.zero_shot_only and self.zero.kind != "vector":  # ranked by the zero-shot scores alone
+            vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
+            one.order = np.argsort(-vec, kind="stable")
         return one, s, vec
 
     def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
@@ -232,7 +237,7 @@ class TracerPlusScorer(ScorerBase):
         (``benchmarks/bench_step.py`` times it); tested equal to the batched path."""
         pad = self.pad if pad is None else pad
         one, s, vec = scored
-        if not len(one.tool) or self.cold:
+        if not len(one.tool) or self.zero_shot_only:
             return tuple(one.order[:k].tolist())
         head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
         if len(head) == k or not pad:
@@ -246,14 +251,15 @@ class TracerPlusScorer(ScorerBase):
 
     def rank_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], top: int | None = None) -> np.ndarray:
         one, s, vec = scored  # rank_one from the step's score_step
-        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.cold, top)
+        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.zero_shot_only, top)
 
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:
         return {"name": self.name, "keys": [asdict(k) for k in self.keys], "vector_candidates": self.m,
                 "query_context": asdict(self.query_rendering), "memory_context": asdict(self.memory_rendering),
                 "features": {"drop": list(self.drop)}, "model": self.model_kind, "eps": self.eps, "pad": self.pad,
-                "successful_only": self.successful_only, "head": dict(self.head_cfg), "transfer": self.transfer}
+                "successful_only": self.successful_only, "head": dict(self.head_cfg), "transfer": self.transfer,
+                "zero_shot": self.zero.config()}
 
     # ---- learning while serving (tracer.online) -------------------------------------------------------
     @property
@@ -281,40 +287,11 @@ class TracerPlusScorer(ScorerBase):
         return out
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index as a new snapshot of ``directory`` (:func:`tracer.core.store.save_snapshot`: atomic
-        for readers, verified by a manifest; a directory that is not a tracer index is refused).
-
-        Files: ``meta.json`` (format version, class, config, embedder name and dim, feature names,
-        trie sizes, fit summary), ``tools.json`` (the registry), ``trie_<j>.pt`` (one per key),
-        ``model.pt`` (weights and the standardisation buffers), ``tools.faiss`` +
-        ``tools_idmap.json`` + ``tool_vectors.npy`` (the vector index and its id map).
-        """
-        self._check_fitted()
-        out = Path(directory)
-        with save_snapshot(out) as tmp:
-            write_common(tmp, {"format_version": FORMAT_VERSION, "class": CLASS_PATH, "scorer": self.config(),
-                               "features": list(self.feature_names),
-                               "tries": [{"key": t.key.label, "n_nodes": t.n_nodes, "n_edges": t.n_edges}
-                                         for t in self.tries],
-                               "fit": {k: v for k, v in self.history.items() if not isinstance(v, list)}}, self.res)
-            for j, trie in enumerate(self.tries):
-                torch.save(trie.state_dict(), tmp / f"trie_{j}.pt")
-            torch.save(self.model.state_dict(), tmp / "model.pt")
-        return out
+        """Write the index as a new snapshot of ``directory`` (:func:`.persist.save_plus`)."""
+        return save_plus(self, directory)
 
     @classmethod
     def load(cls, directory: str | Path, embedder, device: str | None = None, verify: Verify = "sha256"
              ) -> TracerPlusScorer:
-        """Load a saved index with the checks of :meth:`TracerScorer.load`, and the feature names'."""
-        with open_index(directory, embedder, CLASS_PATH, FORMAT_VERSION, device, verify) as (d, meta, res):
-            obj = cls(**saved_config(meta["scorer"], "tracer_plus"))
-            if list(obj.feature_names) != meta["features"]:
-                raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; rebuild the index")
-            tries = [check_trie(ExecutionTrie.from_state_dict(load_tensors(d / f"trie_{j}.pt"), res.device),
-                                res, d / f"trie_{j}.pt")
-                     for j in range(len(obj.keys))]
-            obj.attach(tries, res)
-            obj.model = CandidateModel.from_state_dict(load_tensors(d / "model.pt"), obj.model_kind,
-                                                       int(obj.head_cfg["hidden"]), obj.members)
-            obj.history = dict(meta.get("fit") or {})
-        return obj
+        """Load a saved index (:func:`.persist.load_plus`)."""
+        return load_plus(cls, directory, embedder, device, verify)

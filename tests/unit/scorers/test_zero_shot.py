@@ -1,0 +1,90 @@
+"""The zero-shot ranking (``hybrid``: vector and BM25 fused by reciprocal rank) and tracer_plus's guard,
+which serves it in the candidate model's place when the inner folds rank it better."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from builders import call, result
+
+from tracer.build import build_scorer
+from tracer.core.steps import extract_all
+from tracer.core.types import Trajectory
+from tracer.learn.nll import IGNORE
+from tracer.scorers.hybrid import rrf
+from tracer.scorers.tracer_plus.zero_shot import ZeroShot
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources
+
+CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
+FAST = {"inner_folds": 3, "max_epochs": 30, "patience": 10}
+
+
+def one_call(tid: str, user: str, tool: str) -> Trajectory:
+    return Trajectory(id=tid, group=tid, domain="tiny",
+                      messages=({"role": "user", "content": user}, call(tool, 0), result(0)))
+
+
+# every tool is called by exactly one trajectory, first: out of fold, no trie ever holds the gold
+UNIQUE = [one_call("a", "book a flight", "book_flight"), one_call("b", "search flights", "search_flights"),
+          one_call("c", "cancel my booking", "cancel_booking"), one_call("d", "weather today", "get_weather"),
+          one_call("e", "send an email", "send_email"), one_call("f", "list my files", "list_files")]
+
+
+def test_rrf_sums_reciprocal_ranks_with_ties_by_registry_position():
+    a = np.array([[3.0, 2.0, 1.0, 0.0]])
+    b = np.array([[0.0, 1.0, 2.0, 3.0]])
+    assert np.allclose(rrf(a, b, k=0), [[1 + 1 / 4, 1 / 2 + 1 / 3, 1 / 3 + 1 / 2, 1 / 4 + 1]])
+    tied = rrf(np.zeros((1, 3)), k=60)                       # all equal: registry order
+    assert np.all(np.diff(tied[0]) < 0)
+
+
+def test_hybrid_scorer_ranks_by_the_fusion_of_vector_and_bm25(tiny_registry, keyword_embedder, tiny_trajs):
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    hybrid, vector, bm25 = (build_scorer(n) for n in ("hybrid", "vector", "bm25"))
+    for sc in (hybrid, vector, bm25):
+        sc.fit([], res)
+    steps = extract_all(tiny_trajs)
+    expected = rrf(vector.score(steps).fallback.numpy(), bm25.score(steps).fallback.numpy())
+    assert np.array_equal(hybrid.score(steps).fallback.numpy(), expected)
+    ranking = finalize(hybrid.score(steps), 1).ranking
+    assert all(hybrid.rank_one(s, hybrid.embed([s])).tolist() == ranking[i].tolist() for i, s in enumerate(steps))
+
+
+def test_guard_counts_the_models_out_of_fold_hits_and_picks_strictly_better():
+    z = ZeroShot("hybrid", guard=True, k=1)
+    inner = torch.tensor([[0.9, 0.1, float("-inf")], [0.2, 0.8, 0.1], [0.5, 0.4, 0.3]])
+    gold = torch.tensor([0, 0, IGNORE])                       # hit, miss (0.8 ahead), not a candidate
+    assert z.choose(inner, gold, np.array([True, False, False])) == {
+        "serves": "model", "guard_model_recall": pytest.approx(1 / 3), "guard_zero_shot_recall": pytest.approx(1 / 3)}
+    assert z.choose(inner, gold, np.array([True, True, False]))["serves"] == "zero_shot"
+    assert ZeroShot("hybrid", guard=False).choose(inner, gold, np.ones(3, bool))["serves"] == "model"
+    zs = np.array([[0.5, 0.5, 0.1], [0.1, 0.5, 0.5]])
+    assert z.hits(zs, np.array([0, 2])).tolist() == [True, False]   # a tie goes to the earlier tool
+    with pytest.raises(ValueError, match="zero_shot.kind"):
+        ZeroShot("lexical")
+
+
+def test_tracer_plus_serves_the_zero_shot_ranking_when_its_logs_mislead(tiny_registry, keyword_embedder,
+                                                                        tmp_path):
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    guarded = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
+                           memory_context=CONTEXT, head=FAST, zero_shot={"kind": "hybrid", "guard": True, "k": 1})
+    guarded.fit(UNIQUE, res)
+    assert guarded.history["serves"] == "zero_shot" and guarded.history["guard_model_recall"] == 0.0
+    assert guarded.history["guard_zero_shot_recall"] > 0.5
+    hybrid = build_scorer("hybrid", context=CONTEXT)
+    hybrid.fit([], res)
+    steps = extract_all(UNIQUE)
+    presented = finalize(guarded.score(steps), 3, guarded.pad).presented
+    assert presented == finalize(hybrid.score(steps), 3).presented            # the fused ranking, served
+    assert [guarded.select_one(s, guarded.embed([s]), 3) for s in steps] == presented   # live = batched
+    guarded.save(tmp_path / "index")
+    again = type(guarded).load(tmp_path / "index", keyword_embedder, device="cpu")
+    assert again.history["serves"] == "zero_shot"
+    assert [again.select_one(s, again.embed([s]), 3) for s in steps] == presented
+    unguarded = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
+                             memory_context=CONTEXT, head=FAST, zero_shot={"kind": "hybrid", "guard": False})
+    unguarded.fit(UNIQUE, res)
+    assert "serves" not in unguarded.history and not unguarded.zero_shot_only
