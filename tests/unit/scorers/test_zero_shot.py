@@ -52,13 +52,20 @@ def test_hybrid_scorer_ranks_by_the_fusion_of_vector_and_bm25(tiny_registry, key
     assert all(hybrid.rank_one(s, hybrid.embed([s])).tolist() == ranking[i].tolist() for i, s in enumerate(steps))
 
 
-def test_guard_counts_the_models_out_of_fold_hits_and_picks_strictly_better():
+def test_guard_serves_the_model_only_when_it_is_ahead_by_more_than_one_standard_error():
     z = ZeroShot("hybrid", guard=True, k=1)
     inner = torch.tensor([[0.9, 0.1, float("-inf")], [0.2, 0.8, 0.1], [0.5, 0.4, 0.3]])
     gold = torch.tensor([0, 0, IGNORE])                       # hit, miss (0.8 ahead), not a candidate
-    assert z.choose(inner, gold, np.array([True, False, False])) == {
-        "serves": "model", "guard_model_recall": pytest.approx(1 / 3), "guard_zero_shot_recall": pytest.approx(1 / 3)}
-    assert z.choose(inner, gold, np.array([True, True, False]))["serves"] == "zero_shot"
+    tie = z.choose(inner, gold, np.array([True, False, False]))
+    assert tie["guard_model_recall"] == pytest.approx(1 / 3) == tie["guard_zero_shot_recall"]
+    assert tie["serves"] == "zero_shot"                       # level: the model has not earned its place
+    many = torch.tensor([[1.0, 0.0]] * 40)
+    clear = z.choose(many, torch.zeros(40, dtype=torch.long), np.zeros(40, bool))
+    assert clear["serves"] == "model" and clear["guard_se"] == 0.0
+    some = np.arange(40) < 30                                 # 1.0 against 0.75: error sqrt(.1875 / 40) = 0.068
+    assert z.choose(many, torch.zeros(40, dtype=torch.long), some)["serves"] == "model"
+    few = torch.tensor([[1.0, 0.0]] * 4)                      # 0.75 against 0.5 on 4 steps: error 0.33
+    assert z.choose(few, torch.tensor([0, 0, 0, 1]), np.arange(4) < 2)["serves"] == "zero_shot"
     assert ZeroShot("hybrid", guard=False).choose(inner, gold, np.ones(3, bool))["serves"] == "model"
     zs = np.array([[0.5, 0.5, 0.1], [0.1, 0.5, 0.5]])
     assert z.hits(zs, np.array([0, 2])).tolist() == [True, False]   # a tie goes to the earlier tool
@@ -88,3 +95,16 @@ def test_tracer_plus_serves_the_zero_shot_ranking_when_its_logs_mislead(tiny_reg
                              memory_context=CONTEXT, head=FAST, zero_shot={"kind": "hybrid", "guard": False})
     unguarded.fit(UNIQUE, res)
     assert "serves" not in unguarded.history and not unguarded.zero_shot_only
+
+
+def test_tracer_plus_without_logs_is_a_cold_index_serving_the_hybrid_ranking(tiny_registry, keyword_embedder):
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    cold = build_scorer("tracer_plus", query_context=CONTEXT, memory_context=CONTEXT, head=FAST)
+    cold.fit([], res)
+    assert cold.cold and cold.zero_shot_only
+    hybrid = build_scorer("hybrid", context=CONTEXT)
+    hybrid.fit([], res)
+    steps = extract_all(UNIQUE)
+    assert finalize(cold.score(steps), 3).presented == finalize(hybrid.score(steps), 3).presented
+    with pytest.raises(ValueError, match="no training steps"):  # no guard, no transfer: nothing to serve
+        build_scorer("tracer_plus", head=FAST, zero_shot={"kind": "vector", "guard": False}).fit([], res)

@@ -116,8 +116,9 @@ class TracerPlusScorer(ScorerBase):
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
         """Tries and candidate model; the report holds the curves, the scorer their scalars (``history``)."""
         t0 = time.perf_counter()
-        # with transferred weights an empty log is a cold start (the tries start empty); else it is an error
-        pick = training_steps if self.transfer else fit_steps
+        # an empty log is a cold start (empty tries: the zero-shot ranking is served) with transferred weights
+        # or a guard; without either it is an error
+        pick = training_steps if self.transfer or self.zero.guard else fit_steps
         steps = pick(trajectories, res.registry, self.successful_only)
         mem, q = self.embed(steps, res)                                         # [S, d] each
         t1 = time.perf_counter()
@@ -128,6 +129,10 @@ class TracerPlusScorer(ScorerBase):
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist, t2 = load_candidate_model(self.transfer, self.feature_names, self.model_kind,
                                                          int(cfg["hidden"]), self.members), {}, time.perf_counter()
+        elif not steps:  # no logs: untrained weights, unused while the index is cold (the first refit trains)
+            self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]), self.keep, seed,
+                                        self.members)
+            hist, t2 = {}, time.perf_counter()
         else:
             data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
                                          res.device, int(cfg["inner_folds"]), inner_seed(seed, 0),
