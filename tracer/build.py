@@ -158,7 +158,8 @@ def build_executor(executor: str | Mapping = "oracle", /, **overrides: Any) -> E
     return build(node("executor", executor, **overrides))
 
 
-def build_logger(logger_cfg: Mapping | None, run_dir: str | Path = ".", run_name: str | None = None) -> MetricLogger:
+def build_logger(logger_cfg: Mapping | None, run_dir: str | Path = ".",
+                 run_name: str | None = None) -> MetricLogger:
     """``None`` (``logger=null``) gives a no-op logger; a ``logger`` node is built with the run's directory
     and name."""
     if not logger_cfg:

@@ -122,12 +122,11 @@ class Retriever:
         Args:
             data: a :class:`Dataset`, a native dataset directory, or a loader name (``bfcl``, ...).
             scorer: a scorer name from the registry (default ``tracer_plus``; ``tracer_fixed``, ``vector``,
-            ...)
-                or an unfitted scorer object.
+                ...) or an unfitted scorer object.
             embedder: default: the bundled MiniLM behind a disk cache at ``cache_dir``.
             device: where tensors live (default CUDA when present).
-            factory: FAISS index factory of the tool index (``Flat``: exact; ``auto``: exact up to 2,048 tools,
-                HNSW above, :mod:`tracer.encode.index`).
+            factory: FAISS index factory of the tool index (``Flat``: exact; ``auto``: exact up to 2,048
+                tools, HNSW above, :mod:`tracer.encode.index`).
             dataset_options: passed to the loader (e.g. ``{"execute": False}`` for BFCL).
             encoder_training: train an encoder on the dataset's trajectories first and serve with it: a
                 recipe of ``tracer/configs/encoder_training/`` (``mnrl``: MiniLM fine-tuned, the best
@@ -145,7 +144,8 @@ class Retriever:
             encoders = build_fold_encoders(ds.registry, encoder_training, cache_dir, device=device)
             res = encoders(ds.trajectories)
         else:
-            emb = embedder if embedder is not None else build_embedder("minilm", cache_dir=cache_dir, device=device)
+            emb = (embedder if embedder is not None
+                   else build_embedder("minilm", cache_dir=cache_dir, device=device))
             res = Resources.build(ds.registry, emb, factory=factory, device=device)
         sc = build_scorer(scorer, **scorer_cfg) if isinstance(scorer, str) else scorer
         sc.fit(ds.trajectories, res)
@@ -192,7 +192,8 @@ class Retriever:
         """:meth:`select` for many conversations at once (one batched scoring call)."""
         k = self.k if k is None else check_k(k)
         if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
-            raise TypeError(f"conversations must be a list of message lists, got {type(conversations).__name__}")
+            raise TypeError(f"conversations must be a list of message lists, "
+                            f"got {type(conversations).__name__}")
         steps = [self._step(m, f"conversations[{i}]") for i, m in enumerate(conversations)]
         scorer = self.scorer
         sel = finalize(scorer.score(steps), k, scorer.pad)
@@ -242,9 +243,9 @@ class Retriever:
     def save(self, directory: str | Path) -> Path:
         """Write the fitted index to ``directory`` atomically (tracer family only)."""
         if not self.scorer.can_save:
-            raise TypeError(f"scorer {self.scorer.name!r} ({type(self.scorer).__name__}) cannot be saved: only "
-                            "scorers with can_save can (tracer_plus, tracer, tracer_fixed, tracer_g, cascade); rebuild "
-                            "this one with Retriever.from_dataset")
+            raise TypeError(f"scorer {self.scorer.name!r} ({type(self.scorer).__name__}) cannot be saved: "
+                            "only scorers with can_save can (tracer_plus, tracer, tracer_fixed, tracer_g, "
+                            "cascade); rebuild this one with Retriever.from_dataset")
         return self.scorer.save(directory)
 
     @classmethod
