@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
-ORDER = ("tracer_plus", "tracer_plus_transfer", "tracer", "autotool", "toolnet", "vector")
+ORDER = ("tracer_plus", "tracer_plus_transfer", "tracer", "autotool", "toolnet", "hybrid", "vector", "bm25")
 
 
 def read(paths: list[Path]) -> dict:
@@ -89,12 +89,19 @@ def dataset_section(name: str, cells, k: int) -> list[str]:
     for s, e in errors.items():
         lines.append(f"\nn/a ({s}): {e}")
     lines.append("")
-    for base in ("vector",):
-        for plus in ("tracer_plus_transfer", "tracer_plus"):
-            a, b = cells.get((plus, "0"), {}).get("rk"), cells.get((base, "0"), {}).get("rk")
-            if a and b:
-                lines.append(f"- N = 0: {plus} recall@{k} {np.mean(a):.3f} vs vector {np.mean(b):.3f} "
-                             f"({'not below' if np.mean(a) >= np.mean(b) else 'BELOW'} vector).")
+    for plus in ("tracer_plus", "tracer_plus_transfer"):  # never worse than its inputs (within 0.005)
+        gaps = []
+        for n in ns:
+            own = cells.get((plus, n), {}).get("rk")
+            inputs = [np.mean(cells[(b, n)]["rk"]) for b in ("vector", "bm25") if cells.get((b, n), {}).get("rk")]
+            if own and inputs:
+                gaps.append((n, np.mean(own) - max(inputs)))
+        if gaps:
+            below = [n for n, g in gaps if g < -0.005]
+            lines.append(f"- {plus} recall@{k} minus max(vector, bm25): "
+                         + ", ".join(f"N = {n}: {g:+.3f}" for n, g in gaps)
+                         + (f" (below by more than 0.005 at N = {', '.join(below)})." if below else
+                            " (never below by more than 0.005)."))
     for plus in ("tracer_plus", "tracer_plus_transfer"):
         for rival in ("toolnet", "autotool"):
             if any(sc == plus for sc, _ in cells) and any(sc == rival for sc, _ in cells):
