@@ -81,12 +81,14 @@ def log_exchange(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: 
     if isinstance(response, StreamingResponse) and response.status_code == 200:
         _log_stream(gate, conv, body, presented, response, outcome, max_copy_bytes)
         return
-    _observe(gate, conv, body, presented, reply_message(response), outcome if response.status_code == 200 else None)
+    _observe(gate, conv, body, presented, reply_message(response),
+             outcome if response.status_code == 200 else None)
 
 
 def _log_stream(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: list[str],
                 response: StreamingResponse, outcome: str | None, max_copy_bytes: int) -> None:
-    gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, None)  # the request, whatever comes
+    # the request, whatever comes
+    gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, None)
     copy = StreamCopy(max_copy_bytes)
     compressed = "content-encoding" in response.headers
 

@@ -175,7 +175,8 @@ class Gateway:
         try:
             raw = await self._read_body(request)
             body, names = parse_chat_request(raw)
-            header = check_conversation_id(request.headers.get("x-tracer-conversation"), "X-Tracer-Conversation")
+            header = check_conversation_id(request.headers.get("x-tracer-conversation"),
+                                           "X-Tracer-Conversation")
         except RequestError as e:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
         messages, tools = body["messages"], body.get("tools") or []
@@ -244,7 +245,8 @@ class Gateway:
             path += "?" + query.decode("latin-1")
         try:
             with Stopwatch() as sw:
-                resp = await self.upstream.open(request.method, path, forwarded_headers(request.headers.raw), raw)
+                resp = await self.upstream.open(request.method, path, forwarded_headers(request.headers.raw),
+                                                raw)
         except TimeoutError:
             return self._fail(504, "upstream_timeout", f"the upstream did not answer within "
                                                        f"{self.config.upstream_timeout_s} s")

@@ -127,8 +127,8 @@ class LogFiles:
             tools = json.loads(path.read_bytes())
             return {t["function"]["name"]: t for t in tools}
         except (ValueError, TypeError, KeyError) as e:
-            raise ValueError(f"{path}: not the tools.json of a tracer log ({e}); move it away or log to a new "
-                             "directory") from None
+            raise ValueError(f"{path}: not the tools.json of a tracer log ({e}); "
+                             "move it away or log to a new directory") from None
 
     def _cut_torn_line(self) -> None:
         """A crash during a write can leave a last line without its newline: cut it off (it is ours)."""

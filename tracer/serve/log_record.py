@@ -124,7 +124,8 @@ def normalise(messages: Sequence[Any]) -> tuple[list[dict], Counter, dict[str, s
                     kept.append(made)
             m["tool_calls"] = kept
             call_ids.update(c["id"] for c in kept if isinstance(c.get("id"), str) and c["id"])
-        if m["role"] == "tool" and not (isinstance(m.get("tool_call_id"), str) and m["tool_call_id"] in call_ids):
+        if m["role"] == "tool" and not (isinstance(m.get("tool_call_id"), str)
+                                        and m["tool_call_id"] in call_ids):
             fixes["orphan_tool_message_dropped"] += 1
             continue
         out.append(m)
@@ -148,8 +149,9 @@ def tool_schema(name: str, offered: Any = None) -> dict:
     fn = fn if isinstance(fn, Mapping) else {}
     desc = fn.get("description")
     params = fn.get("parameters")
-    return {"type": "function", "function": {"name": name, "description": _text(desc) if isinstance(desc, str) else "",
-                                             "parameters": params if isinstance(params, dict) else EMPTY_PARAMETERS}}
+    return {"type": "function",
+            "function": {"name": name, "description": _text(desc) if isinstance(desc, str) else "",
+                         "parameters": params if isinstance(params, dict) else EMPTY_PARAMETERS}}
 
 
 def build_record(conversation: str, messages: Sequence[Any], presented: Sequence[str], success: bool,
@@ -160,7 +162,8 @@ def build_record(conversation: str, messages: Sequence[Any], presented: Sequence
     them)."""
     msgs, fixes, raw = normalise(messages)
     group = _text(conversation) if conversation.strip() else "-"
-    meta: dict[str, Any] = {"called": list(called_names(msgs)), "presented": list(presented), "outcome": outcome}
+    meta: dict[str, Any] = {"called": list(called_names(msgs)), "presented": list(presented),
+                            "outcome": outcome}
     if fixes:
         meta["normalised"] = dict(fixes)
     if raw:

@@ -76,7 +76,8 @@ class LogLimits:
     """The log's caps; the ``tracer serve`` flag of each is in its comment."""
 
     max_pending: int = 10_000             # --log-max-pending: conversations held until finished
-    max_pending_bytes: int = 128 << 20    # --log-max-pending-bytes: their JSON, in all (and the writer's backlog)
+    max_pending_bytes: int = 128 << 20    # --log-max-pending-bytes: their JSON, in all
+                                          # (and the writer's backlog)
     max_record_bytes: int = 1 << 20       # --log-max-record-bytes: one written line
     max_bytes: int = 1 << 30              # --log-max-bytes: the log directory's files, in all
     segment_bytes: int = 64 << 20         # --log-segment-bytes: trajectories.jsonl is rotated past this
@@ -174,13 +175,15 @@ class ConversationLog:
                 self.pending_bytes -= old.size
             schemas = {n: offered.get(n) or (old.tools.get(n) if old else None) for n in names}
             shown = list(dict.fromkeys([*(old.presented if old else ()), *presented]))
-            size = len(body) + sum(len(_dumps(s)) for s in schemas.values() if s) + sum(len(p) + 3 for p in shown)
+            size = (len(body) + sum(len(_dumps(s)) for s in schemas.values() if s)
+                    + sum(len(p) + 3 for p in shown))
             if size > self.limits.max_record_bytes:
                 self._drop("oversized", conversation, size)
                 return
             self._pending[conversation] = _Pending(body, schemas, shown, time.monotonic(), size)
             self.pending_bytes += size
-            while len(self._pending) > self.limits.max_pending or self.pending_bytes > self.limits.max_pending_bytes:
+            while (len(self._pending) > self.limits.max_pending
+                   or self.pending_bytes > self.limits.max_pending_bytes):
                 victim, rec = self._pending.popitem(last=False)
                 self.pending_bytes -= rec.size
                 self._drop("evicted", victim, rec.size)
@@ -232,8 +235,8 @@ class ConversationLog:
         now = time.monotonic()
         if now - self._warned.get(reason, -math.inf) >= WARN_EVERY_S:
             self._warned[reason] = now
-            log.warning("conversation not logged", extra={"event": "log_dropped", "reason": reason, "bytes": size,
-                                                          "conversation": conversation,
+            log.warning("conversation not logged", extra={"event": "log_dropped", "reason": reason,
+                                                          "bytes": size, "conversation": conversation,
                                                           "dropped_total": self.dropped[reason]})
 
     # ---- the writer thread -----------------------------------------------------------------------
@@ -248,7 +251,8 @@ class ConversationLog:
             try:
                 self._write([f for f in batch if f is not None])
             except Exception:  # a disk error must not stop the log
-                log.exception("conversations not logged", extra={"event": "log_failed", "records": len(batch)})
+                log.exception("conversations not logged",
+                              extra={"event": "log_failed", "records": len(batch)})
             if batch[-1] is None:
                 return
 
@@ -260,7 +264,8 @@ class ConversationLog:
             try:
                 line = self._line(f)
             except Exception:  # a redactor's error or what it returned: this record only
-                log.exception("conversation not logged", extra={"event": "log_failed", "conversation": f.conversation})
+                log.exception("conversation not logged",
+                              extra={"event": "log_failed", "conversation": f.conversation})
                 with self._lock:
                     self._drop("invalid", f.conversation, f.rec.size)
                 continue
@@ -282,12 +287,14 @@ class ConversationLog:
     def _line(self, f: _Finished) -> tuple[bytes, dict[str, dict]] | None:
         """(the record's line, the tools.json entries of the tools it calls); None when redacted away."""
         unoffered = [n for n, schema in f.rec.tools.items() if schema is None]
-        record: dict[str, Any] | None = build_record(f.conversation, json.loads(f.rec.messages), f.rec.presented,
-                                                     f.success, f.reward, f.outcome, self.domain, unoffered)
+        record: dict[str, Any] | None = build_record(f.conversation, json.loads(f.rec.messages),
+                                                     f.rec.presented, f.success, f.reward, f.outcome,
+                                                     self.domain, unoffered)
         if self.redact is not None:
             record = self.redact(record)
             if record is None:
                 return None
         record = valid_record(record)
-        calls = {n: tool_schema(n, f.rec.tools.get(n)) for n in dict.fromkeys(called_names(record["messages"]))}
+        calls = {n: tool_schema(n, f.rec.tools.get(n))
+                 for n in dict.fromkeys(called_names(record["messages"]))}
         return (json.dumps(record) + "\n").encode(), calls

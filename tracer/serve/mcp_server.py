@@ -65,7 +65,8 @@ def read_config(path: str | Path) -> dict[str, dict[str, Any]]:
     for name, spec in servers.items():
         where = f"mcpServers.{name}"
         if not isinstance(spec, dict) or ("command" in spec) == ("url" in spec):
-            raise DataError(path, "needs exactly one of command (stdio) or url (streamable HTTP)", field=where)
+            raise DataError(path, "needs exactly one of command (stdio) or url (streamable HTTP)",
+                            field=where)
         if "command" in spec and not isinstance(spec.get("args", []), list):
             raise DataError(path, "args must be an array of strings", field=where + ".args")
     return servers
@@ -98,14 +99,15 @@ class ToolRouter:
         self.holder, self.k = holder, k
         self.caps = caps or SessionCaps()
         self.unknown = UnknownToolVectors()
-        self.upstreams = {name: Upstream(name, spec, self.config_path.parent, self._upstreams_changed, retries,
-                                         retry_delay_s) for name, spec in self.specs.items()}
+        self.upstreams = {name: Upstream(name, spec, self.config_path.parent, self._upstreams_changed,
+                                         retries, retry_delay_s) for name, spec in self.specs.items()}
         self.tools: dict[str, types.Tool] = {}  # the live upstreams' tools, in canonical order
         self.owner: dict[str, Upstream] = {}  # every tool ever listed, live or not: who serves it
         self.sessions = Sessions(self.caps, sticky, 4 * k)
         self.bus = InMemorySubscriptionBus()
         self._stack = contextlib.AsyncExitStack()
-        self.server = _ListChangingServer("tracer", on_list_tools=self.list_tools, on_call_tool=self.call_tool,
+        self.server = _ListChangingServer("tracer", on_list_tools=self.list_tools,
+                                          on_call_tool=self.call_tool,
                                           on_subscriptions_listen=ListenHandler(self.bus))
 
     async def __aenter__(self) -> ToolRouter:  # noqa: PYI034
@@ -139,7 +141,8 @@ class ToolRouter:
             for tool in upstream.tools:
                 if tool.name in owner or tool.name == FIND_TOOLS.name:
                     if strict:
-                        raise DataError(self.config_path, f"tool {tool.name!r} is served twice (again by {name!r})",
+                        raise DataError(self.config_path,
+                                        f"tool {tool.name!r} is served twice (again by {name!r})",
                                         field=f"mcpServers.{name}")
                     logger.warning("upstream %r: tool %r is served already; ignored", name, tool.name)
                     continue

@@ -85,7 +85,8 @@ class Activity:
 
     def chars(self) -> int:
         """Characters of client text held: contents and call arguments."""
-        return sum(len(m["content"] or "") + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls", ()))
+        return sum(len(m["content"] or "")
+                   + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls", ()))
                    for m in self.chat)
 
 

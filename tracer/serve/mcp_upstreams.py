@@ -37,7 +37,8 @@ def transport_of(spec: Mapping[str, Any], base: Path):
     """The SDK transport a config entry names: ``url`` (streamable HTTP) or ``command`` (stdio)."""
     if "url" in spec:
         return streamable_http_client(spec["url"])
-    return stdio_client(StdioServerParameters(command=spec["command"], args=[str(a) for a in spec.get("args", [])],
+    return stdio_client(StdioServerParameters(command=spec["command"],
+                                              args=[str(a) for a in spec.get("args", [])],
                                               env=spec.get("env"), cwd=spec.get("cwd", base)))
 
 
@@ -96,8 +97,8 @@ async def all_tools(client: Client) -> list[types.Tool]:
 class Upstream:
     """One upstream server. ``on_change()`` is awaited when its tools come back or leave (not at start)."""
 
-    def __init__(self, name: str, spec: Mapping[str, Any], base: Path, on_change: Callable[[], Awaitable[None]],
-                 retries: int = 5, retry_delay_s: float = 1.0):
+    def __init__(self, name: str, spec: Mapping[str, Any], base: Path,
+                 on_change: Callable[[], Awaitable[None]], retries: int = 5, retry_delay_s: float = 1.0):
         if retries < 0 or not retry_delay_s > 0:
             raise ValueError(f"retries must be >= 0 and retry_delay_s > 0, got {retries}, {retry_delay_s}")
         self.name, self.spec, self.base, self.on_change = name, spec, base, on_change
@@ -169,7 +170,8 @@ class Upstream:
                 pass
             self.lose()
         return types.CallToolResult(is_error=True, content=[types.TextContent(
-            type="text", text=f"tool {name!r} is served by {self.name!r}, which is unavailable: {self.status()}")])
+            type="text",
+            text=f"tool {name!r} is served by {self.name!r}, which is unavailable: {self.status()}")])
 
     def status(self) -> str:
         if self.alive:

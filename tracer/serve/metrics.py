@@ -40,8 +40,8 @@ class GatewayMetrics:
         self.reloads = Counter("tracer_index_reloads", "Index reloads", registry=self.registry)
         self.lenient = Counter("tracer_lenient", "Leniencies applied reading a live conversation "
                                "(tracer.core.live), by kind", ["kind"], registry=self.registry)
-        self.unknown_tools = Counter("tracer_unknown_tools", "Request tools the index does not know, by fate: "
-                                     "embedded now, or over_cap (--max-unknown-embed; ranked last)",
+        self.unknown_tools = Counter("tracer_unknown_tools", "Request tools the index does not know, "
+                                     "by fate: embedded now, or over_cap (--max-unknown-embed; ranked last)",
                                      ["fate"], registry=self.registry)
         self.conversations = Counter("tracer_conversations", "Chat requests by how their conversation was "
                                      "found: header, continued, new", ["how"], registry=self.registry)
@@ -66,11 +66,13 @@ class _LogCollector(Collector):
         yield GaugeMetricFamily("tracer_log_pending", "Unfinished conversations held", value=s["pending"])
         yield GaugeMetricFamily("tracer_log_pending_bytes", "JSON bytes of the unfinished conversations held",
                                 value=s["pending_bytes"])
-        yield GaugeMetricFamily("tracer_log_queued_bytes", "JSON bytes of finished records awaiting the writer",
-                                value=s["queued_bytes"])
+        yield GaugeMetricFamily("tracer_log_queued_bytes",
+                                "JSON bytes of finished records awaiting the writer", value=s["queued_bytes"])
         yield GaugeMetricFamily("tracer_log_bytes", "Bytes of the log files on disk", value=s["log_bytes"])
-        yield CounterMetricFamily("tracer_log_written", "Conversations written to the log", value=s["written"])
-        dropped = CounterMetricFamily("tracer_log_dropped", "Conversations not logged, by reason", labels=["reason"])
+        yield CounterMetricFamily("tracer_log_written", "Conversations written to the log",
+                                  value=s["written"])
+        dropped = CounterMetricFamily("tracer_log_dropped", "Conversations not logged, by reason",
+                                      labels=["reason"])
         for reason, n in sorted(s["dropped"].items()):
             dropped.add_metric([reason], n)
         yield dropped

@@ -77,7 +77,8 @@ def assemble_reply(stream: bytes) -> dict[str, Any] | None:
         except orjson.JSONDecodeError:
             continue
         for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0 and isinstance(choice.get("delta"), dict):
+            if (isinstance(choice, dict) and choice.get("index", 0) == 0
+                    and isinstance(choice.get("delta"), dict)):
                 _merge(message, choice["delta"])
     if not message:
         return None
@@ -85,7 +86,8 @@ def assemble_reply(stream: bytes) -> dict[str, Any] | None:
     for call in calls:
         del call["index"]
         call.setdefault("type", "function")
-    return {"role": "assistant", **message, "content": message.get("content"), **({"tool_calls": calls} if calls else {})}
+    return {"role": "assistant", **message, "content": message.get("content"),
+            **({"tool_calls": calls} if calls else {})}
 
 
 def stream_finished(stream: bytes) -> bool:

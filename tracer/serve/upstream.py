@@ -31,7 +31,8 @@ from yarl import URL
 # hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes
 _DROP_REQUEST = frozenset((b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding",
                            b"upgrade", b"te", b"proxy-connection"))
-_DROP_RESPONSE = frozenset((b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"upgrade"))
+_DROP_RESPONSE = frozenset((b"content-length", b"connection", b"keep-alive", b"transfer-encoding",
+                            b"upgrade"))
 
 
 def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:

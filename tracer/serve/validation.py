@@ -42,7 +42,8 @@ def _check_messages(messages: Any) -> None:
         for j, c in enumerate(calls):
             fn = c.get("function") if isinstance(c, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise RequestError("each tool call needs function.name", f"messages[{i}].tool_calls[{j}].function.name")
+                raise RequestError("each tool call needs function.name",
+                                   f"messages[{i}].tool_calls[{j}].function.name")
 
 
 def _check_tools(tools: Any) -> list[str]:
