@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from types import ModuleType
 
 SUBCOMMANDS = {  # name -> (module, help, the pip extra it needs)
-    "serve": ("tracer.cli.serve", "OpenAI-compatible gateway that presents each request's best k tools", "serve"),
-    "mcp": ("tracer.cli.mcp", "MCP server aggregating upstream MCP servers, tools/list filtered to the best k",
-            "serve"),
+    "serve": ("tracer.cli.serve", "OpenAI-compatible gateway that presents each request's best k tools",
+              "serve"),
+    "mcp": ("tracer.cli.mcp",
+            "MCP server aggregating upstream MCP servers, tools/list filtered to the best k", "serve"),
     "update": ("tracer.cli.update", "add logged trajectories to a saved index", None),
-    "select": ("tracer.cli.select", "the tools a saved index presents for a conversation (JSON on stdin or a file)",
-               None),
+    "select": ("tracer.cli.select",
+               "the tools a saved index presents for a conversation (JSON on stdin or a file)", None),
 }
 
 

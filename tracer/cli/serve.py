@@ -26,9 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=5, help="tools presented per request")
     p.add_argument("--no-sticky", dest="sticky", action="store_false",
                    help="plain per-step top-k instead of prompt-cache-stable presentation")
-    p.add_argument("--max-presented", type=int, default=None, help="cap on a conversation's sticky list (4 k)")
+    p.add_argument("--max-presented", type=int, default=None,
+                   help="cap on a conversation's sticky list (4 k)")
     p.add_argument("--log", type=Path, default=None, help="log finished conversations here (off by default)")
-    p.add_argument("--log-idle", type=float, default=600.0, help="seconds idle before a conversation is finished")
+    p.add_argument("--log-idle", type=float, default=600.0,
+                   help="seconds idle before a conversation is finished")
     p.add_argument("--redact", default=None, help="module:function run on each record before it is written")
     p.add_argument("--log-max-pending", type=int, default=LogLimits.max_pending,
                    help="unfinished conversations held; over it the least recently seen is dropped")
@@ -56,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reload-min-interval", type=float, default=10.0,
                    help="POST /v1/tracer/reload starts a reload at most this often (429 before)")
     p.add_argument("--max-unknown-embed", type=int, default=256,
-                   help="new texts of tools the index does not know embedded per request (the rest rank last)")
+                   help="new texts of tools the index does not know embedded per request "
+                        "(the rest rank last)")
     p.add_argument("--tools-from-index", action="store_true",
                    help="the registry is held here: requests send no tools, or only their own additions")
     p.add_argument("--device", default="cpu")
@@ -78,7 +81,8 @@ def build(args: argparse.Namespace) -> Gateway:
     except ValueError as e:
         raise SystemExit(str(e)) from None
     sink = ConversationLog(args.log, redact, args.log_idle, limits=limits) if args.log is not None else None
-    config = GatewayConfig(upstream=args.upstream, k=args.k, sticky=args.sticky, max_presented=args.max_presented,
+    config = GatewayConfig(upstream=args.upstream, k=args.k, sticky=args.sticky,
+                           max_presented=args.max_presented,
                            max_body_bytes=args.max_body_bytes, upstream_timeout_s=args.upstream_timeout,
                            reload_interval_s=args.reload_interval, log_idle_s=args.log_idle,
                            read_timeout_s=args.read_timeout,

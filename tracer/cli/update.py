@@ -37,7 +37,8 @@ SHOWN_PROBLEMS = 100  # the report lists this many skipped lines (and counts the
 PROBLEM_CHARS = 300
 
 
-def read_log(path: Path, registry: Registry, problems: list[DataError] | None) -> tuple[list[Trajectory], list[Tool]]:
+def read_log(path: Path, registry: Registry,
+             problems: list[DataError] | None) -> tuple[list[Trajectory], list[Tool]]:
     """(trajectories, tools to register) of a log file or dataset directory, validated against the index's
     registry extended by the directory's tools; ``problems`` (a list) collects the bad lines, which are
     skipped (None: the first one raises)."""
@@ -51,10 +52,12 @@ def read_log(path: Path, registry: Registry, problems: list[DataError] | None) -
     # called; one that no record's requests offered and the index lacks is an invention
     unoffered = {t.id: set(_names(t.metadata.get("unoffered"))) for t in trajectories}
     real = {n for t in trajectories for _, _, n, _ in iter_calls(t.messages) if n not in unoffered[t.id]}
-    invented = {t.id: sorted(n for n in unoffered[t.id] if n not in registry and n not in real) for t in trajectories}
+    invented = {t.id: sorted(n for n in unoffered[t.id] if n not in registry and n not in real)
+                for t in trajectories}
     for t in trajectories:
         if invented[t.id]:
-            e = DataError(path / "trajectories.jsonl", f"calls {', '.join(invented[t.id])}, which no request offered "
+            e = DataError(path / "trajectories.jsonl",
+                          f"calls {', '.join(invented[t.id])}, which no request offered "
                           "and the index lacks: not learned", record=t.id, field="metadata.unoffered")
             if problems is None:
                 raise e
@@ -79,9 +82,11 @@ def update(args: argparse.Namespace) -> int:
     retriever = Retriever.load(args.index, cache_dir=args.cache_dir)
     problems: list[DataError] | None = None if args.strict else []
     trajectories, tools = read_log(Path(args.log), retriever.registry, problems)
-    skipped = {"skipped": len(problems or ()), "problems": [problem_line(e) for e in (problems or ())[:SHOWN_PROBLEMS]]}
+    skipped = {"skipped": len(problems or ()),
+               "problems": [problem_line(e) for e in (problems or ())[:SHOWN_PROBLEMS]]}
     if problems and not trajectories:
-        print(f"tracer update: {args.log}: no valid line, {len(problems)} skipped; nothing applied", file=sys.stderr)
+        print(f"tracer update: {args.log}: no valid line, {len(problems)} skipped; nothing applied",
+              file=sys.stderr)
         print(json.dumps({"trajectories": 0, "saved": False, **skipped}))
         return 1
     up = retriever.updater
@@ -90,7 +95,8 @@ def update(args: argparse.Namespace) -> int:
         if args.history is None:
             raise ValueError("--refit needs --history: the trajectories the index was built from")
         history = Path(args.history)
-        up.trajectories = list((load_native(history) if history.is_dir() else load_dataset(args.history)).trajectories)
+        up.trajectories = list((load_native(history) if history.is_dir()
+                                else load_dataset(args.history)).trajectories)
     report = up.update(trajectories, tools)
     if args.refit:
         report["refit"] = up.refit(wait=True)
@@ -98,8 +104,10 @@ def update(args: argparse.Namespace) -> int:
     if report["saved"]:
         retriever.save(args.index)
     if problems:
-        print(f"tracer update: {args.log}: skipped {len(problems)} bad lines (listed in the report)", file=sys.stderr)
-    print(json.dumps({**{k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}, **skipped}))
+        print(f"tracer update: {args.log}: skipped {len(problems)} bad lines (listed in the report)",
+              file=sys.stderr)
+    print(json.dumps({**{k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()},
+                      **skipped}))
     return 0
 
 
@@ -107,7 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", required=True, help="saved index directory (Retriever.save)")
     p.add_argument("--log", required=True, help="trajectories.jsonl, or a dataset directory with tools.json")
     p.add_argument("--refit", action="store_true", help="refit the learned weights on --history plus the log")
-    p.add_argument("--history", help="dataset the index was built from (directory or loader name), for --refit")
+    p.add_argument("--history",
+                   help="dataset the index was built from (directory or loader name), for --refit")
     p.add_argument("--strict", action="store_true",
                    help="refuse the whole log at its first bad line (exit 2) instead of skipping bad lines")
     p.add_argument("--cache-dir", default=".cache/embeddings", help="embedding cache ('' for none)")
