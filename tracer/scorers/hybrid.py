@@ -81,5 +81,6 @@ class HybridScorer(ScorerBase):
                       fell_back=torch.ones(b, dtype=torch.bool))
 
     def describe(self) -> dict:
-        return {"scorer": self.name, "ranking": f"reciprocal rank fusion (k={self.rrf_k}) of vector search and BM25",
+        return {"scorer": self.name,
+                "ranking": f"reciprocal rank fusion (k={self.rrf_k}) of vector search and BM25",
                 "k1": self.lexical.k1, "b": self.lexical.b, "context": asdict(self.rendering)}
