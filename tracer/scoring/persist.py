@@ -80,30 +80,35 @@ def open_common(directory: str | Path, embedder: Embedder, class_path: str, form
         raise FileNotFoundError(f"{d}: no saved index here (meta.json missing)")
     meta = read_meta(d / "meta.json")
     if meta.get("format_version") != format_version or meta.get("class", class_path) != class_path:
-        raise ValueError(f"{d / 'meta.json'}: format version {meta.get('format_version')} is not {format_version} "
-                         f"(class {meta.get('class')}, expected {class_path}); rebuild the index")
+        raise ValueError(f"{d / 'meta.json'}: format version {meta.get('format_version')} is not "
+                         f"{format_version} (class {meta.get('class')}, expected {class_path}); rebuild the "
+                         "index")
     want = meta["embedder"]
     if want["name"] != embedder.name or want["dim"] != embedder.dim:
-        raise ValueError(f"{d / 'meta.json'}: index was built with embedder {want['name']!r} (dim {want['dim']}), "
-                         f"not {embedder.name!r} (dim {embedder.dim}); load it with that embedder or rebuild")
+        raise ValueError(f"{d / 'meta.json'}: index was built with embedder {want['name']!r} "
+                         f"(dim {want['dim']}), not {embedder.name!r} (dim {embedder.dim}); load it with "
+                         "that embedder or rebuild")
     tools = read_json(d / "tools.json")
     try:
         registry = Registry(Tool.from_openai(o, o.get("source", "")) for o in tools)
     except (TypeError, KeyError, AttributeError, ValueError) as e:
-        raise CorruptIndex(d / "tools.json", f"not a list of OpenAI tool objects ({type(e).__name__}: {e})") from None
+        raise CorruptIndex(d / "tools.json",
+                           f"not a list of OpenAI tool objects ({type(e).__name__}: {e})") from None
     tool_index = ToolIndex.load(d, registry)
     if tool_index.dim != embedder.dim:
         raise ValueError(f"{d}: tool vectors have dim {tool_index.dim}, the embedder {embedder.dim}")
     removed = meta.get("removed", [])  # absent from an index saved before the mask was: nothing removed
     if not isinstance(removed, list) or not all(isinstance(n, str) and n in registry for n in removed):
-        raise CorruptIndex(d / "meta.json", f"expected a list of registered tool names, got {removed!r}", field="removed")
-    return meta, Resources(registry, embedder, tool_index, device or default_device(), removed=frozenset(removed),
-                           applied=Applied.load(d))
+        raise CorruptIndex(d / "meta.json", f"expected a list of registered tool names, got {removed!r}",
+                           field="removed")
+    return meta, Resources(registry, embedder, tool_index, device or default_device(),
+                           removed=frozenset(removed), applied=Applied.load(d))
 
 
 @contextmanager
 def open_index(directory: str | Path, embedder: Embedder, class_path: str, format_version: int,
-               device: str | None = None, verify: Verify = "sha256") -> Iterator[tuple[Path, dict[str, Any], Resources]]:
+               device: str | None = None,
+               verify: Verify = "sha256") -> Iterator[tuple[Path, dict[str, Any], Resources]]:
     """``with open_index(...) as (snapshot, meta, res):`` the current snapshot, verified against its
     manifest (:func:`tracer.core.store.open_snapshot`), with its meta.json and resources checked by
     :func:`open_common`."""
@@ -121,15 +126,17 @@ def read_meta(path: Path) -> dict[str, Any]:
         emb = meta.get(key)
         if key != "embedder" and emb is None:
             continue
-        if not isinstance(emb, dict) or not isinstance(emb.get("name"), str) or not isinstance(emb.get("dim"), int):
+        if (not isinstance(emb, dict) or not isinstance(emb.get("name"), str)
+                or not isinstance(emb.get("dim"), int)):
             raise CorruptIndex(path, f"missing or malformed '{key}' ({{'name': str, 'dim': int}})", field=key)
         if not isinstance(emb.get("files", ""), str):
-            raise CorruptIndex(path, f"'{key}.files' must be a path inside the snapshot", field=f"{key}.files")
+            raise CorruptIndex(path, f"'{key}.files' must be a path inside the snapshot",
+                               field=f"{key}.files")
         cfg = emb.get("config")
         if cfg is not None and not encoder_config(cfg):
             # a saved file must not name arbitrary code: only encoders of tracer.encode, with plain arguments
-            raise CorruptIndex(path, f"'{key}.config' must be a mapping whose _target_ is in tracer.encode, its "
-                               "arguments plain values or such mappings (nested encoder configs)",
+            raise CorruptIndex(path, f"'{key}.config' must be a mapping whose _target_ is in tracer.encode, "
+                               "its arguments plain values or such mappings (nested encoder configs)",
                                field=f"{key}.config")
     return meta
 
@@ -138,7 +145,8 @@ def encoder_config(cfg: Any) -> bool:
     """Whether ``cfg`` builds only encoders of ``tracer.encode``: a ``_target_`` there, and arguments that are
     plain values or, nested, configs of the same kind (no lists: nothing else to hide a target in)."""
     return (isinstance(cfg, dict) and str(cfg.get("_target_", "")).startswith("tracer.encode.")
-            and all(encoder_config(v) if isinstance(v, dict) else not isinstance(v, list) for v in cfg.values()))
+            and all(encoder_config(v) if isinstance(v, dict) else not isinstance(v, list)
+                    for v in cfg.values()))
 
 
 def load_tensors(path: Path, mmap: bool = False) -> Any:

@@ -66,7 +66,8 @@ class Scorer(Protocol):
 
     def score_embedded(self, steps: Sequence[Step], *contexts: torch.Tensor) -> Scores: ...
 
-    def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]: ...
+    def select_one(self, step: Step, contexts: Contexts, k: int,
+                   pad: bool | None = None) -> tuple[int, ...]: ...
 
     def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray: ...
 
@@ -81,7 +82,8 @@ class Scorer(Protocol):
 
     def memory_contexts(self, steps: Sequence[Step], res: Resources) -> torch.Tensor | None: ...
 
-    def reattach(self, tables: Sequence[TransitionTable], res: Resources, touched: tuple | None = None) -> None: ...
+    def reattach(self, tables: Sequence[TransitionTable], res: Resources,
+                 touched: tuple | None = None) -> None: ...
 
     def adopt(self, fresh: Scorer) -> None: ...
 
@@ -98,7 +100,8 @@ class ScorerBase:
     can_save: ClassVar[bool] = False
     res: Resources | None = None
     updatable: ClassVar[bool] = True
-    learned_part: str | None = None  # the attribute a refit learns again (tracer_plus: "model", tracer: "head")
+    # the attribute a refit learns again (tracer_plus: "model", tracer: "head")
+    learned_part: str | None = None
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -143,15 +146,16 @@ class ScorerBase:
     def memory_contexts(self, steps: Sequence[Step], res: Resources) -> torch.Tensor | None:
         return None
 
-    def reattach(self, tables: Sequence[TransitionTable], res: Resources, touched: tuple | None = None) -> None:
+    def reattach(self, tables: Sequence[TransitionTable], res: Resources,
+                 touched: tuple | None = None) -> None:
         self.res = res
 
     def adopt(self, fresh: Scorer) -> None:
-        """Take the learned part of ``fresh`` (a scorer of this config fitted on more trajectories) in place of
-        this one's: one assignment, so a step is scored by the old weights or the new, never a mix."""
+        """Take the learned part of ``fresh`` (a scorer of this config fitted on more trajectories) in place
+        of this one's: one assignment, so a step is scored by the old weights or the new, never a mix."""
         setattr(self, self.learned_part, getattr(fresh, self.learned_part))
 
     def save(self, directory: str | Path) -> Path:
-        raise TypeError(f"scorer {self.name!r} ({type(self).__name__}) cannot be saved: only scorers with "
-                        "can_save (tracer_plus, tracer, tracer_fixed, tracer_g, cascade) can; rebuild this one from "
-                        "its data")
+        raise TypeError(f"scorer {self.name!r} ({type(self).__name__}) cannot be saved: only scorers "
+                        "with can_save (tracer_plus, tracer, tracer_fixed, tracer_g, cascade) can; rebuild "
+                        "this one from its data")

@@ -90,7 +90,8 @@ def confidence(s: torch.Tensor) -> torch.Tensor:
     """kappa = max_t softmax(s)(t) per row of ``s [B, C]`` (-inf where masked), in float64; 0 for a row
     without a finite score."""
     s64 = s.double()
-    top = s64.max(1).values if s64.shape[1] else torch.full((s64.shape[0],), float("-inf"), dtype=torch.float64)
+    top = (s64.max(1).values if s64.shape[1]
+           else torch.full((s64.shape[0],), float("-inf"), dtype=torch.float64))
     ok = torch.isfinite(top)
     z = torch.exp(s64 - torch.where(ok, top, 0.0)[:, None]).sum(1)                # [B]
     return torch.where(ok, 1.0 / z, 0.0)
@@ -105,6 +106,6 @@ def without(ranking, removed, k: int | None = None) -> tuple[int, ...]:
 
 
 def present_without(ranking, removed, k: int, always=()) -> tuple[int, ...]:
-    """The presented set of a ranking once drift removed tools (``removed``: registry ids): its first ``k`` ids
-    not removed, then the always-present ids (a scorer's ``global_set``) not removed."""
+    """The presented set of a ranking once drift removed tools (``removed``: registry ids): its first ``k``
+    ids not removed, then the always-present ids (a scorer's ``global_set``) not removed."""
     return without(ranking, removed, k) + without(always, removed)

@@ -48,8 +48,8 @@ class Resources:
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "auto", device: str | None = None,
               seed: int = 0, executor: Any = None) -> Resources:
-        return cls(registry, embedder, ToolIndex.build(registry, embedder, factory), device or default_device(),
-                   seed, executor)
+        return cls(registry, embedder, ToolIndex.build(registry, embedder, factory),
+                   device or default_device(), seed, executor)
 
     @property
     def removed_ids(self) -> frozenset[int]:
@@ -65,20 +65,22 @@ class Resources:
         return torch.from_numpy(ids)  # torch.tensor of a list costs ~3x more on a small one
 
 
-def training_steps(trajectories: Sequence[Trajectory], registry: Registry, successful_only: bool = True) -> list[Step]:
+def training_steps(trajectories: Sequence[Trajectory], registry: Registry,
+                   successful_only: bool = True) -> list[Step]:
     """Steps of the training trajectories a scorer learns from (successful ones by default)."""
     trajs = [t for t in trajectories if t.success or not successful_only]
     return [s for s in extract_all(trajs) if s.gold in registry]
 
 
-def fit_steps(trajectories: Sequence[Trajectory], registry: Registry, successful_only: bool = True) -> list[Step]:
+def fit_steps(trajectories: Sequence[Trajectory], registry: Registry,
+              successful_only: bool = True) -> list[Step]:
     """:func:`training_steps` for a fit: none is an error (a scorer fitted on nothing answers nothing)."""
     steps = training_steps(trajectories, registry, successful_only)
     if not steps:
         n_ok = sum(t.success for t in trajectories)
         raise ValueError(f"no training steps: {len(trajectories)} trajectories ({n_ok} successful"
-                         f"{', only successful ones are used' if successful_only else ''}) hold no tool call of the "
-                         f"registry; nothing to fit")
+                         f"{', only successful ones are used' if successful_only else ''}) hold no "
+                         f"tool call of the registry; nothing to fit")
     return steps
 
 

@@ -80,7 +80,8 @@ def host(trie: ExecutionTrie) -> _Host:
         mem = trie.edge_memory.detach().cpu()
         mem_np = mem.numpy() if mem.dtype != torch.bfloat16 else mem.float().numpy()
         trie.single_step_cache = _Host(
-            indptr=trie.indptr.tolist(), tool=trie.edge_tool.cpu().numpy(), count=trie.edge_count.cpu().numpy(),
+            indptr=trie.indptr.tolist(), tool=trie.edge_tool.cpu().numpy(),
+            count=trie.edge_count.cpu().numpy(),
             log_p=trie.edge_log_p.cpu().numpy(), mem=mem_np,
             mem64=mem_np.astype(np.float64) if mem_np.size <= _MEM64_MAX else None, wide64={},
             wide_budget=_WIDE64_BUDGET)
@@ -162,7 +163,8 @@ def vector_scores_one(index: ToolIndex, query: np.ndarray) -> tuple[np.ndarray, 
     vec[ids] = top
     return vec, ids
 
-def top_scores_one(index: ToolIndex, query: np.ndarray, top: int, include: np.ndarray | None = None) -> np.ndarray:
+def top_scores_one(index: ToolIndex, query: np.ndarray, top: int,
+                   include: np.ndarray | None = None) -> np.ndarray:
     """:func:`dense_scores_one` where only the leaders are needed: ``[N]`` float32 holding the exact
     score of every tool that can be among the ``top`` best (and of ``include``), ``-inf`` for the rest.
 
@@ -229,7 +231,8 @@ def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fel
     """
     n = len(fallback)
     m = n if top is None else max(0, min(top, n))
-    neg_fb = -np.asarray(fallback, dtype=np.float32)                                 # [N] ascending = best first
+    # [N] ascending = best first
+    neg_fb = -np.asarray(fallback, dtype=np.float32)
     if np.isnan(neg_fb).any():  # NaN first, as in a torch sort: exact integer keys instead
         neg_fb = _desc_keys(-neg_fb, np.arange(n, dtype=np.uint64))
     head = last = np.zeros(0, dtype=np.int64)
@@ -260,7 +263,8 @@ def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fel
 
 
 def finalize_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fell_back: bool, k: int,
-                 pad: bool = True, always_present: Sequence[int] = (), present_all: bool = False) -> tuple[int, ...]:
+                 pad: bool = True, always_present: Sequence[int] = (),
+                 present_all: bool = False) -> tuple[int, ...]:
     """:func:`tracer.scoring.ranking.finalize`'s presented set for one step (numpy, the single-step path);
     same rules."""
     if present_all:
