@@ -21,11 +21,13 @@ from tracer.scorers.cascade import CascadeScorer, gate_confidence
 from tracer.scoring.resources import Resources
 
 HEAD = {"max_epochs": 20, "inner_folds": 3}
+MODEL = {"kind": "vector", "guard": False}  # both stages serve their models (the guard would not, on 3 trajectories)
 SLOW_KEYWORDS = tuple(k for k in KEYWORDS if k != "book")
 
 
 def cascade(escalate: float) -> CascadeScorer:
-    return build_scorer("cascade", escalate=escalate, fast={"head": HEAD}, slow={"head": HEAD})
+    return build_scorer("cascade", escalate=escalate, fast={"head": HEAD, "zero_shot": MODEL},
+                        slow={"head": HEAD, "zero_shot": MODEL})
 
 
 @pytest.fixture
@@ -83,9 +85,9 @@ def test_each_step_is_answered_by_one_stage_as_that_stage_alone_answers_it(stage
     res, trajs, steps = stages
     sc = cascade(escalate)
     sc.fit(trajs, res)
-    fast = build_scorer("tracer_plus", name="cascade.fast", head=HEAD)
+    fast = build_scorer("tracer_plus", name="cascade.fast", head=HEAD, zero_shot=MODEL)
     fast.fit(trajs, res)
-    slow = build_scorer("tracer_plus", name="cascade.slow", head=HEAD)
+    slow = build_scorer("tracer_plus", name="cascade.slow", head=HEAD, zero_shot=MODEL)
     slow.fit(trajs, res.slow)
     got, a, b = sc.score(steps), fast.score(steps), slow.score(steps)
     conf = gate_confidence(torch.where(a.fell_back[:, None], float("-inf"), a.primary).numpy(), 5)

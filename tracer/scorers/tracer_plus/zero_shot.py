@@ -25,6 +25,8 @@ import torch
 
 from tracer.core.types import Step
 from tracer.learn.nll import IGNORE
+from tracer.scorers.bm25 import BM25Scorer, query_text, tokens
+from tracer.scorers.hybrid import rrf
 
 KINDS = ("vector", "hybrid")
 
@@ -56,8 +58,6 @@ class ZeroShot:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg), "rrf_k": self.rrf_k}
 
     def _bm25(self, res, rendering):
-        from tracer.scorers.bm25 import BM25Scorer  # the lexical baseline's index, built once per registry
-
         if self._lexical is None or self._lexical[0] is not res.registry:
             context = {f: getattr(rendering, f) for f in rendering.__dataclass_fields__}
             scorer = BM25Scorer(name="bm25", context=context, **self.bm25_cfg)
@@ -70,9 +70,6 @@ class ZeroShot:
         their vector scores ``vec [B, N]``."""
         if self.kind == "vector":
             return np.asarray(vec, dtype=np.float32)
-        from tracer.scorers.bm25 import query_text, tokens
-        from tracer.scorers.hybrid import rrf
-
         lex = self._bm25(res, rendering)
         rows = [lex._scores(tokens(query_text(lex.query, s))) for s in steps]
         lexical = np.stack(rows).astype(np.float32) if rows else np.zeros_like(vec, dtype=np.float32)
