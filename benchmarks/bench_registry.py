@@ -33,8 +33,8 @@ import faiss
 import numpy as np
 import torch
 
-from benchmarks.bench_step import cpu_us
 from benchmarks.catalogue import load_catalogue, with_distractors
+from benchmarks.timing import cpu_us
 from tracer.build import build_dataset, build_embedder, build_scorer
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all

@@ -20,31 +20,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 import torch
 
+from benchmarks.timing import cpu_us
 from tracer.build import build_dataset, build_embedder, build_scorer
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources
-
-
-def cpu_us(fn, n: int, repeats: int = 3) -> np.ndarray:
-    """Thread CPU time of ``fn(i)`` for i < n, best of ``repeats`` passes per i, in microseconds ``[n]``."""
-    for i in range(min(50, n)):  # warm-up
-        fn(i)
-    out = np.empty((repeats, n))
-    for r in range(repeats):
-        for i in range(n):
-            t0 = time.thread_time_ns()
-            fn(i)
-            out[r, i] = (time.thread_time_ns() - t0) / 1000
-    return out.min(0)
 
 
 def main() -> None:
