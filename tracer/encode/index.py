@@ -123,15 +123,16 @@ class ToolIndex:
             return (q.to(torch.float64) @ self._matrix64(q.device).T).float().cpu()  # [B, N]
         q = np.ascontiguousarray(queries.detach().cpu().numpy(), dtype=np.float32)     # [B, d]
         out = np.full((len(q), len(self)), -np.inf, dtype=np.float32)                    # [B, N]
-        for row, query in zip(out, q):  # query by query: the live path's own call, so the two agree bit for bit
+        # query by query: the live path's own call, so the two agree bit for bit
+        for row, query in zip(out, q):
             ids, scores = self.top_one(query)
             row[ids] = scores
         return torch.from_numpy(out)
 
     def top_one(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """An approximate index's answer to one query ``[d]``: (registry ids ``[T]``, cosines ``[T]`` float32),
-        best first, ties by registry position; T = ``ann_k`` (fewer when the index returns fewer). The
-        cosines are exact (float64 dot products rounded to float32, the exact path's numbers)."""
+        """An approximate index's answer to one query ``[d]``: (registry ids ``[T]``, cosines ``[T]``
+        float32), best first, ties by registry position; T = ``ann_k`` (fewer when the index returns fewer).
+        The cosines are exact (float64 dot products rounded to float32, the exact path's numbers)."""
         q32 = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(1, -1))
         _, ids = self._cpu.search(q32, min(self.ann_k, len(self)))
         ids = ids[0][ids[0] >= 0].astype(np.int64)                                        # [T]
@@ -179,9 +180,11 @@ class ToolIndex:
         try:
             index = faiss.read_index(str(d / "tools.faiss"))
         except RuntimeError as e:
-            raise CorruptIndex(d / "tools.faiss", f"FAISS cannot read it ({str(e).splitlines()[0]})") from None
+            raise CorruptIndex(d / "tools.faiss",
+                               f"FAISS cannot read it ({str(e).splitlines()[0]})") from None
         if index.ntotal != len(registry):
-            raise ValueError(f"{d / 'tools.faiss'}: index holds {index.ntotal} vectors, registry {len(registry)}")
+            raise ValueError(f"{d / 'tools.faiss'}: index holds {index.ntotal} vectors, "
+                             f"registry {len(registry)}")
         obj = cls.__new__(cls)
         obj.names, obj.factory = tuple(meta["names"]), meta["factory"]
         try:
@@ -189,7 +192,8 @@ class ToolIndex:
         except (OSError, ValueError) as e:
             raise CorruptIndex(d / "tool_vectors.npy", f"numpy cannot read it ({e})") from None
         if obj.vectors.ndim != 2 or len(obj.vectors) != len(registry):
-            raise CorruptIndex(d / "tool_vectors.npy", f"shape {obj.vectors.shape}, expected [{len(registry)}, d]")
+            raise CorruptIndex(d / "tool_vectors.npy",
+                               f"shape {obj.vectors.shape}, expected [{len(registry)}, d]")
         obj.dim = obj.vectors.shape[1]
         obj.ann_k, obj.ef_search = int(meta.get("ann_k", ANN_K)), int(meta.get("ef_search", EF_SEARCH))
         obj._cpu = index

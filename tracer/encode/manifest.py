@@ -74,7 +74,8 @@ def seal(folder: str | Path, inputs: Mapping[str, Any]) -> str:
     """Write ``folder``'s manifest (``inputs`` and every file's size and SHA-256) atomically; returns its
     digest."""
     folder = Path(folder)
-    files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in _files(folder)}
+    files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
+             for p in _files(folder)}
     digest = _digest(dict(inputs), files)
     doc = {"format": FORMAT, "version": 1, "inputs": dict(inputs), "digest": digest, "files": files}
     atomic_write_text(folder / MANIFEST, json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -101,7 +102,8 @@ def verify(folder: str | Path) -> str:
         if not p.is_file():
             raise ArtifactMismatch(p, "missing (listed in the manifest)")
         if p.stat().st_size != size:
-            raise ArtifactMismatch(p, f"size {p.stat().st_size} bytes, the manifest says {size} (truncated or replaced)")
+            raise ArtifactMismatch(p, f"size {p.stat().st_size} bytes, the manifest says {size} "
+                                      "(truncated or replaced)")
         if sha256_file(p) != sha:
             raise ArtifactMismatch(p, "SHA-256 differs from the manifest (the file was changed or damaged)")
     digest = _digest(inputs, files)
@@ -154,6 +156,6 @@ def fingerprint(folder: str | Path) -> str:
     try:
         return verify(folder)
     except ArtifactMismatch as e:
-        raise ArtifactMismatch(e.path, f"{str(e).removeprefix(e.path + ': ')}; it cannot be rebuilt here (the "
-                                       f"artifact {folder} is read, not built, by this caller): build it again where "
-                                       "it was made, or move the folder away") from None
+        raise ArtifactMismatch(e.path, f"{str(e).removeprefix(e.path + ': ')}; it cannot be rebuilt here "
+                                       f"(the artifact {folder} is read, not built, by this caller): build "
+                                       "it again where it was made, or move the folder away") from None

@@ -61,7 +61,8 @@ def session(path: str | Path, threads: int = 1, profile_prefix: str | None = Non
     if profile_prefix:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"], disabled_optimizers=list(UNFUSED))
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=list(UNFUSED))
 
 
 def feeds(encodings: Sequence) -> dict[str, np.ndarray]:
@@ -87,7 +88,8 @@ def max_seq_length(folder: Path) -> int:
     """The folder's sentence-transformers truncation length (256 for MiniLM). Older sentence-transformers
     write it to sentence_bert_config.json; newer ones (our fine-tuned checkpoints) to the tokenizer's
     ``model_max_length``, which is where they read it back from."""
-    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+    for name, key in (("sentence_bert_config.json", "max_seq_length"),
+                      ("tokenizer_config.json", "model_max_length")):
         cfg = folder / name
         if cfg.is_file() and key in (doc := json.loads(cfg.read_text())):
             return int(doc[key])
@@ -130,13 +132,16 @@ def exported(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_
         cfg, fusions = net.config, FusionOptions("bert")
         fusions.enable_skip_layer_norm = fusions.enable_bias_skip_layer_norm = skip_layer_norm
         optimize_model(str(tmp / "exported.onnx"), model_type="bert", num_heads=cfg.num_attention_heads,
-                       hidden_size=cfg.hidden_size, optimization_options=fusions).save_model_to_file(str(tmp / "fp32.onnx"))
+                       hidden_size=cfg.hidden_size,
+                       optimization_options=fusions).save_model_to_file(str(tmp / "fp32.onnx"))
         (tmp / "exported.onnx").unlink()
         quantize_dynamic(str(tmp / "fp32.onnx"), str(tmp / "int8.onnx"), per_channel=True,
                          op_types_to_quantize=["MatMul", "Attention"], weight_type=QuantType.QInt8,
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fused ops lack shape info
+                         # fused ops lack shape info
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         tok.save_pretrained(str(tmp / "tokenizer"))
-        (tmp / "source.json").write_text(json.dumps({"model": str(folder), "max_seq_length": max_seq_length(folder),
+        (tmp / "source.json").write_text(json.dumps({"model": str(folder),
+                                                      "max_seq_length": max_seq_length(folder),
                                                       "name": short_name(model), "key": key}))
     return out, verify(out)
 
@@ -146,43 +151,45 @@ class OnnxEmbedder:
 
     Args:
         model: local model folder (``None``: the bundled MiniLM), exported on first use; or a folder that is
-        an
-            export already (its ``source.json`` and ``<variant>.onnx``: the encoder a saved index carries),
-            loaded as it is (verified against its manifest, a damaged file named).
+            an export already (its ``source.json`` and ``<variant>.onnx``: the encoder a saved index
+            carries), loaded as it is (verified against its manifest, a damaged file named).
         variant: ``fp32`` or ``int8``.
         encoder_dir: where exports live.
         threads: ONNX Runtime intra-op threads (1: the single-thread serving figure; 0: ORT's default).
         batch_size: texts per session run. 1, the default, encodes every text alone, as a live step does.
-        Dynamic
-            int8 quantises a run's activations with one scale over the whole padded batch, so an int8 vector
-            depends on the texts run with it (BFCL contexts in batches of 64: mean cosine 0.991-0.995 to the
-            same text alone, ``experiments/studies/onnx_export/onnx_batching.py``), which an evaluation must
-            not score and a cache keyed by the text must not store; one text at a time is also the faster on
-            one thread (no padding). An int8 embedder's name carries its batch size (fp32 gives the same
-            vectors either way).
+            Dynamic int8 quantises a run's activations with one scale over the whole padded batch, so an int8
+            vector depends on the texts run with it (BFCL contexts in batches of 64: mean cosine 0.991-0.995
+            to the same text alone, ``experiments/studies/onnx_export/onnx_batching.py``), which an
+            evaluation must not score and a cache keyed by the text must not store; one text at a time is
+            also the faster on one thread (no padding). An int8 embedder's name carries its batch size (fp32
+            gives the same vectors either way).
     """
 
-    def __init__(self, model: str | Path | None = None, variant: str = "int8", encoder_dir: str | Path = DEFAULT_CACHE,
-                 threads: int = 1, batch_size: int = 1):
+    def __init__(self, model: str | Path | None = None, variant: str = "int8",
+                 encoder_dir: str | Path = DEFAULT_CACHE, threads: int = 1, batch_size: int = 1):
         if variant not in VARIANTS:
             raise ValueError(f"OnnxEmbedder variant must be one of {VARIANTS}, got {variant!r}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"OnnxEmbedder batch_size must be an integer >= 1, got {batch_size!r}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         # the export's manifest digest: what the embedding cache keys these vectors by, beside the name
-        ready = model is not None and (Path(model) / "source.json").is_file() and (Path(model) / f"{variant}.onnx").is_file()
-        self.dir, self.fingerprint = (Path(model), fingerprint(model)) if ready else exported(model, encoder_dir)
+        ready = (model is not None and (Path(model) / "source.json").is_file()
+                 and (Path(model) / f"{variant}.onnx").is_file())
+        self.dir, self.fingerprint = ((Path(model), fingerprint(model)) if ready
+                                      else exported(model, encoder_dir))
         self.variant = variant
         meta = json.loads((self.dir / "source.json").read_text())
         # int8 vectors of one text differ with the batch it ran in: the batch size is part of what made them
-        self.name = f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}" + (f"-batch{batch_size}" if variant == "int8" else "")
+        self.name = (f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}"
+                     + (f"-batch{batch_size}" if variant == "int8" else ""))
         self.max_seq_length = int(meta["max_seq_length"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.dir / "tokenizer"))
         # the Rust tokenizer under it, truncating and padding as the Hugging Face call does (truncation=True,
         # max_length, padding=True), without that call's per-text Python, which the fast preset's step notices
         self.fast_tokenizer = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
         self.fast_tokenizer.enable_truncation(self.max_seq_length)
-        self.fast_tokenizer.enable_padding(pad_id=self.tokenizer.pad_token_id, pad_token=self.tokenizer.pad_token)
+        self.fast_tokenizer.enable_padding(pad_id=self.tokenizer.pad_token_id,
+                                           pad_token=self.tokenizer.pad_token)
         self.session = session(self.dir / f"{variant}.onnx", threads)
         self.dim = int(self.session.get_outputs()[0].shape[-1])
         self.batch_size = batch_size
@@ -191,7 +198,8 @@ class OnnxEmbedder:
         """The files this embedder runs on (the variant's graph, the tokenizer, ``source.json``; not the other
         variant's graph), for a saved index to carry."""
         files = [f"{self.variant}.onnx", "source.json",
-                 *(p.relative_to(self.dir).as_posix() for p in sorted((self.dir / "tokenizer").rglob("*")) if p.is_file())]
+                 *(p.relative_to(self.dir).as_posix()
+                   for p in sorted((self.dir / "tokenizer").rglob("*")) if p.is_file())]
         return Served(self.dir, tuple(files), {})
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
@@ -205,7 +213,8 @@ class OnnxEmbedder:
         hidden = self.session.run(None, inputs)[0]                         # [B, T, d]
         mask = inputs["attention_mask"][..., None].astype(np.float32)      # [B, T, 1]
         pooled = (hidden * mask).sum(1) / np.clip(mask.sum(1), 1e-9, None)  # [B, d] mean over real tokens
-        return (pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)).astype(np.float32)
+        return (pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True),
+                                 1e-12, None)).astype(np.float32)
 
 
 if __name__ == "__main__":

@@ -68,8 +68,8 @@ def read_shards(folder: Path, dim: int) -> dict[bytes, np.ndarray]:
                 os.replace(shard, aside)
             except FileNotFoundError:
                 continue
-            warnings.warn(f"{shard}: corrupt embedding-cache shard ({type(e).__name__}: {e}); moved to {aside.name}, "
-                          "its texts will be encoded again", RuntimeWarning, stacklevel=4)
+            warnings.warn(f"{shard}: corrupt embedding-cache shard ({type(e).__name__}: {e}); moved to "
+                          f"{aside.name}, its texts will be encoded again", RuntimeWarning, stacklevel=4)
             continue
         read.append(shard)
         for k, v in zip(keys, vecs):

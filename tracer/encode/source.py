@@ -17,7 +17,8 @@ from typing import Any
 from tracer.encode.embedders import minilm_path
 from tracer.encode.manifest import MANIFEST, fingerprint, folder_hash
 
-__all__ = ["DEFAULT_CACHE", "MINILM_NAMES", "folder_hash", "model_folder", "recipe_hash", "short_name", "source_hash"]
+__all__ = ["DEFAULT_CACHE", "MINILM_NAMES", "folder_hash", "model_folder", "recipe_hash", "short_name",
+           "source_hash"]
 
 MINILM_NAMES = (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 DEFAULT_CACHE = ".cache/encoders"

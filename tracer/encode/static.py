@@ -45,7 +45,8 @@ def _distilled(model: str | Path | None, pca_dims: int | None, encoder_dir: str 
         # the CPU: distillation is one pass over a 30k-word vocabulary; seeding fixes the PCA's solver
         torch.manual_seed(0)
         distill(model_name=str(folder), pca_dims=pca_dims, device="cpu").save_pretrained(str(tmp / "model"))
-        (tmp / "source.json").write_text(json.dumps({"model": str(folder), "name": short_name(model), "key": key}))
+        (tmp / "source.json").write_text(json.dumps({"model": str(folder), "name": short_name(model),
+                                                      "key": key}))
     return out, verify(out)
 
 
