@@ -1,8 +1,8 @@
-"""``tracer_plus``, the default scorer, in one package: the scorer (:mod:`.scorer`), its candidates and features
-(:mod:`.features`), the candidate model (:mod:`.model`) and its fit on inner folds (:mod:`.fit`), the tables
-precomputed from the tries (:mod:`.index`), one live step's candidates (:mod:`.step`), the zero-shot ranking and
-its guard (:mod:`.zero_shot`) and the index on disk (:mod:`.persist`). docs/method.md describes the method; a
-saved index names the class ``tracer.scorers.tracer_plus.TracerPlusScorer``."""
+"""``tracer_plus``, the default scorer, in one package: the scorer (:mod:`.scorer`), its candidates and
+features (:mod:`.features`), the candidate model (:mod:`.model`) and its fit on inner folds (:mod:`.fit`), the
+tables precomputed from the tries (:mod:`.index`), one live step's candidates (:mod:`.step`), the zero-shot
+ranking and its guard (:mod:`.zero_shot`) and the index on disk (:mod:`.persist`). docs/method.md describes
+the method; a saved index names the class ``tracer.scorers.tracer_plus.TracerPlusScorer``."""
 
 from tracer.scorers.tracer_plus.persist import CLASS_PATH, FORMAT_VERSION
 from tracer.scorers.tracer_plus.scorer import TracerPlusScorer

@@ -143,7 +143,8 @@ def _history_counts(idx: PlusIndex, steps: Sequence[Step], n: int, device) -> tu
     return tuple(x[:, :n].to(device) for x in (torch.log1p(count.double()).float(), turn, last))
 
 
-def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int) -> Candidates:
+def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec: torch.Tensor,
+               m: int) -> Candidates:
     """Candidates and raw features of a batch (see the module docstring).
 
     Args:
@@ -160,7 +161,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     cbs = [t.gather(t.lookup(steps), mem_ctx) for t in tries]
     # vector ranks: stable descending sort, ties by registry position (as tracer.scoring.ranking.rank)
     order = torch.sort(vec, dim=1, descending=True, stable=True).indices                 # [B, N]
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(1, n + 1, device=device).expand(b, n))  # [B, N]
+    # [B, N]
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(1, n + 1, device=device).expand(b, n))
     is_cand = torch.zeros(b, n + 1, dtype=torch.bool, device=device)                     # column n: dump
     for cb in cbs:
         is_cand.scatter_(1, torch.where(cb.mask, cb.tool, n), True)
@@ -173,9 +175,11 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     tool = torch.sort((~is_cand).to(torch.uint8), dim=1, stable=True).indices[:, :width]  # [B, C]
     mask = torch.arange(width, device=device)[None, :] < n_cand[:, None]                # [B, C]
     tool = torch.where(mask, tool, 0)
-    pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)                 # tool -> column (width: dump)
+    # tool -> column (width: dump)
+    pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)
     pos.scatter_(1, torch.where(mask, tool, n), torch.arange(width, device=device).expand(b, width).clone())
-    feats = torch.zeros(b, width + 1, n_features(len(tries)), dtype=torch.float32, device=device)  # [B, C+1, F], dump column
+    # [B, C+1, F], dump column
+    feats = torch.zeros(b, width + 1, n_features(len(tries)), dtype=torch.float32, device=device)
     rows = torch.arange(b, device=device)[:, None]
     in_state = torch.zeros(b, len(tries), dtype=torch.bool, device=device)
     zero = torch.zeros(b, device=device)

@@ -64,17 +64,17 @@ class CandidateData:
             torch.cat([p.gold for p in parts]), torch.cat([p.fold for p in parts]))
 
 
-def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor, names: Sequence[str],
-                eps: float, device) -> PlusIndex:
+def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor,
+                names: Sequence[str], eps: float, device) -> PlusIndex:
     """One trie per key over the same steps and the same embedded contexts, and the tables read off them."""
     tries = [ExecutionTrie.build(steps, gold_ids, mem_ctx, len(names), k, eps, device) for k in keys]
     return PlusIndex.build(tries, names, mem_ctx.shape[1])
 
 
-def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor, vec: torch.Tensor,
-                          keys, m: int, eps: float, names: Sequence[str], device, inner_folds: int = 5,
-                          seed: int = 0, fold_view: FoldView | None = None, approximate: bool = False
-                          ) -> CandidateData:
+def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor,
+                          vec: torch.Tensor, keys, m: int, eps: float, names: Sequence[str], device,
+                          inner_folds: int = 5, seed: int = 0, fold_view: FoldView | None = None,
+                          approximate: bool = False) -> CandidateData:
     """Candidates of every training step, each scored by tries built from the other inner folds only.
 
     ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
@@ -166,7 +166,8 @@ def nll_on(model: CandidateModel, data: CandidateData) -> Callable[..., tuple[to
 
     def loss(_batch: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         s = model(z)                                                                     # [P]
-        logits = torch.full(data.mask.shape, MASKED, dtype=s.dtype).index_put((idx[:, 0], idx[:, 1]), s)  # [S, C]
+        # [S, C]
+        logits = torch.full(data.mask.shape, MASKED, dtype=s.dtype).index_put((idx[:, 0], idx[:, 1]), s)
         return masked_nll(logits, data.mask, data.gold)
 
     return loss
@@ -182,7 +183,8 @@ def _split(data: CandidateData, val_fold: int) -> tuple[torch.Tensor, torch.Tens
     val = covered & (data.fold == val_fold)
     train_rows = covered & ~val
     if not bool(train_rows.any()) or not bool(val.any()):
-        train_rows, val = covered, covered.clone()  # too little data to hold a fold out: stop on the training loss
+        # too little data to hold a fold out: stop on the training loss
+        train_rows, val = covered, covered.clone()
     return train_rows, val
 
 

@@ -61,19 +61,24 @@ class StateTables:
     log_children_np: np.ndarray
 
     @classmethod
-    def of(cls, trie: ExecutionTrie, old: StateTables | None = None, nodes: np.ndarray | None = None) -> StateTables:
+    def of(cls, trie: ExecutionTrie, old: StateTables | None = None,
+           nodes: np.ndarray | None = None) -> StateTables:
         """The tables of ``trie``. With ``old`` (its tables before an update) and ``nodes`` (every node the
         update's steps reached, new ones included: no other node's count or children changed), only
         those entries are recomputed; ``old``'s arrays are reused, so ``old`` must not serve any more."""
         if old is None:
-            lv, lc, nodes = np.zeros(trie.n_nodes, np.float32), np.zeros(trie.n_nodes, np.float32), np.arange(trie.n_nodes)
+            lv, lc, nodes = (np.zeros(trie.n_nodes, np.float32), np.zeros(trie.n_nodes, np.float32),
+                             np.arange(trie.n_nodes))
         else:
             lv, lc = _grown(old.log_visits_np, trie.n_nodes), _grown(old.log_children_np, trie.n_nodes)
         indptr = to_host(trie.indptr)
-        both = log1p32(np.concatenate([take(trie.node_count, nodes), indptr[nodes + 1] - indptr[nodes]]))  # [2V]
+        # [2V]
+        both = log1p32(np.concatenate([take(trie.node_count, nodes), indptr[nodes + 1] - indptr[nodes]]))
         lv[nodes], lc[nodes] = both[:len(nodes)], both[len(nodes):]
-        if old is not None and lv is old.log_visits_np and lc is old.log_children_np and trie.device.type == "cpu":
-            return cls(old.log_visits, old.log_children, lv, lc)  # written through: the tensors share the arrays
+        if (old is not None and lv is old.log_visits_np and lc is old.log_children_np
+                and trie.device.type == "cpu"):
+            # written through: the tensors share the arrays
+            return cls(old.log_visits, old.log_children, lv, lc)
         return cls(_on(lv, trie.device), _on(lc, trie.device), lv, lc)
 
 
@@ -81,15 +86,18 @@ def tool_rows(trie: ExecutionTrie | None, tools: np.ndarray, dim: int) -> tuple[
     """Log frequency ``[K]`` and memory ``[K, d]`` (float32) of ``tools`` (ascending ids) read off ``trie``'s
     edges: the number of steps that called each tool, and the normalised sum of their contexts (0 for a tool
     never called). Sums run over the tool's edges in edge order, in float64."""
-    total = np.zeros((len(tools), dim + 1), dtype=np.float64)                          # [K, d + 1]: sums | count
+    # [K, d + 1]: sums | count
+    total = np.zeros((len(tools), dim + 1), dtype=np.float64)
     if trie is not None and trie.n_edges and len(tools):
         edge_tool = to_host(trie.edge_tool)
         wanted = np.zeros(trie.n_tools, dtype=bool)
         wanted[tools] = True
-        sel = np.flatnonzero(wanted[edge_tool])                                          # their edges, in order
+        # their edges, in order
+        sel = np.flatnonzero(wanted[edge_tool])
         per_edge = np.empty((len(sel), dim + 1), dtype=np.float64)                       # [E', d + 1]
+        # memory x norm = the sum
         np.multiply(take(trie.edge_memory, sel), take(trie.edge_norm, sel)[:, None], out=per_edge[:, :dim],
-                    dtype=np.float64)                                                    # memory x norm = the sum
+                    dtype=np.float64)
         per_edge[:, dim] = take(trie.edge_count, sel)
         called, sums = group_sums(per_edge, edge_tool[sel])                           # by tool, in edge order
         total[np.searchsorted(tools, called)] = sums
@@ -123,7 +131,8 @@ class PlusIndex:
         device = tries[0].device if tries else torch.device("cpu")
         freq, memory = tool_rows(tries[0] if tries else None, np.arange(n), dim)
         return cls(list(tries), [StateTables.of(t) for t in tries], _on(freq, device), _on(memory, device),
-                   log_rank_table(n), {name: i for i, name in enumerate(names)}, freq, memory.astype(np.float64))
+                   log_rank_table(n), {name: i for i, name in enumerate(names)}, freq,
+                   memory.astype(np.float64))
 
     def updated(self, names: Sequence[str], nodes: Sequence[np.ndarray], tools: np.ndarray) -> PlusIndex:
         """This index after its tries had steps added in place (:func:`tracer.online.updates.update_scorer`):
@@ -132,7 +141,8 @@ class PlusIndex:
         on the updated tries; reuses this index's arrays, so this one must not serve any more."""
         n, dim = len(names), self.tool_memory64.shape[1]
         device = self.tries[0].device if self.tries else torch.device("cpu")
-        tables = [StateTables.of(t, old, np.asarray(u, dtype=np.int64)) for t, old, u in zip(self.tries, self.tables, nodes)]
+        tables = [StateTables.of(t, old, np.asarray(u, dtype=np.int64))
+                  for t, old, u in zip(self.tries, self.tables, nodes)]
         freq, mem64 = _grown(self.tool_log_freq_np, n), _grown(self.tool_memory64, n)
         memory = _grown(to_host(self.tool_memory), n)                                    # [N, d] float32
         tools = np.unique(np.asarray(tools, dtype=np.int64))

@@ -1,13 +1,14 @@
 """tracer_plus's candidate model: a linear (or one-hidden-layer, or a mean of several) scorer over the
-candidate features of :mod:`tracer.scorers.tracer_plus.features`, standardised by :mod:`tracer.learn.standardise`,
-with its file format. Its training is :mod:`tracer.scorers.tracer_plus.fit` (as the blend head's is
-:mod:`tracer.learn.blend_fit`).
+candidate features of :mod:`tracer.scorers.tracer_plus.features`, standardised by
+:mod:`tracer.learn.standardise`, with its file format. Its training is :mod:`tracer.scorers.tracer_plus.fit`
+(as the blend head's is :mod:`tracer.learn.blend_fit`).
 
 Example::
 
     model = CandidateModel(n_features, "mlp", hidden=32, members=10)
     scores = model.scores(cand.feats, cand.mask)                      # [B, C], -inf where masked
-    save_candidate_model(model, names, "transfer.pt"); load_candidate_model("transfer.pt", names, "mlp", 32, 10)
+    save_candidate_model(model, names, "transfer.pt");
+    load_candidate_model("transfer.pt", names, "mlp", 32, 10)
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class MlpEnsemble(nn.Module):
         super().__init__()
         self.members = nn.ModuleList(members)
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:                                  # z [..., F] -> [..., 1]
+    def forward(self, z: torch.Tensor) -> torch.Tensor:  # z [..., F] -> [..., 1]
         total = self.members[0](z)
         for net in self.members[1:]:
             total = total + net(z)
@@ -84,8 +85,8 @@ class CandidateModel(nn.Module):
     ``forward(z [P, F] standardised rows of the real candidates) -> [P]`` scores.
     """
 
-    def __init__(self, n_features: int, kind: str = "linear", hidden: int = 32, keep: torch.Tensor | None = None,
-                 seed: int = 0, members: int = 1):
+    def __init__(self, n_features: int, kind: str = "linear", hidden: int = 32,
+                 keep: torch.Tensor | None = None, seed: int = 0, members: int = 1):
         super().__init__()
         check_model(kind, members)
         self.kind, self.hidden, self.members = kind, hidden, int(members)
@@ -150,7 +151,8 @@ class CandidateModel(nn.Module):
         inf = self.__dict__.get("_inf")
         if inf is None:
             net64 = copy.deepcopy(self.net).double().eval()
-            inf = {"net": net64, "mean": self.mean.double(), "std": self.std.double(), "keep": self.keep.double()}
+            inf = {"net": net64, "mean": self.mean.double(), "std": self.std.double(),
+                   "keep": self.keep.double()}
             if self.kind == "linear":
                 inf["w"] = net64.weight.detach().cpu().numpy()[0]                       # [F]
             else:  # the members stacked: W1 [M*H, F], b1 [M*H], w2 [M*H]
@@ -176,11 +178,14 @@ class CandidateModel(nn.Module):
     def scores_one(self, feats: np.ndarray) -> np.ndarray:
         """:meth:`scores` for one step's candidates ``[C, F]`` (numpy, float64 inside) -> ``[C]`` float32."""
         inf = self._inference()
-        z = np.clip((feats.astype(np.float64) - inf["mean_np"]) / inf["std_np"] * inf["keep_np"], -Z_CLIP, Z_CLIP)
+        z = np.clip((feats.astype(np.float64) - inf["mean_np"]) / inf["std_np"] * inf["keep_np"],
+                    -Z_CLIP, Z_CLIP)
         if self.kind == "linear":
             return (z @ inf["w"]).astype(np.float32)
-        h = np.maximum(z @ inf["w1"].T + inf["b1"], 0.0)                                 # [C, M*H]: every member at once
-        return (h @ inf["w2"] / inf["members"]).astype(np.float32)                       # the sum over members / M
+        # [C, M*H]: every member at once
+        h = np.maximum(z @ inf["w1"].T + inf["b1"], 0.0)
+        # the sum over members / M
+        return (h @ inf["w2"] / inf["members"]).astype(np.float32)
 
 
 def save_candidate_model(model: CandidateModel, names: Sequence[str], path: str | Path) -> Path:
@@ -196,7 +201,9 @@ def load_candidate_model(path: str | Path, names: Sequence[str], kind: str, hidd
     the model from it on load)."""
     obj = torch.load(path, weights_only=True)
     got = (obj["kind"], int(obj["hidden"]), int(obj.get("members", 1)))
-    if list(obj["features"]) != list(names) or (got[0] != kind or (kind == "mlp" and got[1:] != (hidden, members))):
+    if (list(obj["features"]) != list(names)
+            or (got[0] != kind or (kind == "mlp" and got[1:] != (hidden, members)))):
         raise ValueError(f"{path}: a {got[0]} model (hidden {got[1]}, members {got[2]}) on features "
-                         f"{obj['features']}; this scorer is {kind} (hidden {hidden}, members {members}) on {list(names)}")
+                         f"{obj['features']}; this scorer is {kind} (hidden {hidden}, members {members}) "
+                         f"on {list(names)}")
     return CandidateModel.from_state_dict(obj["state_dict"], *got).eval()

@@ -47,7 +47,8 @@ def load_plus(cls, directory: str | Path, embedder, device: str | None = None, v
             cfg["zero_shot"] = {"kind": "vector", "guard": False}
         obj = cls(**cfg)
         if list(obj.feature_names) != meta["features"]:
-            raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; rebuild the index")
+            raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; "
+                             "rebuild the index")
         tries = [check_trie(ExecutionTrie.from_state_dict(load_tensors(d / f"trie_{j}.pt"), res.device),
                             res, d / f"trie_{j}.pt")
                  for j in range(len(obj.keys))]

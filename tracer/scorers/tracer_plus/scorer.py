@@ -10,8 +10,9 @@ user request say much more. So instead of one trie and a fixed blend:
    :mod:`tracer.scorers.tracer_plus.step`).
 2. *Features* per candidate and key (membership, log P, log R, edge cosine, the state's visits and children,
    the vector cosine, log rank and top-m flag), standardised with the training split's statistics.
-3. *Model* (:mod:`tracer.scorers.tracer_plus.model`): linear (default), an MLP or the mean of several, trained
-   (:mod:`tracer.scorers.tracer_plus.fit`) by softmax NLL of the gold over the candidates on inner folds by group.
+3. *Model* (:mod:`tracer.scorers.tracer_plus.model`): linear (default), an MLP or the mean of several,
+   trained (:mod:`tracer.scorers.tracer_plus.fit`) by softmax NLL of the gold over the candidates on inner
+   folds by group.
 
 Ranking: candidates by model score, then the rest of the registry in vector order (``pad``); no candidate:
 the vector ranking. References: DPR (Karpukhin et al., 2020), the NLL over a candidate set; the TRACER paper,
@@ -82,7 +83,8 @@ class TracerPlusScorer(ScorerBase):
 
     def __init__(self, *, name: str, keys: Sequence, vector_candidates: int, query_context: Mapping,
                  memory_context: Mapping, features: Mapping, model: str, eps: float, pad: bool,
-                 successful_only: bool, head: Mapping, zero_shot: Mapping | None, transfer: str | None = None):
+                 successful_only: bool, head: Mapping, zero_shot: Mapping | None,
+                 transfer: str | None = None):
         self.name, self.pad, self.eps, self.successful_only = name, pad, eps, successful_only
         self.transfer = str(transfer) if transfer else None
         self.zero = ZeroShot.from_config(zero_shot)
@@ -93,7 +95,8 @@ class TracerPlusScorer(ScorerBase):
         self.query_rendering = ContextRendering.from_config(query_context)
         self.memory_rendering = ContextRendering.from_config(memory_context)
         self.rendering = self.memory_rendering  # the step's context as compared with the edge memories
-        self.drop, self.model_kind, self.head_cfg = tuple((features or {}).get("drop") or ()), model, dict(head)
+        self.drop, self.model_kind, self.head_cfg = (tuple((features or {}).get("drop") or ()), model,
+                                                     dict(head))
         self.feature_names = feature_names(self.keys)
         self.keep = keep_mask(self.feature_names, self.drop)
         check_model(model, self.members)
@@ -127,15 +130,17 @@ class TracerPlusScorer(ScorerBase):
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
-            self.model, hist, t2 = load_candidate_model(self.transfer, self.feature_names, self.model_kind,
-                                                         int(cfg["hidden"]), self.members), {}, time.perf_counter()
+            self.model, hist, t2 = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
+                                                         int(cfg["hidden"]), self.members),
+                                    {}, time.perf_counter())
         elif not steps:  # no logs: untrained weights, unused while the index is cold (the first refit trains)
-            self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]), self.keep, seed,
-                                        self.members)
+            self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]),
+                                        self.keep, seed, self.members)
             hist, t2 = {}, time.perf_counter()
         else:
-            data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps, res.registry.names,
-                                         res.device, int(cfg["inner_folds"]), inner_seed(seed, 0),
+            data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps,
+                                         res.registry.names, res.device, int(cfg["inner_folds"]),
+                                         inner_seed(seed, 0),
                                          clean_fold_view(res, steps, lambda r: self.embed(steps, r)),
                                          approximate=not res.tool_index.exact)
             t2 = time.perf_counter()
@@ -144,11 +149,13 @@ class TracerPlusScorer(ScorerBase):
             with torch.no_grad():
                 self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
             if self.zero.guard:  # the model against the zero-shot ranking, out of fold on the same steps
-                zero = self.zero.hits(self.zero.scores(steps, vec.numpy(), res, self.query_rendering), gold.numpy())
+                zero = self.zero.hits(self.zero.scores(steps, vec.numpy(), res, self.query_rendering),
+                                      gold.numpy())
                 hist.update(self.zero.choose(self.inner_scores, data.gold, zero))
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
-        history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1, "seconds_fit": time.perf_counter() - t1}
+        history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1,
+                   "seconds_fit": time.perf_counter() - t1}
         self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
 
@@ -160,11 +167,13 @@ class TracerPlusScorer(ScorerBase):
     def train_config(self, seed: int) -> TrainConfig:  # full batch; seed: the MLP's initial weights
         return TrainConfig.from_config(self.head_cfg, batch_size=0, seed=seed)
 
-    def attach(self, tries: Sequence[ExecutionTrie], res: Resources, touched: tuple | None = None) -> TracerPlusScorer:
+    def attach(self, tries: Sequence[ExecutionTrie], res: Resources,
+               touched: tuple | None = None) -> TracerPlusScorer:
         """``touched``: (nodes per trie, gold ids) after an online update of these very tries
         (:func:`refreshed`)."""
         if [t.key for t in tries] != list(self.keys):
-            raise ValueError(f"tries have keys {[t.key.label for t in tries]}, this scorer {[k.label for k in self.keys]}")
+            raise ValueError(f"tries have keys {[t.key.label for t in tries]}, "
+                             f"this scorer {[k.label for k in self.keys]}")
         if any(t.n_tools != len(res.registry) for t in tries):
             raise ValueError(f"tries are not over the registry's {len(res.registry)} tools")
         self.res = res
@@ -188,14 +197,16 @@ class TracerPlusScorer(ScorerBase):
 
     def _check_fitted(self) -> None:
         if self.res is None or self.model is None:
-            raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources) or load()")
+            raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources) "
+                               "or load()")
 
     # ---- scoring (batched) -------------------------------------------------------------------
     def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor) -> Candidates:
         make = candidates if self.res.tool_index.exact else candidates_rows  # an ANN: what it retrieved
         return make(self.index, list(steps), mem, vec, self.m)
 
-    def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor, query: torch.Tensor | None = None) -> Scores:
+    def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor,
+                       query: torch.Tensor | None = None) -> Scores:
         """Score steps whose contexts are embedded: ``mem [B, d]`` (memory rendering), ``query [B, d]``
         (query rendering; default ``mem``)."""
         self._check_fitted()
@@ -233,8 +244,8 @@ class TracerPlusScorer(ScorerBase):
         """The presented set of one step (``contexts = embed([step])``: memory and query contexts)."""
         return self.select_scored(self.score_step(step, *contexts), k, pad)
 
-    def select_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], k: int, pad: bool | None = None
-                      ) -> tuple[int, ...]:
+    def select_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], k: int,
+                      pad: bool | None = None) -> tuple[int, ...]:
         """:meth:`select_one` from the step's :meth:`score_step` (a cascade's gate reads its scores first), as
         :func:`finalize` would present them. Not :func:`finalize_one`: candidate scores are always finite and
         the vector order is at hand (``one.order``), so a lexsort of the candidates (score desc, vector score
@@ -254,17 +265,19 @@ class TracerPlusScorer(ScorerBase):
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
         return self.rank_scored(self.score_step(step, *contexts), top)
 
-    def rank_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], top: int | None = None) -> np.ndarray:
+    def rank_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray],
+                    top: int | None = None) -> np.ndarray:
         one, s, vec = scored  # rank_one from the step's score_step
         return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.zero_shot_only, top)
 
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:
         return {"name": self.name, "keys": [asdict(k) for k in self.keys], "vector_candidates": self.m,
-                "query_context": asdict(self.query_rendering), "memory_context": asdict(self.memory_rendering),
-                "features": {"drop": list(self.drop)}, "model": self.model_kind, "eps": self.eps, "pad": self.pad,
-                "successful_only": self.successful_only, "head": dict(self.head_cfg), "transfer": self.transfer,
-                "zero_shot": self.zero.config()}
+                "query_context": asdict(self.query_rendering),
+                "memory_context": asdict(self.memory_rendering),
+                "features": {"drop": list(self.drop)}, "model": self.model_kind, "eps": self.eps,
+                "pad": self.pad, "successful_only": self.successful_only, "head": dict(self.head_cfg),
+                "transfer": self.transfer, "zero_shot": self.zero.config()}
 
     # ---- learning while serving (tracer.online) -------------------------------------------------------
     @property
@@ -288,7 +301,8 @@ class TracerPlusScorer(ScorerBase):
         if self.model is not None:
             out["fit"] = {k: v for k, v in self.history.items() if not isinstance(v, list)}
             if self.model_kind == "linear":
-                out["weights"] = dict(zip(self.feature_names, self.model.net.weight.detach().cpu()[0].tolist()))
+                out["weights"] = dict(zip(self.feature_names,
+                                          self.model.net.weight.detach().cpu()[0].tolist()))
         return out
 
     def save(self, directory: str | Path) -> Path:

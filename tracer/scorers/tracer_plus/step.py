@@ -1,5 +1,5 @@
-"""One live step's candidates in numpy: :func:`tracer.scorers.tracer_plus.features.candidates` for a batch of one,
-row for row and bit for bit (tracer_plus's single-step path; tests/test_tracer_plus.py holds them equal).
+"""One live step's candidates in numpy: :func:`tracer.scorers.tracer_plus.features.candidates` for a batch of
+one, row for row and bit for bit (tracer_plus's single-step path; tests/test_tracer_plus.py holds them equal).
 
 It lives beside the batched builder rather than in :mod:`tracer.scoring.single_step` because it reads
 tracer_plus's feature layout, which belongs to the learn layer.
@@ -132,5 +132,6 @@ def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, ve
     in_state = np.array([o.in_state for o in ones], dtype=bool).reshape(b, len(idx.tries))
     device = idx.tries[0].device if idx.tries else vec.device
     return Candidates(tool=torch.from_numpy(tool).to(device), mask=torch.from_numpy(mask).to(device),
-                      feats=torch.from_numpy(feats).to(device), in_state=torch.from_numpy(in_state).to(device),
+                      feats=torch.from_numpy(feats).to(device),
+                      in_state=torch.from_numpy(in_state).to(device),
                       depth=torch.tensor([o.depth for o in ones], dtype=torch.long, device=device))

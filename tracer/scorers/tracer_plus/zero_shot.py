@@ -12,8 +12,8 @@ model's score, every step counted, a gold outside the candidates a miss) with th
 same steps, and serves the model only when it is ahead by more than one standard error of the difference
 (few logs, few steps, a wide error: the model must earn its place). With a dataset's worth of logs the model
 wins by a wide margin (BFCL: 0.96 against 0.62, error 0.01) and nothing changes; with five trajectories it
-rarely does. The decision is a fit result (``history["serves"]``): saved with the index, taken over by an online
-refit.
+rarely does. The decision is a fit result (``history["serves"]``): saved with the index, taken over by an
+online refit.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class ZeroShot:
         return cls(**dict(cfg or {}))
 
     def config(self) -> dict:
-        return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg), "rrf_k": self.rrf_k}
+        return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
+                "rrf_k": self.rrf_k}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
