@@ -182,7 +182,8 @@ class CascadeScorer(ScorerBase):
         self._check_fitted()
         scored = self.fast.score_step(step, *contexts)
         one, s, _ = scored
-        conf = 0.0 if not len(one.tool) or self.fast.cold else gate_confidence(s[None], self.gate_k)[0]
+        unsure = not len(one.tool) or self.fast.zero_shot_only  # no model scores: escalate, as batched
+        conf = 0.0 if unsure else gate_confidence(s[None], self.gate_k)[0]
         return scored if conf >= self.threshold else None
 
     def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
