@@ -142,7 +142,8 @@ def cascade_retriever(data, enc_dir: Path):
               "scale": 20.0, "seed": 0}
     recipe = {**common, "kind": "static", "lr": 1e-2, "max_seq_length": 512,
               "slow": {**common, "lr": 1e-4, "max_seq_length": 48, "layers": [5]}}
-    head = {"head": {"max_epochs": 10, "inner_folds": 2}}
+    # the stages serve their models (the guard would serve the zero-shot ranking on 5 trajectories)
+    head = {"head": {"max_epochs": 10, "inner_folds": 2}, "zero_shot": {"kind": "vector", "guard": False}}
     return Retriever.from_dataset(data, "cascade", device="cpu", cache_dir=None, encoder_training=recipe,
                                   fast=head, slow=head, escalate=0.5)
 

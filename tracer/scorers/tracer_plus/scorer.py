@@ -119,9 +119,9 @@ class TracerPlusScorer(ScorerBase):
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
         """Tries and candidate model; the report holds the curves, the scorer their scalars (``history``)."""
         t0 = time.perf_counter()
-        # an empty log is a cold start (empty tries: the zero-shot ranking is served) with transferred weights
-        # or a guard; without either it is an error
-        pick = training_steps if self.transfer or self.zero.guard else fit_steps
+        # no trajectories is a cold start (empty tries: the zero-shot ranking is served) with transferred
+        # weights or a guard; trajectories none of which can be learned from are an error (a mistake)
+        pick = training_steps if self.transfer or (self.zero.guard and not trajectories) else fit_steps
         steps = pick(trajectories, res.registry, self.successful_only)
         mem, q = self.embed(steps, res)                                         # [S, d] each
         t1 = time.perf_counter()
