@@ -36,7 +36,8 @@ def build(kind: str, a: int, vectors: np.ndarray) -> faiss.Index:
     if kind == "HNSW":
         index = faiss.IndexHNSWFlat(d, a, faiss.METRIC_INNER_PRODUCT)
     else:  # a * sqrt(N) lists
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, int(a * np.sqrt(len(vectors))), faiss.METRIC_INNER_PRODUCT)
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, int(a * np.sqrt(len(vectors))),
+                                   faiss.METRIC_INNER_PRODUCT)
         index.train(vectors)
     index.add(vectors)
     return index
@@ -52,7 +53,8 @@ def main() -> None:
     catalogue = load_catalogue()
     emb = build_embedder("minilm", cache_dir=".cache/embeddings")
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
-    steps = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
+    steps = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0])
+             if s.gold in ds.registry]
     rendering = build_scorer("tracer_plus").query_rendering
     queries = emb.encode([rendering.render(s.context) for s in steps]).numpy().astype(np.float32)  # [Q, d]
     print("| tools | index | build | search p50 | exact top 10 found |\n|---:|:---|---:|---:|---:|")
@@ -74,8 +76,8 @@ def main() -> None:
                 _, ids = index.search(q[None], k)
                 us.append((time.thread_time_ns() - t0) / 1e3)
                 found.append(len(set(ids[0].tolist()) & set(ex.tolist())) / 10)
-            print(f"| {len(reg):,} | {name} | {built:.1f} s | {np.median(us):.0f} µs | {np.mean(found):.3f} |",
-                  flush=True)
+            print(f"| {len(reg):,} | {name} | {built:.1f} s | {np.median(us):.0f} µs | "
+                  f"{np.mean(found):.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -91,8 +91,9 @@ def encode_us(embedder, test, n: int = 50) -> float:
 
 
 def table(results: list[dict], enc: float) -> str:
-    lines = [("| tools | index | build: index / fit | memory added | saved index | step p50 / p95 (encode excl.) "
-              "| p50 encode incl. | recall@1 | recall@5 | hnsw − exact recall@5 (hits lost / gained) |"),
+    lines = [("| tools | index | build: index / fit | memory added | saved index "
+              "| step p50 / p95 (encode excl.) | p50 encode incl. | recall@1 | recall@5 "
+              "| hnsw − exact recall@5 (hits lost / gained) |"),
              "|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     exact = {r["tools"]: r for r in results if r["index"] == "exact"}
     for r in results:
@@ -101,7 +102,8 @@ def table(results: list[dict], enc: float) -> str:
         if r["index"] == "hnsw" and r["tools"] in exact:
             e = np.array(exact[r["tools"]]["hit5"])
             h = np.array(r["hit5"])
-            paired = f"{h.mean() - e.mean():+.4f} ({int(((e == 1) & (h == 0)).sum())} / {int(((e == 0) & (h == 1)).sum())})"
+            paired = (f"{h.mean() - e.mean():+.4f} ({int(((e == 1) & (h == 0)).sum())} / "
+                      f"{int(((e == 0) & (h == 1)).sum())})")
         lines.append(f"| {r['tools']:,} | {r['index']} | {r['index_s']:.1f} s / {r['fit_s']:.1f} s | "
                      f"{r['rss_added'] / 2**20:,.0f} MiB | {r['saved_bytes'] / 2**20:,.1f} MiB | "
                      f"{r['p50_us']:,.0f} / {r['p95_us']:,.0f} µs | {(r['p50_us'] + enc) / 1000:,.1f} ms | "
@@ -124,7 +126,8 @@ def main() -> None:
     catalogue = load_catalogue()
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
     train = [t for t in ds.trajectories if fold_of[t.group] != 0]
-    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
+    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0])
+            if s.gold in ds.registry]
     embedder = build_embedder("minilm", cache_dir=".cache/embeddings")
     biggest = with_distractors(ds.registry, catalogue, None if "all" in a.sizes else max(map(int, a.sizes)))
     sizes = [len(biggest) if s == "all" else int(s) for s in a.sizes]

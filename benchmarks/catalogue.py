@@ -57,7 +57,8 @@ def tool_name(*parts: str) -> str:
     return name
 
 
-def tool(source: str, name: str, desc: object, params: dict | None = None, required: list | None = None) -> dict:
+def tool(source: str, name: str, desc: object, params: dict | None = None,
+         required: list | None = None) -> dict:
     props = {str(k): {"type": str(v.get("type", "string")), "description": clean(v.get("description"))[:120]}
              for k, v in (params or {}).items() if isinstance(v, dict)}
     return {"name": name, "description": clean(desc), "source": source,
@@ -81,7 +82,8 @@ class Repo:
 
     def read(self, path: str) -> str | None:
         """A file's text, None when its blob is not in the mirror (a snapshot may leave large files out)."""
-        r = subprocess.run(["git", "-C", str(self.git), "show", f"HEAD:{path}"], capture_output=True, check=False)
+        r = subprocess.run(["git", "-C", str(self.git), "show", f"HEAD:{path}"], capture_output=True,
+                           check=False)
         return r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
 
     def head(self) -> str:
@@ -116,7 +118,8 @@ def botocore(repo: Repo) -> Iterator[dict]:
             params = {k: {"type": shapes.get(v.get("shape", ""), {}).get("type", "string"),
                           "description": v.get("documentation", "")}
                       for k, v in members.get("members", {}).items()}
-            yield tool("aws", tool_name("aws", svc, op), spec.get("documentation"), params, members.get("required"))
+            yield tool("aws", tool_name("aws", svc, op), spec.get("documentation"), params,
+                       members.get("required"))
 
 
 def openapi_ops(source: str, prefix: str, spec: dict) -> Iterator[dict]:
@@ -177,7 +180,8 @@ def twilio(repo: Repo) -> Iterator[dict]:
 
 
 def gorilla(repo: Repo) -> Iterator[dict]:
-    for f in ("data/api/huggingface_api.jsonl", "data/api/tensorflowhub_api.jsonl", "data/api/torchhub_api.jsonl"):
+    for f in ("data/api/huggingface_api.jsonl", "data/api/tensorflowhub_api.jsonl",
+              "data/api/torchhub_api.jsonl"):
         hub = Path(f).stem.removesuffix("_api")
         for line in (repo.read(f) or "").splitlines():
             t = json.loads(line)
@@ -187,7 +191,8 @@ def gorilla(repo: Repo) -> Iterator[dict]:
                        f"{t.get('functionality', '')}. {t.get('description', '')}", params)
 
 
-_OCI_DEF = re.compile(r'^    def ([a-z]\w*)\(self[^)]*\):\n        """\n(.*?)\n\s*\n(.*?)\n        :return', re.MULTILINE | re.DOTALL)
+_OCI_DEF = re.compile(r'^    def ([a-z]\w*)\(self[^)]*\):\n        """\n(.*?)\n\s*\n(.*?)\n        :return',
+                      re.MULTILINE | re.DOTALL)
 _OCI_PARAM = re.compile(r":param (\w+) (\w+): \(required\)\n\s*(.*)")
 
 
@@ -214,9 +219,11 @@ def aliyun(repo: Repo) -> Iterator[dict]:
             continue
         d = json.loads(repo.read(f) or "{}")
         product, ps = f.split("/")[1], [p for p in d.get("parameters", []) if isinstance(p, dict)]
-        params = {p["name"]: {"type": str(p.get("type", "string")).lower(), "description": p.get("description", "")}
+        params = {p["name"]: {"type": str(p.get("type", "string")).lower(),
+                              "description": p.get("description", "")}
                   for p in ps if "name" in p}
-        desc = f"{_words(d.get('name', Path(f).stem))} ({product}). Parameters: {', '.join(params) or 'none'}."
+        desc = (f"{_words(d.get('name', Path(f).stem))} ({product}). "
+                f"Parameters: {', '.join(params) or 'none'}.")
         yield tool("aliyun", tool_name("aliyun", product, d.get("name", Path(f).stem)), desc, params,
                    [p["name"] for p in ps if p.get("required") and "name" in p])
 
@@ -232,7 +239,8 @@ def prepare(mirrors: Path, out: Path = OUT, skip: tuple[str, ...] = ()) -> dict[
     ``skip``: repositories (``owner/name``) to leave out."""
     unknown = set(skip) - {slug for slug, _ in SOURCES}
     if unknown:
-        raise ValueError(f"--skip {', '.join(sorted(unknown))}: not a source ({', '.join(s for s, _ in SOURCES)})")
+        raise ValueError(f"--skip {', '.join(sorted(unknown))}: not a source "
+                         f"({', '.join(s for s, _ in SOURCES)})")
     # every mirror checked before any work
     repos = [(Repo(mirrors, slug), fn) for slug, fn in SOURCES if slug not in skip]
     seen: set[str] = set()

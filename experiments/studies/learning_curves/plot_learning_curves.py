@@ -70,8 +70,9 @@ def passes(cells, ns, a: str, b: str) -> str:
 def dataset_section(name: str, cells, k: int) -> list[str]:
     ns = ns_of(cells)
     scorers = [s for s in ORDER if any(sc == s for sc, _ in cells)]
-    lines = [f"## {name}", "", (f"recall@1 / recall@{k}, mean ± SD over folds (folds that ran). N = training "
-                                "trajectories in arrival order; `all` = the whole training split."), ""]
+    lines = [f"## {name}", "",
+             (f"recall@1 / recall@{k}, mean ± SD over folds (folds that ran). N = training "
+              "trajectories in arrival order; `all` = the whole training split."), ""]
     lines.append("| N | " + " | ".join(f"{s} r@1 | {s} r@{k}" for s in scorers) + " |")
     lines.append("|---" * (1 + 2 * len(scorers)) + "|")
     for n in ns:
@@ -93,7 +94,8 @@ def dataset_section(name: str, cells, k: int) -> list[str]:
         gaps = []
         for n in ns:
             own = cells.get((plus, n), {}).get("rk")
-            inputs = [np.mean(cells[(b, n)]["rk"]) for b in ("vector", "bm25") if cells.get((b, n), {}).get("rk")]
+            inputs = [np.mean(cells[(b, n)]["rk"]) for b in ("vector", "bm25")
+                      if cells.get((b, n), {}).get("rk")]
             if own and inputs:
                 gaps.append((n, np.mean(own) - max(inputs)))
         if gaps:
