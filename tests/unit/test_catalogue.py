@@ -37,8 +37,9 @@ def test_botocore_reads_the_newest_api_version_of_each_service(tmp_path):
            "shapes": {"In": {"type": "structure", "required": ["Max"],
                              "members": {"Max": {"shape": "Int", "documentation": "At most."}}},
                       "Int": {"type": "integer"}}}
-    repo = mirror(tmp_path, "boto/botocore", {"botocore/data/thing/2019-01-01/service-2.json": json.dumps(old),
-                                              "botocore/data/thing/2021-06-01/service-2.json": json.dumps(new)})
+    repo = mirror(tmp_path, "boto/botocore",
+                  {"botocore/data/thing/2019-01-01/service-2.json": json.dumps(old),
+                   "botocore/data/thing/2021-06-01/service-2.json": json.dumps(new)})
     (t,) = list(botocore(repo))
     assert t["name"] == "aws_thing_ListThings" and t["description"] == "Lists things."
     assert t["parameters"]["properties"] == {"Max": {"type": "integer", "description": "At most."}}

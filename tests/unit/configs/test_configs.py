@@ -27,8 +27,10 @@ TABLE, ABLATION = names("experiment/bfcl_table"), names("experiment/tracer_plus_
 PAPER = ["window=all", "results=truncated"]
 SCRIPT_ROWS = {
     "full": [], "toolnet": ["scorer=toolnet"], "tracer": ["scorer=tracer"], "vector": ["scorer=vector"],
-    "only_prefix": ["scorer.keys=[prefix]"], "no_prefix": ["scorer.keys=[last_2+cross_turn,last_1+cross_turn]"],
-    "no_last2": ["scorer.keys=[prefix,last_1+cross_turn]"], "no_last1": ["scorer.keys=[prefix,last_2+cross_turn]"],
+    "only_prefix": ["scorer.keys=[prefix]"],
+    "no_prefix": ["scorer.keys=[last_2+cross_turn,last_1+cross_turn]"],
+    "no_last2": ["scorer.keys=[prefix,last_1+cross_turn]"],
+    "no_last1": ["scorer.keys=[prefix,last_2+cross_turn]"],
     "no_vector": ["scorer.vector_candidates=0"], "mlp": ["scorer.model=mlp"],
     **{f"drop_{g}": [f"scorer.features.drop=[{g}]"]
        for g in ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history")},
@@ -101,7 +103,8 @@ def test_every_option_composes(group, option):
 # options whose defaults list names other configs of their own group (dataset=jsonl's overrides another group:
 # it is a Hydra-only config)
 WITH_DEFAULTS = [(g, o) for g, o in OPTIONS
-                 if all(isinstance(d, str) for d in OmegaConf.load(CONFIG_DIR / g / f"{o}.yaml").get("defaults", [0]))]
+                 if all(isinstance(d, str)
+                        for d in OmegaConf.load(CONFIG_DIR / g / f"{o}.yaml").get("defaults", [0]))]
 
 
 @pytest.mark.parametrize("group,option", WITH_DEFAULTS, ids=[f"{g}={o}" for g, o in WITH_DEFAULTS])
@@ -156,8 +159,9 @@ def test_presets_pick_tracer_plus_over_a_trained_encoder(preset, recipe, inner):
     assert cfg.scorer == evaluate("scorer=tracer_plus", *ensemble).scorer
     assert build_scorer(cfg.scorer).members == (10 if preset == "best" else 1)
     # the fastest preset's static encoder trains in seconds, so its inner folds get clean encoders too
-    assert cfg.encoder_training == evaluate(f"encoder_training={recipe}",
-                                            f"encoder_training.inner_encoders={str(inner).lower()}").encoder_training
+    assert cfg.encoder_training == evaluate(
+        f"encoder_training={recipe}", f"encoder_training.inner_encoders={str(inner).lower()}"
+    ).encoder_training
 
 
 def test_the_cascade_preset_pairs_the_cascade_scorer_with_its_two_encoders():
@@ -210,9 +214,11 @@ def test_every_encoder_training_recipe_is_a_typed_recipe(recipe):
     assert (r.kind == "static") == (recipe.startswith("static") or recipe == "cascade")
     assert r.train.context_weight == (0.5 if recipe in ("static_contexts", "cascade") else 0.0)
     assert (r.slow is not None) == (recipe == "cascade")
-    if recipe == "cascade":  # its fast stage is the fastest preset's encoder, its slow stage mnrl_int8's (one cache key)
+    # its fast stage is the fastest preset's encoder, its slow stage mnrl_int8's (one cache key)
+    if recipe == "cascade":
         for stage, name in ((r, "static_contexts"), (r.slow, "mnrl_int8")):
-            alone = OmegaConf.to_container(evaluate(f"encoder_training={name}").encoder_training, resolve=True)
+            alone = OmegaConf.to_container(evaluate(f"encoder_training={name}").encoder_training,
+                                           resolve=True)
             alone = EncoderRecipe.from_config(alone)
             assert (stage.train, stage.serve_as, stage.kind) == (alone.train, alone.serve_as, alone.kind)
         assert r.inner_encoders and not r.slow.inner_encoders

@@ -21,8 +21,9 @@ BASELINES = ("toolnet", "autotool", "hepm", "insight")
 
 
 def test_every_scorer_of_the_readme_has_a_yaml():
-    assert names("scorer") == sorted(["tracer_plus", "tracer", "tracer_fixed", "tracer_g", "llm_only", "vector",
-                                      "toolnet", "autotool", "hepm", "insight", "cascade", "bm25", "hybrid"])
+    assert names("scorer") == sorted(["tracer_plus", "tracer", "tracer_fixed", "tracer_g", "llm_only",
+                                      "vector", "toolnet", "autotool", "hepm", "insight", "cascade", "bm25",
+                                      "hybrid"])
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.stem)
@@ -67,7 +68,8 @@ def test_every_yaml_key_is_a_required_keyword_of_its_class(path: Path):
     cfg = yaml.safe_load(path.read_text())
     params = inspect.signature(locate(cfg["_target_"])).parameters
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
-    for key in set(cfg) - {"_target_", "defaults"}:  # defaults: the cascade's stages, composed from tracer_plus.yaml
+    # defaults: the cascade's stages, composed from tracer_plus.yaml
+    for key in set(cfg) - {"_target_", "defaults"}:
         assert params[key].kind is params[key].KEYWORD_ONLY and params[key].default is params[key].empty, key
     if "memory" in cfg:  # insight: the memory node is built from its own _target_, every key required too
         memory = inspect.signature(locate(cfg["memory"]["_target_"])).parameters

@@ -73,7 +73,8 @@ def context_decides(n, seed):
     out = []
     for i in range(n):
         a = rng.random() < 0.8
-        out.append(_traj(f"{seed}-{i}", ("alpha" if a else "beta") + " filler filler", ["tool_a" if a else "tool_b"]))
+        out.append(_traj(f"{seed}-{i}", ("alpha" if a else "beta") + " filler filler",
+                         ["tool_a" if a else "tool_b"]))
     return out
 
 
@@ -81,7 +82,8 @@ def counts_decide(n, seed, n_words=16):
     """tool_a 85% of the time; the request is a random word unrelated to the tool, so L is noise
     (and -13.8 for a child whose few training contexts never used the word)."""
     rng = random.Random(seed)
-    return [_traj(f"{seed}-{i}", f"w{rng.randrange(n_words)}", ["tool_a" if rng.random() < 0.85 else "tool_b"])
+    return [_traj(f"{seed}-{i}", f"w{rng.randrange(n_words)}",
+                  ["tool_a" if rng.random() < 0.85 else "tool_b"])
             for i in range(n)]
 
 
@@ -89,8 +91,8 @@ def _res(vocab, seed=0):
     return Resources.build(TOOLS, KeywordEmbedder(vocab), device="cpu", seed=seed)
 
 
-HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500, "patience": 50,
-        "rotate": True, "batch_size": 0}
+HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500,
+        "patience": 50, "rotate": True, "batch_size": 0}
 EPS = 1e-6
 
 
@@ -198,9 +200,11 @@ def test_state_features_by_hand():
     trie = ExecutionTrie.build(steps, torch.tensor([0, 0, 0, 1]), ctx, len(TOOLS))
     cb = trie.gather(trie.lookup(steps[:1]), ctx[:1])
     f = state_features(cb)[0]
-    h_p = -(0.75 * torch.log(torch.tensor(0.75)) + 0.25 * torch.log(torch.tensor(0.25))) / torch.log(torch.tensor(2.0))
-    torch.testing.assert_close(f, torch.tensor([torch.log(torch.tensor(5.0)), 0.0, torch.log(torch.tensor(3.0)),
-                                                float(h_p), 0.0]), atol=1e-4, rtol=0)
+    h_p = (-(0.75 * torch.log(torch.tensor(0.75)) + 0.25 * torch.log(torch.tensor(0.25)))
+           / torch.log(torch.tensor(2.0)))
+    torch.testing.assert_close(f, torch.tensor([torch.log(torch.tensor(5.0)), 0.0,
+                                                torch.log(torch.tensor(3.0)), float(h_p), 0.0]),
+                               atol=1e-4, rtol=0)
 
 
 # ---- what it learns ------------------------------------------------------------------------------
@@ -243,7 +247,8 @@ def test_saved_index_with_head_scores_the_same(tmp_path):
     scorer = build_scorer("tracer", head=HEAD)
     scorer.fit(context_decides(60, seed=5), res)
     scorer.save(tmp_path / "index")
-    assert (tmp_path / "index" / "snapshots" / current_snapshot(tmp_path / "index") / "blend_head.pt").exists()
+    assert (tmp_path / "index" / "snapshots" / current_snapshot(tmp_path / "index")
+            / "blend_head.pt").exists()
     again = TracerScorer.load(tmp_path / "index", res.embedder, device="cpu")
     steps = training_steps(context_decides(20, seed=6), TOOLS)
     a, b = scorer.score(steps), again.score(steps)
@@ -257,7 +262,8 @@ def test_fit_reports_the_curves_and_data_and_the_scorer_keeps_neither():
     scorer = build_scorer("tracer", head=HEAD)
     report = scorer.fit(trajs, res)
     assert report.scorer == "tracer" and report.n_trajectories == len(trajs)
-    assert isinstance(report.data, StepData) and len(report.data) == report.n_steps == len(training_steps(trajs, TOOLS))
+    assert (isinstance(report.data, StepData)
+            and len(report.data) == report.n_steps == len(training_steps(trajs, TOOLS)))
     assert len(report.history["runs"]) == HEAD["inner_folds"] and report.history["runs"][0]["val_loss"]
     # a deployed scorer holds the trie and the head, never the out-of-fold steps or the loss curves
     assert not any(isinstance(v, (StepData, FitReport)) for v in vars(scorer).values())
@@ -307,8 +313,10 @@ def test_same_seed_same_weights(batch_size):
     trajs = context_decides(120, seed=8)
     res = _res(["alpha", "beta", "filler"])
     cfg = {**HEAD, "batch_size": batch_size, "max_epochs": 60}
-    a, ha, da = fit_blend_head(trajs, res, StateKey(), RENDER, EPS, True, HeadConfig.from_config(cfg, seed=11))
-    b, hb, db = fit_blend_head(trajs, res, StateKey(), RENDER, EPS, True, HeadConfig.from_config(cfg, seed=11))
+    a, ha, da = fit_blend_head(trajs, res, StateKey(), RENDER, EPS, True,
+                               HeadConfig.from_config(cfg, seed=11))
+    b, hb, db = fit_blend_head(trajs, res, StateKey(), RENDER, EPS, True,
+                               HeadConfig.from_config(cfg, seed=11))
     assert torch.equal(da.gold, db.gold) and torch.equal(da.fold, db.fold)  # the same inner folds
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]), k

@@ -84,8 +84,10 @@ def test_keep_mask_by_name_index_and_group():
     names = ("a.x", "a.y", "b.x")
     assert keep_mask(names, ["a.y"]).tolist() == [1.0, 0.0, 1.0]
     assert keep_mask(names, [2]).tolist() == [1.0, 1.0, 0.0]
-    assert keep_mask(names, ["x"], groups=("x", "y"), groups_of=lambda n: {n.split(".")[1]}).tolist() == [0.0, 1.0, 0.0]
-    with pytest.raises(ValueError, match=r"unknown feature groups or names to drop \['z', 7\]; features: a.x, a.y, b.x"):
+    assert keep_mask(names, ["x"], groups=("x", "y"),
+                     groups_of=lambda n: {n.split(".")[1]}).tolist() == [0.0, 1.0, 0.0]
+    with pytest.raises(ValueError,
+                       match=r"unknown feature groups or names to drop \['z', 7\]; features: a.x, a.y, b.x"):
         keep_mask(names, ["z", 7])
 
 
@@ -155,7 +157,8 @@ def test_early_stopping_keeps_the_best_epoch():
     curve = hist["val_loss"]
     best = min(range(len(curve)), key=curve.__getitem__)
     assert 0 < best < len(curve) - 1 and hist["best_epoch"] == best and hist["best_val_loss"] == curve[best]
-    assert hist["epochs"] == best + cfg.patience + 1 < cfg.max_epochs  # stopped `patience` epochs after the best
+    # stopped `patience` epochs after the best
+    assert hist["epochs"] == best + cfg.patience + 1 < cfg.max_epochs
     # the kept weights are the best epoch's: training afresh for best + 1 epochs gives them exactly
     again = Scale()
     _fit(again, x, gold, xv, gv, TrainConfig(0.2, 0.0, best + 1, 10, 0, 0), validate=False)

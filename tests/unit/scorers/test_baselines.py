@@ -38,11 +38,13 @@ R2 = 1 / math.sqrt(2)
 
 def step(history: tuple[str, ...], user: str, position: int = 0) -> Step:
     """A step whose context is one user message (the calls of ``history`` are not in the context)."""
-    return Step(trajectory_id="q", group="q", turn=0, position=position, prefix=history[len(history) - position:],
-                history=history, gold="", context=({"role": "user", "content": user},))
+    return Step(trajectory_id="q", group="q", turn=0, position=position,
+                prefix=history[len(history) - position:], history=history, gold="",
+                context=({"role": "user", "content": user},))
 
 
-def traj(tid: str, user: str, calls: list[str], success: bool = True, results: list[str] | None = None) -> Trajectory:
+def traj(tid: str, user: str, calls: list[str], success: bool = True,
+         results: list[str] | None = None) -> Trajectory:
     msgs: list[dict] = [{"role": "user", "content": user}]
     for i, name in enumerate(calls):
         msgs.append({"role": "assistant", "content": None, "tool_calls": [
@@ -82,7 +84,8 @@ class FakeModel:
 def test_toolnet_successors_and_weights(tiny_trajs, tiny_resources):
     sc = build_scorer("toolnet")
     sc.fit(tiny_trajs, tiny_resources)
-    assert sc.successors(None) == pytest.approx({"search_flights": 3 / 5, "get_weather": 1 / 5, "list_files": 1 / 5})
+    assert sc.successors(None) == pytest.approx({"search_flights": 3 / 5, "get_weather": 1 / 5,
+                                                 "list_files": 1 / 5})
     assert sc.successors("search_flights") == pytest.approx({"book_flight": 2 / 3, "get_weather": 1 / 3})
     assert sc.successors("book_flight") == {"cancel_booking": 1.0}
     assert sc.successors("send_email") == {}
@@ -93,13 +96,15 @@ def test_toolnet_presents_successors_then_pads_or_falls_back(tiny_trajs, tiny_re
     sc.fit(tiny_trajs, tiny_resources)
     steps = [step((), "hello"), step(("search_flights",), "hello", 1), step(("send_email",), "weather", 1)]
     s = sc.score(steps)
-    assert s.diagnostics["in_trie"].tolist() == [True, True, False] and s.fell_back.tolist() == [False, False, True]
+    assert (s.diagnostics["in_trie"].tolist() == [True, True, False]
+            and s.fell_back.tolist() == [False, False, True])
     assert torch.allclose(s.primary[1, [1, 3]], torch.tensor([2 / 3, 1 / 3]))
     padded, bare = finalize(s, 3, pad=True), finalize(s, 3, pad=False)
     # START: search_flights, then the tie get_weather = list_files (1/5) broken by the fallback ("hello"
     # matches no tool, cosine 0 with all) and then registry order.
     assert names(tiny_registry, padded.presented[0]) == ["search_flights", "get_weather", "list_files"]
-    assert names(tiny_registry, bare.presented[1]) == ["book_flight", "get_weather"]   # 2 successors, no padding
+    # 2 successors, no padding
+    assert names(tiny_registry, bare.presented[1]) == ["book_flight", "get_weather"]
     assert names(tiny_registry, padded.presented[1])[:2] == ["book_flight", "get_weather"]
     assert len(padded.presented[1]) == 3
     # send_email has no successor: vector ranking, "weather" -> get_weather first.
@@ -129,7 +134,8 @@ def test_autotool_blend_at_alpha_half(tiny_trajs, tiny_resources, tiny_registry)
     ])
     assert torch.allclose(s.primary, expected, atol=1e-6)
     assert s.diagnostics["backoff"].tolist() == [2, 1, -1]
-    assert s.diagnostics["in_trie"].tolist() == [True, False, False] and s.fell_back.tolist() == [False, False, True]
+    assert (s.diagnostics["in_trie"].tolist() == [True, False, False]
+            and s.fell_back.tolist() == [False, False, True])
     ranking = finalize(s, 3).ranking
     assert names(tiny_registry, ranking[0, :3]) == ["cancel_booking", "get_weather", "send_email"]
     # the similarity of "cancel" to cancel_booking (0.354) beats book_flight's inertia (0.333)
@@ -141,7 +147,8 @@ def test_autotool_blend_at_alpha_half(tiny_trajs, tiny_resources, tiny_registry)
 def test_hepm_weights_reduce_to_normalised_counts_at_c0(tiny_trajs, tiny_resources):
     sc = build_scorer("hepm", c=0.0)
     sc.fit(tiny_trajs, tiny_resources)
-    assert sc.weights(None) == pytest.approx({"search_flights": 3 / 5, "get_weather": 1 / 5, "list_files": 1 / 5})
+    assert sc.weights(None) == pytest.approx({"search_flights": 3 / 5, "get_weather": 1 / 5,
+                                              "list_files": 1 / 5})
     assert sc.weights("search_flights") == pytest.approx({"book_flight": 2 / 3, "get_weather": 1 / 3})
 
 
@@ -181,16 +188,19 @@ def test_hepm_annotation_branch_and_suggestion(tiny_trajs, tiny_resources, tiny_
     assert recalled.present_all and finalize(recalled, 1).presented[0] == tuple(range(len(tiny_registry)))
     line = recalled.guidance[0]
     assert line.endswith("get_weather, search_flights") and "offline digest" in line and "always" in line
-    assert recalled.diagnostics["summarised"].tolist() == [True] and by_weight.diagnostics["summarised"].tolist() == [False]
+    assert (recalled.diagnostics["summarised"].tolist() == [True]
+            and by_weight.diagnostics["summarised"].tolist() == [False])
     assert recalled.diagnostics["guidance_chars"].tolist() == [len(line)]
 
 
 def test_hepm_turn_start_rule_and_no_successors(tiny_trajs, tiny_resources):
     sc = build_scorer("hepm", policy={"rule": "turn_start"})
     sc.fit(tiny_trajs, tiny_resources)
-    s = sc.score([step((), "weather"), step(("search_flights",), "weather", 1), step(("send_email",), "x", 1)])
+    s = sc.score([step((), "weather"), step(("search_flights",), "weather", 1),
+                  step(("send_email",), "x", 1)])
     assert s.diagnostics["summarised"].tolist() == [True, False, False]
-    assert s.fell_back.tolist() == [False, False, True] and s.diagnostics["in_trie"].tolist() == [True, True, False]
+    assert (s.fell_back.tolist() == [False, False, True]
+            and s.diagnostics["in_trie"].tolist() == [True, True, False])
     assert s.guidance[2] == ""
     assert sc.describe()["policy"] == "turn_start" and sc.describe()["summaries"].startswith("offline digest")
     assert sc.model_calls == 0
@@ -204,7 +214,8 @@ def test_hepm_with_a_model_counts_its_calls(tiny_trajs, tiny_registry, keyword_e
     assert sc.fit_model_calls == model.calls > 0
     s = sc.score([step((), "weather"), step(("search_flights",), "flight", 1)])
     assert sc.model_calls == model.calls == sc.fit_model_calls + 2   # one decide-and-summarise call per step
-    assert s.diagnostics["summarised"].tolist() == [True, False]          # the model answered SKIP to the second
+    # the model answered SKIP to the second
+    assert s.diagnostics["summarised"].tolist() == [True, False]
     assert "model summaries (fake)" in s.guidance[0] and sc.describe()["policy"] == "model decides"
 
 
@@ -242,7 +253,8 @@ def insight_corpus() -> list[Trajectory]:
     return ([traj(f"f{i}", "book a flight" + (", cancel the old one" if i == 0 else ""),
                   ["search_flights", "book_flight"]) for i in range(3)]
             + [traj("f3", "book a flight", ["book_flight"], success=False)]
-            + [traj(f"w{i}", "weather report" + (", cancel the alert" if i == 0 else ""), ["get_weather", "send_email"])
+            + [traj(f"w{i}", "weather report" + (", cancel the alert" if i == 0 else ""),
+                    ["get_weather", "send_email"])
                for i in range(4)]
             + [traj(f"d{i}", "show my files", ["list_files"]) for i in range(3)]
             + [traj("d3", "show my files", ["list_files", "send_email"], success=False,
@@ -257,7 +269,8 @@ def test_insight_clusters_and_offline_extract(tiny_resources):
     by_topic = {t: {int(lab) for lab, tt in zip(mem.labels, topics) if tt == t} for t in "fwd"}
     assert all(len(v) == 1 for v in by_topic.values()) and len(set.union(*by_topic.values())) == 3
     files = mem.insights[by_topic["d"].pop()]
-    assert files.startswith(f"cluster {mem.labels[-1].item()} (offline extract; 3 succeeded, 1 failed episodes)")
+    assert files.startswith(f"cluster {mem.labels[-1].item()} "
+                            "(offline extract; 3 succeeded, 1 failed episodes)")
     assert "Do: list_files (3x)" in files and "Avoid: list_files -> send_email (1x)" in files
     flights = mem.insights[by_topic["f"].pop()]
     assert "Do: search_flights -> book_flight (3x)" in flights and "Avoid: book_flight (1x)" in flights

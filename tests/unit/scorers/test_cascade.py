@@ -21,7 +21,8 @@ from tracer.scorers.cascade import CascadeScorer, gate_confidence
 from tracer.scoring.resources import Resources
 
 HEAD = {"max_epochs": 20, "inner_folds": 3}
-MODEL = {"kind": "vector", "guard": False}  # both stages serve their models (the guard would not, on 3 trajectories)
+# both stages serve their models (the guard would not, on 3 trajectories)
+MODEL = {"kind": "vector", "guard": False}
 SLOW_KEYWORDS = tuple(k for k in KEYWORDS if k != "book")
 
 
@@ -36,8 +37,9 @@ def stages(tiny_registry):
     res = Resources.build(tiny_registry, KeywordEmbedder(), device="cpu", seed=0)
     res.slow = Resources.build(tiny_registry, KeywordEmbedder(SLOW_KEYWORDS), device="cpu", seed=0)
     held_out = Trajectory(id="h0", group="h0", domain="tiny", messages=(
-        {"role": "user", "content": "Find a flight to Rome and book it"}, call("search_flights", 0), result(0),
-        call("book_flight", 1), result(1), {"role": "user", "content": "and the weather there, by email"},
+        {"role": "user", "content": "Find a flight to Rome and book it"}, call("search_flights", 0),
+        result(0), call("book_flight", 1), result(1),
+        {"role": "user", "content": "and the weather there, by email"},
         call("get_weather", 2), result(2), call("send_email", 3), result(3)))
     trajs = tiny_trajectories()
     return res, trajs, extract_all(trajs + [held_out])
@@ -50,7 +52,8 @@ def test_gate_is_the_softmax_mass_of_the_k_best_candidates():
     e2, e1, e0 = math.exp(2), math.exp(1), 1.0
     np.testing.assert_allclose(gate_confidence(s, 2), [(e2 + e1) / (e2 + e1 + e0), 0.0, 0.5], rtol=1e-12)
     np.testing.assert_allclose(gate_confidence(s, 1), [e2 / (e2 + e1 + e0), 0.0, 0.25], rtol=1e-12)
-    assert gate_confidence(s, 9).tolist() == [1.0, 0.0, 1.0]          # k beyond the candidates: all their mass
+    # k beyond the candidates: all their mass
+    assert gate_confidence(s, 9).tolist() == [1.0, 0.0, 1.0]
     assert gate_confidence(np.zeros((3, 0), np.float32), 5).tolist() == [0.0, 0.0, 0.0]
 
 
@@ -151,12 +154,12 @@ def test_bad_arguments_are_refused_naming_them(kwargs, error, match):
 def test_the_cascade_recipe_nests_its_slow_recipe_with_the_runs_seed():
     cfg = load_config("encoder_training", "cascade", seed=3)
     assert cfg.seed == 3 and cfg.slow.seed == 3
-    assert cfg.kind == "static" and cfg.inner_encoders and cfg.context_weight == 0.5     # static_contexts.yaml
-    assert cfg.slow.serve_as["variant"] == "int8" and "kind" not in cfg.slow              # mnrl_int8.yaml
+    assert cfg.kind == "static" and cfg.inner_encoders and cfg.context_weight == 0.5  # static_contexts.yaml
+    assert cfg.slow.serve_as["variant"] == "int8" and "kind" not in cfg.slow           # mnrl_int8.yaml
     assert load_config("encoder_training", "mnrl_int8", seed=3) == cfg.slow
 
 
-# ---- saving ----------------------------------------------------------------------------------------------------
+# ---- saving -----------------------------------------------------------------------------------------------
 def test_a_saved_cascade_loads_to_the_same_stages_threshold_and_scores(stages, tmp_path):
     res, trajs, steps = stages
     sc = cascade(0.3)
@@ -164,7 +167,8 @@ def test_a_saved_cascade_loads_to_the_same_stages_threshold_and_scores(stages, t
     before = sc.score(steps)
     sc.save(tmp_path / "idx")
     loaded = CascadeScorer.load(tmp_path / "idx", res.embedder, slow_embedder=res.slow.embedder, device="cpu")
-    assert (loaded.threshold, loaded.escalate, loaded.gate_k, loaded.history) == (sc.threshold, 0.3, 5, sc.history)
+    assert ((loaded.threshold, loaded.escalate, loaded.gate_k, loaded.history)
+            == (sc.threshold, 0.3, 5, sc.history))
     assert loaded.res.slow is loaded.slow.res and loaded.fast.res.embedder is res.embedder
     after = loaded.score(steps)
     for field in ("primary", "fallback", "fell_back"):
@@ -183,12 +187,14 @@ def test_loading_a_cascade_without_its_slow_embedder_says_so(stages, tmp_path):
     sc = cascade(0.3)
     sc.fit(trajs, res)
     sc.save(tmp_path / "idx")
-    with pytest.raises(ValueError, match=r"meta.json: a cascade's slow stage needs its embedder \('keyword:flight,"
-                                         r"cancel,weather,email,file'\)"):
+    with pytest.raises(ValueError, match=r"meta.json: a cascade's slow stage needs its embedder "
+                                         r"\('keyword:flight,cancel,weather,email,file'\)"):
         CascadeScorer.load(tmp_path / "idx", res.embedder)
     with pytest.raises(ValueError, match=r"snapshots/[^/]+/slow.meta.json: index was built with embedder "
-                                         r"'keyword:flight,cancel,weather,email,file' \(dim 6\), not 'keyword:flight,book"):
-        CascadeScorer.load(tmp_path / "idx", res.embedder, slow_embedder=res.embedder)  # the stages' encoders swapped
+                                         r"'keyword:flight,cancel,weather,email,file' \(dim 6\), "
+                                         r"not 'keyword:flight,book"):
+        # the stages' encoders swapped
+        CascadeScorer.load(tmp_path / "idx", res.embedder, slow_embedder=res.embedder)
 
 
 def test_updating_a_cascade_in_place_is_refused_before_anything_changes(stages):

@@ -119,14 +119,15 @@ def test_features_by_hand(hand):
             "vec_cos": 0.0, "vec_rank": math.log(3), "vec_top": 1, "tool_log_freq": math.log(1 + 2)},
         # get_weather: a root child (1 of 5, memory e_weather, cos 0), called once before, the previous call
         3: {"prefix.member": 1, "prefix.log_p": math.log(1 / 5 + EPS), "prefix.log_r": math.log(EPS),
-            "last_1+cross_turn.member": 0, "vec_rank": math.log(5), "vec_top": 0, "tool_log_freq": math.log(2),
-            "hist_count": math.log(2), "in_turn": 0, "is_last": 1},
+            "last_1+cross_turn.member": 0, "vec_rank": math.log(5), "vec_top": 0,
+            "tool_log_freq": math.log(2), "hist_count": math.log(2), "in_turn": 0, "is_last": 1},
         # send_email: root child 2 of 5 with memory e_email (cos 1, all of the relu mass); the only child of
         # (get_weather,) with memory e_email
         4: {"prefix.member": 1, "prefix.log_p": math.log(2 / 5 + EPS), "prefix.log_r": math.log(1 + EPS),
             "prefix.edge_cos": 1.0, "prefix.edge_cos*log_visits": lv0, "prefix.log_p*log_children":
-            math.log(2 / 5 + EPS) * lc0, "last_1+cross_turn.member": 1, "last_1+cross_turn.log_p": math.log(1 + EPS),
-            "last_1+cross_turn.log_r": math.log(1 + EPS), "last_1+cross_turn.edge_cos": 1.0,
+            math.log(2 / 5 + EPS) * lc0, "last_1+cross_turn.member": 1,
+            "last_1+cross_turn.log_p": math.log(1 + EPS), "last_1+cross_turn.log_r": math.log(1 + EPS),
+            "last_1+cross_turn.edge_cos": 1.0,
             "last_1+cross_turn.member*log_visits": lv1, "last_1+cross_turn.member*log_children": lc1,
             "vec_cos": 1.0, "vec_rank": 0.0, "vec_top": 1, "tool_log_freq": math.log(3), "tool_cos": 1.0},
     }
@@ -134,11 +135,12 @@ def test_features_by_hand(hand):
         for f, v in feats.items():
             assert row[t][f] == pytest.approx(v, abs=1e-5), (t, f)
         # state-level features are the state's, whether or not t is a child
-        assert row[t]["prefix.log_visits"] == pytest.approx(lv0) and row[t]["prefix.log_children"] == pytest.approx(lc0)
+        assert (row[t]["prefix.log_visits"] == pytest.approx(lv0)
+                and row[t]["prefix.log_children"] == pytest.approx(lc0))
         assert row[t]["last_1+cross_turn.log_visits"] == pytest.approx(lv1)
     # the single-step path builds the same rows bit for bit
-    one = candidates_one(scorer.index, step, mem[0].numpy(), dense_scores_one(scorer.res.tool_index, q[0].numpy()),
-                         scorer.m)
+    one = candidates_one(scorer.index, step, mem[0].numpy(),
+                         dense_scores_one(scorer.res.tool_index, q[0].numpy()), scorer.m)
     assert one.tool.tolist() == [0, 1, 3, 4] and one.in_state.tolist() == [True, True] and one.depth == 0
     assert np.array_equal(one.feats, cand.feats[0].numpy())
 
@@ -178,8 +180,10 @@ def test_candidates_equal_a_naive_union(tiny_trajs, tiny_resources):
     bare.fit(tiny_trajs, tiny_resources)
     new = extract_steps(traj("h", ("list my files and email them", ["list_files", "send_email"])))
     sc = bare.score(steps + new)
-    assert sc.fell_back.tolist() == [False] * len(steps) + [False, True]  # (list_files,) never had a successor
-    assert torch.equal(sc.fell_back, sc.diagnostics["n_children"] == 0) and torch.equal(sc.fell_back, ~sc.diagnostics["in_trie"])
+    # (list_files,) never had a successor
+    assert sc.fell_back.tolist() == [False] * len(steps) + [False, True]
+    assert (torch.equal(sc.fell_back, sc.diagnostics["n_children"] == 0)
+            and torch.equal(sc.fell_back, ~sc.diagnostics["in_trie"]))
     assert bare.score(new[1:]).fell_back.tolist() == [True]                  # the single-step path agrees
 
 
@@ -189,7 +193,8 @@ def test_inner_folds_never_see_their_own_trajectory(tiny_trajs, tiny_resources):
     scorer = plus(res)
     mem, q = scorer.embed(steps, res)
     vec, gold = fallback_scores(res, q), res.tool_ids([s.gold for s in steps])
-    data = inner_fold_candidates(steps, gold, mem, vec, scorer.keys, 10, EPS, res.registry.names, "cpu", 3, seed=7)
+    data = inner_fold_candidates(steps, gold, mem, vec, scorer.keys, 10, EPS, res.registry.names, "cpu", 3,
+                                 seed=7)
     names = feature_names(scorer.keys)
     fold_of = assign_folds([s.group for s in steps], 3, 7)
     fold = [fold_of[s.group] for s in steps]
@@ -199,8 +204,8 @@ def test_inner_folds_never_see_their_own_trajectory(tiny_trajs, tiny_resources):
         held = [i for i in order if fold[i] == f]
         rows = [k for k, i in enumerate(order) if fold[i] == f]
         others = [i for i in range(len(steps)) if fold[i] != f]
-        idx = build_index(scorer.keys, [steps[i] for i in others], gold[others], mem[others], res.registry.names,
-                          EPS, "cpu")
+        idx = build_index(scorer.keys, [steps[i] for i in others], gold[others], mem[others],
+                          res.registry.names, EPS, "cpu")
         ref = candidates(idx, [steps[i] for i in held], mem[held], vec[held], 10)
         w = ref.feats.shape[1]
         assert torch.equal(data.feats[rows][:, :w], ref.feats) and not data.mask[rows][:, w:].any()
@@ -227,8 +232,9 @@ def test_loss_is_cross_entropy_over_the_candidates():
     assert float(loss.detach()) == pytest.approx(float(ref), rel=1e-6)
     assert int(correct) == int((logits[:2].argmax(1) == gold[:2]).sum())
     # a step whose gold is not a candidate carries no gradient and is counted
-    _, hist = train_model(data, "linear", 32, TrainConfig(lr=0.05, weight_decay=1e-3, max_epochs=3, patience=2,
-                                                          batch_size=0, seed=0))
+    _, hist = train_model(data, "linear", 32,
+                          TrainConfig(lr=0.05, weight_decay=1e-3, max_epochs=3, patience=2, batch_size=0,
+                                      seed=0))
     assert hist["n_uncovered"] == 1
 
 
@@ -272,8 +278,9 @@ def test_mlp_ensemble_is_the_mean_of_its_members_each_trained_alone(tiny_trajs, 
     # each is compared with a single MLP trained on the ensemble's own out-of-fold candidates
     steps = training_steps(tiny_trajs, res.registry, True)
     mem, q = ens.embed(steps)
-    data = inner_fold_candidates(steps, res.tool_ids([s.gold for s in steps]), mem, fallback_scores(res, q), ens.keys,
-                                 ens.m, EPS, res.registry.names, "cpu", FAST["inner_folds"], inner_seed(5, 0))
+    data = inner_fold_candidates(steps, res.tool_ids([s.gold for s in steps]), mem, fallback_scores(res, q),
+                                 ens.keys, ens.m, EPS, res.registry.names, "cpu", FAST["inner_folds"],
+                                 inner_seed(5, 0))
     for i, net in enumerate(ens.model.mlps):
         alone, _ = train_model(data, "mlp", 32, ens.train_config(5 + i), keep=ens.keep)
         for (ka, va), (kb, vb) in zip(net.state_dict().items(), alone.net.state_dict().items()):
@@ -343,7 +350,8 @@ def test_ensemble_save_load_and_transfer_file_round_trip(tiny_trajs, tiny_resour
         assert ka == kb and torch.equal(va, vb)
     # a scorer configured otherwise would save its own config beside these weights and fail to load them
     for hidden, members in ((32, 1), (16, 2)):
-        with pytest.raises(ValueError, match=f"members 2.*this scorer is mlp \\(hidden {hidden}, members {members}\\)"):
+        with pytest.raises(ValueError,
+                           match=f"members 2.*this scorer is mlp \\(hidden {hidden}, members {members}\\)"):
             load_candidate_model(path, ens.feature_names, "mlp", hidden, members)
     one = plus(tiny_resources, model="mlp", transfer=str(path))
     with pytest.raises(ValueError, match="members 2"):

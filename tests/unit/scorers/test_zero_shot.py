@@ -49,7 +49,8 @@ def test_hybrid_scorer_ranks_by_the_fusion_of_vector_and_bm25(tiny_registry, key
     expected = rrf(vector.score(steps).fallback.numpy(), bm25.score(steps).fallback.numpy())
     assert np.array_equal(hybrid.score(steps).fallback.numpy(), expected)
     ranking = finalize(hybrid.score(steps), 1).ranking
-    assert all(hybrid.rank_one(s, hybrid.embed([s])).tolist() == ranking[i].tolist() for i, s in enumerate(steps))
+    assert all(hybrid.rank_one(s, hybrid.embed([s])).tolist() == ranking[i].tolist()
+               for i, s in enumerate(steps))
 
 
 def test_guard_serves_the_model_only_when_it_is_ahead_by_more_than_one_standard_error():
@@ -62,7 +63,8 @@ def test_guard_serves_the_model_only_when_it_is_ahead_by_more_than_one_standard_
     many = torch.tensor([[1.0, 0.0]] * 40)
     clear = z.choose(many, torch.zeros(40, dtype=torch.long), np.zeros(40, bool))
     assert clear["serves"] == "model" and clear["guard_se"] == 0.0
-    some = np.arange(40) < 30                                 # 1.0 against 0.75: error sqrt(.1875 / 40) = 0.068
+    # 1.0 against 0.75: error sqrt(.1875 / 40) = 0.068
+    some = np.arange(40) < 30
     assert z.choose(many, torch.zeros(40, dtype=torch.long), some)["serves"] == "model"
     few = torch.tensor([[1.0, 0.0]] * 4)                      # 0.75 against 0.5 on 4 steps: error 0.33
     assert z.choose(few, torch.tensor([0, 0, 0, 1]), np.arange(4) < 2)["serves"] == "zero_shot"
@@ -77,7 +79,8 @@ def test_tracer_plus_serves_the_zero_shot_ranking_when_its_logs_mislead(tiny_reg
                                                                         tmp_path):
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
     guarded = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
-                           memory_context=CONTEXT, head=FAST, zero_shot={"kind": "hybrid", "guard": True, "k": 1})
+                           memory_context=CONTEXT, head=FAST,
+                           zero_shot={"kind": "hybrid", "guard": True, "k": 1})
     guarded.fit(UNIQUE, res)
     assert guarded.history["serves"] == "zero_shot" and guarded.history["guard_model_recall"] == 0.0
     assert guarded.history["guard_zero_shot_recall"] > 0.5
