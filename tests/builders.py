@@ -52,11 +52,13 @@ def tiny_trajectories() -> list[Trajectory]:
                 call("search_flights", 0), result(0), call("book_flight", 1), result(1)]),
         ("t1", [{"role": "user", "content": "Search flights to Boston on Friday then book the cheapest"},
                 call("search_flights", 0), result(0), call("book_flight", 1), result(1),
-                {"role": "user", "content": "Actually cancel that booking"}, call("cancel_booking", 2), result(2)]),
+                {"role": "user", "content": "Actually cancel that booking"}, call("cancel_booking", 2),
+                result(2)]),
         ("t2", [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"},
                 call("get_weather", 0), result(0), call("send_email", 1), result(1)]),
-        ("t3", [{"role": "user", "content": "Look up flights to Denver"}, call("search_flights", 0), result(0),
-                {"role": "user", "content": "Tell me the weather in Denver"}, call("get_weather", 1), result(1)]),
+        ("t3", [{"role": "user", "content": "Look up flights to Denver"}, call("search_flights", 0),
+                result(0), {"role": "user", "content": "Tell me the weather in Denver"},
+                call("get_weather", 1), result(1)]),
         ("t4", [{"role": "user", "content": "Show the files here"}, call("list_files", 0), result(0)]),
     ]
     return [Trajectory(id=i, group=i, domain="tiny", messages=tuple(m)) for i, m in convs]
@@ -166,8 +168,10 @@ def tiny_bert(out: Path, vocab: int = 4000) -> Path:
     doc = json.loads((src / "tokenizer.json").read_text())
     doc["model"]["vocab"] = {t: i for t, i in doc["model"]["vocab"].items() if i < vocab}
     (out / "tokenizer.json").write_text(json.dumps(doc))
-    (out / "vocab.txt").write_text("".join(t + "\n" for t in sorted(doc["model"]["vocab"], key=doc["model"]["vocab"].get)))
-    for name in ("tokenizer_config.json", "special_tokens_map.json", "modules.json", "sentence_bert_config.json"):
+    (out / "vocab.txt").write_text("".join(t + "\n" for t in sorted(doc["model"]["vocab"],
+                                                                    key=doc["model"]["vocab"].get)))
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "modules.json",
+                 "sentence_bert_config.json"):
         shutil.copy(src / name, out / name)
     (out / "1_Pooling").mkdir()
     pooling = json.loads((src / "1_Pooling" / "config.json").read_text()) | {"word_embedding_dimension": 32}

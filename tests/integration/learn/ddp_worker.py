@@ -40,7 +40,8 @@ np.save(out / f"table{r}.npy", table)
 (out / f"folder{r}.txt").write_text(str(trained_static(pairs, cfg, base, 16, out / "enc")))
 
 # the transformer: a warm-up and the partner column (a third column of its own length, split 1 + 1 or 2 + 1)
-tcfg = TrainConfig(batch_size=5, lr=5e-3, warmup=0.25, epochs=2, max_seq_length=64, seed=0, context_weight=0.5)
+tcfg = TrainConfig(batch_size=5, lr=5e-3, warmup=0.25, epochs=2, max_seq_length=64, seed=0,
+                   context_weight=0.5)
 model, tinfo = train(pairs, tcfg, base, device="cpu")
 (out / f"tloss{r}.json").write_text(json.dumps(tinfo["loss"]))
 np.savez(out / f"weights{r}.npz", **{k: v.numpy() for k, v in model.state_dict().items()})
@@ -54,7 +55,7 @@ batch = next(iter(no_duplicate_batches(pairs, 5, 0)))
 a, b, c = distributed.gather_columns(
     lambda cols: [encode(table, model, col, 512) for col in cols],
     [[pairs.anchors[i] for i in batch], [pairs.positives[i] for i in batch], [pairs.anchors[batch[0]]]],
-    table.shape[1])                                                                            # [5, d] [5, d] [1, d]
+    table.shape[1])                                                                    # [5, d] [5, d] [1, d]
 loss = InBatchRanking(20.0)(EmbeddedBatch(a, b, unit=True)) + (c @ b.T).sum()
 (loss / distributed.world_size()).backward()
 distributed.sum_gradients([table])

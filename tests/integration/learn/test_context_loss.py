@@ -65,11 +65,13 @@ def test_each_step_adds_the_weighted_cross_entropy_of_anchors_against_their_part
         partners = context_partners(pairs, FROZEN.seed + epoch)
         for batch in no_duplicate_batches(pairs, FROZEN.batch_size, FROZEN.seed + epoch):
             a = emb(pairs.anchors[i] for i in batch)                                            # [B, d]
-            loss = F.cross_entropy(20 * a @ emb(pairs.positives[i] for i in batch).T, torch.arange(len(batch)))
+            loss = F.cross_entropy(20 * a @ emb(pairs.positives[i] for i in batch).T,
+                                   torch.arange(len(batch)))
             both = [(r, partners[i]) for r, i in enumerate(batch) if partners[i] is not None]
             if len(both) > 1:
                 c = emb(pairs.anchors[j] for _, j in both)                                       # [B', d]
-                loss = loss + 0.5 * F.cross_entropy(20 * a[[r for r, _ in both]] @ c.T, torch.arange(len(both)))
+                loss = loss + 0.5 * F.cross_entropy(20 * a[[r for r, _ in both]] @ c.T,
+                                                    torch.arange(len(both)))
                 with_partners += 1
             expected.append(float(loss))
     assert with_partners >= 2 and len(info["loss"]) == len(expected)  # the term is in play on these pairs

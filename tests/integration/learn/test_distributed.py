@@ -1,6 +1,6 @@
-"""Data-parallel encoder training under torchrun (tracer/learn/distributed.py), as real processes: two CPU ranks
-with gloo train the static table and fine-tune the transformer of the single process, step for step; one rank
-writes each checkpoint."""
+"""Data-parallel encoder training under torchrun (tracer/learn/distributed.py), as real processes: two CPU
+ranks with gloo train the static table and fine-tune the transformer of the single process, step for step;
+one rank writes each checkpoint."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "
 
 def run(*launcher: str, base: Path, out: Path) -> None:
     out.mkdir()
-    proc = subprocess.run([sys.executable, *launcher, str(WORKER), str(base), str(out), str(TESTS)], check=False,
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, *launcher, str(WORKER), str(base), str(out), str(TESTS)],
+                          check=False, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -52,7 +52,8 @@ def one_checkpoint(enc: Path, prefix: str, folders: set[str]) -> Path:
 def test_two_gloo_ranks_train_the_single_process_encoders_and_one_writes_each(tmp_path):
     base = no_dropout_bert(tmp_path / "base")
     run(base=base, out=tmp_path / "one")
-    run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", base=base, out=tmp_path / "two")
+    run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", base=base,
+        out=tmp_path / "two")
     one, two = tmp_path / "one", tmp_path / "two"
 
     def read(folder: Path, name: str) -> list | np.ndarray | str:

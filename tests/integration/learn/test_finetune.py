@@ -81,8 +81,8 @@ def test_checkpoint_reloads_to_identical_embeddings_and_a_rerun_does_not_train(t
     assert calls == [] and (path / "train_info.json").stat().st_mtime_ns == stamp
     # another recipe or other pairs: another checkpoint
     assert checkpoint_dir(_pairs(), dataclasses.replace(FAST, epochs=1), None, tmp_path) != path
-    assert checkpoint_dir(training_pairs(tiny_trajectories()[1:], Registry(TINY_TOOLS), RENDERING), FAST, None,
-                          tmp_path) != path
+    assert checkpoint_dir(training_pairs(tiny_trajectories()[1:], Registry(TINY_TOOLS), RENDERING), FAST,
+                          None, tmp_path) != path
 
 
 def test_per_fold_encoders_never_train_on_held_out_trajectories(tmp_path, tiny_resources):
@@ -118,13 +118,15 @@ def test_a_fold_checkpoint_served_through_onnx_encodes_as_the_checkpoint(tmp_pat
     serve = {"_target_": "tracer.encode.onnx.OnnxEmbedder", "variant": "fp32", "threads": 1,
              "encoder_dir": str(tmp_path / "enc")}
     cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
-           "serve_as": serve, **dataclasses.asdict(dataclasses.replace(FAST, epochs=1, layers=(5,)))}  # 1 layer: seconds
+           "serve_as": serve,
+           **dataclasses.asdict(dataclasses.replace(FAST, epochs=1, layers=(5,)))}  # 1 layer: seconds
     res = build_fold_encoders(Registry(TINY_TOOLS), cfg, None, device="cpu")(tiny_trajectories())
     served = res.embedder.inner
     assert isinstance(served, OnnxEmbedder) and served.name.startswith("finetuned-")
     assert res.embedder.config == {**serve, "model": res.embedder.config["model"]}  # what a saved index keeps
     texts = list(_pairs().anchors) + [t.search_text for t in TINY_TOOLS]
-    want = SentenceTransformerEmbedder(res.embedder.config["model"], device="cpu", progress=0).encode(texts)  # torch
+    want = SentenceTransformerEmbedder(res.embedder.config["model"], device="cpu",
+                                       progress=0).encode(texts)  # torch
     torch.testing.assert_close(served.encode(texts), want, atol=2e-5, rtol=0)
 
 
@@ -183,13 +185,14 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
     for name, w in got.items():
         parts = name.split(".")
         if parts[:2] == ["encoder", "layer"]:
-            parts[2] = str((1, 4)[int(parts[2])])  # kept layer 0 is the base's layer 1, kept layer 1 its layer 4
+            # kept layer 0 is the base's layer 1, kept layer 1 its layer 4
+            parts[2] = str((1, 4)[int(parts[2])])
         assert torch.equal(w, want[".".join(parts)]), name
     assert len(got) == len(want) - 4 * sum(n.startswith("encoder.layer.0.") for n in want)
     same = SentenceTransformer(str(minilm_path()), device="cpu")
     keep_layers(same, range(6))
-    torch.testing.assert_close(same.encode(texts, convert_to_tensor=True), full.encode(texts, convert_to_tensor=True),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(same.encode(texts, convert_to_tensor=True),
+                               full.encode(texts, convert_to_tensor=True), atol=0, rtol=0)
     with pytest.raises(ValueError, match="has 6 layers"):
         keep_layers(same, (2, 6))
     with pytest.raises(ValueError, match="distinct layer indices"):
@@ -202,7 +205,8 @@ def test_a_shallower_student_keeps_the_chosen_layers_trains_and_reloads(tmp_path
     assert train_info(path)["config"]["layers"] == [1, 4]
     reloaded = SentenceTransformerEmbedder(str(path), device="cpu", progress=0).encode(texts)
     model = SentenceTransformer(str(path), device="cpu")
-    torch.testing.assert_close(reloaded, model.encode(texts, convert_to_tensor=True, normalize_embeddings=True),
+    torch.testing.assert_close(reloaded,
+                               model.encode(texts, convert_to_tensor=True, normalize_embeddings=True),
                                atol=1e-6, rtol=0)
     assert path != checkpoint_dir(_pairs(), dataclasses.replace(recipe, layers=()), None, tmp_path)
     # a full-depth recipe's key is what it was before the fields existed (no layers, cut or context term)
@@ -226,12 +230,15 @@ def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_laye
     cut = dataclasses.replace(student, from_teacher=True)
     path = finetuned(pairs, cut, encoder_dir=tmp_path, device="cpu")
     teacher = checkpoint_dir(pairs, cut.teacher(), None, tmp_path)
-    assert cut.teacher() == dataclasses.replace(student, layers=()) and train_info(path)["teacher"] == str(teacher)
-    assert train_info(path)["config"]["from_teacher"] is True and cut.needs_teacher and not student.needs_teacher
+    assert (cut.teacher() == dataclasses.replace(student, layers=())
+            and train_info(path)["teacher"] == str(teacher))
+    assert (train_info(path)["config"]["from_teacher"] is True and cut.needs_teacher
+            and not student.needs_teacher)
     assert cut.key()["from_teacher"] is True and path != checkpoint_dir(pairs, student, None, tmp_path)
 
     def layer(folder, i):  # the query projection of transformer layer i, [d, d]
-        return SentenceTransformer(str(folder), device="cpu")[0].auto_model.encoder.layer[i].attention.self.query.weight.detach()
+        return (SentenceTransformer(str(folder), device="cpu")[0].auto_model.encoder.layer[i]
+                .attention.self.query.weight.detach())
 
     # against the same student cut from the base model: nearer the teacher's layer, further from the base's
     fine, base = layer(teacher, 4), layer(minilm_path(), 4)

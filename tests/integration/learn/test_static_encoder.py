@@ -43,7 +43,8 @@ def test_training_lowers_the_loss_is_cached_and_serves_the_trained_table(encoder
     served = StaticEmbedder(model=str(path))
     texts = list(pairs().anchors) + [t.search_text for t in TINY_TOOLS]
     table = torch.tensor(served.model.embedding.astype("float32"))
-    torch.testing.assert_close(served.encode(texts), encode(table, served.model, texts, 512), atol=1e-3, rtol=0)
+    torch.testing.assert_close(served.encode(texts), encode(table, served.model, texts, 512), atol=1e-3,
+                               rtol=0)
     # the trained table ranks each step's gold tool text first among the tools more often than where it
     # started
     start = StaticEmbedder(model=str(next(p for p in encoder_dir.iterdir() if p.is_symlink())))
@@ -82,10 +83,12 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir):
     partners = context_partners(p, 0)
     assert any(j is not None for j in partners)
     for i, j in enumerate(partners):
-        others = [k for k in range(len(p)) if p.positives[k] == p.positives[i] and p.anchors[k] != p.anchors[i]]
+        others = [k for k in range(len(p))
+                  if p.positives[k] == p.positives[i] and p.anchors[k] != p.anchors[i]]
         assert (j is None) == (not others) and (j is None or j in others)
 
-    base = StaticModel.from_pretrained(str(next(x for x in encoder_dir.iterdir() if x.is_symlink()) / "model"))
+    base = StaticModel.from_pretrained(str(next(x for x in encoder_dir.iterdir() if x.is_symlink())
+                                           / "model"))
     frozen = replace(CFG, lr=0.0, epochs=1)
     _, info = train_static(p, replace(frozen, context_weight=0.5), base)
     table = torch.tensor(base.embedding.astype("float32"))
@@ -101,10 +104,10 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir):
             loss = loss + 0.5 * ce(frozen.scale * a[[r for r, _ in both]] @ c.T, torch.arange(len(both)))
         expected.append(float(loss))
     assert info["loss"] == pytest.approx(expected, abs=1e-5) and info["context_weight"] == 0.5
-    assert expected != pytest.approx(train_static(p, frozen, base)[1]["loss"], abs=1e-5)         # the term is there
+    assert expected != pytest.approx(train_static(p, frozen, base)[1]["loss"], abs=1e-5)  # the term is there
 
     trained = trained_static(p, replace(CFG, context_weight=0.5), encoder_dir=encoder_dir)
-    assert trained != trained_static(p, CFG, encoder_dir=encoder_dir)                           # another cache key
+    assert trained != trained_static(p, CFG, encoder_dir=encoder_dir)                     # another cache key
     assert train_info(trained)["config"] == CFG.key() and train_info(trained)["context_weight"] == 0.5
     cfg = {**asdict(CFG), "kind": "static", "context_weight": 0.5, "encoder_dir": str(encoder_dir),
            "context": {"join_users": True}}
