@@ -43,7 +43,8 @@ class HashEmbedder:
     name, dim = "hash-unit", 32
 
     def encode(self, texts):
-        out = np.stack([np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
+        out = np.stack([np.random.default_rng(
+                            int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little"))
                         .standard_normal(self.dim) for t in texts]) if texts else np.zeros((0, self.dim))
         return torch.nn.functional.normalize(torch.from_numpy(out).float(), dim=1)  # [N, d]
 
@@ -103,14 +104,16 @@ def test_bfcl_train_fold_in_ten_chunks_equals_the_batch_build(bfcl, name, tmp_pa
 def assert_same_plus_index(a: PlusIndex, b: PlusIndex) -> None:
     """Every table of two tracer_plus indexes equal, bit for bit (and each torch table equal to its numpy
     twin)."""
-    assert a.tool_id == b.tool_id and np.array_equal(a.log_ranks, b.log_ranks) and len(a.tables) == len(b.tables)
+    assert (a.tool_id == b.tool_id and np.array_equal(a.log_ranks, b.log_ranks)
+            and len(a.tables) == len(b.tables))
     for x, y in zip(a.tables, b.tables):
         for f in ("log_visits", "log_children"):
             assert torch.equal(getattr(x, f), getattr(y, f)), f
             assert np.array_equal(getattr(x, f"{f}_np"), getattr(y, f"{f}_np")), f
             assert np.array_equal(getattr(x, f).numpy(), getattr(x, f"{f}_np")), f
     assert torch.equal(a.tool_log_freq, b.tool_log_freq) and torch.equal(a.tool_memory, b.tool_memory)
-    assert np.array_equal(a.tool_log_freq_np, b.tool_log_freq_np) and np.array_equal(a.tool_memory64, b.tool_memory64)
+    assert (np.array_equal(a.tool_log_freq_np, b.tool_log_freq_np)
+            and np.array_equal(a.tool_memory64, b.tool_memory64))
     assert np.array_equal(a.tool_log_freq.numpy(), a.tool_log_freq_np)
     assert np.array_equal(a.tool_memory.numpy().astype(np.float64), a.tool_memory64)
 
@@ -121,7 +124,8 @@ def test_plus_index_updated_in_place_equals_a_build_with_new_nodes_edges_and_too
     res, train, _ = bfcl
     new_name = train[-1].messages[-2]["tool_calls"][0]["function"]["name"]  # a tool the last trajectory calls
     new_tool = res.registry.get(new_name)
-    start = Resources.build(Registry([t for t in res.registry if t.name != new_name]), res.embedder, device="cpu")
+    start = Resources.build(Registry([t for t in res.registry if t.name != new_name]), res.embedder,
+                            device="cpu")
     scorer = build_scorer("tracer_plus", **seeded_weights(tmp_path))
     scorer.fit(train[:40], start)
     up = Updater(scorer)
@@ -132,20 +136,25 @@ def test_plus_index_updated_in_place_equals_a_build_with_new_nodes_edges_and_too
         up.update(train[lo:lo + 60], tools=[new_tool] if lo >= 400 else [])
         merged += any(t.edge_memory.data_ptr() != p for t, p in zip(scorer.tries, ptrs))
         in_place += any(t.edge_memory.data_ptr() == p for t, p in zip(scorer.tries, ptrs))
-        assert_same_plus_index(scorer.index, PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
+        assert_same_plus_index(scorer.index,
+                               PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
     probe = extract_all(train[:3])
     ctx = scorer.embed(probe)[0].numpy()                                                # [P, d]
     for lo in range(12):  # one trajectory at a time, as served: mostly known edges, updated in place
-        scorer.select_one(probe[0], scorer.embed(probe[:1]), 5)  # the live path's caches exist: patched, not dropped
+        # the live path's caches exist: patched, not dropped
+        scorer.select_one(probe[0], scorer.embed(probe[:1]), 5)
         up.update(train[lo:lo + 1])
-        assert_same_plus_index(scorer.index, PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
+        assert_same_plus_index(scorer.index,
+                               PlusIndex.build(scorer.tries, scorer.res.registry.names, res.embedder.dim))
         for trie in scorer.tries:  # the patched live-path cache reads as one built afresh, bit for bit
             patched = [children_one(trie, trie.key.state(s), c) for s, c in zip(probe, ctx)]
             trie.single_step_cache = None
             for a, b in zip(patched, [children_one(trie, trie.key.state(s), c) for s, c in zip(probe, ctx)]):
-                assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("tool", "count", "log_p", "sim", "log_l"))
+                assert all(np.array_equal(getattr(a, f), getattr(b, f))
+                           for f in ("tool", "count", "log_p", "sim", "log_l"))
     assert scorer.res.registry.names[-1] == new_name and scorer.index.tool_log_freq[-1] > 0
-    assert all(t.n_nodes > n and t.n_edges > e for t, (n, e) in zip(scorer.tries, sizes)) and merged and in_place
+    assert (all(t.n_nodes > n and t.n_edges > e for t, (n, e) in zip(scorer.tries, sizes))
+            and merged and in_place)
 
 
 @pytest.fixture
@@ -209,7 +218,8 @@ def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm,
     assert "cancel_booking" not in r.rank(msgs) and len(r.rank(msgs)) == len(TINY_TOOLS)
     union = trajs + [new_tool_trajectory()]
     batch = build_scorer("tracer_plus", head=FAST_HEAD)
-    batch.fit(union, encoder(union, Registry(TINY_TOOLS + (NEW_TOOL,))))  # the same checkpoint, by content hash
+    # the same checkpoint, by content hash
+    batch.fit(union, encoder(union, Registry(TINY_TOOLS + (NEW_TOOL,))))
     assert batch.res.embedder.name == r.res.embedder.name
     assert_same_tries(r.scorer, batch)
     for (ka, va), (kb, vb) in zip(r.scorer.model.state_dict().items(), batch.model.state_dict().items()):
@@ -229,7 +239,8 @@ def test_scheduled_refit_runs_in_the_background_and_swaps_the_weights(tiny_res):
     up = r.updater
     up.refit_every, up.trajectories = 3, list(trajs[:2])
     old = r.scorer.model
-    assert not up.update(trajs[2:4])["refit_started"] and r.scorer.model is old  # 2 < 3: the old weights serve
+    # 2 < 3: the old weights serve
+    assert not up.update(trajs[2:4])["refit_started"] and r.scorer.model is old
     assert up.update(trajs[4:])["refit_started"]
     up.wait()
     assert r.scorer.model is not old and up.refits[-1]["trajectories"] == 5 and up.since_refit == 0
@@ -245,17 +256,20 @@ def conversation(*calls, request="Find a flight from SFO to JFK and book it"):
 @pytest.mark.parametrize("name", ["tracer_fixed", "tracer_plus", "vector"])
 def test_drift_add_remove_rename_without_a_rebuild(tiny_res, name):
     # the others have no head to train; the model served, as the guard would not on 5 trajectories
-    fast = {"head": FAST_HEAD, "zero_shot": {"kind": "vector", "guard": False}} if name == "tracer_plus" else {}
+    fast = ({"head": FAST_HEAD, "zero_shot": {"kind": "vector", "guard": False}} if name == "tracer_plus"
+            else {})
     r = Retriever(fitted_scorer(build_scorer(name, **fast), tiny_trajectories(), tiny_res), k=3)
     msgs = conversation("search_flights")
     before = r.rank(msgs)
     tries_before = [t.n_edges for t in scorer_tries(r.scorer)]
-    states_renamed = [[tuple("reserve_flight" if n == "book_flight" else n for n in st) for st in t.node_states]
+    states_renamed = [[tuple("reserve_flight" if n == "book_flight" else n for n in st)
+                       for st in t.node_states]
                       for t in scorer_tries(r.scorer)]
     r.updater.remove_tool("book_flight")  # removed: gone from every ranking and selection at once
     assert r.rank(msgs) == [n for n in before if n != "book_flight"]
     assert [t["function"]["name"] for t in r.select(msgs)] == r.rank(msgs)[:3]
-    assert all("book_flight" not in [t["function"]["name"] for t in sel] for sel in r.select_batch([msgs, msgs]))
+    assert all("book_flight" not in [t["function"]["name"] for t in sel]
+               for sel in r.select_batch([msgs, msgs]))
     r.updater.add_tool(TINY_TOOLS[1])     # added back: as it was (its trie edges never left)
     assert r.rank(msgs) == before
     r.updater.add_tool(NEW_TOOL)          # a new tool: ranked by its fallback vector at once
@@ -279,9 +293,11 @@ def test_removed_tools_stay_removed_through_save_and_load(tiny_res, name, tmp_pa
     r.updater.remove_tool("book_flight")
     r.save(tmp_path / "index")
     loaded = Retriever.load(tmp_path / "index", KeywordEmbedder(), k=3)
-    assert loaded.updater.removed == {"book_flight"} and loaded.rank(msgs) == [n for n in before if n != "book_flight"]
+    assert (loaded.updater.removed == {"book_flight"}
+            and loaded.rank(msgs) == [n for n in before if n != "book_flight"])
     assert [t["function"]["name"] for t in loaded.select(msgs)] == loaded.rank(msgs)[:3]
-    assert all("book_flight" not in [t["function"]["name"] for t in sel] for sel in loaded.select_batch([msgs]))
+    assert all("book_flight" not in [t["function"]["name"] for t in sel]
+               for sel in loaded.select_batch([msgs]))
     loaded.updater.add_tool(TINY_TOOLS[1])  # back as it was, and saved so
     assert loaded.rank(msgs) == before
     loaded.save(tmp_path / "index")
@@ -333,14 +349,16 @@ def test_cli_update_adds_a_log_to_a_saved_index_and_refits(tmp_path, minilm, cap
     write_native(tmp_path / "history", Registry(TINY_TOOLS), trajs[:3])
     write_native(tmp_path / "log", Registry(TINY_TOOLS + (NEW_TOOL,)), trajs[3:] + [new_tool_trajectory()])
     cmd = [sys.executable, "-m", "tracer.cli", "update", "--index", str(tmp_path / "index"), "--log",
-           str(tmp_path / "log"), "--cache-dir", str(tmp_path / "cache"), "--refit", "--history", str(tmp_path / "history")]
+           str(tmp_path / "log"), "--cache-dir", str(tmp_path / "cache"), "--refit", "--history",
+           str(tmp_path / "history")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.splitlines()[-1])
     assert report["new_tools"] == 1 and report["refit"] is True
     loaded = Retriever.load(tmp_path / "index", minilm)
     batch = build_scorer("tracer")
-    batch.fit(trajs + [new_tool_trajectory()], Resources.build(Registry(TINY_TOOLS + (NEW_TOOL,)), minilm, device="cpu"))
+    batch.fit(trajs + [new_tool_trajectory()],
+              Resources.build(Registry(TINY_TOOLS + (NEW_TOOL,)), minilm, device="cpu"))
     assert_same_tries(loaded.scorer, batch)
     # the CLI refits in its own process (same data and seed; its float sums may run in another order, so
     # the weights agree to float error, not bit for bit)

@@ -49,7 +49,8 @@ def last_report(out: str) -> dict:
 
 
 # ---- defect 4: applied once -----------------------------------------------------------------------------
-def test_updating_twice_from_the_same_log_learns_it_once_and_appended_lines_are_learned(tmp_path, minilm, capsys):
+def test_updating_twice_from_the_same_log_learns_it_once_and_appended_lines_are_learned(tmp_path, minilm,
+                                                                                        capsys):
     trajs = tiny_trajectories()
     res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")
     Retriever(fitted_scorer(build_scorer("tracer_fixed"), trajs[:3], res)).save(tmp_path / "index")
@@ -121,29 +122,31 @@ def test_bad_lines_are_reported_and_skipped_and_only_called_tools_are_registered
     bad_args = call("get_weather", 0)
     bad_args["tool_calls"][0]["function"]["arguments"] = '{"city": "Par'
     uses_new = Trajectory("n2", "n2", "tiny", ({"role": "user", "content": "Book and email it"},
-                                                call("book_flight", 0), result(0), call("email_booking", 1), result(1)))
+                                                call("book_flight", 0), result(0), call("email_booking", 1),
+                                                result(1)))
     lines = [
-        json.dumps(trajs[3].to_json()),                                                      # 1 ok
-        "{not json",                                                                         # 2
-        json.dumps({**trajs[4].to_json(), "id": "a1", "messages": [bad_args]}),              # 3
-        json.dumps({**trajs[4].to_json(), "id": "a2", "reward": float("nan")}),              # 4 (NaN)
-        json.dumps({**trajs[4].to_json(), "id": "a3", "messages": [call("teleport", 0)]}),   # 5 unknown tool
-        json.dumps(trajs[3].to_json()),                                                      # 6 duplicate id
-        "",                                                                                  # 7 blank
-        json.dumps(uses_new.to_json()),                                                      # 8 ok, a new tool
-        json.dumps(trajs[4].to_json()),                                                      # 9 ok
+        json.dumps(trajs[3].to_json()),                                                     # 1 ok
+        "{not json",                                                                        # 2
+        json.dumps({**trajs[4].to_json(), "id": "a1", "messages": [bad_args]}),             # 3
+        json.dumps({**trajs[4].to_json(), "id": "a2", "reward": float("nan")}),             # 4 (NaN)
+        json.dumps({**trajs[4].to_json(), "id": "a3", "messages": [call("teleport", 0)]}),  # 5 unknown tool
+        json.dumps(trajs[3].to_json()),                                                     # 6 duplicate id
+        "",                                                                                 # 7 blank
+        json.dumps(uses_new.to_json()),                                                     # 8 ok, a new tool
+        json.dumps(trajs[4].to_json()),                                                     # 9 ok
     ]
     log = tmp_path / "log"
     log.mkdir()
-    offered = [*TINY_TOOLS, NEW_TOOL, *(Tool(f"never_called_{i}", "offered, never called") for i in range(50))]
+    offered = [*TINY_TOOLS, NEW_TOOL,
+               *(Tool(f"never_called_{i}", "offered, never called") for i in range(50))]
     (log / "tools.json").write_text(json.dumps([t.to_openai() for t in offered]))
     (log / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
     problems: list = []
     lenient = load_native(log, problems=problems)  # the same reading from Python
     assert [t.id for t in lenient.trajectories] == ["t3", "n2", "t4"] and lenient.skipped == {"bad_lines": 5}
-    assert [(p.line, p.field) for p in problems] == [(2, None), (3, "messages[0].tool_calls[0].function.arguments"),
-                                                     (4, "reward"), (5, "messages[0].tool_calls[0].function.name"),
-                                                     (6, "id")]
+    assert [(p.line, p.field) for p in problems] == [
+        (2, None), (3, "messages[0].tool_calls[0].function.arguments"), (4, "reward"),
+        (5, "messages[0].tool_calls[0].function.name"), (6, "id")]
     with pytest.raises(DataError, match=r"trajectories.jsonl, line 2: not valid JSON"):
         load_native(log)  # strict, the default for datasets
     assert tracer_cli(cli(tmp_path / "index", log, "--strict")) == 2  # today's behaviour, on request
@@ -164,6 +167,7 @@ def test_bad_lines_are_reported_and_skipped_and_only_called_tools_are_registered
     (log / "trajectories.jsonl").write_text("{not json\n")
     snapshot = current_snapshot(tmp_path / "index")
     assert tracer_cli(cli(tmp_path / "index", log)) == 1
-    assert last_report(capsys.readouterr().out)["skipped"] == 1 and current_snapshot(tmp_path / "index") == snapshot
+    assert (last_report(capsys.readouterr().out)["skipped"] == 1
+            and current_snapshot(tmp_path / "index") == snapshot)
     np.testing.assert_array_equal(loaded.res.tool_index.vectors,
                                   Retriever.load(tmp_path / "index", minilm).res.tool_index.vectors)
