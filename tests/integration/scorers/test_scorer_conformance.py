@@ -47,7 +47,8 @@ def extra_trajectories() -> tuple[list[Trajectory], list[Trajectory]]:
 def build(name: str):
     cfg = load_config("scorer", name)
     for node in (cfg, cfg.get("fast"), cfg.get("slow")):  # a cascade's stages too
-        if isinstance(node, Mapping) and isinstance(node.get("head"), Mapping):  # a trained head: fit it quickly
+        # a trained head: fit it quickly
+        if isinstance(node, Mapping) and isinstance(node.get("head"), Mapping):
             node.head.max_epochs, node.head.inner_folds = 20, 3
     return build_scorer(cfg)
 
@@ -92,7 +93,8 @@ def same(a: Any, b: Any) -> bool:
         return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
                 and a.dtype == b.dtype and bool(torch.equal(a.nan_to_num(0.123), b.nan_to_num(0.123))))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b, equal_nan=True)
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and np.array_equal(a, b, equal_nan=True))
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
@@ -118,7 +120,8 @@ def fitted(name: str, train, registry, embedder):
     res.slow = Resources.build(registry, KeywordEmbedder(SLOW_KEYWORDS), device="cpu", seed=0)
     scorer = build(name)
     report = scorer.fit(train, res)  # a record of the fit, not the scorer
-    assert isinstance(report, FitReport) and report.scorer == scorer.name and report.n_trajectories == len(train)
+    assert (isinstance(report, FitReport) and report.scorer == scorer.name
+            and report.n_trajectories == len(train))
     assert report.seconds >= 0 and report.n_steps >= 0
     return scorer
 
@@ -172,7 +175,8 @@ def test_scorer_declares_every_capability(name, corpus, tiny_registry, keyword_e
     scorer = fitted(name, train, tiny_registry, keyword_embedder)
     assert isinstance(scorer, Scorer)
     assert isinstance(scorer.pad, bool) and isinstance(scorer.successful_only, bool)
-    assert isinstance(scorer.global_set, tuple) and all(0 <= g < len(tiny_registry) for g in scorer.global_set)
+    assert (isinstance(scorer.global_set, tuple)
+            and all(0 <= g < len(tiny_registry) for g in scorer.global_set))
     assert scorer.name in SAVEABLE if scorer.can_save else scorer.name not in SAVEABLE
     assert scorer.describe()["scorer"] == name
     contexts = scorer.embed(steps)
@@ -210,8 +214,10 @@ def bfcl_fold():
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
     # 80 trajectories to fit on and 200 held-out steps: ~700 contexts to embed on a clean clone's cold cache
     train = [t for t in ds.trajectories if fold_of[t.group] == 1][:80]
-    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0]) if s.gold in ds.registry]
-    res = Resources.build(ds.registry, build_embedder("minilm", cache_dir=str(ROOT / ".cache" / "embeddings")),
+    test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0])
+            if s.gold in ds.registry]
+    res = Resources.build(ds.registry,
+                          build_embedder("minilm", cache_dir=str(ROOT / ".cache" / "embeddings")),
                           device="cpu", seed=0)
     return res, train, test[:200]
 

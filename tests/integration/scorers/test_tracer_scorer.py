@@ -73,7 +73,8 @@ def live_step(prefix: tuple[str, ...], request: str = "anything") -> Step:
 
 
 # ---- the gate --------------------------------------------------------------------------------------
-GATE_TOOLS = Registry(Tool(n, f"{n} tool") for n in ["f", "p", "q", "r", "x1", "x2", "x3", "x4", "x5", "x6", "zz"])
+GATE_TOOLS = Registry(Tool(n, f"{n} tool")
+                      for n in ["f", "p", "q", "r", "x1", "x2", "x3", "x4", "x5", "x6", "zz"])
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,8 @@ def test_gate_fires_on_an_unseen_prefix_and_a_flat_node_but_not_a_peaked_one(gat
     # flat: six equal scores; peaked: s = log(N/N(S) + eps) + log(1/2 + eps), softmax over two
     s_q, s_r = math.log(0.9 + EPS) + math.log(0.5 + EPS), math.log(0.1 + EPS) + math.log(0.5 + EPS)
     kappa_peak = 1 / (1 + math.exp(s_r - s_q))
-    torch.testing.assert_close(s.diagnostics["kappa"], torch.tensor([0.0, 1 / 6, kappa_peak]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(s.diagnostics["kappa"], torch.tensor([0.0, 1 / 6, kappa_peak]), atol=1e-6,
+                               rtol=0)
     for i, st in enumerate(steps):
         ctx = gate_scorer.res.embedder.encode([gate_scorer.rendering.render(st.context)])[0]
         _, _, _, fell, kappa = gate_scorer.score_one(st, ctx)
@@ -108,14 +110,15 @@ def test_fallback_ranks_by_vector_search_alone():
     names = ["t_c", "t_a", "t_b", "t_ab", "t_p", "f", "zz"]
     desc = {"t_c": "cherry", "t_a": "apple", "t_b": "banana", "t_ab": "apple and banana", "t_p": "plain",
             "f": "first", "zz": "last"}
-    res = Resources.build(Registry(Tool(n, desc[n]) for n in names), KeywordUnit(["apple", "banana", "cherry"]),
-                          device="cpu")
+    res = Resources.build(Registry(Tool(n, desc[n]) for n in names),
+                          KeywordUnit(["apple", "banana", "cherry"]), device="cpu")
     scorer = build_scorer("tracer_fixed")
     scorer.fit([traj("t1", "plain request", [["f", "zz"]])], res)
     s = scorer.score([live_step(("zz",), "apple and banana please")])
     assert s.fell_back.tolist() == [True] and s.diagnostics["in_trie"].tolist() == [False]
     # cosines: t_ab 1, t_a = t_b = 1/sqrt(2), the rest 0
-    assert [names[i] for i in finalize(s, 3).ranking[0].tolist()] == ["t_ab", "t_a", "t_b", "t_c", "t_p", "f", "zz"]
+    assert [names[i] for i in finalize(s, 3).ranking[0].tolist()] == ["t_ab", "t_a", "t_b", "t_c", "t_p",
+                                                                      "f", "zz"]
 
 
 def test_pad_fills_k_from_the_fallback_and_no_pad_presents_only_children(gate_scorer):
@@ -190,15 +193,16 @@ def bfcl_split():
     train, test = training_steps(split.train, ds.registry), training_steps(split.test, ds.registry)
     g = torch.Generator().manual_seed(0)
     unit = lambda n: torch.nn.functional.normalize(torch.randn(n, D, generator=g), dim=1)
-    res = Resources(ds.registry, NoTextEmbedder(D), ToolIndex(ds.registry.names, unit(len(ds.registry))), "cpu")
+    res = Resources(ds.registry, NoTextEmbedder(D), ToolIndex(ds.registry.names, unit(len(ds.registry))),
+                    "cpu")
     return res, train, unit(len(train)), test, unit(len(test))
 
 
 def fitted(bfcl_split, name: str, **cfg) -> TracerScorer:
     res, train, train_ctx, _, _ = bfcl_split
     sc = build_scorer(name, **cfg)
-    trie = ExecutionTrie.build(train, res.tool_ids([s.gold for s in train]), train_ctx, len(res.registry), sc.key,
-                               sc.eps)
+    trie = ExecutionTrie.build(train, res.tool_ids([s.gold for s in train]), train_ctx, len(res.registry),
+                               sc.key, sc.eps)
     return sc.attach(trie, res)
 
 
@@ -222,7 +226,8 @@ def test_single_step_path_equals_the_batched_path(bfcl_split, name, cfg):
         assert np.array_equal(sc.rank_one(st, (ctx[i],)), ranking[i].numpy()), i
         assert np.array_equal(sc.rank_one(st, (ctx[i],), top=7), ranking[i, :7].numpy())
         ch, s, fb, fell, kappa = sc.score_one(st, ctx[i])
-        assert fell == bool(scores.fell_back[i]) and np.float32(kappa) == scores.diagnostics["kappa"][i].item()
+        assert (fell == bool(scores.fell_back[i])
+                and np.float32(kappa) == scores.diagnostics["kappa"][i].item())
         assert np.array_equal(fb, scores.fallback[i].numpy())
         assert np.array_equal(s, scores.primary[i, ch.tool].numpy())
 
@@ -245,7 +250,8 @@ def test_a_loaded_index_is_bit_identical(bfcl_split, tmp_path):
     assert scores_identical(a, b)
     assert torch.equal(finalize(a, 5).ranking, finalize(b, 5).ranking)
     ctx = test_ctx.numpy()
-    assert all(sc.select_one(st, (ctx[i],), 5) == again.select_one(st, (ctx[i],), 5) for i, st in enumerate(test))
+    assert all(sc.select_one(st, (ctx[i],), 5) == again.select_one(st, (ctx[i],), 5)
+               for i, st in enumerate(test))
     # saving over an existing index publishes a new snapshot and leaves no temporary directories
     sc.save(tmp_path / "index")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
@@ -277,7 +283,8 @@ def snapshot_of(index: Path) -> Path:
 def two_stable_sorts(primary, fallback, fell_back):
     """The reference: by primary (desc), then fallback (desc), then registry position."""
     by_fallback = torch.sort(fallback, dim=1, descending=True, stable=True).indices
-    prim = torch.nan_to_num(torch.where(fell_back[:, None], torch.zeros_like(primary), primary), nan=float("-inf"))
+    prim = torch.nan_to_num(torch.where(fell_back[:, None], torch.zeros_like(primary), primary),
+                            nan=float("-inf"))
     order = torch.sort(prim.gather(1, by_fallback), dim=1, descending=True, stable=True).indices
     return by_fallback.gather(1, order)
 
