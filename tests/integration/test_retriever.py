@@ -30,13 +30,16 @@ def test_step_from_messages_matches_extract_steps_on_bfcl():
 def test_step_from_messages_with_parallel_calls_and_no_user_message():
     calls = [{"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": "{}"}}
              for i, n in enumerate(["a", "b", "c"])]
-    msgs = ({"role": "system", "content": "s"}, {"role": "assistant", "content": None, "tool_calls": calls[:1]},
-            {"role": "user", "content": "go"}, {"role": "assistant", "content": "ok", "tool_calls": calls[1:]})
+    msgs = ({"role": "system", "content": "s"},
+            {"role": "assistant", "content": None, "tool_calls": calls[:1]},
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "ok", "tool_calls": calls[1:]})
     steps = extract_all([Trajectory("p", "p", "x", msgs)])
     assert [s.gold for s in steps] == ["a", "b", "c"]
     for s in steps:  # the context of a parallel call holds the earlier calls of its message
         live = step_from_messages(s.context)
-        assert (live.prefix, live.history, live.turn, live.position) == (s.prefix, s.history, s.turn, s.position)
+        assert ((live.prefix, live.history, live.turn, live.position)
+                == (s.prefix, s.history, s.turn, s.position))
     assert step_from_messages([]).prefix == () and step_from_messages([]).turn == 0
 
 
@@ -75,7 +78,8 @@ def test_select_returns_openai_tool_objects(retriever):
 
 
 def test_rank_is_the_whole_registry_and_agrees_with_select(retriever):
-    for msgs in (conversation(), conversation("search_flights"), conversation("get_weather", request="weather?")):
+    for msgs in (conversation(), conversation("search_flights"),
+                 conversation("get_weather", request="weather?")):
         names = retriever.rank(msgs)
         assert sorted(names) == sorted(retriever.registry.names)
         assert [t["function"]["name"] for t in retriever.select(msgs, k=4)] == names[:4]
@@ -89,7 +93,8 @@ def test_select_batch_equals_select(retriever):
 def test_save_and_load_give_identical_answers(retriever, minilm, tmp_path):
     retriever.save(tmp_path / "index")
     again = Retriever.load(tmp_path / "index", embedder=minilm, device="cpu")
-    for msgs in (conversation(), conversation("search_flights"), conversation("book_flight", request="cancel it")):
+    for msgs in (conversation(), conversation("search_flights"),
+                 conversation("book_flight", request="cancel it")):
         assert again.rank(msgs) == retriever.rank(msgs)
         assert again.select(msgs, k=3) == retriever.select(msgs, k=3)
 
@@ -142,7 +147,8 @@ def test_an_index_with_a_fine_tuned_encoder_loads_it_back_by_itself(tiny_dir, tm
     recipe = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
               "encoder_dir": str(tmp_path / "enc"), "batch_size": 6, "lr": 1e-4, "warmup": 0.1,
               "weight_decay": 0.0, "epochs": 1, "scale": 20.0, "max_seq_length": 48, "seed": 0}
-    r = Retriever.from_dataset(tiny_dir, "tracer_fixed", device="cpu", cache_dir=None, encoder_training=recipe)
+    r = Retriever.from_dataset(tiny_dir, "tracer_fixed", device="cpu", cache_dir=None,
+                               encoder_training=recipe)
     assert r.res.embedder.name.startswith(str(tmp_path / "enc" / "finetuned-"))
     r.save(tmp_path / "index")
     again = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)
@@ -163,12 +169,14 @@ def test_a_saved_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_p
     st = {"_target_": "tracer.encode.embedders.SentenceTransformerEmbedder", "model": None}
     for bad in ({"_target_": "os.system", "command": "echo pwned"},
                 {"_target_": dual, "query": st, "tools": {"_target_": "os.system", "command": "echo pwned"}},
-                {"_target_": dual, "query": st, "tools": [{"_target_": "os.system", "command": "echo pwned"}]}):
+                {"_target_": dual, "query": st,
+                 "tools": [{"_target_": "os.system", "command": "echo pwned"}]}):
         meta["embedder"]["config"] = bad
         meta_path.write_text(json.dumps(meta))
         with pytest.raises(DataError, match="embedder.config"):
             read_meta(meta_path)
-    meta["embedder"]["config"] = {"_target_": dual, "query": st, "tools": st}  # nested encoders of tracer.encode
+    # nested encoders of tracer.encode
+    meta["embedder"]["config"] = {"_target_": dual, "query": st, "tools": st}
     meta_path.write_text(json.dumps(meta))
     assert read_meta(meta_path)["embedder"]["config"]["tools"] == st
 
@@ -183,10 +191,12 @@ def test_a_cascade_with_two_trained_encoders_saves_and_loads_both_by_itself(tiny
     assert r.res.embedder.name.startswith("m2v-trained-") and "finetuned-" in r.res.slow.embedder.name
     r.save(tmp_path / "index")
     again = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)
-    assert (again.res.embedder.name, again.res.slow.embedder.name) == (r.res.embedder.name, r.res.slow.embedder.name)
+    assert ((again.res.embedder.name, again.res.slow.embedder.name)
+            == (r.res.embedder.name, r.res.slow.embedder.name))
     assert again.scorer.threshold == r.scorer.threshold
     convs = [conversation(), conversation("search_flights"), conversation("list_files", request="files"),
-             conversation(request="What's the weather in Oslo?"), conversation("get_weather", request="email it")]
+             conversation(request="What's the weather in Oslo?"),
+             conversation("get_weather", request="email it")]
     for msgs in convs:
         assert again.rank(msgs) == r.rank(msgs) and again.select_ids(msgs) == r.select_ids(msgs)
     steps = [step_from_messages(m) for m in convs]

@@ -161,7 +161,8 @@ def test_the_json_formatter_bounds_every_field_and_the_traceback():
         record.exc_info = sys.exc_info()
     out = json.loads(JsonFormatter().format(record))
     marker = f"…({len(huge)} chars)"
-    assert out["conversation"] == "x" * 200 + marker and out["msg"] == "msg " + "x" * 996 + "…(2097156 chars)"
+    assert (out["conversation"] == "x" * 200 + marker
+            and out["msg"] == "msg " + "x" * 996 + "…(2097156 chars)")
     assert out["nested"]["a"] == ["x" * 200 + marker] * 3
     assert (
         len(out["exc"]) < 10_000

@@ -29,7 +29,8 @@ from tracer.scoring.resources import training_steps
 
 def _tiny_dataset(path: Path) -> Path:
     """The five tiny conversations, three variants each (15 groups)."""
-    trajs = [replace(t, id=f"{t.id}-{v}", group=f"{t.group}-{v}") for v in range(3) for t in tiny_trajectories()]
+    trajs = [replace(t, id=f"{t.id}-{v}", group=f"{t.group}-{v}")
+             for v in range(3) for t in tiny_trajectories()]
     return write_native(path, Registry(TINY_TOOLS), trajs)
 
 
@@ -38,8 +39,8 @@ def _train(tmp_path: Path, *overrides: str) -> Path:
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "train.py", "experiment=preset/zero_shot", "scorer=tracer", "dataset=jsonl",
            f"dataset.path={data}", f"embedder.cache_dir={tmp_path / 'cache'}",
-           "embedder.device=cpu", "device=cpu", "folds=2", "scorer.head.max_epochs=60", f"hydra.run.dir={run_dir}",
-           *overrides]
+           "embedder.device=cpu", "device=cpu", "folds=2", "scorer.head.max_epochs=60",
+           f"hydra.run.dir={run_dir}", *overrides]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -63,8 +64,9 @@ def test_train_end_to_end(tmp_path, minilm):
     run_dir = _train(tmp_path, "logger=wandb")
     assert list((run_dir / "wandb").glob("offline-run-*")), "no offline W&B run written"
     snap = run_dir / "index" / "snapshots" / current_snapshot(run_dir / "index")
-    for name in ("blend_head.pt", "feature_stats.json", "history.json", "config.yaml", "report.json", "report.md",
-                 "wt_hist.png", snap / "blend_head.pt", snap / "trie.pt", snap / "meta.json", "heldout/metrics.json"):
+    for name in ("blend_head.pt", "feature_stats.json", "history.json", "config.yaml", "report.json",
+                 "report.md", "wt_hist.png", snap / "blend_head.pt", snap / "trie.pt", snap / "meta.json",
+                 "heldout/metrics.json"):
         assert (run_dir / name).exists(), name
     head = BlendHead.from_state_dict(torch.load(run_dir / "blend_head.pt", weights_only=True))
     stats = json.loads((run_dir / "feature_stats.json").read_text())
@@ -104,8 +106,9 @@ def test_train_end_to_end(tmp_path, minilm):
 def test_a_bad_folds_override_is_named_and_leaves_no_run_directory(tmp_path, script, overrides, message):
     data = _tiny_dataset(tmp_path / "tiny")
     run_dir = tmp_path / "new" / "run"
-    cmd = [sys.executable, script, "dataset=jsonl", f"dataset.path={data}", "device=cpu", "embedder.device=cpu",
-           f"embedder.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}", *overrides]
+    cmd = [sys.executable, script, "dataset=jsonl", f"dataset.path={data}", "device=cpu",
+           "embedder.device=cpu", f"embedder.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}",
+           *overrides]
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
