@@ -209,8 +209,8 @@ def ablation_table(root: str | Path, reference: str = "full") -> str:
     if not runs:
         raise FileNotFoundError(f"no <row>/metrics.json under {root}")
     lines = [f"{root} (recall@j from the gold ranks; mean ± SD over folds)\n",
-             "| row | scorer | recall@1 | recall@3 | recall@5 | recall@10 | MRR | coverage "
-             f"| Δhit@k vs {reference} (p) |",
+             ("| row | scorer | recall@1 | recall@3 | recall@5 | recall@10 | MRR | coverage "
+              f"| Δhit@k vs {reference} (p) |"),
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         m = json.loads((run / "metrics.json").read_text())
