@@ -361,6 +361,7 @@ def test_wandb_offline_run_holds_the_summary(native_dir, tmp_path):
     assert (run / "metrics.json").exists()
 
 
+@pytest.mark.slow  # 6-13 s: keeps make test under 5 minutes on a cold clone
 def test_paired_report_over_one_fold_uses_only_its_steps(tmp_path):
     """``report --paired A B --folds 0``: the test and the means are over fold 0's steps alone."""
     def run(name: str, ranks: dict[tuple[int, int], int]) -> Path:

@@ -74,6 +74,7 @@ def test_tokenizer_label_says_what_each_step_used(bfcl_small):
     assert tokenizer_label(out.records, "server:stub").startswith(f"server:stub on {len(half)} steps, ")
 
 
+@pytest.mark.slow  # 6-13 s: keeps make test under 5 minutes on a cold clone
 def test_a_run_that_failed_at_the_executor_exits_non_zero(native_dir, tmp_path):
     """HTTP 500 on every request: evaluate.py writes its outputs, says why and exits non-zero."""
     run = tmp_path / "run"

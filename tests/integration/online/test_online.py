@@ -342,6 +342,7 @@ def test_transfer_fits_on_zero_trajectories_and_refuses_other_features(tiny_res,
         build_scorer("tracer_plus", transfer=str(path), keys=["prefix"]).fit([], tiny_res)
 
 
+@pytest.mark.slow  # 6-13 s: keeps make test under 5 minutes on a cold clone
 def test_cli_update_adds_a_log_to_a_saved_index_and_refits(tmp_path, minilm, capsys):
     trajs = tiny_trajectories()
     res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 # None in sys.modules makes `import uvicorn` raise ImportError, as if [serve] were not installed
 WITHOUT_SERVE = ("import sys; sys.modules['uvicorn'] = None; from tracer.cli import main; "
@@ -18,6 +20,7 @@ def tracer(*argv: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow  # 6-13 s: keeps make test under 5 minutes on a cold clone
 def test_serve_without_its_extra_names_the_extra_and_update_still_parses(tmp_path):
     listed = tracer("--help")
     assert listed.returncode == 0 and "{serve,mcp,update,select}" in listed.stdout
