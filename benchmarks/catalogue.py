@@ -38,6 +38,8 @@ from pathlib import Path
 import yaml
 
 from tracer.core.types import Registry, Tool
+from tracer.data.base import Dataset
+from tracer.data.pool import distractor_pool, pool_registry
 
 OUT = Path("data/catalogue/tools.jsonl")
 MAX_DESC = 400
@@ -278,14 +280,11 @@ def load_catalogue(path: Path = OUT) -> list[Tool]:
 def with_distractors(registry: Registry, catalogue: list[Tool], size: int | None, seed: int = 0) -> Registry:
     """``registry`` grown to ``size`` tools by catalogue tools in a seeded order (nested: a smaller size is a
     prefix of a larger one); names already taken are skipped; ``None``: every catalogue tool."""
-    import random
-    taken = set(registry.names)
-    pool = [t for t in catalogue if t.name not in taken]
-    random.Random(seed).shuffle(pool)
-    need = len(pool) if size is None else size - len(registry)
-    if need > len(pool):
-        raise ValueError(f"registry size {size} needs {need} distractors; the catalogue has {len(pool)}")
-    return registry.extend(pool[:max(need, 0)])
+    ds = Dataset("catalogue", registry, ())
+    source = Dataset("catalogue", Registry(catalogue), ())
+    if size is None:
+        size = len(registry) + len(distractor_pool(registry, [source]))
+    return pool_registry(ds, size, [source], seed).registry
 
 
 def main() -> None:

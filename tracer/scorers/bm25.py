@@ -97,15 +97,19 @@ class BM25Scorer(ScorerBase):
     def score(self, steps: Sequence[Step]) -> Scores:
         self._check_fitted()
         n = len(self.res.registry)
-        rows = [self._scores(tokens(query_text(self.query, s))) for s in steps]  # B x [N]
-        fallback = (
-            torch.from_numpy(np.stack(rows).astype(np.float32)) if rows else torch.zeros(0, n)
-        )  # [B, N]
+        fallback = torch.from_numpy(self.step_scores(steps))  # [B, N]
         return Scores(
             primary=no_proposal(len(steps), n),
             fallback=fallback,
             fell_back=torch.ones(len(steps), dtype=torch.bool),
         )
+
+    def step_scores(self, steps: Sequence[Step]) -> np.ndarray:
+        """``[B, N]`` float32 BM25 scores of the steps' rendered contexts."""
+        rows = [self._scores(tokens(query_text(self.query, s))) for s in steps]  # B x [N]
+        if not rows:
+            return np.zeros((0, len(self.res.registry)), np.float32)
+        return np.stack(rows).astype(np.float32)
 
     def _scores(self, query: list[str]) -> np.ndarray:
         """``[N]`` BM25 scores of one tokenised query (all 0 for a query without a word)."""

@@ -20,7 +20,7 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
-from tracer.scorers.bm25 import BM25Scorer, query_text, tokens
+from tracer.scorers.bm25 import BM25Scorer
 from tracer.scoring.fit import FitReport
 from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.ranking import no_proposal
@@ -65,18 +65,12 @@ class HybridScorer(ScorerBase):
         self.res = res
         return FitReport(self.name, len(trajectories), 0, 0.0)
 
-    def lexical_scores(self, steps: Sequence[Step]) -> np.ndarray:
-        """``[B, N]`` BM25 scores of the steps' contexts."""
-        n = len(self.res.registry)
-        rows = [self.lexical._scores(tokens(query_text(self.lexical.query, s))) for s in steps]
-        return np.stack(rows).astype(np.float32) if rows else np.zeros((0, n), np.float32)
-
     def score_embedded(self, steps: Sequence[Step], ctx: torch.Tensor) -> Scores:
         """``ctx [B, d]``: the steps' contexts under :attr:`rendering`."""
         self._check_fitted()
         b, n = len(steps), len(self.res.registry)
         vec = fallback_scores(self.res, ctx).numpy()                                      # [B, N]
-        fused = rrf(vec, self.lexical_scores(steps), k=self.rrf_k)                        # [B, N]
+        fused = rrf(vec, self.lexical.step_scores(steps), k=self.rrf_k)                        # [B, N]
         return Scores(primary=no_proposal(b, n), fallback=torch.from_numpy(fused),
                       fell_back=torch.ones(b, dtype=torch.bool))
 

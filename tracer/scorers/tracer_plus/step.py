@@ -87,7 +87,8 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     if approx:
         cos = vec[tool]
         far = ~np.isfinite(cos)
-        r = np.where(far, len(order) + 1, rank[tool] * ~far)
+        r = np.full(len(tool), len(order) + 1, dtype=np.int64)                          # not retrieved: T + 1
+        r[~far] = rank[tool[~far]]
         feats[:, g] = np.where(far, vec[order[-1]] if len(order) else np.float32(0), cos)
         feats[:, g + 4] = (idx.tool_memory64[tool] @ ctx64).astype(np.float32)
     else:

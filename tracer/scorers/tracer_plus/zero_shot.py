@@ -11,8 +11,8 @@ model's out-of-fold recall@k on the training steps (the gold among the top k of 
 model's score, every step counted, a gold outside the candidates a miss) with the zero-shot ranking's on the
 same steps, and serves the model only when it is ahead by more than one standard error of the difference
 (few logs, few steps, a wide error: the model must earn its place). With a dataset's worth of logs the model
-wins by a wide margin (BFCL: 0.96 against 0.62, error 0.01) and nothing changes; with five trajectories it
-rarely does. The decision is a fit result (``history["serves"]``): saved with the index, taken over by an
+wins by a wide margin and nothing changes (the committed full-data rows reproduce); with five trajectories
+it rarely does. The decision is a fit result (``history["serves"]``): saved with the index, taken over by an
 online refit.
 """
 
@@ -25,7 +25,7 @@ import torch
 
 from tracer.core.types import Step
 from tracer.learn.nll import IGNORE
-from tracer.scorers.bm25 import BM25Scorer, query_text, tokens
+from tracer.scorers.bm25 import BM25Scorer
 from tracer.scorers.hybrid import rrf
 
 KINDS = ("vector", "hybrid")
@@ -71,9 +71,7 @@ class ZeroShot:
         their vector scores ``vec [B, N]``."""
         if self.kind == "vector":
             return np.asarray(vec, dtype=np.float32)
-        lex = self._bm25(res, rendering)
-        rows = [lex._scores(tokens(query_text(lex.query, s))) for s in steps]
-        lexical = np.stack(rows).astype(np.float32) if rows else np.zeros_like(vec, dtype=np.float32)
+        lexical = self._bm25(res, rendering).step_scores(steps)                        # [B, N]
         return rrf(np.asarray(vec), lexical, k=self.rrf_k)
 
     def choose(self, inner_scores: torch.Tensor, gold: torch.Tensor, zero_hits: np.ndarray) -> dict:
