@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from benchmarks.catalogue import Repo, botocore, clean, googleapis, prepare, tool_name, with_distractors
+from benchmarks.catalogue import prepare, with_distractors
+from benchmarks.catalogue_sources import Repo, botocore, clean, googleapis, tool_name
 from tracer.core.types import Registry, Tool
 
 

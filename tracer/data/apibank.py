@@ -11,12 +11,12 @@ so a dialogue is rebuilt from its longest item plus that item's expected call:
   message per call whose content is the text after ``->``;
 - the final expected call has no result in the data, so it gets no tool message.
 
-Requests are parsed with :mod:`ast` as a Python list of calls with keyword arguments whose values
-are literals. In the rebuilt dialogues, 40 requests (30 in level 1, 10 in level 2) quote a list or
-dict literal that itself contains single quotes (``health_data='[{'name': ...}]'``,
-``attendees='['John']'``), which is not valid Python. For those, the quotes around ``[...]`` and
-``{...}`` are dropped, the text is parsed again, and the value is kept as the string it was meant
-to be (its source text). Such trajectories carry ``metadata["repaired"]`` (the count).
+Requests are parsed (:mod:`tracer.data.apibank_request`) with :mod:`ast` as a Python list of calls with
+keyword arguments whose values are literals. In the rebuilt dialogues, 40 requests (30 in level 1, 10 in level
+2) quote a list or dict literal that itself contains single quotes (``health_data='[{'name': ...}]'``,
+``attendees='['John']'``), which is not valid Python. For those, the quotes around ``[...]`` and ``{...}`` are
+dropped, the text is parsed again, and the value is kept as the string it was meant to be (its source text).
+Such trajectories carry ``metadata["repaired"]`` (the count).
 
 Level 3 (``level-3.json``): one conversation per item: the ``requirement`` as the user message,
 each entry of ``apis`` as a tool call with its output (JSON) as the tool result, and the
@@ -41,7 +41,6 @@ name (levels 1–2; no file appears in both levels) and ``lv3-{index}``. Domains
 
 from __future__ import annotations
 
-import ast
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -50,6 +49,7 @@ from typing import Any
 
 from tracer.core.errors import DataError
 from tracer.core.types import Registry, Tool, Trajectory
+from tracer.data.apibank_request import RequestError, parse_request
 from tracer.data.base import Dataset, register_loader
 from tracer.data.native import read_json_array, read_tools
 from tracer.data.paths import resolve_path
@@ -64,66 +64,6 @@ SKIP_NOT_PREFIX = "items that are not a prefix of their dialogue"
 SKIP_BAD_INPUT = "items whose input does not end with 'Generate API Request:'"
 SKIP_LV3_UNKNOWN_API = "level-3 items calling an API missing from tools_lv3.json"
 SKIP_LV3_BAD_CALL = "level-3 items with a malformed apis entry"
-
-
-class RequestError(ValueError):
-    """An ``API-Request`` text that is not a list of calls with literal keyword arguments."""
-
-
-def _calls_of(text: str, as_source: bool) -> list[tuple[str, dict[str, Any]]]:
-    try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as e:
-        raise RequestError(f"not Python syntax: {e.msg}") from None
-    if not isinstance(tree, ast.List) or not tree.elts:
-        raise RequestError("expected a non-empty list of calls [Name(k=v, ...)]")
-    calls = []
-    for node in tree.elts:
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-            raise RequestError("expected calls of the form Name(k=v, ...)")
-        if node.args or any(k.arg is None for k in node.keywords):
-            raise RequestError(f"{node.func.id}: positional or ** arguments")
-        args = {}
-        for kw in node.keywords:
-            if as_source and isinstance(kw.value, (ast.List, ast.Dict)):
-                args[kw.arg] = ast.get_source_segment(text.strip(), kw.value)
-                continue
-            try:
-                args[kw.arg] = ast.literal_eval(kw.value)
-            except ValueError:
-                raise RequestError(f"{node.func.id}: argument {kw.arg!r} is not a literal") from None
-        calls.append((node.func.id, args))
-    return calls
-
-
-def _unquote_literals(text: str) -> str:
-    """Drop the quotes around quoted list/dict literals (``k='[...]'`` → ``k=[...]``)."""
-    for a, b in (("='[", "=["), ("='{", "={"), ("]',", "],"), ("}',", "},"), ("]')", "])"), ("}')", "})")):
-        text = text.replace(a, b)
-    return text
-
-
-def parse_request(text: str) -> tuple[list[tuple[str, dict[str, Any]]], str | None, bool]:
-    """Parse ``[Name(k='v', ...), ...]`` optionally followed by ``->result``.
-
-    Returns:
-        (calls as (name, arguments) pairs, the result text or None when there is no ``->``,
-        whether the quoting repair was needed).
-
-    Raises:
-        RequestError: no prefix of the text ending at a ``->`` (or the whole text) parses.
-    """
-    cuts = [i for i in range(len(text)) if text.startswith("->", i)] + [len(text)]
-    error: RequestError | None = None
-    for cut in cuts:
-        head = text[:cut]
-        result = text[cut + 2:] if cut < len(text) else None
-        for repaired in (False, True):
-            try:
-                return _calls_of(_unquote_literals(head) if repaired else head, repaired), result, repaired
-            except RequestError as e:
-                error = error or e
-    raise RequestError(f"{text[:80]!r}: {error}")
 
 
 class _Unusable(Exception):

@@ -20,8 +20,9 @@ child whose similarity the ReLU clips to 0 keeps a finite, very low L; if every 
 uniform over the children.
 
 Two paths, one result: :meth:`TracerScorer.score_embedded` scores a batch with torch; ``select_one`` /
-``rank_one`` score one live step with :mod:`tracer.scoring.single_step` (numpy, fixed blend; the learned blend
-takes the batched path), cosines in float64 rounded to float32 on both: the same rankings (tested on BFCL).
+``rank_one`` (:mod:`tracer.scorers.tracer_single_step`) score one live step with
+:mod:`tracer.scoring.single_step` (numpy, fixed blend; the learned blend takes the batched path), cosines in
+float64 rounded to float32 on both: the same rankings (tested on BFCL).
 
 Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
 
@@ -38,7 +39,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from tracer.core.context import ContextRendering
@@ -48,22 +48,13 @@ from tracer.learn.blend_fit import HeadConfig, fit_blend_head
 from tracer.learn.blend_head import BlendHead, fixed_blend, state_features
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ChildBatch, ExecutionTrie
+from tracer.scorers.tracer_single_step import TracerSingleStep
 from tracer.scoring.fit import FitReport
 from tracer.scoring.persist import check_trie, load_tensors, open_index, saved_config, write_common
-from tracer.scoring.protocol import Contexts, ScorerBase
+from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources, fallback_scores, fit_steps
-from tracer.scoring.single_step import (
-    OneStep,
-    as_numpy,
-    children_one,
-    confidence_one,
-    dense_scores_one,
-    finalize_one,
-    rank_one,
-    top_scores_one,
-)
 
 FORMAT_VERSION = 2
 CLASS_PATH = "tracer.scorers.tracer.TracerScorer"
@@ -84,7 +75,7 @@ def prefix_entropy(trie: ExecutionTrie) -> torch.Tensor:
     return h.float().cpu()
 
 
-class TracerScorer(ScorerBase):
+class TracerScorer(TracerSingleStep, ScorerBase):
     """The TRACER retriever over one execution trie.
 
     Args:
@@ -193,67 +184,6 @@ class TracerScorer(ScorerBase):
                          "n_children": cb.n_children.cpu(), **extra},
             always_present=self.global_set,
         )
-
-    # ---- scoring (one live step: tracer.scoring.single_step) -------------------------------------
-    def score_one(self, step: Step | tuple[str, ...], context, with_fallback: bool = True
-                  ) -> tuple[OneStep, np.ndarray, np.ndarray | None, bool, float]:
-        """One step (or a state tuple) and its context embedding ``[d]``: (children, blended child
-        scores ``[C]`` float32, fallback ``[N]`` float32 (None unless ``with_fallback``), fell_back,
-        kappa). Fixed blend only; the same numbers as :meth:`score_embedded`."""
-        self._check_fitted()
-        if self.blend != "fixed":
-            raise NotImplementedError("the single-step path covers the fixed blend; use score_embedded")
-        state = step if isinstance(step, tuple) else self.key.state(step)
-        c = np.asarray(as_numpy(context), dtype=np.float64)
-        ch = children_one(self.trie, state, c)
-        s = ch.log_p + ch.log_l                                                 # [C] float32
-        kappa = confidence_one(s)
-        fallback = dense_scores_one(self.res.tool_index, c) if with_fallback else None  # [N]
-        return ch, s, fallback, bool(len(s) == 0 or kappa < self.tau), kappa
-
-    def select_one(self, step: Step | tuple[str, ...], contexts: Contexts, k: int, pad: bool | None = None
-                   ) -> tuple[int, ...]:
-        """The presented set of one step (``contexts``: :meth:`embed` of it), exactly as :func:`finalize`
-        presents it.
-
-        The fallback scores are computed only when they can change the answer: when the step falls back, when
-        children are too few to fill k with padding, or when child scores tie within the top k (ties are
-        broken by the fallback)."""
-        pad = self.pad if pad is None else pad
-        if self.blend != "fixed":
-            return super().select_one(self._as_step(step), contexts, k, pad)
-        context = contexts[0]
-        ch, s, _, fell_back, _ = self.score_one(step, context, with_fallback=False)
-        n_child = len(s)
-        if not fell_back and k > 0 and (n_child >= k or not pad):
-            m = min(k, n_child)
-            order = np.argsort(-s, kind="stable")
-            top = s[order[: m + 1]]                                             # the top m and the next one
-            if np.isfinite(top).all() and (top[1:] < top[:-1]).all():            # no ties: order is final
-                chosen = tuple(ch.tool[order[:m]].tolist())
-                return chosen + tuple(g for g in self.global_set if g not in chosen)
-        c = np.asarray(as_numpy(context), dtype=np.float64)
-        fallback = top_scores_one(self.res.tool_index, c, k + n_child, ch.tool)  # exact where it matters
-        return finalize_one(ch.tool, s, fallback, fell_back, k, pad, self.global_set)
-
-    def rank_one(self, step: Step | tuple[str, ...], contexts: Contexts, top: int | None = None
-                 ) -> np.ndarray:
-        """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
-        if self.blend != "fixed":
-            return super().rank_one(self._as_step(step), contexts, top)
-        context = contexts[0]
-        ch, s, fallback, fell_back, _ = self.score_one(step, context, with_fallback=top is None)
-        if top is not None:
-            c = np.asarray(as_numpy(context), dtype=np.float64)
-            fallback = top_scores_one(self.res.tool_index, c, top + len(s), ch.tool)
-        return rank_one(ch.tool, s, fallback, fell_back, top)
-
-    def _as_step(self, step: Step | tuple[str, ...]) -> Step:
-        if not isinstance(step, tuple):
-            return step
-        if self.key.cross_turn or self.key.kind != "prefix":
-            raise ValueError("pass a Step (not a state tuple) to the learned blend with this state key")
-        return Step("", "", 0, len(step), step, step, "", ())
 
     # ---- learning while serving (tracer.online); learned_part: the blend head, when learned ------------
     def memory_tables(self) -> list[ExecutionTrie]:
