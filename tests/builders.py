@@ -6,6 +6,7 @@ hand, a scorer with a fixed ranking, and the repository paths. One place; test m
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import torch
@@ -180,3 +181,39 @@ def tiny_bert(out: Path, vocab: int = 4000) -> Path:
     BertModel(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=64)).save_pretrained(str(out))
     return out
+
+
+def git(*args: str, cwd: Path) -> None:
+    """Run git in ``cwd``; a failure raises."""
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def git_repo(root: Path, files: dict[str, str]) -> Path:
+    """A real git repository at ``root`` holding ``files`` in one commit."""
+    root.mkdir(parents=True)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    git("init", "-q", cwd=root)
+    git("add", ".", cwd=root)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x", cwd=root)
+    return root
+
+
+def jsonl(*rows: dict) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+# a Seal-Tools clone in miniature: its tool file and one split
+SEAL_TOOLS_FILES = {
+    "Seal-Tools_Dataset/tool.jsonl": jsonl(
+        {"api_name": "getWaterQuality", "api_description": "Get  the water quality\nof a lake"},
+        {"api_name": "getCustomsInfo", "api_description": "Customs information of a shipment"}),
+    "Seal-Tools_Dataset/dev.jsonl": jsonl(
+        {"id": "dev-0", "query": "Tell me the water quality of the lake.",
+         "calling": [{"api": "getWaterQuality", "parameters": {}}]},
+        {"id": "dev-1", "query": "Customs of QKE and the lake's water",
+         "calling": [{"api": "getCustomsInfo"}, {"api": "getWaterQuality"}, {"api": "getCustomsInfo"},
+                     {"api": "notATool"}]},
+        {"id": "dev-2", "query": "only unknown tools", "calling": [{"api": "notATool"}]}),
+}

@@ -134,10 +134,14 @@ def build_dataset(dataset: str | Mapping, registry: str | Mapping | None = None,
 def build_embedder(embedder: str | Mapping = "minilm", /, *, persist_contexts: bool = True,
                    **overrides: Any) -> CachedEmbedder:
     """The embedder of an ``embedder`` node (or name) behind the content-addressed disk cache at its
-    ``cache_dir`` (``persist_contexts=False``: only tool texts go to disk, :class:`CachedEmbedder`)."""
+    ``cache_dir`` (``persist_contexts=False``: only tool texts go to disk, :class:`CachedEmbedder`). An
+    embedder made by a builder (the general encoder, trained on first use) names in ``loads_as`` the plain
+    embedder config that loads what was built: that one is kept, so a saved index never rebuilds it."""
     cfg = dict(plain(node("embedder", embedder, **overrides)))
     cache_dir = cfg.pop("cache_dir")
-    return CachedEmbedder(build(cfg), cache_dir, config=cfg, persist_contexts=persist_contexts)
+    inner = build(cfg)
+    return CachedEmbedder(inner, cache_dir, config=getattr(inner, "loads_as", None) or cfg,
+                          persist_contexts=persist_contexts)
 
 
 def build_fold_encoders(registry: Registry, recipe: str | Mapping, /,

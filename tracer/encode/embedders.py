@@ -83,6 +83,9 @@ class SentenceTransformerEmbedder:
     vectors by.
     """
 
+    # the plain config that loads this embedder again, where a builder made it (tracer.build.build_embedder)
+    loads_as: dict | None = None
+
     def __init__(self, model: str | None = None, batch_size: int = 64, device: str | None = None,
                  progress: int = 2000, name: str | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

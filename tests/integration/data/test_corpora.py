@@ -1,0 +1,83 @@
+"""Public tool-retrieval corpora (tracer/data/corpora.py): BFCL's single-turn categories from the installed
+bfcl-eval, and Seal-Tools / APIBench read from real git clones (a checkout and a bare clone) laid out as the
+upstream repositories are."""
+
+from __future__ import annotations
+
+import pytest
+from builders import SEAL_TOOLS_FILES, git, git_repo, jsonl
+
+from tracer.core.errors import DataError
+from tracer.data.corpora import BFCL_SINGLE, Clone, apibench, bfcl_single, read_corpus, seal_tools
+
+GORILLA = {
+    "data/apibench/torchhub_train.json": jsonl(
+        {"code": "{'Instruction': I need depth from one image., 'Output': {'domain': 'x'}}",
+         "api_data": {"api_name": "MiDaS v2", "functionality": "Relative depth",
+                      "description": "From one image"}},
+        {"code": "no instruction here", "api_data": {"api_name": "Skipped"}}),
+    "data/apibench/huggingface_eval.json": jsonl(
+        {"code": "###Instruction: Recommend similar articles.\n###Output: <<<domain>>>: NLP",
+         "api_data": {"api_name": "princeton-nlp/unsup-simcse", "functionality": "Feature Extraction"}}),
+}
+
+
+@pytest.fixture(scope="module")
+def mirrors(tmp_path_factory):
+    """A checkout of Seal-Tools and a bare clone of gorilla (as the fetch tool leaves it: owner+name/repo)."""
+    root = tmp_path_factory.mktemp("mirrors")
+    git_repo(root / "fairyshine+Seal-Tools", SEAL_TOOLS_FILES)
+    work = git_repo(root / "work-gorilla", GORILLA)
+    git("clone", "-q", "--bare", str(work), str(root / "ShishirPatil+gorilla" / "repo"), cwd=root)
+    return root
+
+
+def test_seal_tools_pairs_each_request_with_the_known_tools_it_calls_once_each(mirrors):
+    got = list(seal_tools(mirrors))
+    assert [(e.id, e.query, [t.name for t in e.golds]) for e in got] == [
+        ("dev-0", "Tell me the water quality of the lake.", ["getWaterQuality"]),
+        ("dev-1", "Customs of QKE and the lake's water", ["getCustomsInfo", "getWaterQuality"]),
+    ]
+    assert got[0].golds[0].search_text == "getWaterQuality: Get the water quality of a lake"  # spaces folded
+    assert {e.corpus for e in got} == {"seal_tools"}
+
+
+def test_apibench_reads_both_instruction_formats_from_a_bare_clone(mirrors):
+    assert Clone(mirrors, "ShishirPatil/gorilla").bare
+    got = list(apibench(mirrors))
+    assert [(e.query, e.golds[0].name, e.golds[0].description) for e in got] == [
+        ("Recommend similar articles.", "huggingface_princeton-nlp_unsup-simcse", "Feature Extraction."),
+        ("I need depth from one image.", "torchhub_MiDaS_v2", "Relative depth. From one image"),
+    ]
+
+
+def test_a_missing_clone_or_tool_file_is_named(tmp_path, mirrors):
+    with pytest.raises(DataError, match=r"fairyshine\+Seal-Tools.*no clone of fairyshine/Seal-Tools"):
+        list(seal_tools(tmp_path))
+    git_repo(tmp_path / "fairyshine+Seal-Tools", {"README.md": "x"})
+    with pytest.raises(DataError, match=r"tool.jsonl.*missing or without a tool"):
+        list(seal_tools(tmp_path))
+    with pytest.raises(ValueError, match="unknown corpus 'toolbench'"):
+        read_corpus("toolbench", mirrors)
+
+
+def test_bfcl_single_turn_questions_with_their_ground_truth_functions():
+    got = list(bfcl_single())
+    by_id = {e.id: e for e in got}
+    assert len(got) == len(by_id) >= 2400  # every category of BFCL_SINGLE, ids unique
+    assert {e.id.rsplit("_", 1)[0] for e in got} >= {"simple_python", "multiple", "parallel"}
+    first = by_id["simple_python_0"] if "simple_python_0" in by_id else by_id["simple_0"]
+    assert [t.name for t in first.golds] == ["calculate_triangle_area"]
+    assert "base" in first.query and "height" in first.query
+    # a parallel question names two functions of its ground truth, each once
+    assert any(len(e.golds) >= 2 and len({t.name for t in e.golds}) == len(e.golds) for e in got)
+    # the gold of a "multiple" question is one of several offered functions: the one the answer calls
+    assert all(len(e.golds) == 1 for e in got if e.id.startswith("multiple_"))
+    assert len(BFCL_SINGLE) == 10
+
+
+def test_a_line_that_is_not_json_is_named_with_its_file_and_line(tmp_path):
+    bad = {**SEAL_TOOLS_FILES, "Seal-Tools_Dataset/dev.jsonl": '{"id": "a"}\n{oops\n'}
+    git_repo(tmp_path / "fairyshine+Seal-Tools", bad)
+    with pytest.raises(DataError, match=r"dev.jsonl, line 2.*not JSON"):
+        list(seal_tools(tmp_path))

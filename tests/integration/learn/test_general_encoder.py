@@ -1,0 +1,91 @@
+"""The general encoder (tracer/learn/encoders/general.py): which sources train it without the dataset under
+test, the pairs it trains on, and the embedder a config builds, cached and carried by a saved index. Real
+MiniLM (one layer kept, a few pairs: seconds), real BFCL data, a real git clone of Seal-Tools' layout."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from builders import ROOT, SEAL_TOOLS_FILES, git_repo
+
+from tracer.build import build_embedder
+from tracer.core.context import ContextRendering
+from tracer.data.corpora import bfcl_single, seal_tools
+from tracer.learn.encoders.general import (
+    DATASETS,
+    RENDERING,
+    SOURCES,
+    general_pairs,
+    sources_without,
+)
+from tracer.retriever import Retriever
+
+EXAMPLE = ROOT / "data" / "example"
+# tau2, API-Bank and APIBench left out: BFCL (both families) and the Seal-Tools clone remain
+LEFT_OUT = ("tau2", "apibank", "apibench")
+TINY = {"batch_size": 4, "lr": 1e-4, "warmup": 0.0, "epochs": 1, "max_seq_length": 32, "seed": 0,
+        "layers": [5]}
+
+
+@pytest.fixture(scope="module")
+def mirrors(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mirrors")
+    git_repo(root / "fairyshine+Seal-Tools", SEAL_TOOLS_FILES)
+    return root
+
+
+def test_a_dataset_under_test_takes_its_whole_family_out():
+    assert sources_without("bfcl") == ("seal_tools", "apibench", "tau2", "apibank")
+    assert sources_without(["tau2"]) == ("bfcl_single", "seal_tools", "apibench", "bfcl", "apibank")
+    assert sources_without(()) == SOURCES
+    with pytest.raises(ValueError, match=r"unknown exclude \['toolbench'\]"):
+        sources_without(["tau2", "toolbench"])
+
+
+def test_pairs_come_only_from_the_sources_left_rendered_as_a_first_step(mirrors):
+    pairs, counts = general_pairs(LEFT_OUT, mirrors, ROOT / "../shared/datasets", per_source=50, seed=0)
+    assert counts == {"bfcl_single": 50, "seal_tools": 3, "bfcl": 50}  # seal: dev-0's one tool, dev-1's two
+    assert len(pairs) == 103
+    assert {t.split(":")[0] for t in pairs.trajectory_ids[:53]} == {"bfcl_single", "seal_tools"}
+    assert all(t.startswith("multi_turn_") for t in pairs.trajectory_ids[53:])  # BFCL multi-turn trajectories
+    rendering = ContextRendering.from_config(RENDERING)
+    by_query = {rendering.render([{"role": "user", "content": e.query}]): e for e in bfcl_single()}
+    for anchor, positive, tid in zip(pairs.anchors, pairs.positives, pairs.trajectory_ids):
+        if tid.startswith("bfcl_single:"):
+            assert anchor.startswith("user: ") and positive in {t.search_text for t in by_query[anchor].golds}
+    seal = [(a, p) for a, p, t in zip(pairs.anchors, pairs.positives, pairs.trajectory_ids)
+            if t.startswith("seal_tools:")]
+    assert seal == [(rendering.render([{"role": "user", "content": e.query}]), t.search_text)
+                    for e in seal_tools(mirrors) for t in e.golds]
+    again, _ = general_pairs(LEFT_OUT, mirrors, ROOT / "../shared/datasets", per_source=50, seed=0)
+    other, _ = general_pairs(LEFT_OUT, mirrors, ROOT / "../shared/datasets", per_source=50, seed=1)
+    assert again == pairs and other.anchors != pairs.anchors  # a seeded sample
+
+
+def test_the_embedder_is_built_once_cached_and_carried_by_a_saved_index(mirrors, tmp_path):
+    enc = tmp_path / "enc"
+    cfg = {"_target_": "tracer.learn.encoders.general.embedder", "exclude": [*DATASETS, "apibench"],
+           "mirrors": str(mirrors), "datasets": str(ROOT / "../shared/datasets"), "per_source": 12,
+           "train": TINY, "encoder_dir": str(enc), "device": "cpu", "cache_dir": None}
+    first = build_embedder(cfg)
+    assert first.name == "general-without-apibank+apibench+bfcl+tau2"
+    (folder,) = enc.iterdir()
+    assert first.inner.path == folder
+    stamp = (folder / "train_info.json").stat().st_mtime_ns
+    again = build_embedder(cfg)  # found by content hash, not trained again
+    assert again.inner.path == folder and (folder / "train_info.json").stat().st_mtime_ns == stamp
+    assert again.fingerprint == first.fingerprint
+
+    r = Retriever.from_dataset(EXAMPLE, scorer="tracer_fixed", embedder=first, device="cpu")
+    r.save(tmp_path / "index")
+    msgs = [{"role": "user", "content": "What's the weather in Paris?"}]
+    expected = (r.rank(msgs), r.context_embedding(msgs).tolist())
+    shutil.rmtree(enc)
+    shutil.rmtree(mirrors / "fairyshine+Seal-Tools" / ".git")  # nothing left to build from
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(tmp_path / "index"), str(copy)], check=True)
+    loaded = Retriever.load(copy, device="cpu")
+    assert loaded.res.embedder.name == first.name
+    assert (loaded.rank(msgs), loaded.context_embedding(msgs).tolist()) == expected

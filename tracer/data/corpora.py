@@ -1,0 +1,152 @@
+"""Public tool-retrieval corpora: requests paired with the tools that answer them, for the general encoder.
+
+Each corpus gives :class:`Example`s (a user request, its gold tools, where it came from), read from data that
+ships with a package or from a git clone; :mod:`tracer.learn.encoders.general` turns them into training pairs.
+No ToolBench/RapidAPI-derived data. Sources and licenses (docs/data.md):
+
+==============  ========================================================  =========================
+``bfcl_single``  BFCL v4's single-turn categories (simple, multiple,       the installed ``bfcl_eval``
+                 parallel, their ``live_*`` variants of user-contributed
+                 functions): the question and its ground-truth functions
+``seal_tools``   Seal-Tools' requests (``dev``, ``test_in_domain``,         a clone of
+                 ``test_out_domain``, and ``train`` where present) with     ``fairyshine/Seal-Tools``
+                 the APIs they call, over its ``tool.jsonl``
+``apibench``     APIBench's instructions with the model API that answers   a clone of
+                 them (Hugging Face, TensorFlow Hub, Torch Hub)             ``ShishirPatil/gorilla``
+==============  ========================================================  =========================
+
+A clone is found under ``mirrors`` as ``owner+name`` (a checkout, or a bare repository, also as
+``owner+name/repo``, read at ``HEAD`` with ``git show``). A missing clone is an error naming the folder and
+the repository to clone; a file a snapshot left out (large blobs) is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracer.core.errors import DataError
+from tracer.core.types import Tool
+from tracer.data.bfcl import data_dir
+
+# BFCL's single-turn categories with a ground truth (irrelevance, memory, web search have none)
+BFCL_SINGLE = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
+               "parallel_multiple", "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
+SEAL_SPLITS = ("train", "dev", "test_in_domain", "test_out_domain")
+APIBENCH_FILES = tuple(f"data/apibench/{hub}_{split}.json"
+                       for hub in ("huggingface", "tensorflow", "torchhub") for split in ("train", "eval"))
+MAX_DESC = 400
+_WS = re.compile(r"\s+")
+_INSTRUCTION = re.compile(r"(?:###Instruction:|'Instruction':)\s*(.*?)\s*(?:###Output|, 'Output'|$)",
+                          re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One request of a corpus: the user's words, the tools a correct answer calls (at least one)."""
+
+    query: str
+    golds: tuple[Tool, ...]
+    corpus: str
+    id: str
+
+
+class Clone:
+    """A git repository under ``mirrors``: a checkout's files, or a bare clone read at ``HEAD``."""
+
+    def __init__(self, mirrors: str | Path, slug: str):
+        base = Path(mirrors) / slug.replace("/", "+")
+        self.root = base / "repo" if (base / "repo").is_dir() else base
+        if not self.root.is_dir():
+            raise DataError(base, f"no clone of {slug} (git clone https://github.com/{slug} {base})")
+        self.bare = not (self.root / ".git").exists() and (self.root / "HEAD").is_file()
+
+    def read(self, path: str) -> str | None:
+        """A file's text; None where the clone lacks it (a snapshot may leave large files out)."""
+        if not self.bare:
+            f = self.root / path
+            return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
+        r = subprocess.run(["git", "--git-dir", str(self.root), "show", f"HEAD:{path}"], capture_output=True,
+                           check=False)
+        return r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
+
+
+def _text(value: object) -> str:
+    return _WS.sub(" ", str(value or "")).strip()[:MAX_DESC]
+
+
+def _lines(text: str | None, where: str | Path) -> Iterator[dict]:
+    for i, line in enumerate((text or "").splitlines(), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(where, f"not JSON: {e.msg}", line=i) from None
+            if not isinstance(row, dict):
+                raise DataError(where, "not a JSON object", line=i)
+            yield row
+
+
+def bfcl_single(categories: tuple[str, ...] = BFCL_SINGLE) -> Iterator[Example]:
+    """BFCL's single-turn questions: the first turn's user messages, and each function of the ground truth
+    (by name among the functions the question offers)."""
+    root = data_dir()
+    for cat in categories:
+        gold = root / "possible_answer" / f"BFCL_v4_{cat}.json"
+        answers = {a["id"]: a["ground_truth"] for a in _lines(gold.read_text(), gold)}
+        for q in _lines((root / f"BFCL_v4_{cat}.json").read_text(), root / f"BFCL_v4_{cat}.json"):
+            offered = {f["name"]: Tool(f["name"], _text(f.get("description")), source="bfcl_single")
+                       for f in q["function"]}
+            names = dict.fromkeys(name for call in answers.get(q["id"], []) for name in call)
+            golds = tuple(offered[n] for n in names if n in offered)
+            query = " ".join(m["content"] for m in q["question"][0] if m.get("role") == "user")
+            if golds and query.strip():
+                yield Example(_text(query), golds, "bfcl_single", q["id"])
+
+
+def seal_tools(mirrors: str | Path) -> Iterator[Example]:
+    """Seal-Tools' requests and the APIs their calls name (nested calls included), over ``tool.jsonl``."""
+    clone = Clone(mirrors, "fairyshine/Seal-Tools")
+    where = clone.root / "Seal-Tools_Dataset" / "tool.jsonl"
+    tools = {str(t["api_name"]): Tool(str(t["api_name"]), _text(t.get("api_description")),
+                                      source="seal_tools")
+             for t in _lines(clone.read("Seal-Tools_Dataset/tool.jsonl"), where) if t.get("api_name")}
+    if not tools:
+        raise DataError(where, "missing or without a tool (api_name)")
+    for split in SEAL_SPLITS:
+        path = f"Seal-Tools_Dataset/{split}.jsonl"
+        for i, ex in enumerate(_lines(clone.read(path), clone.root / path)):
+            names = dict.fromkeys(c.get("api") for c in ex.get("calling") or [] if isinstance(c, dict))
+            golds = tuple(tools[n] for n in names if n in tools)
+            if golds and str(ex.get("query", "")).strip():
+                yield Example(_text(ex["query"]), golds, "seal_tools", str(ex.get("id") or f"{split}-{i}"))
+
+
+def apibench(mirrors: str | Path) -> Iterator[Example]:
+    """APIBench's instructions, each with the model API (name: functionality and description) that answers
+    it; one tool per hub and API name."""
+    clone = Clone(mirrors, "ShishirPatil/gorilla")
+    for path in APIBENCH_FILES:
+        hub = Path(path).stem.rsplit("_", 1)[0]
+        for i, ex in enumerate(_lines(clone.read(path), clone.root / path)):
+            api, m = ex.get("api_data") or {}, _INSTRUCTION.search(str(ex.get("code", "")))
+            if not (m and m.group(1).strip() and api.get("api_name")):
+                continue
+            name = re.sub(r"[^A-Za-z0-9_-]+", "_", f"{hub}_{api['api_name']}").strip("_")[:64]
+            desc = _text(f"{api.get('functionality', '')}. {api.get('description', '')}")
+            yield Example(_text(m.group(1)), (Tool(name, desc, source=f"apibench_{hub}"),), "apibench",
+                          f"{Path(path).stem}-{i}")
+
+
+CORPORA = {"bfcl_single": lambda mirrors: bfcl_single(), "seal_tools": seal_tools, "apibench": apibench}
+
+
+def read_corpus(name: str, mirrors: str | Path) -> list[Example]:
+    """Every example of corpus ``name`` (a key of :data:`CORPORA`)."""
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}: one of {sorted(CORPORA)}")
+    return list(CORPORA[name](mirrors))

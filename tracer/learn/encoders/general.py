@@ -1,0 +1,134 @@
+"""The general tool-retrieval encoder: MiniLM fine-tuned on many public tool-use corpora, built without the
+dataset it will be evaluated on (leave-one-dataset-out), as a start for users with no logs.
+
+    python -m tracer.learn.encoders.general --exclude bfcl --mirrors DIR    # prints the checkpoint folder
+    python evaluate.py dataset=tau2 embedder=general paths.mirrors=DIR     # built (or found) on first use
+
+Its training pairs come from every source but the excluded ones (:data:`SOURCES`): the public corpora of
+:mod:`tracer.data.corpora` (a request against each gold tool's text) and the logged trajectories of the
+datasets tracer evaluates on (one pair per decision step, as a per-fold recipe makes them,
+:func:`tracer.learn.encoders.pairs.training_pairs`). Excluding a dataset excludes its whole family: BFCL's
+single-turn categories go with BFCL multi-turn. Each source gives at most ``per_source`` pairs (a seeded
+sample), so no corpus drowns the others and the CPU cost stays bounded. Requests are rendered as tracer_plus
+renders a first step's context, so the anchors look like the live queries the encoder will embed.
+
+Training is :func:`tracer.learn.encoders.transformer.finetuned` (in-batch ranking loss), cached by a content
+hash of the pairs, the recipe and the base weights: a second build with the same sources loads the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tracer.core.context import ContextRendering
+from tracer.data.base import load_dataset
+from tracer.data.corpora import CORPORA, read_corpus
+from tracer.encode.embedders import SentenceTransformerEmbedder
+from tracer.encode.source import DEFAULT_CACHE
+from tracer.learn.encoders.pairs import Pairs, training_pairs
+from tracer.learn.encoders.recipe import TrainConfig
+from tracer.learn.encoders.transformer import finetuned, print_progress, train_info
+
+# the evaluation datasets whose logged trajectories train it (where they are not the one under test)
+DATASETS = ("bfcl", "tau2", "apibank")
+SOURCES = (*CORPORA, *DATASETS)
+# excluding a dataset excludes every source of its family
+FAMILY = {"bfcl": ("bfcl", "bfcl_single"), "tau2": ("tau2",), "apibank": ("apibank",)}
+# tracer_plus's vector-query rendering (configs/scorer/tracer_plus.yaml), as the per-fold recipes use it
+RENDERING = {"window": "since_user", "calls": "names", "results": "none", "join_users": True}
+# at most this many pairs a source (a seeded sample): the tens of minutes of a CPU build
+PER_SOURCE = 1000
+TRAIN = {"batch_size": 64, "lr": 2.0e-5, "warmup": 0.1, "epochs": 1, "max_seq_length": 128, "seed": 0}
+
+
+def sources_without(exclude: str | Sequence[str]) -> tuple[str, ...]:
+    """The sources left once every family in ``exclude`` (dataset or source names) is removed."""
+    exclude = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+    unknown = [e for e in exclude if e not in SOURCES]
+    if unknown:
+        raise ValueError(f"general encoder: unknown exclude {unknown}: names are {list(SOURCES)}")
+    gone = {s for e in exclude for s in FAMILY.get(e, (e,))}
+    return tuple(s for s in SOURCES if s not in gone)
+
+
+def source_pairs(source: str, mirrors: str | Path, datasets: str | Path,
+                 rendering: ContextRendering) -> Pairs:
+    """Every pair of one source: a corpus's requests rendered as a first step's context against each gold
+    tool's text, or a dataset's successful trajectories step by step."""
+    if source in DATASETS:
+        kwargs = {"execute": False} if source == "bfcl" else {"path": Path(datasets) / source}
+        ds = load_dataset(source, **kwargs)
+        return training_pairs(ds.trajectories, ds.registry, rendering)
+    rows = [(rendering.render([{"role": "user", "content": ex.query}]), tool.search_text, f"{source}:{ex.id}")
+            for ex in read_corpus(source, mirrors) for tool in ex.golds]
+    return Pairs(*(tuple(col) for col in zip(*rows))) if rows else Pairs((), (), ())
+
+
+def sample(pairs: Pairs, n: int, seed: int) -> Pairs:
+    """At most ``n`` pairs, a seeded sample in the original order."""
+    if len(pairs) <= n:
+        return pairs
+    keep = sorted(random.Random(seed).sample(range(len(pairs)), n))
+    return Pairs(*(tuple(getattr(pairs, f)[i] for i in keep) for f in ("anchors", "positives",
+                                                                         "trajectory_ids")))
+
+
+def general_pairs(exclude: str | Sequence[str], mirrors: str | Path, datasets: str | Path,
+                  per_source: int = PER_SOURCE, seed: int = 0) -> tuple[Pairs, dict[str, int]]:
+    """The training pairs without ``exclude``'s families, and how many each source gave."""
+    rendering = ContextRendering.from_config(RENDERING)
+    parts = {s: sample(source_pairs(s, mirrors, datasets, rendering), per_source, seed)
+             for s in sources_without(exclude)}
+    return Pairs.cat(list(parts.values())), {s: len(p) for s, p in parts.items()}
+
+
+def build(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",
+          datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
+          train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
+          device: str | None = None, log: Callable[[dict], None] | None = None) -> Path:
+    """The general encoder's checkpoint folder without ``exclude``: trained on a miss, found on a hit."""
+    pairs, _ = general_pairs(exclude, mirrors, datasets, per_source, int((train or TRAIN).get("seed", 0)))
+    return finetuned(pairs, TrainConfig(**(train or TRAIN)), None, encoder_dir, device, log)
+
+
+def embedder(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",
+             datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
+             train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
+             batch_size: int = 64, device: str | None = None,
+             name: str | None = None) -> SentenceTransformerEmbedder:
+    """The general encoder as an embedder (``embedder=general``), built first when not cached. Its
+    ``loads_as`` is the plain config of the checkpoint folder (:func:`tracer.build.build_embedder` keeps it):
+    a saved index carries the folder and loads it, building nothing."""
+    excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+    folder = build(excluded, mirrors, datasets, per_source, train, encoder_dir, device)
+    name = name or "general-without-" + "+".join(sorted(excluded) or ["none"])
+    emb = SentenceTransformerEmbedder(str(folder), batch_size, device, name=name)
+    emb.loads_as = {"_target_": "tracer.encode.embedders.SentenceTransformerEmbedder", "model": str(folder),
+                    "batch_size": batch_size, "device": device, "name": name}
+    return emb
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--exclude", nargs="*", default=[], help=f"datasets or sources left out: {list(SOURCES)}")
+    ap.add_argument("--mirrors", default="data/mirrors", help="folder of the corpora's git clones")
+    ap.add_argument("--datasets", default="../shared/datasets", help="folder holding tau2/ and apibank/")
+    ap.add_argument("--per-source", type=int, default=PER_SOURCE)
+    ap.add_argument("--encoder-dir", default=str(DEFAULT_CACHE))
+    a = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    pairs, counts = general_pairs(a.exclude, a.mirrors, a.datasets, a.per_source, TRAIN["seed"])
+    folder = finetuned(pairs, TrainConfig(**TRAIN), None, a.encoder_dir, log=print_progress())
+    info = train_info(folder)
+    print(json.dumps({"checkpoint": str(folder), "exclude": a.exclude, "pairs": counts,
+                      "batches": info["batches"], "train_seconds": info["train_seconds"]}))
+
+
+if __name__ == "__main__":
+    main()
