@@ -19,6 +19,7 @@ files.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -144,6 +145,21 @@ def new_artifact(out: str | Path, inputs: Mapping[str, Any]) -> Iterator[Path]:
     with atomic_new_dir(out) as tmp:
         yield tmp
         seal(tmp, inputs)
+
+
+@contextmanager
+def one_builder(out: str | Path) -> Iterator[None]:
+    """Hold the build lock of artifact ``out`` (``.<name>.lock`` beside it): a second process that wants the
+    same artifact waits for the first, then reuses what it built (:func:`reuse`) instead of building it
+    too (parallel test workers and sweep jobs on one machine)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def fingerprint(folder: str | Path) -> str:

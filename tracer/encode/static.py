@@ -20,7 +20,7 @@ import torch
 from model2vec import StaticModel
 
 from tracer.encode.bundle import Served, every_file
-from tracer.encode.manifest import fingerprint, new_artifact, reuse, verify
+from tracer.encode.manifest import fingerprint, new_artifact, one_builder, reuse, verify
 from tracer.encode.source import DEFAULT_CACHE, recipe_hash, short_name, source_hash
 
 
@@ -37,6 +37,14 @@ def _distilled(model: str | Path | None, pca_dims: int | None, encoder_dir: str 
     out = Path(encoder_dir) / f"m2v-{key[:16]}"
     if (digest := reuse(out)) is not None:
         return out, digest
+    with one_builder(out):
+        if (digest := reuse(out)) is not None:  # another process built it while this one waited
+            return out, digest
+        _distil(folder, pca_dims, out, key, model)
+    return out, verify(out)
+
+
+def _distil(folder: Path, pca_dims: int | None, out: Path, key: str, model: str | Path | None) -> None:
     # imported on a cache miss only: model2vec.distill pulls in the whole transformers stack (~4-7 s), which
     # every process that merely imports this module (each evaluate.py and tracer start) would pay
     from model2vec.distill import distill
@@ -47,7 +55,6 @@ def _distilled(model: str | Path | None, pca_dims: int | None, encoder_dir: str 
         distill(model_name=str(folder), pca_dims=pca_dims, device="cpu").save_pretrained(str(tmp / "model"))
         (tmp / "source.json").write_text(json.dumps({"model": str(folder), "name": short_name(model),
                                                       "key": key}))
-    return out, verify(out)
 
 
 class StaticEmbedder:

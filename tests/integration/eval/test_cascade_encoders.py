@@ -24,16 +24,20 @@ HEAD = {"max_epochs": 10, "inner_folds": 2}
 SLOW = TrainConfig(batch_size=6, lr=1e-4, warmup=0.1, epochs=1, max_seq_length=48, seed=0, layers=(5,))
 
 
+def cascade_recipe(encoder_dir: Path) -> dict:
+    common = {"context": {"join_users": True}, "encoder_dir": str(encoder_dir), "device": "cpu"}
+    fast = dataclasses.asdict(dataclasses.replace(SLOW, lr=1e-2, max_seq_length=512, layers=()))
+    return {**common, "kind": "static", "inner_encoders": True, **fast,
+            "slow": {**common, **dataclasses.asdict(SLOW)}}
+
+
 @pytest.fixture
 def recipe(tmp_path):
     # the static table starts from MiniLM's distillation, built once in .cache/encoders
     start = distilled().resolve()
     (tmp_path / "enc").mkdir()
     (tmp_path / "enc" / start.name).symlink_to(start)
-    common = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu"}
-    fast = dataclasses.asdict(dataclasses.replace(SLOW, lr=1e-2, max_seq_length=512, layers=()))
-    return {**common, "kind": "static", "inner_encoders": True, **fast,
-            "slow": {**common, **dataclasses.asdict(SLOW)}}
+    return cascade_recipe(tmp_path / "enc")
 
 
 @pytest.mark.slow  # trains encoders: make test-all
@@ -70,7 +74,8 @@ def test_both_stages_are_trained_on_the_outer_folds_training_trajectories_only(r
     assert info["scorer"] == "cascade" and 0 <= info["fit"]["inner_escalated"] <= 1
 
 
-def test_a_slow_recipe_must_be_a_recipe_without_its_own_slow_stage(recipe):
+def test_a_slow_recipe_must_be_a_recipe_without_its_own_slow_stage(tmp_path):
+    recipe = cascade_recipe(tmp_path / "enc")  # refused before anything is built: no distillation needed
     with pytest.raises(ValueError, match="encoder_training.slow must be a recipe"):
         build_fold_encoders(Registry(TINY_TOOLS), {**recipe, "slow": "mnrl_int8"})
     with pytest.raises(ValueError, match="encoder_training.slow.slow"):

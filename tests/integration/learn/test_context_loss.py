@@ -42,6 +42,7 @@ def no_dropout(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # trains MiniLM twice with a term no preset's transformer recipe uses: make test-all
 def test_each_step_adds_the_weighted_cross_entropy_of_anchors_against_their_partners(no_dropout):
     """Every step's loss is MNRL over the batch's (anchor, tool) pairs plus 0.5 x the cross-entropy of each
     anchor whose tool has another context against the batch's partner contexts (scale 20, cosines): recomputed
