@@ -1,5 +1,6 @@
 """What tests build from: messages, the tiny hand-written dataset, a keyword embedder with cosines known by
-hand, a scorer with a fixed ranking, and the repository paths. One place; test modules import from here
+hand, the baselines' hand-made steps and a fake model, a blend-head config, a scorer with a fixed ranking,
+and the repository paths. One place; test modules import from here
 (``tests/`` is on the path: ``pythonpath`` in pyproject.toml).
 """
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tracer.core.types import Tool, Trajectory
+from tracer.core.types import Step, Tool, Trajectory
 from tracer.scoring.fit import FitReport
 from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.records import Scores
@@ -89,6 +90,57 @@ class KeywordEmbedder:
             hits = [j for j, k in enumerate(self.keywords) if k in low] or [self.dim - 1]
             out[i, hits] = 1.0
         return torch.nn.functional.normalize(out, dim=1)  # [N, dim]
+
+
+# ---- baselines by hand (test_baselines.py, test_insight.py): a step whose context is one message, a
+# one-turn trajectory, registry names, a fake model
+def step(history: tuple[str, ...], user: str, position: int = 0) -> Step:
+    """A step whose context is one user message (the calls of ``history`` are not in the context)."""
+    return Step(trajectory_id="q", group="q", turn=0, position=position,
+                prefix=history[len(history) - position:], history=history, gold="",
+                context=({"role": "user", "content": user},))
+
+
+def traj(tid: str, user: str, calls: list[str], success: bool = True,
+         results: list[str] | None = None) -> Trajectory:
+    msgs: list[dict] = [{"role": "user", "content": user}]
+    for i, name in enumerate(calls):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps({})}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": (results or ["ok"] * len(calls))[i]})
+    return Trajectory(id=tid, group=tid, domain="tiny", messages=tuple(msgs), success=success,
+                      reward=1.0 if success else 0.0)
+
+
+def names(registry, ids) -> list[str]:
+    return [registry[i].name for i in ids]
+
+
+class FakeModel:
+    """A deterministic executor that writes text, counts its calls and calls every non-weather step
+    routine."""
+
+    name = "fake"
+    is_oracle = False
+    tokenizer_name = None
+    lesson = "Do check the weather first; avoid emailing without a recipient."
+
+    def __init__(self):
+        self.calls = 0
+
+    def complete(self, messages) -> str:
+        self.calls += 1
+        prompt = messages[-1]["content"]
+        if "routine" in prompt and "weather" not in prompt:
+            return "SKIP"
+        if "past episodes" in prompt:
+            return self.lesson
+        return "The user wants the weather."
+
+
+# ---- the blend head's tests (test_blend.py, test_blend_head.py): a head config that fits in seconds
+BLEND_HEAD = {"inner_folds": 5, "t_floor": 0.05, "lr": 0.05, "weight_decay": 1e-3, "max_epochs": 500,
+              "patience": 50, "rotate": True, "batch_size": 0}
 
 
 # ---- evaluation: a scorer with a fixed ranking, the tiny dataset as a native directory

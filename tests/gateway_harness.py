@@ -1,6 +1,8 @@
 """Serving an ASGI app on a loopback port from a test (uvicorn in a thread, stopped on exit), the
-gateway the tests serve: a small real index (MiniLM, ``tracer_fixed`` on ``data/example``), and
-:func:`drip`, clients that send a request one byte at a time (raw sockets)."""
+gateway the tests serve: a small real index (MiniLM, ``tracer_fixed`` on ``data/example``), what the tests
+send it (the tiny tools, a weather request, a minimal chat body, the official ``openai`` client), and raw
+sockets: :func:`raw_request`, a request sent as given, and :func:`drip`, clients that send a request one
+byte at a time."""
 
 from __future__ import annotations
 
@@ -11,11 +13,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import uvicorn
+from builders import TINY_TOOLS
 
 from tracer.retriever import Retriever
 from tracer.serve.gateway import Gateway, GatewayConfig
 from tracer.serve.reload import IndexHolder
+
+TOOLS = [t.to_openai() for t in TINY_TOOLS]
+NAMES = [t.name for t in TINY_TOOLS]
+WEATHER = [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"}]
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def save_test_index(path: Path, minilm) -> Path:
@@ -83,3 +92,20 @@ def drip(url: str, first: bytes, rest: bytes, n: int, every_s: float = 0.1,
     for s in socks:
         s.close()
     return [(closed.get(s, float("inf")), got[s]) for s in socks]
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, timeout=30)
+
+
+def raw_request(url: str, head: bytes, body: bytes = b"", timeout: float = 10.0) -> tuple[int, bytes]:
+    """Send ``head`` (request line and headers, ``\\r\\n\\r\\n`` added) and ``body`` as given on a raw
+    socket; the status and body of the answer (read until the server closes)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(head + b"\r\nconnection: close\r\n\r\n" + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, data.partition(b"\r\n\r\n")[2]
