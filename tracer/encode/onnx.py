@@ -12,7 +12,7 @@ session): ONNX Runtime 1.32's CPU ``SkipLayerNormalization`` kernel took 452 us 
 in a single-text int8 encode of the 3-layer student (6 nodes, 48 word pieces), the two plain ops 86 us, so
 the unfused pair makes that encode 1.000 ms instead of 1.455 ms (fp32: 3.049 against 3.404 ms;
 ``experiments/studies/onnx_export/profile_onnx.py``) with the same embeddings to float rounding
-(docs/encoders.md, "The skip layer norm"). ``int8`` is
+(experiments/studies/onnx_export/README.md, "The skip layer norm left unfused"). ``int8`` is
 ``onnxruntime.quantization.quantize_dynamic`` of it with per-channel int8 weights on the MatMul and fused
 Attention nodes (activations quantised on the fly).
 

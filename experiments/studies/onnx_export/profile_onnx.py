@@ -10,7 +10,7 @@ LayerNormalization, and ``skip_layer_norm=True``, the optimizer's default SkipLa
 built once into the encoder cache) run one BFCL-like query cut to ``--pieces`` word pieces on one thread, in
 alternating blocks of 50 runs (one graph warm at a time, as in a server; host drift hits both alike). Printed
 per graph: the session-run median, and ONNX Runtime's profiler's kernel time per operator type (microseconds
-per run). docs/encoders.md ("The skip layer norm") quotes it for fold 0's 3-layer student.
+per run). Its README ("The skip layer norm left unfused") quotes it for fold 0's 3-layer student.
 """
 
 from __future__ import annotations

@@ -53,10 +53,10 @@ class MlpEnsemble(nn.Module):
 
     Why: a single MLP's held-out recall moves with its initial weights (the candidate sets are small and
     the NLL has many near-equal minima); the members average that out, and on BFCL the mean of 10 kept
-    more recall@5 than one MLP at about the same recall@1 (docs/encoders.md, "The candidate model"). They
-    share one inner split, so its part of the spread stays. Both inference paths compute in float64 (here
-    member by member; :meth:`CandidateModel.scores_one` with the members stacked into one matrix) and round
-    to float32, so they agree to the last bit of the float32 scores."""
+    more recall@5 than one MLP at about the same recall@1 (experiments/studies/inner_folds/README.md,
+    "How much is the seed?"). They share one inner split, so its part of the spread stays. Both inference
+    paths compute in float64 (here member by member; :meth:`CandidateModel.scores_one` with the members
+    stacked into one matrix) and round to float32, so they agree to the last bit of the float32 scores."""
 
     def __init__(self, members: Sequence[nn.Sequential]):
         super().__init__()
