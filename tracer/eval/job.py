@@ -78,6 +78,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     """Run the evaluation described by ``cfg`` (the composed ``configs/evaluate.yaml``) into ``run_dir``."""
     cfg = plain(cfg)
     check_config(cfg, EVAL_INTS)
+    if cfg.get("train_trajectories") is not None:
+        check_int(cfg["train_trajectories"], "train_trajectories (override train_trajectories=...)", 0)
     if (cfg.get("regime") or {}).get("max_steps_per_turn") is not None:
         check_int(cfg["regime"]["max_steps_per_turn"],
                   "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
@@ -95,7 +97,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     ecfg = EvalConfig(k=cfg["k"], folds=cfg["folds"], seed=cfg["seed"], regime=regime["name"],
                       max_steps_per_turn=regime.get("max_steps_per_turn", 20),
                       test_successful_only=cfg.get("test_successful_only", True),
-                      latency_sample=cfg.get("latency_sample", 50), progress=cfg.get("progress", True))
+                      latency_sample=cfg.get("latency_sample", 50), progress=cfg.get("progress", True),
+                      train_trajectories=cfg.get("train_trajectories"))
     logger = build_logger(cfg.get("logger"), run_dir, f"{ds.name}-{scorer_cfg['name']}-k{cfg['k']}")
     logger.log_config(cfg)
     # encoder_training: each outer fold fine-tunes its own encoder on its training trajectories only

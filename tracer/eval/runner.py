@@ -54,6 +54,9 @@ class EvalConfig:
     latency_sample: int = 50
     batch_size: int = 512
     progress: bool = True
+    # a cold start: each fold fits on the first N of its training trajectories in a seeded arrival order
+    # (the learning curves' order); None: all of them
+    train_trajectories: int | None = None
 
 
 @dataclass
@@ -107,6 +110,9 @@ class Evaluator:
         train = [t for t in self.ds.trajectories if self.fold_of[t.group] != fold]
         test = [t for t in self.ds.trajectories if self.fold_of[t.group] == fold
                 and (t.success or not self.cfg.test_successful_only)]
+        if self.cfg.train_trajectories is not None:
+            random.Random(self.cfg.seed * 1000 + fold).shuffle(train)
+            train = train[:self.cfg.train_trajectories]
         return train, test
 
     def run(self) -> EvalResult:

@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from tracer.core.context import ContextRendering
@@ -42,19 +41,19 @@ from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer_plus.features import Candidates, candidates, coverage, feature_names, keep_mask
 from tracer.scorers.tracer_plus.fit import clean_fold_view, inner_fold_candidates, train_model
 from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
+from tracer.scorers.tracer_plus.live import LiveStep
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
 from tracer.scorers.tracer_plus.persist import load_plus, save_plus
-from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one, candidates_rows
+from tracer.scorers.tracer_plus.step import candidates_rows
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import Contexts, ScorerBase
+from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
-from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
 
 
-class TracerPlusScorer(ScorerBase):
+class TracerPlusScorer(LiveStep, ScorerBase):
     """Multi-key candidate union with a learned candidate scorer (see the module docstring).
 
     Args:
@@ -226,50 +225,6 @@ class TracerPlusScorer(ScorerBase):
                          "in_candidates": coverage(self.res.registry, steps, cand.tool, cand.mask)},
         )
 
-    # ---- scoring (one live step: tracer.scoring.single_step and candidates_one) -----------------
-    def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
-        """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
-        self._check_fitted()
-        mem = as_numpy(memory)
-        q = mem if query is None else as_numpy(query)
-        vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
-        one = candidates_one(self.index, step, mem, vec, self.m, order)
-        s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
-        if self.zero_shot_only and self.zero.kind != "vector":  # ranked by the zero-shot scores alone
-            vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
-            one.order = np.argsort(-vec, kind="stable")
-        return one, s, vec
-
-    def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
-        """The presented set of one step (``contexts = embed([step])``: memory and query contexts)."""
-        return self.select_scored(self.score_step(step, *contexts), k, pad)
-
-    def select_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], k: int,
-                      pad: bool | None = None) -> tuple[int, ...]:
-        """:meth:`select_one` from the step's :meth:`score_step` (a cascade's gate reads its scores first), as
-        :func:`finalize` would present them. Not :func:`finalize_one`: candidate scores are always finite and
-        the vector order is at hand (``one.order``), so a lexsort of the candidates (score desc, vector score
-        desc, registry id) followed by that order gives the same set with less work on the per-step hot path
-        (``benchmarks/bench_step.py`` times it); tested equal to the batched path."""
-        pad = self.pad if pad is None else pad
-        one, s, vec = scored
-        if not len(one.tool) or self.zero_shot_only:
-            return tuple(one.order[:k].tolist())
-        head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
-        if len(head) == k or not pad:
-            return tuple(head.tolist())
-        rest = one.order[:k + len(head)]
-        return tuple(head.tolist()) + tuple(rest[~np.isin(rest, head)][:k - len(head)].tolist())
-
-    def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
-        """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
-        return self.rank_scored(self.score_step(step, *contexts), top)
-
-    def rank_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray],
-                    top: int | None = None) -> np.ndarray:
-        one, s, vec = scored  # rank_one from the step's score_step
-        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.zero_shot_only, top)
-
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:
         return {"name": self.name, "keys": [asdict(k) for k in self.keys], "vector_candidates": self.m,
@@ -297,7 +252,8 @@ class TracerPlusScorer(ScorerBase):
 
     def describe(self) -> dict:
         out = {"scorer": self.name, "keys": [k.label for k in self.keys], "vector_candidates": self.m,
-               "model": self.model_kind, "features": list(self.feature_names), "dropped": list(self.drop)}
+               "model": self.model_kind, "features": list(self.feature_names), "dropped": list(self.drop),
+               "serves": "zero_shot" if self.index is not None and self.zero_shot_only else "model"}
         if self.model is not None:
             out["fit"] = {k: v for k, v in self.history.items() if not isinstance(v, list)}
             if self.model_kind == "linear":

@@ -1,0 +1,56 @@
+"""A cold start in evaluate.py (``train_trajectories=N``): each outer fold fits on the first N of its training
+trajectories in the learning curves' seeded order; the held-out steps do not change."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from builders import ROOT, TINY_TOOLS, tiny_trajectories
+from hydra import compose, initialize_config_dir
+
+from tracer.build import build_scorer
+from tracer.core.folds import kfold
+from tracer.core.types import Registry
+from tracer.data import Dataset
+from tracer.eval.job import run_job
+from tracer.eval.runner import EvalConfig, Evaluator
+from tracer.executors.oracle import OracleExecutor
+
+
+def _dataset() -> Dataset:
+    trajs = [dataclasses.replace(t, id=f"{t.id}-{v}", group=f"{t.group}-{v}")
+             for v in range(4) for t in tiny_trajectories()]
+    return Dataset("tiny", Registry(TINY_TOOLS), tuple(trajs))
+
+
+def _evaluator(ds: Dataset, n: int | None, res) -> Evaluator:
+    cfg = EvalConfig(k=2, folds=2, seed=3, latency_sample=0, progress=False, train_trajectories=n)
+    return Evaluator(ds, lambda: build_scorer("tracer_plus"), res, OracleExecutor(), cfg)
+
+
+def test_a_fold_fits_on_the_first_n_of_its_seeded_order_and_tests_on_the_same_steps(tiny_resources):
+    ds = _dataset()
+    full = _evaluator(ds, None, tiny_resources)
+    for n in (0, 3, 1000):
+        cold = _evaluator(ds, n, tiny_resources)
+        for split in kfold(ds.trajectories, 2, 3):  # the learning curves' folds and order
+            order = list(split.train)
+            random.Random(3 * 1000 + split.fold).shuffle(order)
+            train, test = cold.split(split.fold)
+            assert [t.id for t in train] == [t.id for t in order[:n]]
+            assert test == full.split(split.fold)[1]
+    # tracer_plus fitted on no trajectory serves its zero-shot ranking; with all of them, its own model
+    result = _evaluator(ds, 0, tiny_resources).run()
+    assert result.n_steps > 0 and all(info["serves"] == "zero_shot" for info in result.scorer_info)
+
+
+def test_a_negative_count_is_refused_naming_the_override(tmp_path):
+    with initialize_config_dir(str(ROOT / "tracer" / "configs"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=["dataset=jsonl", f"dataset.path={tmp_path / 'nowhere'}",
+                                             "train_trajectories=-1"])
+    with pytest.raises(ValueError, match=r"train_trajectories \(override train_trajectories=...\) must be an "
+                                         r"int >= 0, got -1"):
+        run_job(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

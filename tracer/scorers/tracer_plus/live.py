@@ -1,0 +1,60 @@
+"""tracer_plus's live path: one step scored, selected and ranked on the CPU in numpy
+(:mod:`tracer.scoring.single_step`, :func:`tracer.scorers.tracer_plus.step.candidates_one`), equal to the
+batched path (``score_embedded`` then :func:`tracer.scoring.ranking.finalize`) by test."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracer.core.types import Step
+from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one
+from tracer.scoring.protocol import Contexts
+from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
+
+
+class LiveStep:
+    """The single-step methods of :class:`~tracer.scorers.tracer_plus.scorer.TracerPlusScorer`, which holds
+    the state they read (``res``, ``index``, ``model``, ``zero``, ``m``, ``pad``)."""
+
+    def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
+        """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
+        self._check_fitted()
+        mem = as_numpy(memory)
+        q = mem if query is None else as_numpy(query)
+        vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
+        one = candidates_one(self.index, step, mem, vec, self.m, order)
+        s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
+        if self.zero_shot_only and self.zero.kind != "vector":  # ranked by the zero-shot scores alone
+            vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
+            one.order = np.argsort(-vec, kind="stable")
+        return one, s, vec
+
+    def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
+        """The presented set of one step (``contexts = embed([step])``: memory and query contexts)."""
+        return self.select_scored(self.score_step(step, *contexts), k, pad)
+
+    def select_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], k: int,
+                      pad: bool | None = None) -> tuple[int, ...]:
+        """:meth:`select_one` from the step's :meth:`score_step` (a cascade's gate reads its scores first), as
+        :func:`finalize` would present them. Not :func:`finalize_one`: candidate scores are always finite and
+        the vector order is at hand (``one.order``), so a lexsort of the candidates (score desc, vector score
+        desc, registry id) followed by that order gives the same set with less work on the per-step hot path
+        (``benchmarks/bench_step.py`` times it); tested equal to the batched path."""
+        pad = self.pad if pad is None else pad
+        one, s, vec = scored
+        if not len(one.tool) or self.zero_shot_only:
+            return tuple(one.order[:k].tolist())
+        head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
+        if len(head) == k or not pad:
+            return tuple(head.tolist())
+        rest = one.order[:k + len(head)]
+        return tuple(head.tolist()) + tuple(rest[~np.isin(rest, head)][:k - len(head)].tolist())
+
+    def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
+        """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
+        return self.rank_scored(self.score_step(step, *contexts), top)
+
+    def rank_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray],
+                    top: int | None = None) -> np.ndarray:
+        one, s, vec = scored  # rank_one from the step's score_step
+        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.zero_shot_only, top)
