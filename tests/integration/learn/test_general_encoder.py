@@ -40,8 +40,10 @@ def test_a_dataset_under_test_takes_its_whole_family_out():
     assert sources_without("bfcl") == ("seal_tools", "apibench", "tau2", "apibank")
     assert sources_without(["tau2"]) == ("bfcl_single", "seal_tools", "apibench", "bfcl", "apibank")
     assert sources_without(()) == SOURCES
-    with pytest.raises(ValueError, match=r"unknown exclude \['toolbench'\]"):
-        sources_without(["tau2", "toolbench"])
+    # a user's own dataset is no source: nothing of it to leave out
+    assert sources_without(["my_agent_logs"]) == SOURCES
+    with pytest.raises(ValueError, match=r"exclude must name datasets or sources, got \[3\]"):
+        sources_without(["tau2", 3])
 
 
 def test_pairs_come_only_from_the_sources_left_rendered_as_a_first_step(mirrors):

@@ -48,11 +48,12 @@ TRAIN = {"batch_size": 64, "lr": 2.0e-5, "warmup": 0.1, "epochs": 1, "max_seq_le
 
 
 def sources_without(exclude: str | Sequence[str]) -> tuple[str, ...]:
-    """The sources left once every family in ``exclude`` (dataset or source names) is removed."""
+    """The sources left once every family in ``exclude`` (dataset or source names) is removed. A name that is
+    no source (your own dataset, ``embedder=general`` under ``dataset=jsonl``) leaves nothing out."""
     exclude = (exclude,) if isinstance(exclude, str) else tuple(exclude)
-    unknown = [e for e in exclude if e not in SOURCES]
-    if unknown:
-        raise ValueError(f"general encoder: unknown exclude {unknown}: names are {list(SOURCES)}")
+    bad = [e for e in exclude if not isinstance(e, str) or not e]
+    if bad:
+        raise ValueError(f"general encoder: exclude must name datasets or sources, got {bad}")
     gone = {s for e in exclude for s in FAMILY.get(e, (e,))}
     return tuple(s for s in SOURCES if s not in gone)
 
@@ -116,7 +117,7 @@ def embedder(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirr
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--exclude", nargs="*", default=[], help=f"datasets or sources left out: {list(SOURCES)}")
+    ap.add_argument("--exclude", nargs="*", default=[], choices=SOURCES, help="datasets or sources left out")
     ap.add_argument("--mirrors", default="data/mirrors", help="folder of the corpora's git clones")
     ap.add_argument("--datasets", default="../shared/datasets", help="folder holding tau2/ and apibank/")
     ap.add_argument("--per-source", type=int, default=PER_SOURCE)
