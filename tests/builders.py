@@ -47,6 +47,10 @@ def fitted_scorer(scorer, trajectories, res):
     return scorer
 
 
+def call_names(ds) -> list[str]:
+    return [s.gold for s in ds.steps()]
+
+
 def tiny_trajectories() -> list[Trajectory]:
     """A handful of conversations over :data:`TINY_TOOLS` (two turns in some)."""
     convs = [
