@@ -8,6 +8,8 @@ whole registry for a scorer that presents all. Scorers never sort or pad by them
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -67,11 +69,22 @@ def finalize(scores: Scores, k: int, pad: bool = True) -> Selection:
         n_prop = proposed.sum(1).tolist()
         fell = scores.fell_back.tolist()
         top = [t if f else t[: min(k, c)] for t, f, c in zip(top, fell, n_prop)]
+    if scores.reserve is not None:
+        top = [reserved(t, r, k) for t, r in zip(top, scores.reserve)]
     presented = []
     for t in top:
         extra = [g for g in scores.always_present if g not in t]
         presented.append(tuple(t) + tuple(extra))
     return Selection(ranking, presented, scores)
+
+
+def reserved(top: Sequence[int], reserve: Sequence[int], k: int) -> tuple[int, ...]:
+    """``top`` (a step's first k, or fewer without padding) with its k-th slot given to the first id of
+    ``reserve`` that is not in it (appended when ``top`` is short); ``top`` as it is when there is none."""
+    new = next((r for r in reserve if r not in top), None)
+    if new is None or k < 1:
+        return tuple(top)
+    return tuple(top[:k - 1]) + (new,) if len(top) >= k else tuple(top) + (new,)
 
 
 def no_proposal(b: int, n: int) -> torch.Tensor:

@@ -29,6 +29,8 @@ class Scores:
     fields rather than diagnostics: they change what the model sees):
     present_all: the whole registry is presented whatever k is (LLM-only, H-EPM, Insight).
     always_present: registry ids added to every presented set (Tracer+G's global set).
+    reserve: per step, registry ids that claim the k-th slot: the first of them not among the top k takes it
+        (:func:`tracer.scoring.ranking.reserved`; tracer_plus's slot for tools no log has called).
     guidance: per-step text added to the prompt (H-EPM's suggestion line, Insight's block).
     """
 
@@ -38,6 +40,7 @@ class Scores:
     diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
     present_all: bool = False
     always_present: tuple[int, ...] = ()
+    reserve: list[tuple[int, ...]] | None = None
     guidance: list[str] | None = None
 
 

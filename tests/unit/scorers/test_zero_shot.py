@@ -14,7 +14,7 @@ from tracer.core.types import Trajectory
 from tracer.learn.nll import IGNORE
 from tracer.scorers.hybrid import rrf
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
-from tracer.scoring.ranking import finalize
+from tracer.scoring.ranking import finalize, reserved
 from tracer.scoring.resources import Resources
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
@@ -111,3 +111,39 @@ def test_tracer_plus_without_logs_is_a_cold_index_serving_the_hybrid_ranking(tin
     assert finalize(cold.score(steps), 3).presented == finalize(hybrid.score(steps), 3).presented
     with pytest.raises(ValueError, match="no training steps"):  # no guard, no transfer: nothing to serve
         build_scorer("tracer_plus", head=FAST, zero_shot={"kind": "vector", "guard": False}).fit([], res)
+
+
+def test_reserved_gives_the_kth_slot_to_the_first_claimant_not_presented():
+    assert reserved((4, 1, 2), (7, 8), 3) == (4, 1, 7)
+    assert reserved((4, 1, 2), (1, 8), 3) == (4, 1, 8)         # 1 is presented already: the next claimant
+    assert reserved((4, 1, 2), (1, 2), 3) == (4, 1, 2)         # every claimant presented: unchanged
+    assert reserved((4, 1, 2), (), 3) == (4, 1, 2)
+    assert reserved((4,), (7,), 3) == (4, 7)                   # a short set without padding: appended
+
+
+# flights only, over and over: the model serves (no guard), and its candidates are the flight tools
+FLIGHTS = [one_call(f"f{i}", "book a flight", "book_flight") for i in range(4)] + [
+    one_call(f"s{i}", "search flights", "search_flights") for i in range(4)]
+
+
+@pytest.mark.parametrize("novel", [0, 2])
+def test_a_never_called_tool_the_zero_shot_ranking_puts_first_takes_the_last_slot(tiny_registry,
+                                                                                  keyword_embedder, novel):
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
+                          memory_context=CONTEXT, head=FAST,
+                          zero_shot={"kind": "hybrid", "guard": False, "novel": novel})
+    scorer.fit(FLIGHTS, res)
+    assert not scorer.zero_shot_only
+    names = tiny_registry.names
+    assert [names[t] for t in np.flatnonzero(scorer.never_called)] == [
+        "cancel_booking", "get_weather", "send_email", "list_files"]
+    steps = extract_all([one_call("t", "list my files", "list_files"), one_call("u", "book a flight",
+                                                                                "book_flight")])
+    presented = finalize(scorer.score(steps), 2, scorer.pad).presented
+    files, flight = [tuple(names[t] for t in p) for p in presented]
+    # the trie's two children fill both slots; with novel on, the second goes to list_files (zero-shot first)
+    assert files == (("search_flights", "list_files") if novel else ("search_flights", "book_flight"))
+    assert flight[0] == "book_flight" and "list_files" not in flight  # zero-shot's top 2 are called tools
+    assert [scorer.select_one(s, scorer.embed([s]), 2) for s in steps] == presented        # live = batched
+    assert scorer.rank_one(steps[0], scorer.embed([steps[0]]))[0] == names.index("search_flights")

@@ -9,6 +9,7 @@ import numpy as np
 from tracer.core.types import Step
 from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one
 from tracer.scoring.protocol import Contexts
+from tracer.scoring.ranking import reserved
 from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
 
 
@@ -27,6 +28,9 @@ class LiveStep:
         if self.zero_shot_only and self.zero.kind != "vector":  # ranked by the zero-shot scores alone
             vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
             one.order = np.argsort(-vec, kind="stable")
+        elif self.zero.novel and not self.zero_shot_only:  # the k-th slot's claimants, as batched
+            zs = self.zero.scores([step], vec[None], self.res, self.query_rendering)       # [1, N]
+            one.reserve = self.zero.reserve(zs, self.never_called)[0]
         return one, s, vec
 
     def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
@@ -43,12 +47,13 @@ class LiveStep:
         pad = self.pad if pad is None else pad
         one, s, vec = scored
         if not len(one.tool) or self.zero_shot_only:
-            return tuple(one.order[:k].tolist())
+            return reserved(tuple(one.order[:k].tolist()), one.reserve, k)
         head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
         if len(head) == k or not pad:
-            return tuple(head.tolist())
+            return reserved(tuple(head.tolist()), one.reserve, k)
         rest = one.order[:k + len(head)]
-        return tuple(head.tolist()) + tuple(rest[~np.isin(rest, head)][:k - len(head)].tolist())
+        return reserved(tuple(head.tolist()) + tuple(rest[~np.isin(rest, head)][:k - len(head)].tolist()),
+                        one.reserve, k)
 
     def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from tracer.core.context import ContextRendering
@@ -194,6 +195,11 @@ class TracerPlusScorer(LiveStep, ScorerBase):
     def zero_shot_only(self) -> bool:  # cold, or the guard found the zero-shot ranking better than the model
         return self.cold or self.history.get("serves") == "zero_shot"
 
+    @property
+    def never_called(self) -> np.ndarray:
+        """``[N]`` bool: tools no training or logged step has called (no trie evidence)."""
+        return self.index.tool_log_freq_np == 0
+
     def _check_fitted(self) -> None:
         if self.res is None or self.model is None:
             raise RuntimeError(f"scorer {self.name!r} is not fitted: call fit(trajectories, resources) "
@@ -215,14 +221,17 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         cand = self.candidates(steps, mem, vec)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
         has = cand.mask.any(1)                                                  # [B]
+        zero = (self.zero.scores(steps, vec.numpy(), self.res, self.query_rendering)
+                if self.zero_shot_only or self.zero.novel else None)                            # [B, N]
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
-            fallback=torch.from_numpy(self.zero.scores(steps, vec.numpy(), self.res, self.query_rendering))
-            if self.zero_shot_only else vec,
+            fallback=torch.from_numpy(zero) if self.zero_shot_only else vec,
             fell_back=(~has | self.zero_shot_only).cpu(),
             diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
                          "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
                          "in_candidates": coverage(self.res.registry, steps, cand.tool, cand.mask)},
+            reserve=self.zero.reserve(zero, self.never_called) if self.zero.novel and not self.zero_shot_only
+            else None,
         )
 
     # ---- persistence -------------------------------------------------------------------------

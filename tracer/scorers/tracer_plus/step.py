@@ -28,6 +28,7 @@ class OneCandidates:
     depth: int              # length of the first key's state (-1 when unseen)
     order: np.ndarray       # [N] registry ids by vector score, best first (ties by registry position);
                             # [T] the tools an approximate index retrieved
+    reserve: tuple[int, ...] = ()  # never-called tools claiming the k-th slot (zero_shot.novel)
 
 
 def retrieved_order(vec: np.ndarray) -> np.ndarray:

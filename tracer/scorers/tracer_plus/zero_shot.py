@@ -14,6 +14,12 @@ same steps, and serves the model only when it is ahead by more than one standard
 wins by a wide margin and nothing changes (the committed full-data rows reproduce); with five trajectories
 it rarely does. The decision is a fit result (``history["serves"]``): saved with the index, taken over by an
 online refit.
+
+*Novel tools* (``novel: j``, 0 = off): where the model serves, a tool no logged call has used has no trie
+evidence, so the model ranks it below every tool it has seen called, even when the zero-shot ranking puts it
+first: a step whose gold is such a tool is almost always missed. With ``novel`` on, the k-th presented slot
+goes to the best of the zero-shot ranking's top ``j`` tools that are never called and not already presented
+(:func:`tracer.scoring.ranking.reserved`); the ranking itself stays the model's.
 """
 
 from __future__ import annotations
@@ -40,13 +46,16 @@ class ZeroShot:
         k: the recall@k the guard compares.
         bm25: ``{k1, b}`` of the lexical input (``hybrid``).
         rrf_k: the fusion's rank offset (``hybrid``).
+        novel: j, the zero-shot top j from which a never-called tool takes the k-th slot (0: off).
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
-                 rrf_k: int = 60):
+                 rrf_k: int = 60, novel: int = 0):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
-        self.kind, self.guard, self.k, self.rrf_k = kind, bool(guard), int(k), int(rrf_k)
+        if isinstance(novel, bool) or not isinstance(novel, int) or novel < 0:
+            raise ValueError(f"zero_shot.novel must be an int >= 0, got {novel!r}")
+        self.kind, self.guard, self.k, self.rrf_k, self.novel = kind, bool(guard), int(k), int(rrf_k), novel
         self.bm25_cfg = dict(bm25 or {"k1": 1.5, "b": 0.75})
         self._lexical = None  # (registry, BM25Scorer), built on first use
 
@@ -56,7 +65,7 @@ class ZeroShot:
 
     def config(self) -> dict:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
-                "rrf_k": self.rrf_k}
+                "rrf_k": self.rrf_k, "novel": self.novel}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
@@ -73,6 +82,12 @@ class ZeroShot:
             return np.asarray(vec, dtype=np.float32)
         lexical = self._bm25(res, rendering).step_scores(steps)                        # [B, N]
         return rrf(np.asarray(vec), lexical, k=self.rrf_k)
+
+    def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
+        """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its
+        zero-shot scores ``zs [B, N]`` (ties by registry position), best first."""
+        top = np.argsort(-zs, axis=1, kind="stable")[:, :self.novel]                      # [B, j]
+        return [tuple(int(t) for t in row if never_called[t]) for row in top]
 
     def choose(self, inner_scores: torch.Tensor, gold: torch.Tensor, zero_hits: np.ndarray) -> dict:
         """The guard's decision from the model's out-of-fold scores ``[S, C]`` (-inf where masked), the gold's
