@@ -22,7 +22,6 @@ the repository to clone; a file a snapshot left out (large blobs) is skipped.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from pathlib import Path
 from tracer.core.errors import DataError
 from tracer.core.types import Tool
 from tracer.data.bfcl import data_dir
+from tracer.data.native import json_line
 
 # BFCL's single-turn categories with a ground truth (irrelevance, memory, web search have none)
 BFCL_SINGLE = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
@@ -65,30 +65,27 @@ class Clone:
             raise DataError(base, f"no clone of {slug} (git clone https://github.com/{slug} {base})")
         self.bare = not (self.root / ".git").exists() and (self.root / "HEAD").is_file()
 
-    def read(self, path: str) -> str | None:
-        """A file's text; None where the clone lacks it (a snapshot may leave large files out)."""
+    def read(self, path: str) -> bytes | None:
+        """A file's bytes; None where the clone lacks it (a snapshot may leave large files out)."""
         if not self.bare:
             f = self.root / path
-            return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
+            return f.read_bytes() if f.is_file() else None
         r = subprocess.run(["git", "--git-dir", str(self.root), "show", f"HEAD:{path}"], capture_output=True,
                            check=False)
-        return r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
+        return r.stdout if r.returncode == 0 else None
 
 
 def _text(value: object) -> str:
     return _WS.sub(" ", str(value or "")).strip()[:MAX_DESC]
 
 
-def _lines(text: str | None, where: str | Path) -> Iterator[dict]:
-    for i, line in enumerate((text or "").splitlines(), 1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(where, f"not JSON: {e.msg}", line=i) from None
-            if not isinstance(row, dict):
-                raise DataError(where, "not a JSON object", line=i)
+def _lines(data: bytes | None, where: str | Path) -> Iterator[dict]:
+    """The objects of a JSON-lines file (bytes); a bad line is a DataError naming ``where`` and the line."""
+    start = 0
+    for i, raw in enumerate((data or b"").split(b"\n"), 1):
+        if (row := json_line(where, raw, i, start)) is not None:
             yield row
+        start += len(raw) + 1
 
 
 def bfcl_single(categories: tuple[str, ...] = BFCL_SINGLE) -> Iterator[Example]:
@@ -97,8 +94,8 @@ def bfcl_single(categories: tuple[str, ...] = BFCL_SINGLE) -> Iterator[Example]:
     root = data_dir()
     for cat in categories:
         gold = root / "possible_answer" / f"BFCL_v4_{cat}.json"
-        answers = {a["id"]: a["ground_truth"] for a in _lines(gold.read_text(), gold)}
-        for q in _lines((root / f"BFCL_v4_{cat}.json").read_text(), root / f"BFCL_v4_{cat}.json"):
+        answers = {a["id"]: a["ground_truth"] for a in _lines(gold.read_bytes(), gold)}
+        for q in _lines((root / f"BFCL_v4_{cat}.json").read_bytes(), root / f"BFCL_v4_{cat}.json"):
             offered = {f["name"]: Tool(f["name"], _text(f.get("description")), source="bfcl_single")
                        for f in q["function"]}
             names = dict.fromkeys(name for call in answers.get(q["id"], []) for name in call)

@@ -131,7 +131,7 @@ def iter_jsonl(path: str | Path, missing: str = "file not found", problems: Prob
         for lineno, raw in enumerate(f, start=1):
             start, offset = offset, offset + len(raw)
             try:
-                obj = _json_line(path, raw, lineno, start)
+                obj = json_line(path, raw, lineno, start)
             except DataError as e:
                 if problems is None:
                     raise
@@ -141,7 +141,7 @@ def iter_jsonl(path: str | Path, missing: str = "file not found", problems: Prob
                 yield lineno, obj
 
 
-def _json_line(path: Path, raw: bytes, lineno: int, start: int) -> dict | None:
+def json_line(path: str | Path, raw: bytes, lineno: int, start: int = 0) -> dict | None:
     """The object on one line (None for a blank line), else a DataError naming the line."""
     try:
         line = raw.decode("utf-8")

@@ -79,5 +79,5 @@ def test_bfcl_single_turn_questions_with_their_ground_truth_functions():
 def test_a_line_that_is_not_json_is_named_with_its_file_and_line(tmp_path):
     bad = {**SEAL_TOOLS_FILES, "Seal-Tools_Dataset/dev.jsonl": '{"id": "a"}\n{oops\n'}
     git_repo(tmp_path / "fairyshine+Seal-Tools", bad)
-    with pytest.raises(DataError, match=r"dev.jsonl, line 2.*not JSON"):
+    with pytest.raises(DataError, match=r"dev.jsonl, line 2.*not valid JSON"):
         list(seal_tools(tmp_path))

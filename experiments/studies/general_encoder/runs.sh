@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The general encoder's evaluation (issue 35): every run below, into outputs/general/<dataset>/<name>/, skipped
+# when its metrics.json exists. Registry large, k = 5, 5 folds by group, seed 0, oracle executor (teacher
+# forcing). embedder=general leaves the dataset under test out of its training (tracer/learn/encoders/general.py).
+#   bash experiments/studies/general_encoder/runs.sh [DATASET ...] [-- EXTRA OVERRIDES]
+#   SKIP_GENERAL=1 bash ...   runs only what does not need the general encoder (ONLY_GENERAL=1: only what does)
+# then: python -m experiments.studies.general_encoder.table
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+PY=${PY:-.venv/bin/python}
+DATASETS=(bfcl tau2 apibank)
+[[ $# -gt 0 && $1 != "--" ]] && DATASETS=() && while [[ $# -gt 0 && $1 != "--" ]]; do DATASETS+=("$1"); shift; done
+[[ $# -gt 0 ]] && shift
+EXTRA=("$@")
+run() {  # run NAME OVERRIDES...
+  local out=outputs/general/$ds/$1; shift
+  [[ -f $out/metrics.json ]] && return 0
+  [[ -n ${SKIP_GENERAL:-} && " $* " == *" embedder=general "* ]] && return 0
+  [[ -n ${ONLY_GENERAL:-} && " $* " != *" embedder=general "* ]] && return 0
+  echo "== $ds $out $*" >&2
+  nice -n 5 "$PY" evaluate.py "dataset=$ds" registry=large k=5 folds=5 seed=0 progress=false latency_sample=0 \
+    "hydra.run.dir=$out" "$@" "${EXTRA[@]}" > "$out.log" 2>&1 || echo "failed: $out (see $out.log)" >&2
+}
+for ds in "${DATASETS[@]}"; do
+  mkdir -p "outputs/general/$ds"
+  run vector_minilm scorer=vector
+  run bm25 scorer=bm25
+  run vector_general scorer=vector embedder=general
+  for n in 0 10; do
+    run "tracer_plus_minilm_n$n" scorer=tracer_plus "train_trajectories=$n"
+    run "tracer_plus_general_n$n" scorer=tracer_plus embedder=general "train_trajectories=$n"
+    [[ $n -gt 0 ]] && for s in toolnet autotool; do run "${s}_n$n" "scorer=$s" "train_trajectories=$n"; done
+  done
+  run tracer_plus_general scorer=tracer_plus embedder=general
+  run tracer_plus_minilm scorer=tracer_plus
+  # the novel-tool slot (scorer.zero_shot.novel, tracer/scorers/tracer_plus/zero_shot.py)
+  run tracer_plus_minilm_novel_n10 scorer=tracer_plus scorer.zero_shot.novel=2 train_trajectories=10
+  run tracer_plus_minilm_novel scorer=tracer_plus scorer.zero_shot.novel=2
+done

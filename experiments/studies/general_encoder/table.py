@@ -1,0 +1,100 @@
+"""The general encoder's table: recall@1 and recall@5 of every run ``runs.sh`` wrote, on all held-out steps
+and on the steps whose gold tool the fold's training never called (unseen), with paired tests against a
+reference run on the same steps.
+
+    python -m experiments.studies.general_encoder.table [--root outputs/general] [--out FILE]
+
+Rows per dataset (each present run): the MiniLM and general vector searches, BM25, then per number of logged
+trajectories N (0, 10, all) tracer_plus with MiniLM and with the general encoder, and ToolNet and AutoTool at
+N = 10. Differences (Δ) are paired over the same steps (a sign-flip permutation test,
+:func:`tracer.eval.report.paired`): the general vector search against MiniLM's, and each tracer_plus row
+against the better of its embedder's vector search and BM25; on the unseen steps, those of the row's own
+training (its N).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tracer.eval.metrics import paired_test
+from tracer.eval.outputs import read_steps
+from tracer.eval.report import paired
+
+ROWS = ("vector_minilm", "vector_general", "bm25",
+        "tracer_plus_minilm_n0", "tracer_plus_general_n0",
+        "toolnet_n10", "autotool_n10", "tracer_plus_minilm_n10", "tracer_plus_minilm_novel_n10",
+        "tracer_plus_general_n10", "tracer_plus_minilm", "tracer_plus_minilm_novel", "tracer_plus_general")
+
+
+def presented(r) -> float:
+    """The gold among the k presented tools: recall@5 as the model sees it. It equals ``hit_at_k`` (the gold
+    ranked in the top k) unless a scorer presents other than its top k, as the novel-tool slot does."""
+    return float(r.gold in r.presented)
+
+
+def recalls(run: Path) -> dict[str, float | int]:
+    """recall@1 and @5 over all held-out steps and over the unseen-gold ones, with their counts."""
+    recs = read_steps(run / "steps.jsonl")
+    out: dict[str, float | int] = {}
+    for part, keep in (("all", recs), ("unseen", [r for r in recs if r.gold_seen is False])):
+        out[f"{part}_n"] = len(keep)
+        out[f"{part}_r1"] = sum(r.gold_rank == 1 for r in keep) / max(len(keep), 1)
+        out[f"{part}_r5"] = sum(presented(r) for r in keep) / max(len(keep), 1)
+    return out
+
+
+def paired_on_unseen(run: Path, ref: Path) -> dict:
+    """recall@5 of ``run`` against ``ref`` on the steps whose gold ``run``'s training never called (a vector
+    search fits nothing, so its own seen/unseen labels are those of all trajectories, not of ``run``'s N)."""
+    a = {(r.fold, r.trajectory_id, r.step): r for r in read_steps(run / "steps.jsonl")}
+    b = {(r.fold, r.trajectory_id, r.step): r for r in read_steps(ref / "steps.jsonl")}
+    keys = sorted(k for k, r in a.items() if r.gold_seen is False)
+    return paired_test([presented(a[k]) for k in keys], [presented(b[k]) for k in keys])
+
+
+def reference(name: str, runs: dict[str, Path]) -> str | None:
+    """The run a row is compared with: MiniLM's vector search for the general one; for tracer_plus the best of
+    its inputs (vector search with its embedder, BM25) by recall@5."""
+    if name == "vector_general":
+        return "vector_minilm"
+    if name.startswith("tracer_plus_"):
+        emb = "general" if "_general" in name else "minilm"
+        inputs = [r for r in (f"vector_{emb}", "bm25") if r in runs]
+        return max(inputs, key=lambda r: recalls(runs[r])["all_r5"]) if inputs else None
+    return None
+
+
+def dataset_table(root: Path) -> list[str]:
+    runs = {name: root / name for name in ROWS if (root / name / "metrics.json").is_file()}
+    lines = [f"### {root.name}", "",
+             "| run | recall@1 | recall@5 | Δ recall@5 (p) vs | unseen steps | unseen recall@5 | Δ unseen (p) |",
+             "|---|---:|---:|---|---:|---:|---|"]
+    for name, run in runs.items():
+        r = recalls(run)
+        ref, delta, delta_u = reference(name, runs), "", ""
+        if ref is not None:
+            t = paired(run, runs[ref], "correct")  # the oracle's call: the gold among the presented
+            delta = f"{t['mean_diff']:+.3f} ({t['p_value']:.3g}) vs {ref}"
+            if r["unseen_n"]:
+                u = paired_on_unseen(run, runs[ref])
+                delta_u = f"{u['mean_diff']:+.3f} ({u['p_value']:.3g})"
+        lines.append(f"| {name} | {r['all_r1']:.3f} | {r['all_r5']:.3f} | {delta} | {r['unseen_n']} | "
+                     f"{r['unseen_r5']:.3f} | {delta_u} |")
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, default=Path("outputs/general"))
+    ap.add_argument("--out", type=Path, default=None, help="write the Markdown here (default: print)")
+    a = ap.parse_args()
+    text = "\n".join(line for d in sorted(p for p in a.root.iterdir() if p.is_dir())
+                     for line in dataset_table(d))
+    if a.out:
+        a.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
