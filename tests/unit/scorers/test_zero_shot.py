@@ -13,7 +13,7 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
 from tracer.learn.nll import IGNORE
 from tracer.scorers.hybrid import rrf
-from tracer.scorers.tracer_plus.zero_shot import ZeroShot
+from tracer.scorers.tracer_plus.zero_shot import ZeroShot, top_ids
 from tracer.scoring.ranking import finalize, reserved
 from tracer.scoring.resources import Resources
 
@@ -147,3 +147,12 @@ def test_a_never_called_tool_the_zero_shot_ranking_puts_first_takes_the_last_slo
     assert flight[0] == "book_flight" and "list_files" not in flight  # zero-shot's top 2 are called tools
     assert [scorer.select_one(s, scorer.embed([s]), 2) for s in steps] == presented        # live = batched
     assert scorer.rank_one(steps[0], scorer.embed([steps[0]]))[0] == names.index("search_flights")
+
+
+def test_top_ids_is_a_stable_argsorts_first_j_ties_by_id():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n, j = int(rng.integers(1, 30)), int(rng.integers(0, 8))
+        s = rng.integers(0, 5, n).astype(np.float32)  # many ties
+        s[rng.random(n) < 0.2] = -np.inf              # tools an approximate index did not retrieve
+        assert top_ids(s, j).tolist() == np.argsort(-s, kind="stable")[:j].tolist()
