@@ -12,12 +12,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from builders import KEYWORDS, KeywordEmbedder, call, result, tiny_trajectories
+from builders import KEYWORDS, TINY_TOOLS, KeywordEmbedder, call, result, tiny_trajectories
 
 from tracer.build import build_scorer, load_config
 from tracer.core.steps import extract_all
-from tracer.core.types import Trajectory
+from tracer.core.types import Registry, Tool, Trajectory
 from tracer.scorers.cascade import CascadeScorer, gate_confidence
+from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources
 
 HEAD = {"max_epochs": 20, "inner_folds": 3}
@@ -207,3 +208,24 @@ def test_updating_a_cascade_in_place_is_refused_before_anything_changes(stages):
     with pytest.raises(TypeError, match="a cascade is not updated in place"):
         Retriever(sc).update(trajs[:2])
     assert torch.equal(sc.score(steps).primary, before.primary)
+
+
+def test_each_step_keeps_the_novel_slot_claim_of_the_stage_that_answers_it(stages):
+    _, trajs, steps = stages
+    # one tool no trajectory calls, so the fast stage's slot has something to claim
+    registry = Registry((*TINY_TOOLS, Tool("archive_files", "Archive old files into a zip")))
+    res = Resources.build(registry, KeywordEmbedder(), device="cpu", seed=0)
+    res.slow = Resources.build(registry, KeywordEmbedder(SLOW_KEYWORDS), device="cpu", seed=0)
+    novel = {**MODEL, "kind": "vector", "novel": 7}  # the whole ranking: every never-called tool claims the slot
+    sc = build_scorer("cascade", escalate=0.5, fast={"head": HEAD, "zero_shot": novel},
+                      slow={"head": HEAD, "zero_shot": MODEL})
+    sc.fit(trajs, res)
+    fast = build_scorer("tracer_plus", name="cascade.fast", head=HEAD, zero_shot=novel)
+    fast.fit(trajs, res)
+    got, a = sc.score(steps), fast.score(steps)
+    up = got.diagnostics["escalated"].bool().tolist()
+    assert any(up) and not all(up) and all(a.reserve)
+    # the fast stage's claims where it answers, none where the slow stage (novel off) does
+    assert got.reserve == [() if u else r for u, r in zip(up, a.reserve)]
+    presented = finalize(got, 2, True).presented
+    assert [sc.select_one(s, sc.embed([s]), 2) for s in steps] == presented                # live = batched
