@@ -32,9 +32,10 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.catalogue_sources import SOURCES, Repo, bfcl_docs
+from benchmarks.catalogue_sources import SOURCES, bfcl_docs
 from tracer.core.types import Registry, Tool
 from tracer.data.base import Dataset
+from tracer.data.corpora import Clone
 from tracer.data.pool import distractor_pool, pool_registry
 
 OUT = Path("data/catalogue/tools.jsonl")
@@ -48,7 +49,7 @@ def prepare(mirrors: Path, out: Path = OUT, skip: tuple[str, ...] = ()) -> dict[
         raise ValueError(f"--skip {', '.join(sorted(unknown))}: not a source "
                          f"({', '.join(s for s, _ in SOURCES)})")
     # every mirror checked before any work
-    repos = [(Repo(mirrors, slug), fn) for slug, fn in SOURCES if slug not in skip]
+    repos = [(Clone(mirrors, slug), fn) for slug, fn in SOURCES if slug not in skip]
     seen: set[str] = set()
     counts: dict[str, int] = {}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
+
+from tracer.data.corpora import Clone
 
 MAX_DESC = 400
 _TAG, _LINK, _WS = re.compile(r"<[^>]+>"), re.compile(r"\[([^\]]*)\]\([^)]*\)"), re.compile(r"\s+")
@@ -38,32 +39,6 @@ def tool(source: str, name: str, desc: object, params: dict | None = None,
             "parameters": {"type": "object", "properties": props, "required": list(required or [])}}
 
 
-class Repo:
-    """A mirrored repository read at HEAD."""
-
-    def __init__(self, root: Path, slug: str):
-        base = root / slug.replace("/", "+")
-        self.git = base / "repo" if (base / "repo").exists() else base
-        if not self.git.exists():
-            raise FileNotFoundError(f"{base}: no mirror of {slug} (clone https://github.com/{slug} there)")
-        self.slug = slug
-
-    def files(self, prefix: str = "") -> list[str]:
-        out = subprocess.run(["git", "-C", str(self.git), "ls-tree", "-r", "--name-only", "HEAD", prefix],
-                             capture_output=True, text=True, check=True).stdout
-        return out.split()
-
-    def read(self, path: str) -> str | None:
-        """A file's text, None when its blob is not in the mirror (a snapshot may leave large files out)."""
-        r = subprocess.run(["git", "-C", str(self.git), "show", f"HEAD:{path}"], capture_output=True,
-                           check=False)
-        return r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
-
-    def head(self) -> str:
-        return subprocess.run(["git", "-C", str(self.git), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-
-
 # ---- sources ---------------------------------------------------------------------------------------
 def bfcl_docs() -> Iterator[dict]:
     from tracer.data.bfcl import data_dir
@@ -77,14 +52,14 @@ def bfcl_docs() -> Iterator[dict]:
                            p.get("properties"), p.get("required"))
 
 
-def botocore(repo: Repo) -> Iterator[dict]:
+def botocore(repo: Clone) -> Iterator[dict]:
     newest: dict[str, str] = {}
     for f in repo.files("botocore/data"):
         if f.endswith("/service-2.json"):
             svc = f.split("/")[2]
             newest[svc] = max(newest.get(svc, f), f)
     for svc, f in sorted(newest.items()):
-        d = json.loads(repo.read(f) or "{}")
+        d = json.loads(repo.text(f) or "{}")
         shapes = d.get("shapes", {})
         for op, spec in d.get("operations", {}).items():
             members = shapes.get(spec.get("input", {}).get("shape", ""), {})
@@ -109,12 +84,12 @@ def openapi_ops(source: str, prefix: str, spec: dict) -> Iterator[dict]:
             yield tool(source, tool_name(prefix, op_id), op.get("summary") or op.get("description"), params)
 
 
-def stackql(repo: Repo) -> Iterator[dict]:
+def stackql(repo: Clone) -> Iterator[dict]:
     for f in repo.files("providers/src"):
         provider = f.split("/")[2]
         if "/services/" not in f or not f.endswith(".yaml") or provider == "aws":
             continue
-        text = repo.read(f)
+        text = repo.text(f)
         if text is None:
             continue
         spec = yaml.load(text, Loader=yaml.CSafeLoader) or {}
@@ -124,11 +99,11 @@ def stackql(repo: Repo) -> Iterator[dict]:
 _RPC = re.compile(r"((?:^[ \t]*//[^\n]*\n)*)^[ \t]*rpc\s+(\w+)\s*\(\s*(?:stream\s+)?([\w.]+)", re.MULTILINE)
 
 
-def googleapis(repo: Repo) -> Iterator[dict]:
+def googleapis(repo: Clone) -> Iterator[dict]:
     for f in repo.files("google"):
         if not f.endswith(".proto"):
             continue
-        text = repo.read(f)
+        text = repo.text(f)
         if text is None or " rpc " not in text:
             continue
         pkg = re.search(r"^package\s+([\w.]+);", text, re.MULTILINE)
@@ -139,24 +114,24 @@ def googleapis(repo: Repo) -> Iterator[dict]:
                                                                               "description": m.group(3)}})
 
 
-def seal_tools(repo: Repo) -> Iterator[dict]:
-    for line in (repo.read("Seal-Tools_Dataset/tool.jsonl") or "").splitlines():
+def seal_tools(repo: Clone) -> Iterator[dict]:
+    for line in (repo.text("Seal-Tools_Dataset/tool.jsonl") or "").splitlines():
         t = json.loads(line)
         yield tool("seal_tools", tool_name(t["api_name"]), t.get("api_description"), t.get("parameters"),
                    t.get("required"))
 
 
-def twilio(repo: Repo) -> Iterator[dict]:
+def twilio(repo: Clone) -> Iterator[dict]:
     for f in repo.files("spec/json"):
         if f.endswith(".json"):
-            yield from openapi_ops("twilio", Path(f).stem, json.loads(repo.read(f) or "{}"))
+            yield from openapi_ops("twilio", Path(f).stem, json.loads(repo.text(f) or "{}"))
 
 
-def gorilla(repo: Repo) -> Iterator[dict]:
+def gorilla(repo: Clone) -> Iterator[dict]:
     for f in ("data/api/huggingface_api.jsonl", "data/api/tensorflowhub_api.jsonl",
               "data/api/torchhub_api.jsonl"):
         hub = Path(f).stem.removesuffix("_api")
-        for line in (repo.read(f) or "").splitlines():
+        for line in (repo.text(f) or "").splitlines():
             t = json.loads(line)
             args = t.get("api_arguments")
             params = {str(k): {"type": "string"} for k in args} if isinstance(args, (dict, list)) else {}
@@ -169,11 +144,11 @@ _OCI_DEF = re.compile(r'^    def ([a-z]\w*)\(self[^)]*\):\n        """\n(.*?)\n\
 _OCI_PARAM = re.compile(r":param (\w+) (\w+): \(required\)\n\s*(.*)")
 
 
-def oci(repo: Repo) -> Iterator[dict]:
+def oci(repo: Clone) -> Iterator[dict]:
     for f in repo.files("src/oci"):
         if not f.endswith("_client.py") or f.endswith("composite_operations.py"):
             continue
-        text = repo.read(f) or ""
+        text = repo.text(f) or ""
         svc = f.split("/")[2]
         for m in _OCI_DEF.finditer(text):
             params = {n: {"type": t, "description": d} for t, n, d in _OCI_PARAM.findall(m.group(3))}
@@ -184,13 +159,13 @@ def _words(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
 
 
-def aliyun(repo: Repo) -> Iterator[dict]:
+def aliyun(repo: Clone) -> Iterator[dict]:
     """Alibaba Cloud actions: the metadata has no action summary, so the description is the action's name in
     words, its product, and its parameter names."""
     for f in repo.files("en-US"):
         if not f.endswith(".json"):
             continue
-        d = json.loads(repo.read(f) or "{}")
+        d = json.loads(repo.text(f) or "{}")
         product, ps = f.split("/")[1], [p for p in d.get("parameters", []) if isinstance(p, dict)]
         params = {p["name"]: {"type": str(p.get("type", "string")).lower(),
                               "description": p.get("description", "")}

@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
+from builders import git_repo
 
 from benchmarks.catalogue import prepare, with_distractors
-from benchmarks.catalogue_sources import Repo, botocore, clean, googleapis, tool_name
+from benchmarks.catalogue_sources import botocore, clean, googleapis, tool_name
+from tracer.core.errors import DataError
 from tracer.core.types import Registry, Tool
+from tracer.data.corpora import Clone
 
 
-def mirror(root, slug: str, files: dict[str, str]) -> Repo:
-    git = root / slug.replace("/", "+") / "repo"
-    for path, text in files.items():
-        (git / path).parent.mkdir(parents=True, exist_ok=True)
-        (git / path).write_text(text)
-    run = ["git", "-C", str(git), "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run(run + ["init", "-q"], check=True)
-    subprocess.run(run + ["add", "."], check=True)
-    subprocess.run(run + ["commit", "-q", "-m", "x"], check=True)
-    return Repo(root, slug)
+def mirror(root, slug: str, files: dict[str, str]) -> Clone:
+    git_repo(root / slug.replace("/", "+") / "repo", files)
+    return Clone(root, slug)
 
 
 def test_names_are_openai_valid_and_long_ones_stay_distinct():
@@ -59,7 +54,7 @@ def test_googleapis_takes_each_rpc_with_its_comment(tmp_path):
 
 def test_prepare_checks_every_mirror_before_writing(tmp_path):
     out = tmp_path / "out" / "tools.jsonl"
-    with pytest.raises(FileNotFoundError, match="no mirror of boto/botocore"):
+    with pytest.raises(DataError, match="no clone of boto/botocore"):
         prepare(tmp_path, out)
     assert not out.parent.exists()
     with pytest.raises(ValueError, match="not a source"):

@@ -16,12 +16,15 @@ No ToolBench/RapidAPI-derived data. Sources and licenses (docs/data.md):
 ==============  ========================================================  =========================
 
 A clone is found under ``mirrors`` as ``owner+name`` (a checkout, or a bare repository, also as
-``owner+name/repo``, read at ``HEAD`` with ``git show``). A missing clone is an error naming the folder and
-the repository to clone; a file a snapshot left out (large blobs) is skipped.
+``owner+name/repo``) and read at ``HEAD`` (:class:`Clone`, which ``benchmarks/catalogue.py`` reads its
+mirrors with too). A missing clone is an error naming the folder and the repository to clone; a file a
+snapshot left out (large blobs) is skipped.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -56,23 +59,34 @@ class Example:
 
 
 class Clone:
-    """A git repository under ``mirrors``: a checkout's files, or a bare clone read at ``HEAD``."""
+    """A git clone under ``mirrors`` (a checkout or a bare repository), read at ``HEAD`` with git."""
 
     def __init__(self, mirrors: str | Path, slug: str):
         base = Path(mirrors) / slug.replace("/", "+")
         self.root = base / "repo" if (base / "repo").is_dir() else base
         if not self.root.is_dir():
             raise DataError(base, f"no clone of {slug} (git clone https://github.com/{slug} {base})")
-        self.bare = not (self.root / ".git").exists() and (self.root / "HEAD").is_file()
+        self.slug = slug
+
+    def _git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(self.root), *args], capture_output=True, check=check)
 
     def read(self, path: str) -> bytes | None:
         """A file's bytes; None where the clone lacks it (a snapshot may leave large files out)."""
-        if not self.bare:
-            f = self.root / path
-            return f.read_bytes() if f.is_file() else None
-        r = subprocess.run(["git", "--git-dir", str(self.root), "show", f"HEAD:{path}"], capture_output=True,
-                           check=False)
+        r = self._git("show", f"HEAD:{path}", check=False)
         return r.stdout if r.returncode == 0 else None
+
+    def text(self, path: str) -> str | None:
+        """A file's text (undecodable bytes replaced), None as :meth:`read`."""
+        data = self.read(path)
+        return None if data is None else data.decode("utf-8", "replace")
+
+    def files(self, prefix: str = "") -> list[str]:
+        """The paths at ``HEAD`` under ``prefix``."""
+        return self._git("ls-tree", "-r", "--name-only", "HEAD", prefix).stdout.decode().split()
+
+    def head(self) -> str:
+        return self._git("rev-parse", "HEAD").stdout.decode().strip()
 
 
 def _text(value: object) -> str:
@@ -147,3 +161,20 @@ def read_corpus(name: str, mirrors: str | Path) -> list[Example]:
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}: one of {sorted(CORPORA)}")
     return list(CORPORA[name](mirrors))
+
+
+def main() -> None:
+    """``python -m tracer.data.corpora --mirrors DIR``: per corpus, its requests, pairs (one per gold tool)
+    and distinct tool texts, as docs/data.md reports them."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--mirrors", default="data/mirrors")
+    a = ap.parse_args()
+    for name in CORPORA:
+        ex = read_corpus(name, a.mirrors)
+        texts = {t.search_text for e in ex for t in e.golds}
+        print(json.dumps({"corpus": name, "requests": len(ex), "pairs": sum(len(e.golds) for e in ex),
+                          "tool_texts": len(texts)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -53,26 +53,29 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
     return paired_test([presented(a[k]) for k in keys], [presented(b[k]) for k in keys])
 
 
-def reference(name: str, runs: dict[str, Path]) -> str | None:
+def reference(name: str, r5: dict[str, float]) -> str | None:
     """The run a row is compared with: MiniLM's vector search for the general one; for tracer_plus the best of
     its inputs (vector search with its embedder, BM25) by recall@5."""
     if name == "vector_general":
         return "vector_minilm"
     if name.startswith("tracer_plus_"):
         emb = "general" if "_general" in name else "minilm"
-        inputs = [r for r in (f"vector_{emb}", "bm25") if r in runs]
-        return max(inputs, key=lambda r: recalls(runs[r])["all_r5"]) if inputs else None
+        inputs = [r for r in (f"vector_{emb}", "bm25") if r in r5]
+        return max(inputs, key=r5.__getitem__) if inputs else None
     return None
 
 
 def dataset_table(root: Path) -> list[str]:
     runs = {name: root / name for name in ROWS if (root / name / "metrics.json").is_file()}
     lines = [f"### {root.name}", "",
-             "| run | recall@1 | recall@5 | Δ recall@5 (p) vs | unseen steps | unseen recall@5 | Δ unseen (p) |",
+             ("| run | recall@1 | recall@5 | Δ recall@5 (p) vs | unseen steps | unseen recall@5 "
+              "| Δ unseen (p) |"),
              "|---|---:|---:|---|---:|---:|---|"]
+    rows = {name: recalls(run) for name, run in runs.items()}
+    r5 = {name: r["all_r5"] for name, r in rows.items()}
     for name, run in runs.items():
-        r = recalls(run)
-        ref, delta, delta_u = reference(name, runs), "", ""
+        r = rows[name]
+        ref, delta, delta_u = reference(name, r5), "", ""
         if ref is not None:
             t = paired(run, runs[ref], "correct")  # the oracle's call: the gold among the presented
             delta = f"{t['mean_diff']:+.3f} ({t['p_value']:.3g}) vs {ref}"

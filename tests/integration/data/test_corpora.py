@@ -43,7 +43,8 @@ def test_seal_tools_pairs_each_request_with_the_known_tools_it_calls_once_each(m
 
 
 def test_apibench_reads_both_instruction_formats_from_a_bare_clone(mirrors):
-    assert Clone(mirrors, "ShishirPatil/gorilla").bare
+    assert Clone(mirrors, "ShishirPatil/gorilla").files("data/apibench") == [
+        "data/apibench/huggingface_eval.json", "data/apibench/torchhub_train.json"]
     got = list(apibench(mirrors))
     assert [(e.query, e.golds[0].name, e.golds[0].description) for e in got] == [
         ("Recommend similar articles.", "huggingface_princeton-nlp_unsup-simcse", "Feature Extraction."),
@@ -65,15 +66,14 @@ def test_bfcl_single_turn_questions_with_their_ground_truth_functions():
     got = list(bfcl_single())
     by_id = {e.id: e for e in got}
     assert len(got) == len(by_id) >= 2400  # every category of BFCL_SINGLE, ids unique
-    assert {e.id.rsplit("_", 1)[0] for e in got} >= {"simple_python", "multiple", "parallel"}
-    first = by_id["simple_python_0"] if "simple_python_0" in by_id else by_id["simple_0"]
+    first = by_id["simple_python_0"]
     assert [t.name for t in first.golds] == ["calculate_triangle_area"]
     assert "base" in first.query and "height" in first.query
     # a parallel question names two functions of its ground truth, each once
     assert any(len(e.golds) >= 2 and len({t.name for t in e.golds}) == len(e.golds) for e in got)
     # the gold of a "multiple" question is one of several offered functions: the one the answer calls
     assert all(len(e.golds) == 1 for e in got if e.id.startswith("multiple_"))
-    assert len(BFCL_SINGLE) == 10
+    assert {e.id.rsplit("_", 1)[0] for e in got} == set(BFCL_SINGLE)  # every category gives requests
 
 
 def test_a_line_that_is_not_json_is_named_with_its_file_and_line(tmp_path):

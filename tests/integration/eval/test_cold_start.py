@@ -41,7 +41,7 @@ def test_a_fold_fits_on_the_first_n_of_its_seeded_order_and_tests_on_the_same_st
             train, test = cold.split(split.fold)
             assert [t.id for t in train] == [t.id for t in order[:n]]
             assert test == full.split(split.fold)[1]
-    # tracer_plus fitted on no trajectory serves its zero-shot ranking; with all of them, its own model
+    # tracer_plus fitted on no trajectory serves its zero-shot ranking
     result = _evaluator(ds, 0, tiny_resources).run()
     assert result.n_steps > 0 and all(info["serves"] == "zero_shot" for info in result.scorer_info)
 

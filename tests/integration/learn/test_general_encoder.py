@@ -5,7 +5,6 @@ MiniLM (one layer kept, a few pairs: seconds), real BFCL data, a real git clone 
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 from builders import ROOT, SEAL_TOOLS_FILES, git_repo
@@ -86,8 +85,7 @@ def test_the_embedder_is_built_once_cached_and_carried_by_a_saved_index(mirrors,
     expected = (r.rank(msgs), r.context_embedding(msgs).tolist())
     shutil.rmtree(enc)
     shutil.rmtree(mirrors / "fairyshine+Seal-Tools" / ".git")  # nothing left to build from
-    copy = tmp_path / "copy"
-    subprocess.run(["cp", "-r", str(tmp_path / "index"), str(copy)], check=True)
+    copy = shutil.copytree(tmp_path / "index", tmp_path / "copy")
     loaded = Retriever.load(copy, device="cpu")
     assert loaded.res.embedder.name == first.name
     assert (loaded.rank(msgs), loaded.context_embedding(msgs).tolist()) == expected

@@ -216,7 +216,7 @@ def test_each_step_keeps_the_novel_slot_claim_of_the_stage_that_answers_it(stage
     registry = Registry((*TINY_TOOLS, Tool("archive_files", "Archive old files into a zip")))
     res = Resources.build(registry, KeywordEmbedder(), device="cpu", seed=0)
     res.slow = Resources.build(registry, KeywordEmbedder(SLOW_KEYWORDS), device="cpu", seed=0)
-    novel = {**MODEL, "kind": "vector", "novel": 7}  # the whole ranking: every never-called tool claims the slot
+    novel = {**MODEL, "novel": 7}  # the whole ranking: every never-called tool claims the slot
     sc = build_scorer("cascade", escalate=0.5, fast={"head": HEAD, "zero_shot": novel},
                       slow={"head": HEAD, "zero_shot": MODEL})
     sc.fit(trajs, res)

@@ -92,10 +92,13 @@ def general_pairs(exclude: str | Sequence[str], mirrors: str | Path, datasets: s
 def build(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",
           datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
           train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
-          device: str | None = None, log: Callable[[dict], None] | None = None) -> Path:
-    """The general encoder's checkpoint folder without ``exclude``: trained on a miss, found on a hit."""
-    pairs, _ = general_pairs(exclude, mirrors, datasets, per_source, int((train or TRAIN).get("seed", 0)))
-    return finetuned(pairs, TrainConfig(**(train or TRAIN)), None, encoder_dir, device, log)
+          device: str | None = None,
+          log: Callable[[dict], None] | None = None) -> tuple[Path, dict[str, int]]:
+    """The general encoder's checkpoint folder without ``exclude`` (trained on a miss, found on a hit) and
+    the pairs each source gave it."""
+    pairs, counts = general_pairs(exclude, mirrors, datasets, per_source,
+                                  int((train or TRAIN).get("seed", 0)))
+    return finetuned(pairs, TrainConfig(**(train or TRAIN)), None, encoder_dir, device, log), counts
 
 
 def embedder(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",
@@ -107,7 +110,7 @@ def embedder(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirr
     ``loads_as`` is the plain config of the checkpoint folder (:func:`tracer.build.build_embedder` keeps it):
     a saved index carries the folder and loads it, building nothing."""
     excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
-    folder = build(excluded, mirrors, datasets, per_source, train, encoder_dir, device)
+    folder, _ = build(excluded, mirrors, datasets, per_source, train, encoder_dir, device)
     name = name or "general-without-" + "+".join(sorted(excluded) or ["none"])
     emb = SentenceTransformerEmbedder(str(folder), batch_size, device, name=name)
     emb.loads_as = {"_target_": "tracer.encode.embedders.SentenceTransformerEmbedder", "model": str(folder),
@@ -124,8 +127,8 @@ def main() -> None:
     ap.add_argument("--encoder-dir", default=str(DEFAULT_CACHE))
     a = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    pairs, counts = general_pairs(a.exclude, a.mirrors, a.datasets, a.per_source, TRAIN["seed"])
-    folder = finetuned(pairs, TrainConfig(**TRAIN), None, a.encoder_dir, log=print_progress())
+    folder, counts = build(a.exclude, a.mirrors, a.datasets, a.per_source, encoder_dir=a.encoder_dir,
+                           log=print_progress())
     info = train_info(folder)
     print(json.dumps({"checkpoint": str(folder), "exclude": a.exclude, "pairs": counts,
                       "batches": info["batches"], "train_seconds": info["train_seconds"]}))

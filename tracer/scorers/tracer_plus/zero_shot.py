@@ -38,8 +38,9 @@ KINDS = ("vector", "hybrid")
 
 
 def top_ids(scores: np.ndarray, j: int) -> np.ndarray:
-    """The ids of the ``j`` highest of ``scores [N]``, best first, ties by id: a stable argsort's first ``j``,
-    in O(N) rather than O(N log N) (a live step over a large registry)."""
+    """The ids of the ``j`` highest of ``scores [N]``, best first, ties by id: a stable argsort's first ``j``
+    by partition (no sort of the registry for the slot; a hybrid ranking has sorted it already, in
+    :func:`~tracer.scorers.hybrid.rrf`)."""
     j = min(j, len(scores))
     if j == 0:
         return np.zeros(0, np.int64)
