@@ -1,4 +1,4 @@
-"""A registry of up to ~100k real tools from public API catalogues, for the registry-scale benchmark.
+"""A registry of over 100k real tools from public API catalogues, for the registry-scale benchmark.
 
     python -m benchmarks.catalogue --mirrors DIR      # writes data/catalogue/tools.jsonl (git-ignored)
 
@@ -7,19 +7,23 @@ repositories below; each is read at its ``HEAD`` with ``git show``, so a bare cl
 readers in ``benchmarks/catalogue_sources.py``), in the order their tools are kept (a later tool whose name is
 taken is dropped); licenses in docs/data.md:
 
-=========================================  ==========================================================
-``bfcl_eval`` (installed)                  BFCL v4 function documents of every non-multi-turn category
-``boto/botocore``                          AWS: every operation of each service's newest API version
-``stackql/stackql-provider-registry``      OpenAPI operations of Azure, Google, Cloudflare, GitHub, ...
-                                           (its ``aws`` provider left out: botocore has AWS)
-``googleapis/googleapis``                  gRPC methods of Google's APIs with their doc comments
-``fairyshine/Seal-Tools``                  4,076 generated tools (``tool.jsonl``)
-``twilio/twilio-oai``                      Twilio's OpenAPI operations
-``ShishirPatil/gorilla``                   APIBench: Hugging Face, TensorFlow Hub and Torch Hub models
-``oracle/oci-python-sdk``                  Oracle Cloud: every client method with its docstring's summary
-``aliyun/aliyun-openapi-meta``             Alibaba Cloud actions (no summary upstream: name, product and
-                                           parameter names make the description)
-=========================================  ==========================================================
+================================================  ==========================================================
+``bfcl_eval`` (installed)                         BFCL v4 function documents of every non-multi-turn category
+``boto/botocore``                                 AWS: every operation of each service's newest API version
+``stackql/stackql-provider-registry``             OpenAPI operations of Azure, Google, Cloudflare, GitHub, ...
+                                                  (its ``aws`` provider left out: botocore has AWS)
+``googleapis/googleapis``                         gRPC methods of Google's APIs with their doc comments
+``fairyshine/Seal-Tools``                         4,076 generated tools (``tool.jsonl``)
+``twilio/twilio-oai``                             Twilio's OpenAPI operations
+``ShishirPatil/gorilla``                          APIBench: Hugging Face, TensorFlow Hub and Torch Hub models
+``oracle/oci-python-sdk``                         Oracle Cloud: every client method with its docstring's
+                                                  summary
+``aliyun/aliyun-openapi-meta``                    Alibaba Cloud actions (no summary upstream: name,
+                                                  product and parameter names make the description)
+``TencentCloud/tencentcloud-sdk-python-intl-en``  Tencent Cloud (international SDK): every client method of
+                                                  each product's newest API version, its docstring's summary
+                                                  and its request model's parameters
+================================================  ==========================================================
 
 A tool's description is its source's summary (HTML tags and Markdown links removed, at most
 ``MAX_DESC`` characters), its parameters the names, types and descriptions of its inputs. Names are made

@@ -176,7 +176,40 @@ def aliyun(repo: Clone) -> Iterator[dict]:
                    [p["name"] for p in ps if p.get("required") and "name" in p])
 
 
+_TC_DEF = re.compile(r'^    def (\w+)\(self, request[^)]*\):\n        r"""(.*?)"""', re.MULTILINE | re.DOTALL)
+_TC_REQUEST = re.compile(r"^class (\w+)Request\(AbstractModel\):\n(.*?)(?=^class |\Z)",
+                         re.MULTILINE | re.DOTALL)
+_TC_INIT = re.compile(r'def __init__\(self\):\n\s*r"""(.*?)"""', re.DOTALL)
+_TC_PARAM = re.compile(r":param _?(\w+):(.*?)\n\s*:type \1: ([^\n]*)", re.DOTALL)
+_TC_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "float": "number"}
+
+
+def _tc_params(request_class: str) -> dict:
+    """A request model's parameters from its ``__init__`` docstring's ``:param``/``:type`` lines."""
+    init = _TC_INIT.search(request_class)
+    return {n: {"type": "array" if t.startswith("list of") else _TC_TYPES.get(t.strip(), "object"),
+                "description": d} for n, d, t in _TC_PARAM.findall(init.group(1) if init else "")}
+
+
+def tencentcloud(repo: Clone) -> Iterator[dict]:
+    """Tencent Cloud actions: every client method of each product's newest API version (``vYYYYMMDD``), its
+    docstring's first paragraph, and the parameters of its request model (``models.py``)."""
+    newest: dict[str, str] = {}
+    for f in repo.files("tencentcloud"):
+        parts = f.split("/")
+        if len(parts) == 4 and parts[3] == f"{parts[1]}_client.py":
+            newest[parts[1]] = max(newest.get(parts[1], f), f)
+    for product, f in sorted(newest.items()):
+        models = repo.text(f.rsplit("/", 1)[0] + "/models.py") or ""
+        requests = {m.group(1): m.group(2) for m in _TC_REQUEST.finditer(models)}
+        for m in _TC_DEF.finditer(repo.text(f) or ""):
+            summary = re.split(r"\n\s*\n", m.group(2).split(":param request:")[0].strip())[0]
+            yield tool("tencentcloud", tool_name("tencent", product, m.group(1)), summary,
+                       _tc_params(requests.get(m.group(1), "")))
+
+
 SOURCES = (("boto/botocore", botocore), ("stackql/stackql-provider-registry", stackql),
            ("googleapis/googleapis", googleapis), ("fairyshine/Seal-Tools", seal_tools),
            ("twilio/twilio-oai", twilio), ("ShishirPatil/gorilla", gorilla),
-           ("oracle/oci-python-sdk", oci), ("aliyun/aliyun-openapi-meta", aliyun))
+           ("oracle/oci-python-sdk", oci), ("aliyun/aliyun-openapi-meta", aliyun),
+           ("TencentCloud/tencentcloud-sdk-python-intl-en", tencentcloud))

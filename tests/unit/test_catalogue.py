@@ -9,7 +9,7 @@ import pytest
 from builders import git_repo
 
 from benchmarks.catalogue import prepare, with_distractors
-from benchmarks.catalogue_sources import botocore, clean, googleapis, tool_name
+from benchmarks.catalogue_sources import botocore, clean, googleapis, tencentcloud, tool_name
 from tracer.core.errors import DataError
 from tracer.core.types import Registry, Tool
 from tracer.data.corpora import Clone
@@ -50,6 +50,90 @@ def test_googleapis_takes_each_rpc_with_its_comment(tmp_path):
     tools = list(googleapis(repo))
     assert [t["name"] for t in tools] == ["cloud_widgets_v1_GetWidget", "cloud_widgets_v1_WatchWidgets"]
     assert tools[0]["description"] == "Gets a widget. By name." and tools[1]["description"] == ""
+
+
+def _tc_client(*methods: tuple[str, str], extra: str = "") -> str:
+    """A Tencent Cloud SDK client module in miniature: each ``(action, summary)`` as the SDK writes it."""
+    return "class Client(AbstractClient):\n" + "".join(
+        f'\n    def {a}(self, request{extra}):\n        r"""{doc}\n\n'
+        f"        :param request: Request instance for {a}.\n        :rtype: :class:`models.{a}Response`\n\n"
+        f'        """\n        return self.call("{a}")\n' for a, doc in methods)
+
+
+# a request model with parameters (one described over two lines), one without, then a response's
+TC_MODELS = '''class RunInstancesRequest(AbstractModel):
+    r"""RunInstances request structure.
+
+    """
+
+    def __init__(self):
+        r"""
+        :param _Zone: The zone.
+        :type Zone: str
+        :param _InstanceIds: Instance IDs,
+at most 100.
+        :type InstanceIds: list of str
+        :param _Placement: Where it runs.
+        :type Placement: :class:`tencentcloud.cvm.v20250101.models.Placement`
+        :param _Count: How many.
+        :type Count: int
+        :param _DryRun: Check only.
+        :type DryRun: bool
+        """
+        self._Zone = None
+
+    @property
+    def Zone(self):
+        r"""The zone.
+        :rtype: str
+        """
+        return self._Zone
+
+
+class StopRequest(AbstractModel):
+    r"""Stop request structure.
+
+    """
+
+
+class StopResponse(AbstractModel):
+    r"""Stop response structure.
+
+    """
+
+    def __init__(self):
+        r"""
+        :param _RequestId: Request ID.
+        :type RequestId: str
+        """
+'''
+
+
+def test_tencentcloud_reads_the_newest_version_of_each_product_with_its_request_parameters(tmp_path):
+    run_doc = "This API is used to create instances\n        in a zone.\n\n        * At most 100 at a time."
+    repo = mirror(tmp_path, "TencentCloud/tencentcloud-sdk-python-intl-en", {
+        "tencentcloud/cvm/v20170312/cvm_client.py": _tc_client(("OldAction", "Only in the old version.")),
+        "tencentcloud/cvm/v20170312/models.py": "",
+        "tencentcloud/cvm/v20250101/cvm_client.py": _tc_client(("RunInstances", run_doc), ("Stop", "Stops.")),
+        "tencentcloud/cvm/v20250101/cvm_client_async.py": "    async def RunInstances(self, request):\n",
+        "tencentcloud/cvm/v20250101/models.py": TC_MODELS,
+        "tencentcloud/sms/v20210111/sms_client.py": _tc_client(("SendSms", "Sends an SMS."), extra=", body"),
+        "tencentcloud/common/abstract_client.py": _tc_client(("Call", "Not a product.")),
+    })
+    tools = list(tencentcloud(repo))
+    assert [t["name"] for t in tools] == ["tencent_cvm_RunInstances", "tencent_cvm_Stop",
+                                          "tencent_sms_SendSms"]
+    assert [t["description"] for t in tools] == ["This API is used to create instances in a zone.", "Stops.",
+                                                 "Sends an SMS."]
+    assert tools[0]["parameters"] == {"type": "object", "required": [], "properties": {
+        "Zone": {"type": "string", "description": "The zone."},
+        "InstanceIds": {"type": "array", "description": "Instance IDs, at most 100."},
+        "Placement": {"type": "object", "description": "Where it runs."},
+        "Count": {"type": "integer", "description": "How many."},
+        "DryRun": {"type": "boolean", "description": "Check only."}}}
+    # a request model without parameters takes none of the next class's; no models.py: no parameters
+    assert tools[1]["parameters"]["properties"] == tools[2]["parameters"]["properties"] == {}
+    assert {t["source"] for t in tools} == {"tencentcloud"}
 
 
 def test_prepare_checks_every_mirror_before_writing(tmp_path):
