@@ -1,4 +1,4 @@
-"""Which approximate index for the tool registry: FAISS HNSW and IVF-Flat settings on real queries.
+"""Which approximate index for the tool registry: FAISS HNSW and IVF settings on real queries.
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_ann [--sizes 10000 all]
 
@@ -27,18 +27,19 @@ from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.encode.embedders import encode_tools
 
-SETTINGS = [("HNSW", 16, 32, 16), ("HNSW", 16, 64, 32), ("HNSW", 32, 32, 16), ("HNSW", 32, 64, 32),
-            ("HNSW", 32, 128, 32), ("IVF", 4, 16, 32), ("IVF", 4, 32, 32), ("IVF", 4, 64, 32)]
+# (FAISS factory, efSearch or nprobe, k); "IVF{n}" takes n * sqrt(N) lists
+SETTINGS = [("HNSW16,Flat", 32, 16), ("HNSW16,Flat", 64, 32), ("HNSW32,Flat", 32, 16),
+            ("HNSW32,Flat", 64, 32), ("HNSW32,Flat", 128, 32), ("HNSW32,SQfp16", 32, 32),
+            ("HNSW32,SQfp16", 64, 32), ("HNSW32,SQ8", 64, 32), ("IVF4,Flat", 16, 32),
+            ("IVF4,Flat", 32, 32), ("IVF4,Flat", 64, 32)]
 
 
-def build(kind: str, a: int, vectors: np.ndarray) -> faiss.Index:
-    d = vectors.shape[1]
-    if kind == "HNSW":
-        index = faiss.IndexHNSWFlat(d, a, faiss.METRIC_INNER_PRODUCT)
-    else:  # a * sqrt(N) lists
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, int(a * np.sqrt(len(vectors))),
-                                   faiss.METRIC_INNER_PRODUCT)
-        index.train(vectors)
+def build(factory: str, vectors: np.ndarray) -> faiss.Index:
+    if factory.startswith("IVF"):
+        head, rest = factory.split(",", 1)
+        factory = f"IVF{int(int(head[3:]) * np.sqrt(len(vectors)))},{rest}"
+    index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(vectors)
     index.add(vectors)
     return index
 
@@ -62,14 +63,14 @@ def main() -> None:
         reg = with_distractors(ds.registry, catalogue, None if size == "all" else int(size))
         vectors = encode_tools(emb, [t.search_text for t in reg]).numpy().astype(np.float32)  # [N, d]
         exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]                           # [Q, 10]
-        for kind, param, breadth, k in SETTINGS:
+        for factory, breadth, k in SETTINGS:
             t0 = time.perf_counter()
-            index = build(kind, param, vectors)
+            index = build(factory, vectors)
             built = time.perf_counter() - t0
-            if kind == "HNSW":
-                index.hnsw.efSearch, name = breadth, f"HNSW{param}, efSearch {breadth}, k {k}"
+            if factory.startswith("HNSW"):
+                index.hnsw.efSearch, name = breadth, f"{factory}, efSearch {breadth}, k {k}"
             else:
-                index.nprobe, name = breadth, f"IVF{index.nlist}, nprobe {breadth}, k {k}"
+                index.nprobe, name = breadth, f"IVF{index.nlist},Flat, nprobe {breadth}, k {k}"
             us, found = [], []
             for q, ex in zip(queries, exact):
                 t0 = time.thread_time_ns()

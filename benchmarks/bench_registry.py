@@ -8,10 +8,10 @@ Registries are nested: BFCL's ``registry=large`` (its 128 tools and 112 tau2/API
 size above the catalogue, takes every tool). Tool texts are embedded by MiniLM through ``.cache/embeddings``
 (about 100 tools/s on 2 CPU cores the first time; not part of the build time below).
 
-Per size and tool index (``exact``: FAISS ``Flat``; ``hnsw``: ``HNSW32,Flat`` retrieving ``--ann-k`` tools
-with ``efSearch`` ``--ef-search``): tracer_plus (zero-shot MiniLM) fitted on folds 1-4, then over fold 0's
-steps: build time (tool index from the vectors, and the fit), resident memory added, the saved index's
-size, one live step's thread CPU time (``select_one``, k = 5, contexts embedded beforehand: encode
+Per size and tool index (``exact``: FAISS ``Flat``; ``hnsw``: ``ANN_FACTORY``, ``HNSW32,SQfp16``, retrieving
+``--ann-k`` tools with ``efSearch`` ``--ef-search``): tracer_plus (zero-shot MiniLM) fitted on folds 1-4, then
+over fold 0's steps: build time (tool index from the vectors, and the fit), resident memory added, the saved
+index's size, one live step's thread CPU time (``select_one``, k = 5, contexts embedded beforehand: encode
 excluded; one torch, BLAS and FAISS thread; best of ``--repeats``), and recall@1 / recall@5 of the presented
 tools. The ``hnsw`` row is paired with the ``exact`` one on the same steps: the recall the approximation
 loses, and on how many steps it turned a hit into a miss and back. The encode is timed once (MiniLM, one
@@ -40,7 +40,7 @@ from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry
 from tracer.encode.embedders import encode_tools
-from tracer.encode.index import ANN_K, EF_SEARCH, ToolIndex
+from tracer.encode.index import ANN_FACTORY, ANN_K, EF_SEARCH, ToolIndex
 from tracer.scoring.resources import Resources
 
 
@@ -137,7 +137,7 @@ def main() -> None:
         n = min(size, len(biggest))
         registry = Registry(list(biggest)[:n])
         for kind in a.indexes:
-            factory = "Flat" if kind == "exact" else "HNSW32,Flat"
+            factory = "Flat" if kind == "exact" else ANN_FACTORY
             results.append(run(registry, vectors[:n], embedder, train, test, factory, a))
             r = results[-1]
             print(f"{n} {kind}: p50 {r['p50_us']:.0f} µs, recall@5 {np.mean(r['hit5']):.3f}", flush=True)

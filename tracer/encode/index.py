@@ -1,7 +1,7 @@
 """The vector fallback: a FAISS inner-product index over embedded tool names and descriptions.
 
 Vectors are L2-normalised, so inner product is cosine. ``IndexFlatIP`` (exact) is the default; an
-index factory string (e.g. ``"HNSW32,Flat"``) builds an approximate index for large registries, and
+index factory string (e.g. ``"HNSW32,SQfp16"``) builds an approximate index for large registries, and
 ``"auto"`` picks exact up to :data:`EXACT_UP_TO` tools and :data:`ANN_FACTORY` above (the threshold is
 measured: docs/performance.md). An approximate index answers a query with its ``ann_k`` best tools,
 rescored exactly (float64, as the exact path), every other tool scoring ``-inf``: what the scorers rank is
@@ -25,7 +25,7 @@ from tracer.core.types import Registry
 from tracer.encode.embedders import Embedder, encode_tools
 
 EXACT_UP_TO = 2048          # "auto": an exact index up to this many tools
-ANN_FACTORY = "HNSW32,Flat"  # "auto" above it
+ANN_FACTORY = "HNSW32,SQfp16"  # "auto" above it: HNSW over float16 codes (half the bytes a hop reads)
 ANN_K, EF_SEARCH = 32, 64     # tools an approximate index retrieves per query; HNSW's search breadth
 
 
