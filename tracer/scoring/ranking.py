@@ -120,5 +120,7 @@ def without(ranking, removed, k: int | None = None) -> tuple[int, ...]:
 
 def present_without(ranking, removed, k: int, always=()) -> tuple[int, ...]:
     """The presented set of a ranking once drift removed tools (``removed``: registry ids): its first ``k``
-    ids not removed, then the always-present ids (a scorer's ``global_set``) not removed."""
-    return without(ranking, removed, k) + without(always, removed)
+    ids not removed, then the always-present ids (a scorer's ``global_set``) neither removed nor already
+    there, each tool once as :func:`finalize` presents them."""
+    head = without(ranking, removed, k)
+    return head + tuple(g for g in without(always, removed) if g not in head)

@@ -253,3 +253,20 @@ def test_a_failed_refit_keeps_the_old_weights_and_says_why(tiny_res):
     with pytest.raises(RuntimeError, match="refit on 1 trajectories failed"):
         r.updater.refit(wait=True)
     assert r.scorer.head is head
+
+
+def test_tracer_g_presents_each_tool_once_after_a_removal(tiny_res):
+    """With a tool removed, Tracer+G presents the top k of the ranking without it, then the global-set tools
+    not already there and not removed: as finalize presents without drift, each tool once."""
+    r = Retriever(fitted_scorer(build_scorer("tracer_g"), tiny_trajectories(), tiny_res), k=3)
+    g = r.scorer.global_set
+    msgs = conversation("search_flights")
+    gone = next(n for n in r.rank(msgs) if r.registry.id(n) not in g)
+    r.updater.remove_tool(gone)
+    ranked = [r.registry.id(n) for n in r.rank(msgs)]
+    head = tuple(ranked[:3])
+    want = head + tuple(i for i in g if i not in head and r.registry.names[i] != gone)
+    assert set(head) & set(g)  # the case: a global-set tool is also among the top k
+    assert r.select_ids(msgs) == want
+    assert [[t["function"]["name"] for t in sel] for sel in r.select_batch([msgs])] == [
+        [r.registry.names[i] for i in want]]
