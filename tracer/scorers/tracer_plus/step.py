@@ -38,13 +38,6 @@ def retrieved_order(vec: np.ndarray) -> np.ndarray:
     return ids[np.lexsort((ids, -vec[ids]))]
 
 
-def _columns(tool: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(column of each id in the ascending candidates ``tool`` [C], whether it is a candidate): ``[M]``
-    each, ``ids [M]`` registry ids."""
-    col = np.searchsorted(tool, ids)
-    return col, tool[np.minimum(col, len(tool) - 1)] == ids if len(tool) else np.zeros(len(ids), bool)
-
-
 def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int,
                    order: np.ndarray | None = None) -> OneCandidates:
     """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit.
@@ -61,10 +54,19 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     states = [t.key.state(step) for t in tries]
     kids = [children_one(t, s, mem_ctx) for t, s in zip(tries, states)]
     approx = order is not None
-    if not approx:
+    rank = np.empty(n, dtype=np.int64)
+    if approx:
+        rank[order] = np.arange(1, len(order) + 1)
+    else:
         order = np.argsort(-vec, kind="stable")                                          # [N]
-    # the candidates: every trie child and the vector top m, ascending (small arrays only: no [N] mask)
-    tool = np.unique(np.concatenate([ch.tool for ch in kids] + [order[:max(m, 0)]]))     # [C] ascending
+        rank[order] = np.arange(1, n + 1)
+    is_cand = np.zeros(n, dtype=bool)
+    for ch in kids:
+        is_cand[ch.tool] = True
+    is_cand[order[:max(m, 0)]] = True
+    tool = np.flatnonzero(is_cand)                                                       # [C] ascending
+    col_of = np.empty(n, dtype=np.int64)
+    col_of[tool] = np.arange(len(tool))
     n_key = len(KEY_FEATURES)
     feats = np.zeros((len(tool), n_features(len(tries))), dtype=np.float32)
     for j, (ch, tab) in enumerate(zip(kids, tables)):
@@ -80,20 +82,17 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
             block[:, 4], block[:, 5] = lv, lc
             block[:, 6::2] = block[:, :4] * lv
             block[:, 7::2] = block[:, :4] * lc
-            feats[np.searchsorted(tool, ch.tool), base:base + n_key] = block
+            feats[col_of[ch.tool], base:base + n_key] = block
     g = len(tries) * n_key
     ctx64 = np.asarray(mem_ctx, dtype=np.float64)
     if approx:
         cos = vec[tool]
         far = ~np.isfinite(cos)
-        by_id = np.argsort(order, kind="stable")                                         # [T]
         r = np.full(len(tool), len(order) + 1, dtype=np.int64)                          # not retrieved: T + 1
-        r[~far] = by_id[np.searchsorted(order, tool[~far], sorter=by_id)] + 1
+        r[~far] = rank[tool[~far]]
         feats[:, g] = np.where(far, vec[order[-1]] if len(order) else np.float32(0), cos)
         feats[:, g + 4] = (idx.tool_memory64[tool] @ ctx64).astype(np.float32)
     else:
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(1, n + 1)
         r = rank[tool]
         feats[:, g] = vec[tool]
         feats[:, g + 4] = (idx.tool_memory64 @ ctx64).astype(np.float32)[tool]
@@ -102,17 +101,17 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     feats[:, g + 3] = idx.tool_log_freq_np[tool]
     if step.history:
         get = idx.tool_id.get
-        hist = np.array([i for i in map(get, step.history) if i is not None], dtype=np.int64)
-        if len(hist):
-            col, known = _columns(tool, hist)
-            feats[:, g + 5] = np.log1p(np.bincount(col[known], minlength=len(tool)).astype(np.float64))
-            col, known = _columns(tool, np.array([i for i in map(get, step.prefix) if i is not None],
-                                                 dtype=np.int64))
-            feats[col[known], g + 6] = 1
+        hist = [i for i in map(get, step.history) if i is not None]
+        if hist:
+            calls = np.zeros(n, dtype=np.int64)
+            np.add.at(calls, hist, 1)
+            feats[:, g + 5] = np.log1p(calls[tool].astype(np.float64))
+            turn = np.zeros(n, dtype=np.float32)
+            turn[[i for i in map(get, step.prefix) if i is not None]] = 1
+            feats[:, g + 6] = turn[tool]
             last = get(step.history[-1])
-            if last is not None:
-                col, known = _columns(tool, np.array([last]))
-                feats[col[known], g + 7] = 1
+            if last is not None and is_cand[last]:
+                feats[col_of[last], g + 7] = 1
     depth = len(states[0]) if kids and kids[0].node >= 0 else -1
     return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)
 
