@@ -13,6 +13,7 @@ the FAISS ids map to tool names and the map is checked on load.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +27,15 @@ from tracer.encode.embedders import Embedder, encode_tools
 
 EXACT_UP_TO = 2048          # "auto": an exact index up to this many tools
 ANN_FACTORY = "HNSW32,SQfp16"  # "auto" above it: HNSW over float16 codes (half the bytes a hop reads)
-ANN_K, EF_SEARCH = 32, 64     # tools an approximate index retrieves per query; HNSW's search breadth
+ANN_K = 32                   # tools an approximate index retrieves per query
+
+
+def ef_search_for(n: int, ann_k: int = ANN_K) -> int:
+    """HNSW's search breadth over ``n`` tools when none is given: 32 up to 10,000 tools, then growing as
+    sqrt(n) (102 at 100,000), never below ``ann_k``. A fixed breadth finds less of the exact top 10 as the
+    registry grows: on BFCL (``benchmarks/bench_registry.py``, docs/performance.md) 32 loses no recall@5 step
+    against exact search at 10,000 tools, while at 100,000 64 loses 4 and 96 or 128 none."""
+    return max(ann_k, math.ceil(32 * math.sqrt(max(n, 10_000) / 10_000)))
 
 
 def resolve_factory(factory: str, n: int) -> str:
@@ -54,21 +63,23 @@ class ToolIndex:
         factory: FAISS index factory string; ``"Flat"`` means exact inner product, ``"auto"`` picks by
             registry size (:func:`resolve_factory`).
         ann_k: tools an approximate index retrieves per query (the rest score ``-inf``).
-        ef_search: HNSW's search breadth (at least ``ann_k``).
+        ef_search: HNSW's search breadth (at least ``ann_k``; ``None``: :func:`ef_search_for` the registry's
+            size, derived again when :meth:`with_rows` changes it).
     """
 
     def __init__(self, names: Sequence[str], vectors: torch.Tensor, factory: str = "Flat",
-                 use_gpu: bool | None = None, ann_k: int = ANN_K, ef_search: int = EF_SEARCH):
+                 use_gpu: bool | None = None, ann_k: int = ANN_K, ef_search: int | None = None):
         vecs = np.ascontiguousarray(vectors.detach().cpu().numpy(), dtype=np.float32)  # [N, d]
         if vecs.shape[0] != len(names):
             raise ValueError(f"{len(names)} names but {vecs.shape[0]} vectors")
-        if ann_k < 1 or ef_search < ann_k:
+        if ann_k < 1 or (ef_search is not None and ef_search < ann_k):
             raise ValueError(f"ann_k={ann_k}, ef_search={ef_search}: need 1 <= ann_k <= ef_search")
         self.names = tuple(names)
         self.dim = vecs.shape[1]
         self.factory = resolve_factory(factory, len(self.names))
         self.vectors = vecs
-        self.ann_k, self.ef_search = ann_k, ef_search
+        self.ann_k, self.ef_given = ann_k, ef_search
+        self.ef_search = ef_search_for(len(self.names), ann_k) if ef_search is None else ef_search
         cpu = faiss.IndexFlatIP(self.dim) if self.factory == "Flat" else faiss.index_factory(
             self.dim, self.factory, faiss.METRIC_INNER_PRODUCT)
         if not cpu.is_trained:
@@ -156,7 +167,7 @@ class ToolIndex:
         if len(add) != len(names):
             raise ValueError(f"{len(names)} new names but {len(add)} vectors")
         return ToolIndex(out_names + list(names), torch.from_numpy(np.concatenate([vecs, add])), self.factory,
-                         use_gpu=self.index is not self._cpu, ann_k=self.ann_k, ef_search=self.ef_search)
+                         use_gpu=self.index is not self._cpu, ann_k=self.ann_k, ef_search=self.ef_given)
 
     # ---- persistence -------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
@@ -164,7 +175,7 @@ class ToolIndex:
         faiss.write_index(self._cpu, str(d / "tools.faiss"))
         meta = {"factory": self.factory, "names": list(self.names)}
         if not self.exact:
-            meta.update(ann_k=self.ann_k, ef_search=self.ef_search)
+            meta.update(ann_k=self.ann_k, ef_search=self.ef_given)  # null: derived from the size on load
         (d / "tools_idmap.json").write_text(json.dumps(meta))
         np.save(d / "tool_vectors.npy", self.vectors)
 
@@ -195,7 +206,10 @@ class ToolIndex:
             raise CorruptIndex(d / "tool_vectors.npy",
                                f"shape {obj.vectors.shape}, expected [{len(registry)}, d]")
         obj.dim = obj.vectors.shape[1]
-        obj.ann_k, obj.ef_search = int(meta.get("ann_k", ANN_K)), int(meta.get("ef_search", EF_SEARCH))
+        obj.ann_k = int(meta.get("ann_k", ANN_K))
+        given = meta.get("ef_search")
+        obj.ef_given = None if given is None else int(given)
+        obj.ef_search = ef_search_for(len(registry), obj.ann_k) if given is None else int(given)
         obj._cpu = index
         obj._tune()
         obj.index = _maybe_gpu(index, use_gpu)

@@ -100,7 +100,7 @@ def test_auto_factory_is_exact_up_to_the_threshold_and_hnsw_above(monkeypatch):
     monkeypatch.setattr(mod, "EXACT_UP_TO", 100)
     assert ToolIndex([f"t{i}" for i in range(100)], unit_rows(100, 16, seed=1), "auto").exact
     big = ToolIndex([f"t{i}" for i in range(101)], unit_rows(101, 16, seed=1), "auto")
-    assert big.factory == mod.ANN_FACTORY and big._cpu.hnsw.efSearch == mod.EF_SEARCH
+    assert big.factory == mod.ANN_FACTORY and big._cpu.hnsw.efSearch == mod.ANN_K
     with pytest.raises(ValueError, match="ann_k"):
         ToolIndex(["a"], unit_rows(1, 16, seed=1), "HNSW16,Flat", ann_k=50, ef_search=10)
 
@@ -156,3 +156,18 @@ def test_top_scores_one_keeps_the_exact_leaders_of_a_large_registry():
                                   rank_one(include, fake, full, False, top))
             assert np.array_equal(rank_one(none, none, part, True, top),
                                   rank_one(none, none, full, True, top))
+
+
+def test_hnsw_search_breadth_follows_the_registry_size_unless_given(tmp_path):
+    from tracer.encode.index import ef_search_for
+
+    assert [ef_search_for(n) for n in (200, 10_000, 40_000, 100_000)] == [32, 32, 64, 102]
+    assert ef_search_for(200, ann_k=7) == 32 and ef_search_for(200, ann_k=50) == 50
+    auto = ToolIndex([f"t{i}" for i in range(200)], unit_rows(200, 32, seed=5), "HNSW16,Flat", ann_k=7)
+    assert (auto.ef_given, auto.ef_search, auto._cpu.hnsw.efSearch) == (None, 32, 32)
+    auto.save(tmp_path)
+    again = ToolIndex.load(tmp_path, Registry(Tool(n) for n in auto.names))
+    assert (again.ef_given, again.ef_search, again._cpu.hnsw.efSearch) == (None, 32, 32)
+    fixed = ToolIndex(auto.names, unit_rows(200, 32, seed=5), "HNSW16,Flat", ann_k=7, ef_search=21)
+    grown = fixed.with_rows(["new"], unit_rows(1, 32, seed=9))
+    assert (grown.ef_given, grown.ef_search, grown._cpu.hnsw.efSearch) == (21, 21, 21)
