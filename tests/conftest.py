@@ -17,6 +17,19 @@ from builders import (
 from tracer.core.types import Registry, Trajectory
 
 
+def pytest_collection_modifyitems(config, items):
+    """The modules holding tests marked ``heavy(seconds=...)`` first, longest first by their summed cold
+    seconds, the rest after; each module's tests kept together (a module-scoped fixture is built once) and
+    in order. pytest-xdist's work stealing hands each worker a contiguous share of this order and balances
+    only by stealing from the ends of the queues, so a minutes-long test collected last would run alone at
+    the end while the other worker idles."""
+    cost: dict = {}
+    for item in items:
+        if (mark := item.get_closest_marker("heavy")) is not None:
+            cost[item.path] = cost.get(item.path, 0) + mark.kwargs["seconds"]
+    items.sort(key=lambda item: -cost.get(item.path, 0))  # stable
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """The bundled all-MiniLM-L6-v2 on CPU behind an in-memory cache (no disk cache)."""

@@ -109,6 +109,7 @@ def test_saving_again_links_the_carried_encoder_and_the_old_snapshot_may_go(stat
     assert vec.shape == (r.res.embedder.dim,) and abs(float(np.linalg.norm(vec)) - 1) < 1e-5
 
 
+@pytest.mark.heavy(seconds=15)
 def test_tracer_select_answers_from_the_index_as_the_retriever_does(static_index, tmp_path):
     """``tracer select`` in a fresh process: the tools a copy of the index presents, one JSON line per
     conversation, equal to the retriever's; input that is not JSON is named with its line (exit 2)."""

@@ -66,6 +66,7 @@ def tiny_variants(path: Path) -> Path:
     return write_native(path, Registry(TINY_TOOLS), trajs)
 
 
+@pytest.mark.heavy(seconds=150)
 def test_train_py_writes_an_index_that_loads_from_a_copy_with_every_cache_deleted(tmp_path):
     """The issue's command on data/example: preset/fastest through train.py; then the caches go and a copy of
     the index, loaded from another directory in a fresh process, selects, ranks and embeds bit for bit

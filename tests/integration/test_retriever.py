@@ -141,6 +141,7 @@ def test_default_scorer_is_tracer_plus_and_round_trips(tiny_dir, minilm, tmp_pat
     assert loaded.scorer.name == "tracer_plus" and loaded.rank(msgs) == before
 
 
+@pytest.mark.heavy(seconds=10)
 def test_an_index_with_a_fine_tuned_encoder_loads_it_back_by_itself(tiny_dir, tmp_path):
     """from_dataset(encoder_training=...) fine-tunes on the dataset first; the saved index keeps the encoder's
     config, so load rebuilds it without being handed an embedder (what `tracer serve --index` needs)."""

@@ -49,6 +49,7 @@ def snapshot_dir(root: Path) -> Path:
 
 
 # ---- atomic for readers -----------------------------------------------------------------------------------
+@pytest.mark.heavy(seconds=10)
 def test_concurrent_writers_and_reader_every_load_is_one_saved_index(variants, tmp_path):
     scorers, prints = variants
     scorers[0].save(tmp_path / "ix")

@@ -46,6 +46,7 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.double() * b.double()).sum(1)  # rows are unit vectors
 
 
+@pytest.mark.heavy(seconds=20)
 def test_onnx_fp32_equals_torch(onnx_fp32, torch_vectors):
     out = onnx_fp32.encode(TEXTS)
     assert out.dtype == torch.float32 and out.shape == torch_vectors.shape

@@ -65,6 +65,7 @@ def test_new_tools_and_a_refit_equal_a_fit_on_the_union(tiny_res, name):
         assert ka == kb and torch.equal(va, vb), ka
 
 
+@pytest.mark.heavy(seconds=10)
 def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm, tmp_path):
     """Updater(encoder=...): MiniLM fine-tuned on the updater's trajectories (a few dozen pairs), the scorer
     rebuilt over it and swapped into the retriever, equal to a batch fit with that encoder."""

@@ -49,6 +49,7 @@ def last_report(out: str) -> dict:
 
 
 # ---- defect 4: applied once -----------------------------------------------------------------------------
+@pytest.mark.heavy(seconds=30)
 def test_updating_twice_from_the_same_log_learns_it_once_and_appended_lines_are_learned(tmp_path, minilm,
                                                                                         capsys):
     trajs = tiny_trajectories()

@@ -9,6 +9,7 @@ import json
 import time
 
 import httpx
+import pytest
 from builders import ROOT, TINY_TOOLS, call, result
 from gateway_harness import NAMES, TOOLS, WEATHER, client, drip, make_gateway, serving
 from stub_openai_server import StubOpenAIServer
@@ -87,6 +88,7 @@ def test_the_index_reloads_when_its_version_changes(index_dir, minilm, tmp_path)
     assert not holder.maybe_reload() and holder.retriever is serving and holder.reloads == 1
 
 
+@pytest.mark.heavy(seconds=15)
 def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_dir, tmp_path):
     """``python -m tracer.cli serve`` as a real process: /health, SIGHUP reload, SIGTERM flushes the log; its
     flags and environment reach the gateway: ``--read-timeout`` drops a client dripping its headers (408),
@@ -150,6 +152,7 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
 
 
 
+@pytest.mark.heavy(seconds=10)
 def test_a_cascade_index_is_served_each_step_by_the_stage_its_gate_picks(tmp_path):
     """A saved cascade (two trained encoders, both rebuilt from the index's configs): the upstream receives
     exactly the cascade's selection, for steps the fast stage answers and steps it escalates alike."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from builders import TINY_TOOLS
 from gateway_harness import make_gateway, save_test_index, serving
 from stub_openai_server import StubOpenAIServer
@@ -87,6 +88,7 @@ def update(index: Path, log: Path, cache: Path) -> tuple[int, dict, str]:
     return out.returncode, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
+@pytest.mark.heavy(seconds=30)
 def test_traffic_is_filtered_logged_learned_once_and_ranked(minilm, tmp_path):
     index = save_test_index(tmp_path / "index", minilm)
     sink = ConversationLog(tmp_path / "log")
