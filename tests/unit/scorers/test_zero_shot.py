@@ -3,6 +3,8 @@ which serves it in the candidate model's place when the inner folds rank it bett
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -11,9 +13,10 @@ from builders import call, result
 from tracer.build import build_scorer
 from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
+from tracer.encode.index import ToolIndex
 from tracer.learn.nll import IGNORE
 from tracer.scorers.hybrid import rrf
-from tracer.scorers.tracer_plus.zero_shot import ZeroShot, top_ids
+from tracer.scorers.tracer_plus.zero_shot import ZeroShot, rrf_retrieved, top_ids
 from tracer.scoring.ranking import finalize, reserved
 from tracer.scoring.resources import Resources
 
@@ -156,3 +159,34 @@ def test_top_ids_is_a_stable_argsorts_first_j_ties_by_id():
         s = rng.integers(0, 5, n).astype(np.float32)  # many ties
         s[rng.random(n) < 0.2] = -np.inf              # tools an approximate index did not retrieve
         assert top_ids(s, j).tolist() == np.argsort(-s, kind="stable")[:j].tolist()
+
+
+def test_rrf_over_an_approximate_index_fuses_the_retrieved_and_the_lexical_leaders_only():
+    inf = -np.inf
+    vec = np.array([[0.9, inf, 0.5, 0.9, inf, inf]])         # retrieved: 0 and 3 tie (by id), then 2
+    lex = np.array([[0.0, 2.0, 0.0, 1.0, 3.0, 0.5]])         # lexical top 3 with a positive score: 4, 1, 3
+    got = rrf_retrieved(vec, lex, k=0, t=3)
+    want = np.array([[1.0, 1 / 2, 1 / 3, 1 / 2 + 1 / 3, 1.0, inf]], dtype=np.float32)
+    assert np.array_equal(got, want) and got.dtype == np.float32
+    assert np.isneginf(rrf_retrieved(np.full((1, 3), inf), np.zeros((1, 3)), k=60, t=2)).all()
+
+
+def test_a_cold_index_over_hnsw_presents_from_the_fused_tools_live_as_batched(tiny_registry,
+                                                                             keyword_embedder):
+    """A cold tracer_plus over an approximate index serves the fusion of what the index retrieved and BM25's
+    leaders (2 + 2 of the 6 tools at most; nothing sorts the registry live) and the live step presents as the
+    batched one, padded by registry position where fewer than k are ranked."""
+    exact = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    ann = ToolIndex(exact.tool_index.names, torch.from_numpy(exact.tool_index.vectors), "HNSW16,Flat",
+                    ann_k=2, ef_search=8)
+    res = replace(exact, tool_index=ann)
+    cold = build_scorer("tracer_plus", query_context=CONTEXT, memory_context=CONTEXT, head=FAST)
+    cold.fit([], res)
+    steps = extract_all(UNIQUE)
+    scores = cold.score(steps)
+    finite = torch.isfinite(scores.fallback).sum(1)
+    assert cold.zero_shot_only and (finite >= 2).all() and (finite <= 4).all() and (finite < 3).any()
+    presented = finalize(scores, 3).presented
+    contexts = cold.embed(steps)
+    for i, step in enumerate(steps):
+        assert cold.select_one(step, tuple(c[i:i + 1] for c in contexts), 3) == presented[i], i

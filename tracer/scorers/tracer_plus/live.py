@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.core.types import Step
-from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one
+from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one, retrieved_order
 from tracer.scoring.protocol import Contexts
 from tracer.scoring.ranking import reserved
 from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
@@ -27,7 +27,8 @@ class LiveStep:
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         if self.zero_shot_only and self.zero.kind != "vector":  # ranked by the zero-shot scores alone
             vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
-            one.order = np.argsort(-vec, kind="stable")
+            # over an approximate index only the fused tools are finite: their order, no sort of the registry
+            one.order = np.argsort(-vec, kind="stable") if order is None else retrieved_order(vec)
         elif self.zero.novel and not self.zero_shot_only:  # the k-th slot's claimants, as batched
             zs = self.zero.scores([step], vec[None], self.res, self.query_rendering)       # [1, N]
             one.reserve = self.zero.reserve(zs, self.never_called)[0]
@@ -47,7 +48,9 @@ class LiveStep:
         pad = self.pad if pad is None else pad
         one, s, vec = scored
         if not len(one.tool) or self.zero_shot_only:
-            return reserved(tuple(one.order[:k].tolist()), one.reserve, k)
+            # fewer ranked tools than k (an approximate index): the rest by registry position, as batched
+            order = one.order if len(one.order) >= k else np.argsort(-vec, kind="stable")
+            return reserved(tuple(order[:k].tolist()), one.reserve, k)
         head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
         if len(head) == k or not pad:
             return reserved(tuple(head.tolist()), one.reserve, k)

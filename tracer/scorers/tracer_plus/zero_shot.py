@@ -50,6 +50,25 @@ def top_ids(scores: np.ndarray, j: int) -> np.ndarray:
     return ids[np.lexsort((ids, -scores[ids]))]
 
 
+def rrf_retrieved(vec: np.ndarray, lexical: np.ndarray, k: int, t: int) -> np.ndarray:
+    """:func:`~tracer.scorers.hybrid.rrf` over an approximate tool index, where a step must not sort the
+    registry: the vector ranking is the tools the index retrieved (finite in ``vec [B, N]``, best first, ties
+    by registry position), the lexical one the top ``t`` of ``lexical [B, N]`` with a positive score; a tool
+    in either gets ``sum 1 / (k + rank)`` over the lists it is in (float64, then float32), every other tool
+    ``-inf``. ``[B, N]`` float32."""
+    out = np.full(vec.shape, -np.inf, dtype=np.float32)
+    for row, v, lex in zip(out, vec, lexical):
+        ids = np.flatnonzero(np.isfinite(v))
+        pos = np.flatnonzero(lex > 0)  # BM25 is 0 for most tools: partition only the scored ones
+        fused: dict[int, float] = {}
+        for ranked in (ids[np.lexsort((ids, -v[ids]))], pos[top_ids(lex[pos], t)]):
+            for rank, tool in enumerate(ranked.tolist(), start=1):
+                fused[tool] = fused.get(tool, 0.0) + 1.0 / (k + rank)
+        if fused:
+            row[list(fused)] = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
+    return out
+
+
 class ZeroShot:
     """The zero-shot ranking and the guard (module docstring).
 
@@ -94,7 +113,10 @@ class ZeroShot:
         if self.kind == "vector":
             return np.asarray(vec, dtype=np.float32)
         lexical = self._bm25(res, rendering).step_scores(steps)                        # [B, N]
-        return rrf(np.asarray(vec), lexical, k=self.rrf_k)
+        if res.tool_index.exact:
+            return rrf(np.asarray(vec), lexical, k=self.rrf_k)
+        # an approximate index: fuse what it retrieved with as many lexical leaders, no sort of the registry
+        return rrf_retrieved(np.asarray(vec), lexical, self.rrf_k, res.tool_index.ann_k)
 
     def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its
