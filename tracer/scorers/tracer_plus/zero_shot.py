@@ -39,11 +39,14 @@ KINDS = ("vector", "hybrid")
 
 def top_ids(scores: np.ndarray, j: int) -> np.ndarray:
     """The ids of the ``j`` highest of ``scores [N]``, best first, ties by id: a stable argsort's first ``j``
-    by partition (no sort of the registry for the slot; a hybrid ranking has sorted it already, in
-    :func:`~tracer.scorers.hybrid.rrf`)."""
+    by partition, over the finite scores alone where there are j of them (no sort of the registry for the
+    slot)."""
     j = min(j, len(scores))
     if j == 0:
         return np.zeros(0, np.int64)
+    scored = np.flatnonzero(scores > -np.inf)  # over an approximate index most are -inf: partition the rest
+    if j <= len(scored) < len(scores):
+        return scored[top_ids(scores[scored], j)]
     v = np.partition(scores, len(scores) - j)[len(scores) - j]                  # the j-th highest value
     above, tied = np.flatnonzero(scores > v), np.flatnonzero(scores == v)
     ids = np.concatenate([above, tied[:j - len(above)]])
