@@ -34,7 +34,7 @@ def ef_search_for(n: int, ann_k: int = ANN_K) -> int:
     """HNSW's search breadth over ``n`` tools when none is given: 32 up to 10,000 tools, then growing as
     sqrt(n) (102 at 100,000), never below ``ann_k``. A fixed breadth finds less of the exact top 10 as the
     registry grows: on BFCL (``benchmarks/bench_registry.py``, docs/performance.md) 32 loses no recall@5 step
-    against exact search at 10,000 tools, while at 100,000 64 loses 4 and 96 or 128 none."""
+    against exact search at 10,000 tools, while at 100,000 64 loses 4 and 96 none."""
     return max(ann_k, math.ceil(32 * math.sqrt(max(n, 10_000) / 10_000)))
 
 

@@ -173,11 +173,9 @@ class CascadeScorer(ScorerBase):
                 if key in diagnostics:
                     diagnostics[key][rows] = v.to(diagnostics[key].dtype)
             if out.reserve is not None or slow.reserve is not None:  # each row keeps its own stage's claim
-                mine = out.reserve or [()] * len(steps)
-                theirs = slow.reserve or [()] * len(up)
-                out.reserve = [*mine]
-                for j, i in enumerate(up):
-                    out.reserve[i] = theirs[j]
+                out.reserve = list(out.reserve or [()] * len(steps))
+                for i, claim in zip(up, slow.reserve or [()] * len(up)):
+                    out.reserve[i] = claim
             diagnostics["escalated"][rows] = 1.0
         out.diagnostics = diagnostics
         return out

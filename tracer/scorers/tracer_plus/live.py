@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.core.types import Step
+from tracer.scorers.tracer_plus.features import n_features
 from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one, retrieved_order
 from tracer.scoring.protocol import Contexts
 from tracer.scoring.ranking import reserved
@@ -23,13 +24,18 @@ class LiveStep:
         mem = as_numpy(memory)
         q = mem if query is None else as_numpy(query)
         vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
+        if self.zero_shot_only:  # ranked by the zero-shot scores alone: no candidates, no model to run
+            if self.zero.kind != "vector":
+                vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
+                # over an approximate index only the fused tools are finite: their order, no registry sort
+                order = None if order is None else retrieved_order(vec)
+            order = np.argsort(-vec, kind="stable") if order is None else order
+            f = n_features(len(self.tries))
+            return (OneCandidates(np.zeros(0, np.int64), np.zeros((0, f), np.float32),
+                                  np.zeros(len(self.tries), bool), -1, order), np.zeros(0, np.float32), vec)
         one = candidates_one(self.index, step, mem, vec, self.m, order)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
-        if self.zero_shot_only and self.zero.kind != "vector":  # ranked by the zero-shot scores alone
-            vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
-            # over an approximate index only the fused tools are finite: their order, no sort of the registry
-            one.order = np.argsort(-vec, kind="stable") if order is None else retrieved_order(vec)
-        elif self.zero.novel and not self.zero_shot_only:  # the k-th slot's claimants, as batched
+        if self.zero.novel:  # the k-th slot's claimants, as batched
             zs = self.zero.scores([step], vec[None], self.res, self.query_rendering)       # [1, N]
             one.reserve = self.zero.reserve(zs, self.never_called)[0]
         return one, s, vec
