@@ -8,17 +8,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from builders import call, result
+from builders import TINY_TOOLS, call, result
 
 from tracer.build import build_scorer
 from tracer.core.steps import extract_all
-from tracer.core.types import Trajectory
+from tracer.core.types import Registry, Step, Tool, Trajectory
 from tracer.encode.index import ToolIndex
 from tracer.learn.nll import IGNORE
 from tracer.scorers.hybrid import rrf
-from tracer.scorers.tracer_plus.zero_shot import ZeroShot, rrf_retrieved, top_ids
+from tracer.scorers.tracer_plus.zero_shot import ZeroShot, rrf_retrieved, toolkit_rrf, toolkits, top_ids
 from tracer.scoring.ranking import finalize, reserved
-from tracer.scoring.resources import Resources
+from tracer.scoring.resources import Resources, fallback_scores
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
 FAST = {"inner_folds": 3, "max_epochs": 30, "patience": 10}
@@ -190,3 +190,49 @@ def test_a_cold_index_over_hnsw_presents_from_the_fused_tools_live_as_batched(ti
     contexts = cold.embed(steps)
     for i, step in enumerate(steps):
         assert cold.select_one(step, tuple(c[i:i + 1] for c in contexts), 3) == presented[i], i
+
+
+def test_toolkit_rrf_ranks_the_toolkit_of_the_last_known_call_by_vector_score():
+    registry = Registry([Tool("a", source="x"), Tool("b", source="x"), Tool("c", source="y"),
+                         Tool("d", source="x"), Tool("e")])
+    vec = np.tile(np.array([0.1, 0.5, 0.9, -np.inf, 0.3]), (5, 1))   # d: not retrieved, so not ranked
+    histories = [("c", "a", "not_in_registry"), ("c",), ("e",), (), ("a", "b")]
+    steps = [Step("t", "t", 0, 0, (), h, "a", ()) for h in histories]
+    got = toolkit_rrf(steps, vec, registry, toolkits(registry), k=0)
+    assert got.dtype == np.float32
+    assert got.tolist() == [[0.5, 1.0, 0, 0, 0],     # the last call the registry knows is a: x's b, then a
+                            [0, 0, 1.0, 0, 0],       # y holds c alone
+                            [0] * 5, [0] * 5,        # an unnamed toolkit, no call yet: no ranking
+                            [0.5, 1.0, 0, 0, 0]]
+    with pytest.raises(TypeError, match="toolkit must be a bool"):
+        ZeroShot("hybrid", toolkit="yes")
+
+
+def test_a_cold_index_fuses_the_last_calls_toolkit_live_as_batched_and_keeps_it_on_disk(
+        keyword_embedder, tmp_path):
+    kits = {"search_flights": "travel", "book_flight": "travel", "cancel_booking": "travel",
+            "get_weather": "weather", "send_email": "mail", "list_files": "files"}
+    registry = Registry([replace(t, source=kits[t.name]) for t in TINY_TOOLS])
+    res = Resources.build(registry, keyword_embedder, device="cpu", seed=0)
+    on, off = (build_scorer("tracer_plus", query_context=CONTEXT, memory_context=CONTEXT, head=FAST,
+                            zero_shot={"kind": "hybrid", "guard": True, "toolkit": t}) for t in (True, False))
+    for sc in (on, off):
+        sc.fit([], res)
+    traj = Trajectory(id="t", group="t", domain="tiny", messages=(
+        {"role": "user", "content": "send the weather by email"},
+        call("cancel_booking", 0), result(0), call("book_flight", 1), result(1)))
+    steps = extract_all([traj])
+    vec = fallback_scores(res, on.embed(steps)[1]).numpy()                             # [B, N]
+    want = off.score(steps).fallback.numpy() + toolkit_rrf(steps, vec, registry, toolkits(registry), 60)
+    assert np.array_equal(on.score(steps).fallback.numpy(), want)
+    on_presented, off_presented = (finalize(sc.score(steps), 2).presented for sc in (on, off))
+    assert on_presented[0] == off_presented[0]                     # the first call: no toolkit yet
+    # after cancel_booking the travel toolkit's book_flight takes send_email's place
+    book, email = registry.id("book_flight"), registry.id("send_email")
+    assert on_presented[1] == (registry.id("cancel_booking"), book) and email in off_presented[1]
+    contexts = on.embed(steps)
+    live = [on.select_one(s, tuple(c[i:i + 1] for c in contexts), 2) for i, s in enumerate(steps)]
+    assert live == on_presented
+    on.save(tmp_path / "index")
+    loaded = type(on).load(tmp_path / "index", keyword_embedder, device="cpu")
+    assert loaded.zero.toolkit and finalize(loaded.score(steps), 2).presented == on_presented

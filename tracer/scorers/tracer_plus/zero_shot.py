@@ -20,6 +20,13 @@ evidence, so the model ranks it below every tool it has seen called, even when t
 first: a step whose gold is such a tool is almost always missed. With ``novel`` on, the k-th presented slot
 goes to the best of the zero-shot ranking's top ``j`` tools that are never called and not already presented
 (:func:`tracer.scoring.ranking.reserved`); the ranking itself stays the model's.
+
+*The toolkit* (``toolkit: true``). Tools come in toolkits (``Tool.source``: an API family,
+an MCP server), and a conversation mostly stays in the toolkit of its last call: on the three datasets,
+74-77% of all steps call a tool of the previous call's toolkit. With ``toolkit`` on, the fusion gets a
+third ranking: the tools of the toolkit of the conversation's last call that the registry knows, by vector
+score (:func:`toolkit_rrf`). It needs no logs, so it is what a cold index most lacks; steps with no known
+earlier call, or whose toolkit is unnamed (``source`` empty), are ranked as without it.
 """
 
 from __future__ import annotations
@@ -72,6 +79,34 @@ def rrf_retrieved(vec: np.ndarray, lexical: np.ndarray, k: int, t: int) -> np.nd
     return out
 
 
+def toolkits(registry) -> dict[str, np.ndarray]:
+    """Tool ids ``[n_s]`` (registry order) of each named toolkit (``Tool.source``; empty: none)."""
+    groups: dict[str, list[int]] = {}
+    for i, tool in enumerate(registry):
+        if tool.source:
+            groups.setdefault(tool.source, []).append(i)
+    return {kit: np.asarray(ids, dtype=np.int64) for kit, ids in groups.items()}
+
+
+def toolkit_rrf(steps: Sequence[Step], vec: np.ndarray, registry, kits: Mapping[str, np.ndarray],
+                k: int) -> np.ndarray:
+    """The toolkit ranking's share of a reciprocal-rank fusion, ``[B, N]`` float32: ``1 / (k + rank)`` for
+    each tool of the toolkit of the step's last call the registry knows, ranked by ``vec [B, N]`` (ties by
+    registry position; a tool with no finite vector score, removed or not retrieved, is not ranked); 0 for
+    every other tool and for a step with no such call."""
+    out = np.zeros(vec.shape, dtype=np.float32)
+    positions = registry.positions
+    for row, v, step in zip(out, vec, steps):
+        last = next((positions[h] for h in reversed(step.history) if h in positions), None)
+        ids = kits.get(registry[last].source) if last is not None else None
+        if ids is None:
+            continue
+        ids = ids[np.isfinite(v[ids])]
+        ranked = ids[np.lexsort((ids, -v[ids]))]
+        row[ranked] = 1.0 / (k + np.arange(1, len(ranked) + 1, dtype=np.float64))
+    return out
+
+
 class ZeroShot:
     """The zero-shot ranking and the guard (module docstring).
 
@@ -82,17 +117,23 @@ class ZeroShot:
         bm25: ``{k1, b}`` of the lexical input (``hybrid``).
         rrf_k: the fusion's rank offset (``hybrid``).
         novel: j, the zero-shot top j from which a never-called tool takes the k-th slot (0: off).
+        toolkit: fuse the ranking of the last call's toolkit too (module docstring; with ``vector``, the
+            fusion of the vector ranking and this one).
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
-                 rrf_k: int = 60, novel: int = 0):
+                 rrf_k: int = 60, novel: int = 0, toolkit: bool = False):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
+        if not isinstance(toolkit, bool):
+            raise TypeError(f"zero_shot.toolkit must be a bool, got {toolkit!r}")
         if isinstance(novel, bool) or not isinstance(novel, int) or novel < 0:
             raise ValueError(f"zero_shot.novel must be an int >= 0, got {novel!r}")
         self.kind, self.guard, self.k, self.rrf_k, self.novel = kind, bool(guard), int(k), int(rrf_k), novel
         self.bm25_cfg = dict(bm25 or {"k1": 1.5, "b": 0.75})
+        self.toolkit = toolkit
         self._lexical = None  # (registry, BM25Scorer), built on first use
+        self._kits = None  # (registry, toolkits(registry)), built on first use
 
     @classmethod
     def from_config(cls, cfg: Mapping | None) -> ZeroShot:
@@ -100,7 +141,7 @@ class ZeroShot:
 
     def config(self) -> dict:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
-                "rrf_k": self.rrf_k, "novel": self.novel}
+                "rrf_k": self.rrf_k, "novel": self.novel, "toolkit": self.toolkit}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
@@ -113,13 +154,20 @@ class ZeroShot:
     def scores(self, steps: Sequence[Step], vec: np.ndarray, res, rendering) -> np.ndarray:
         """``[B, N]`` float32 zero-shot scores of the steps (higher first, ties by registry position), from
         their vector scores ``vec [B, N]``."""
-        if self.kind == "vector":
+        if self.kind == "vector" and not self.toolkit:
             return np.asarray(vec, dtype=np.float32)
-        lexical = self._bm25(res, rendering).step_scores(steps)                        # [B, N]
+        vec = np.asarray(vec)
+        lexical = (self._bm25(res, rendering).step_scores(steps) if self.kind == "hybrid"       # [B, N]
+                   else np.zeros_like(vec))
         if res.tool_index.exact:
-            return rrf(np.asarray(vec), lexical, k=self.rrf_k)
-        # an approximate index: fuse what it retrieved with as many lexical leaders, no sort of the registry
-        return rrf_retrieved(np.asarray(vec), lexical, self.rrf_k, res.tool_index.ann_k)
+            fused = rrf(vec, lexical, k=self.rrf_k) if self.kind == "hybrid" else rrf(vec, k=self.rrf_k)
+        else:  # an approximate index: fuse what it retrieved with as many lexical leaders, no registry sort
+            fused = rrf_retrieved(vec, lexical, self.rrf_k, res.tool_index.ann_k)
+        if not self.toolkit:
+            return fused
+        if self._kits is None or self._kits[0] is not res.registry:
+            self._kits = (res.registry, toolkits(res.registry))
+        return fused + toolkit_rrf(steps, vec, res.registry, self._kits[1], self.rrf_k)
 
     def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its
