@@ -74,7 +74,7 @@ def read_json_array(path: str | Path, what: str) -> list:
 
 def read_tools(path: str | Path, source: str = "", problems: Problems | None = None) -> Registry:
     """The registry of a ``tools.json``; with ``problems`` (a list), a bad entry (or a bad file) is put there
-    and skipped."""
+    and skipped. A tool's ``source`` (its toolkit) is its object's ``"source"``, else ``source``."""
     path = Path(path)
     try:
         arr = read_json_array(path, "OpenAI tool objects")
@@ -116,7 +116,14 @@ def _tool(path: Path, i: int, obj: Any, seen: dict[str, int], source: str) -> To
     if not isinstance(params, dict):
         raise DataError(path, "parameters must be a JSON schema object", record=name,
                         field="function.parameters")
-    return Tool(name=name, description=fn.get("description", "") or "", parameters=params, source=source)
+    own = obj.get("source", source)  # the tool's toolkit (an API family, an MCP server), else the file's
+    try:
+        if not isinstance(own, str):
+            raise InvalidField("source", f"must be a string (the tool's toolkit), got {own!r}")
+        check_text(own, "source")
+    except InvalidField as e:
+        raise DataError(path, e.problem, record=name, field=e.field) from None
+    return Tool(name=name, description=fn.get("description", "") or "", parameters=params, source=own)
 
 
 def iter_jsonl(path: str | Path, missing: str = "file not found", problems: Problems | None = None
@@ -272,6 +279,7 @@ def write_native(path: str | Path, registry: Registry, trajectories: Iterable[Tr
     atomic_write(root / "trajectories.jsonl",
                  lambda f: f.writelines((json.dumps(t.to_json()) + "\n").encode() for t in trajectories),
                  fsync=True)
-    atomic_write(root / "tools.json", lambda f: f.write(json.dumps(registry.to_openai(), indent=1).encode()),
+    tools = [{**t.to_openai(), "source": t.source} if t.source else t.to_openai() for t in registry]
+    atomic_write(root / "tools.json", lambda f: f.write(json.dumps(tools, indent=1).encode()),
                  fsync=True)
     return root

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -122,6 +123,17 @@ def test_bad_tools_and_missing_directory(tmp_path):
         load_native(d)
     with pytest.raises(DataError, match="dataset directory not found"):
         load_native(tmp_path / "nope")
+
+
+def test_a_tools_toolkit_is_its_source_read_and_written_per_tool(tmp_path):
+    reg = Registry([replace(t, source=s) for t, s in zip(_registry(), ("web", "web", "travel", ""))])
+    write_native(tmp_path / "ds", reg, [TWO_TURNS])
+    assert load_native(tmp_path / "ds").registry == reg           # the sources too (Tool equality)
+    assert "source" not in json.loads((tmp_path / "ds" / "tools.json").read_text())[3]  # none: not written
+    tools = reg.to_openai()
+    d = _write(tmp_path, tools=tools[:1] + [{**tools[1], "source": 7}] + tools[2:])
+    with pytest.raises(DataError, match=r"tools.json, record 'weather', field 'source': must be a string"):
+        load_native(d)
 
 
 def test_folds_never_split_a_group_and_are_stable():
