@@ -53,7 +53,9 @@ def seeded_weights(tmp_path) -> dict:
     model = CandidateModel(len(names))
     with torch.no_grad():
         model.net.weight.copy_(torch.randn(1, len(names), generator=torch.Generator().manual_seed(0)))
-    return {"transfer": str(save_candidate_model(model, names, tmp_path / "model.pt"))}
+    # no guard: the random weights must serve, or the rankings compared below would be the zero-shot one's
+    return {"transfer": str(save_candidate_model(model, names, tmp_path / "model.pt")),
+            "zero_shot": {"kind": "hybrid", "guard": False}}
 
 
 @pytest.mark.parametrize("name", ["tracer_plus", "tracer_g", "toolnet", "autotool"])

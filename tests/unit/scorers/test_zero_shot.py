@@ -16,6 +16,7 @@ from tracer.core.types import Registry, Step, Tool, Trajectory
 from tracer.encode.index import ToolIndex
 from tracer.learn.nll import IGNORE
 from tracer.scorers.hybrid import rrf
+from tracer.scorers.tracer_plus.model import save_candidate_model
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot, rrf_retrieved, toolkit_rrf, toolkits, top_ids
 from tracer.scoring.ranking import finalize, reserved
 from tracer.scoring.resources import Resources, fallback_scores
@@ -236,3 +237,26 @@ def test_a_cold_index_fuses_the_last_calls_toolkit_live_as_batched_and_keeps_it_
     on.save(tmp_path / "index")
     loaded = type(on).load(tmp_path / "index", keyword_embedder, device="cpu")
     assert loaded.zero.toolkit and finalize(loaded.score(steps), 2).presented == on_presented
+
+
+def test_transferred_weights_face_the_guard_too(tiny_registry, keyword_embedder, tmp_path):
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    habit = [one_call(f"h{i}", "do the usual", "list_files") for i in range(6)]  # no word of the tool's
+    plain = {"keys": ["prefix"], "vector_candidates": 0, "query_context": CONTEXT, "memory_context": CONTEXT,
+             "head": FAST}
+    trained = build_scorer("tracer_plus", **plain, zero_shot={"kind": "hybrid", "guard": False})
+    trained.fit(habit, res)
+    path = save_candidate_model(trained.model, trained.feature_names, tmp_path / "model.pt")
+
+    def transfer(trajectories):
+        sc = build_scorer("tracer_plus", **plain, transfer=str(path),
+                          zero_shot={"kind": "hybrid", "guard": True, "k": 1})
+        sc.fit(trajectories, res)
+        return sc
+
+    assert transfer(habit).history["serves"] == "model"       # out of fold the trie knows the habit
+    unique = transfer(UNIQUE)                                  # out of fold no trie holds the gold
+    assert unique.history["serves"] == "zero_shot" and unique.zero_shot_only and not unique.cold
+    assert unique.learned_part == "model"                      # a refit asks the guard again
+    cold = transfer([])
+    assert cold.cold and "serves" not in cold.history

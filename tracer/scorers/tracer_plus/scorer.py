@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -129,35 +130,46 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         gold = res.tool_ids([s.gold for s in steps])                            # [S]
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
+        inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
+                        res.registry.names, res.device, seed=inner_seed(seed, 0),
+                        fold_view=clean_fold_view(res, steps, lambda r: self.embed(steps, r)),
+                        approximate=not res.tool_index.exact)
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
-            self.model, hist, t2 = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
-                                                         int(cfg["hidden"]), self.members),
-                                    {}, time.perf_counter())
+            self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
+                                                     int(cfg["hidden"]), self.members), {})
+            if self.zero.guard and steps:  # the transferred weights must beat the zero-shot ranking here too
+                groups = len({s.group for s in steps})
+                data = inner(inner_folds=max(2, min(int(cfg["inner_folds"]), groups)))
+                with torch.no_grad():
+                    scores = self.model.scores(data.feats, data.mask).cpu()                    # [S, C]
+                hist = self.guard(steps, vec, gold, res, scores, data.gold)
+            t2 = time.perf_counter()
         elif not steps:  # no logs: untrained weights, unused while the index is cold (the first refit trains)
             self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]),
                                         self.keep, seed, self.members)
             hist, t2 = {}, time.perf_counter()
         else:
-            data = inner_fold_candidates(steps, gold, mem, vec, self.keys, self.m, self.eps,
-                                         res.registry.names, res.device, int(cfg["inner_folds"]),
-                                         inner_seed(seed, 0),
-                                         clean_fold_view(res, steps, lambda r: self.embed(steps, r)),
-                                         approximate=not res.tool_index.exact)
+            data = inner(inner_folds=int(cfg["inner_folds"]))
             t2 = time.perf_counter()
             self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
                                            keep=self.keep, refit=bool(cfg["refit"]), members=self.members)
             with torch.no_grad():
                 self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
-            if self.zero.guard:  # the model against the zero-shot ranking, out of fold on the same steps
-                zero = self.zero.hits(self.zero.scores(steps, vec.numpy(), res, self.query_rendering),
-                                      gold.numpy())
-                hist.update(self.zero.choose(self.inner_scores, data.gold, zero))
+            if self.zero.guard:
+                hist.update(self.guard(steps, vec, gold, res, self.inner_scores, data.gold))
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1,
                    "seconds_fit": time.perf_counter() - t1}
         self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
+
+    def guard(self, steps: Sequence[Step], vec: torch.Tensor, gold: torch.Tensor, res: Resources,
+              inner_scores: torch.Tensor, inner_gold: torch.Tensor) -> dict:
+        """The guard's decision: the model's out-of-fold scores ``[S, C]`` against the zero-shot ranking of
+        the same steps (``vec [S, N]``, ``gold [S]``)."""
+        zero = self.zero.hits(self.zero.scores(steps, vec.numpy(), res, self.query_rendering), gold.numpy())
+        return self.zero.choose(inner_scores, inner_gold, zero)
 
     @property
     def members(self) -> int:
@@ -245,8 +257,10 @@ class TracerPlusScorer(LiveStep, ScorerBase):
 
     # ---- learning while serving (tracer.online) -------------------------------------------------------
     @property
-    def learned_part(self) -> str | None:  # what a refit learns again: none while the weights are transferred
-        return None if self.transfer else "model"
+    def learned_part(self) -> str | None:
+        """What a refit learns again: the model, or with transferred weights only the guard's choice (a
+        refit loads the same weights and asks the guard again over the logs so far)."""
+        return None if self.transfer and not self.zero.guard else "model"
 
     def memory_tables(self) -> list[ExecutionTrie]:
         return list(self.tries)
