@@ -15,6 +15,9 @@ from typing import TypeVar
 
 import torch
 
+from tracer.core.steps import iter_calls
+from tracer.core.types import Trajectory
+
 T = TypeVar("T")
 
 
@@ -73,3 +76,16 @@ def row_folds(groups: Sequence[str], k: int, seed: int = 0) -> list[tuple[int, t
     fold = torch.tensor([fold_of[g] for g in groups])                                     # [S]
     return [(f, (fold != f).nonzero().squeeze(1), (fold == f).nonzero().squeeze(1))
             for f in sorted(set(fold_of.values()))]
+
+
+def tool_folds(trajectories: Sequence[Trajectory], k: int, seed: int = 0) -> dict[str, int]:
+    """Every tool some trajectory calls, assigned to one of ``k`` folds as groups are (seeded, stable): the
+    held-out-tools split (``evaluate.py holdout_tools=true``) drops from fold f's training every trajectory
+    that calls one of fold f's tools, so their steps are tools never seen called."""
+    called = {name for t in trajectories for *_, name, _ in iter_calls(t.messages)}
+    return assign_folds(sorted(called), k, seed)
+
+
+def without_tools(trajectories: Sequence[Trajectory], tools: set[str]) -> list[Trajectory]:
+    """The trajectories that call none of ``tools``."""
+    return [t for t in trajectories if not any(name in tools for *_, name, _ in iter_calls(t.messages))]

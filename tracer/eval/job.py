@@ -80,6 +80,9 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     check_config(cfg, EVAL_INTS)
     if cfg.get("train_trajectories") is not None:
         check_int(cfg["train_trajectories"], "train_trajectories (override train_trajectories=...)", 0)
+    if not isinstance(cfg.get("holdout_tools", False), bool):
+        raise TypeError(f"holdout_tools (override holdout_tools=...) must be true or false, "
+                        f"got {cfg['holdout_tools']!r}")
     if (cfg.get("regime") or {}).get("max_steps_per_turn") is not None:
         check_int(cfg["regime"]["max_steps_per_turn"],
                   "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
@@ -98,7 +101,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                       max_steps_per_turn=regime.get("max_steps_per_turn", 20),
                       test_successful_only=cfg.get("test_successful_only", True),
                       latency_sample=cfg.get("latency_sample", 50), progress=cfg.get("progress", True),
-                      train_trajectories=cfg.get("train_trajectories"))
+                      train_trajectories=cfg.get("train_trajectories"),
+                      holdout_tools=cfg.get("holdout_tools", False))
     logger = build_logger(cfg.get("logger"), run_dir, f"{ds.name}-{scorer_cfg['name']}-k{cfg['k']}")
     logger.log_config(cfg)
     # encoder_training: each outer fold fine-tunes its own encoder on its training trajectories only

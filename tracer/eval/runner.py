@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from tracer.core.folds import assign_folds
+from tracer.core.folds import assign_folds, tool_folds, without_tools
 from tracer.core.locate import locate
 from tracer.core.steps import extract_all, extract_steps, iter_calls, step_from_messages
 from tracer.core.threads import one_thread
@@ -57,6 +57,8 @@ class EvalConfig:
     # a cold start: each fold fits on the first N of its training trajectories in a seeded arrival order
     # (the learning curves' order); None: all of them
     train_trajectories: int | None = None
+    # tools held out: fold f's training drops every trajectory calling one of fold f's tools (tool_folds)
+    holdout_tools: bool = False
 
 
 @dataclass
@@ -104,12 +106,15 @@ class Evaluator:
         self.tool_tokens = [self.counter.tool(t) for t in self.all_tools]
         self.all_tools_tokens = sum(self.tool_tokens)
         self.fold_of = assign_folds([t.group for t in dataset.trajectories], cfg.folds, cfg.seed)
+        self.tool_fold = tool_folds(dataset.trajectories, cfg.folds, cfg.seed) if cfg.holdout_tools else {}
 
     # ---- folds ---------------------------------------------------------------------------------
     def split(self, fold: int) -> tuple[list[Trajectory], list[Trajectory]]:
         train = [t for t in self.ds.trajectories if self.fold_of[t.group] != fold]
         test = [t for t in self.ds.trajectories if self.fold_of[t.group] == fold
                 and (t.success or not self.cfg.test_successful_only)]
+        if self.cfg.holdout_tools:
+            train = without_tools(train, {tool for tool, f in self.tool_fold.items() if f == fold})
         if self.cfg.train_trajectories is not None:
             random.Random(self.cfg.seed * 1000 + fold).shuffle(train)
             train = train[:self.cfg.train_trajectories]
