@@ -6,7 +6,8 @@ reference run on the same steps.
 
 Rows per dataset (each present run): the MiniLM and general vector searches, BM25, then per number of logged
 trajectories N (0, 10, all) tracer_plus with MiniLM and with the general encoder, and ToolNet and AutoTool at
-N = 10. Differences (Δ) are paired over the same steps (a sign-flip permutation test,
+N = 10; then the same scorers on the held-out-tools split (``_holdout``: ``evaluate.py holdout_tools=true``).
+Differences (Δ) are paired over the same steps (a sign-flip permutation test,
 :func:`tracer.eval.report.paired`): the general vector search against MiniLM's, and each tracer_plus row
 against the better of its embedder's vector search and BM25; on the unseen steps, those of the row's own
 training (its N).
@@ -24,7 +25,11 @@ from tracer.eval.report import paired
 ROWS = ("vector_minilm", "vector_general", "bm25",
         "tracer_plus_minilm_n0", "tracer_plus_general_n0",
         "toolnet_n10", "autotool_n10", "tracer_plus_minilm_n10", "tracer_plus_minilm_novel_n10",
-        "tracer_plus_general_n10", "tracer_plus_minilm", "tracer_plus_minilm_novel", "tracer_plus_general")
+        "tracer_plus_general_n10", "tracer_plus_minilm", "tracer_plus_minilm_novel", "tracer_plus_general",
+        # the held-out-tools split (evaluate.py holdout_tools=true)
+        "vector_minilm_holdout", "vector_general_holdout", "bm25_holdout", "toolnet_holdout",
+        "autotool_holdout", "tracer_plus_minilm_holdout", "tracer_plus_minilm_novel_holdout",
+        "tracer_plus_general_holdout")
 
 
 def presented(r) -> float:
@@ -56,11 +61,12 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
 def reference(name: str, r5: dict[str, float]) -> str | None:
     """The run a row is compared with: MiniLM's vector search for the general one; for tracer_plus the best of
     its inputs (vector search with its embedder, BM25) by recall@5."""
-    if name == "vector_general":
-        return "vector_minilm"
+    split = "_holdout" if name.endswith("_holdout") else ""  # compared within its own split
+    if name == f"vector_general{split}":
+        return f"vector_minilm{split}"
     if name.startswith("tracer_plus_"):
         emb = "general" if "_general" in name else "minilm"
-        inputs = [r for r in (f"vector_{emb}", "bm25") if r in r5]
+        inputs = [r for r in (f"vector_{emb}{split}", f"bm25{split}") if r in r5]
         return max(inputs, key=r5.__getitem__) if inputs else None
     return None
 
