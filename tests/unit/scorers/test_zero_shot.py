@@ -72,6 +72,11 @@ def test_guard_serves_the_model_only_when_it_is_ahead_by_more_than_one_standard_
     assert z.choose(many, torch.zeros(40, dtype=torch.long), some)["serves"] == "model"
     few = torch.tensor([[1.0, 0.0]] * 4)                      # 0.75 against 0.5 on 4 steps: error 0.33
     assert z.choose(few, torch.tensor([0, 0, 0, 1]), np.arange(4) < 2)["serves"] == "zero_shot"
+    # transferred weights: the burden reversed, the zero-shot ranking must lead by more than the error
+    assert z.choose(inner, gold, np.array([True, False, False]), transferred=True)["serves"] == "model"
+    assert z.choose(few, torch.tensor([0, 0, 0, 1]), np.arange(4) < 2, transferred=True)["serves"] == "model"
+    missed = z.choose(few, torch.tensor([1, 1, 1, 1]), np.ones(4, bool), transferred=True)  # 0 against 1
+    assert missed["serves"] == "zero_shot"
     assert ZeroShot("hybrid", guard=False).choose(inner, gold, np.ones(3, bool))["serves"] == "model"
     zs = np.array([[0.5, 0.5, 0.1], [0.1, 0.5, 0.5]])
     assert z.hits(zs, np.array([0, 2])).tolist() == [True, False]   # a tie goes to the earlier tool

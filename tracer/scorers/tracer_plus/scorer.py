@@ -169,7 +169,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         """The guard's decision: the model's out-of-fold scores ``[S, C]`` against the zero-shot ranking of
         the same steps (``vec [S, N]``, ``gold [S]``)."""
         zero = self.zero.hits(self.zero.scores(steps, vec.numpy(), res, self.query_rendering), gold.numpy())
-        return self.zero.choose(inner_scores, inner_gold, zero)
+        return self.zero.choose(inner_scores, inner_gold, zero, transferred=bool(self.transfer))
 
     @property
     def members(self) -> int:

@@ -12,8 +12,10 @@ model's score, every step counted, a gold outside the candidates a miss) with th
 same steps, and serves the model only when it is ahead by more than one standard error of the difference
 (few logs, few steps, a wide error: the model must earn its place). With a dataset's worth of logs the model
 wins by a wide margin and nothing changes (the committed full-data rows reproduce); with five trajectories
-it rarely does. The decision is a fit result (``history["serves"]``): saved with the index, taken over by an
-online refit.
+it rarely does. Transferred weights (``transfer``, learned on other datasets) face the same comparison on the
+logs they are fitted with, scored out of fold by the loaded model, with the burden reversed: they serve
+unless the zero-shot ranking leads by more than one standard error. The decision is a fit result
+(``history["serves"]``): saved with the index, taken over by an online refit.
 
 *Novel tools* (``novel: j``, 0 = off): where the model serves, a tool no logged call has used has no trie
 evidence, so the model ranks it below every tool it has seen called, even when the zero-shot ranking puts it
@@ -174,9 +176,12 @@ class ZeroShot:
         zero-shot scores ``zs [B, N]`` (ties by registry position), best first."""
         return [tuple(int(t) for t in top_ids(row, self.novel) if never_called[t]) for row in zs]
 
-    def choose(self, inner_scores: torch.Tensor, gold: torch.Tensor, zero_hits: np.ndarray) -> dict:
+    def choose(self, inner_scores: torch.Tensor, gold: torch.Tensor, zero_hits: np.ndarray,
+               transferred: bool = False) -> dict:
         """The guard's decision from the model's out-of-fold scores ``[S, C]`` (-inf where masked), the gold's
-        candidate index ``[S]`` (IGNORE: not a candidate) and the zero-shot ranking's hits ``[S]`` (bool)."""
+        candidate index ``[S]`` (IGNORE: not a candidate) and the zero-shot ranking's hits ``[S]`` (bool).
+        A model trained on these few logs must lead by more than one standard error; ``transferred`` weights,
+        learned on much more elsewhere, serve unless the zero-shot ranking leads by as much."""
         safe = gold.clamp_min(0)
         g = inner_scores.gather(1, safe[:, None])                                         # [S, 1]
         better = (inner_scores > g).sum(1)                                                # [S]
@@ -185,7 +190,8 @@ class ZeroShot:
         model, zero = (float(m.mean()) if len(m) else 0.0), (float(z.mean()) if len(z) else 0.0)
         # the model must earn its place: ahead by more than one standard error of the difference
         se = float(np.sqrt(m.var() / len(m) + z.var() / len(z))) if len(m) and len(z) else float("inf")
-        serves = "zero_shot" if self.guard and model - zero <= se else "model"
+        behind = zero - model > se if transferred else model - zero <= se
+        serves = "zero_shot" if self.guard and behind else "model"
         return {"serves": serves, "guard_model_recall": model, "guard_zero_shot_recall": zero, "guard_se": se}
 
     def hits(self, zs: np.ndarray, gold_ids: np.ndarray) -> np.ndarray:
