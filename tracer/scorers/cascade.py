@@ -176,6 +176,7 @@ class CascadeScorer(ScorerBase):
                 out.reserve = list(out.reserve or [()] * len(steps))
                 for i, claim in zip(up, slow.reserve or [()] * len(up)):
                     out.reserve[i] = claim
+                out.reserve_slots = max(out.reserve_slots, slow.reserve_slots)
             diagnostics["escalated"][rows] = 1.0
         out.diagnostics = diagnostics
         return out

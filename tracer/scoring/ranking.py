@@ -70,7 +70,7 @@ def finalize(scores: Scores, k: int, pad: bool = True) -> Selection:
         fell = scores.fell_back.tolist()
         top = [t if f else t[: min(k, c)] for t, f, c in zip(top, fell, n_prop)]
     if scores.reserve is not None:
-        top = [reserved(t, r, k) for t, r in zip(top, scores.reserve)]
+        top = [reserved(t, r, k, scores.reserve_slots) for t, r in zip(top, scores.reserve)]
     presented = []
     for t in top:
         extra = [g for g in scores.always_present if g not in t]
@@ -78,13 +78,16 @@ def finalize(scores: Scores, k: int, pad: bool = True) -> Selection:
     return Selection(ranking, presented, scores)
 
 
-def reserved(top: Sequence[int], reserve: Sequence[int], k: int) -> tuple[int, ...]:
-    """``top`` (a step's first k, or fewer without padding) with its k-th slot given to the first id of
-    ``reserve`` that is not in it (appended when ``top`` is short); ``top`` as it is when there is none."""
-    new = next((r for r in reserve if r not in top), None)
-    if new is None or k < 1:
+def reserved(top: Sequence[int], reserve: Sequence[int], k: int, slots: int = 1) -> tuple[int, ...]:
+    """``top`` (a step's first k, or fewer without padding) with its last ``slots`` slots given to the first
+    ids of ``reserve`` not presented before those slots, in ``reserve``'s order, after what is left of ``top``
+    (appended where ``top`` is short); fewer such ids take fewer slots, none leaves ``top`` as it is."""
+    head = tuple(top[:max(k - slots, 0)])
+    new = tuple(r for r in reserve if r not in head)[:slots]
+    if not new or k < 1:
         return tuple(top)
-    return tuple(top[:k - 1]) + (new,) if len(top) >= k else tuple(top) + (new,)
+    rest = tuple(t for t in top[len(head):] if t not in new)[:max(k - len(head) - len(new), 0)]
+    return head + rest + new
 
 
 def no_proposal(b: int, n: int) -> torch.Tensor:

@@ -29,8 +29,9 @@ class Scores:
     fields rather than diagnostics: they change what the model sees):
     present_all: the whole registry is presented whatever k is (LLM-only, H-EPM, Insight).
     always_present: registry ids added to every presented set (Tracer+G's global set).
-    reserve: per step, registry ids that claim the k-th slot: the first of them not among the top k takes it
-        (:func:`tracer.scoring.ranking.reserved`; tracer_plus's slot for tools no log has called).
+    reserve: per step, registry ids that claim the last ``reserve_slots`` slots: the first of them not
+        presented before those slots take them (:func:`tracer.scoring.ranking.reserved`; tracer_plus's slots
+        for tools no log has called).
     guidance: per-step text added to the prompt (H-EPM's suggestion line, Insight's block).
     """
 
@@ -41,6 +42,7 @@ class Scores:
     present_all: bool = False
     always_present: tuple[int, ...] = ()
     reserve: list[tuple[int, ...]] | None = None
+    reserve_slots: int = 1
     guidance: list[str] | None = None
 
 

@@ -128,6 +128,13 @@ def test_reserved_gives_the_kth_slot_to_the_first_claimant_not_presented():
     assert reserved((4, 1, 2), (1, 2), 3) == (4, 1, 2)         # every claimant presented: unchanged
     assert reserved((4, 1, 2), (), 3) == (4, 1, 2)
     assert reserved((4,), (7,), 3) == (4, 7)                   # a short set without padding: appended
+    assert reserved((4, 1, 2), (2, 8), 3) == (4, 1, 2)         # a claimant already in the slot keeps it
+    # two slots: the first two claimants not presented before them, after what is left of the top
+    assert reserved((4, 1, 2, 5, 6), (7, 8), 5, 2) == (4, 1, 2, 7, 8)
+    assert reserved((4, 1, 2, 5, 6), (1, 8, 9), 5, 2) == (4, 1, 2, 8, 9)
+    assert reserved((4, 1, 2, 5, 6), (8,), 5, 2) == (4, 1, 2, 5, 8)   # one claimant takes one slot
+    assert reserved((4, 1, 2, 5, 6), (6, 8), 5, 2) == (4, 1, 2, 6, 8)
+    assert reserved((4,), (7, 8), 3, 2) == (4, 7, 8)
 
 
 # flights only, over and over: the model serves (no guard), and its candidates are the flight tools
@@ -265,3 +272,24 @@ def test_transferred_weights_face_the_guard_too(tiny_registry, keyword_embedder,
     assert unique.learned_part == "model"                      # a refit asks the guard again
     cold = transfer([])
     assert cold.cold and "serves" not in cold.history
+
+
+def test_two_novel_slots_take_the_last_two_places_live_as_batched(tiny_registry, keyword_embedder):
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
+                          memory_context=CONTEXT, head=FAST,
+                          zero_shot={"kind": "hybrid", "guard": False, "novel": 6, "slots": 2})
+    scorer.fit(FLIGHTS, res)
+    never = set(np.flatnonzero(scorer.never_called).tolist())
+    steps = extract_all(UNIQUE)
+    scores = scorer.score(steps)
+    presented = finalize(scores, 3, scorer.pad).presented
+    for row, claims, ranked in zip(presented, scores.reserve, finalize(scores, 3).ranking.tolist()):
+        # the model's first, then the first two claimants
+        assert len(claims) >= 2 and set(row[1:]) <= never and row[0] == ranked[0]
+        assert list(row[1:]) == [c for c in claims if c != row[0]][:2]
+    contexts = scorer.embed(steps)
+    live = [scorer.select_one(s, tuple(c[i:i + 1] for c in contexts), 3) for i, s in enumerate(steps)]
+    assert live == presented
+    with pytest.raises(ValueError, match="zero_shot.slots"):
+        ZeroShot("hybrid", novel=2, slots=0)

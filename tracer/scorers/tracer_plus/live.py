@@ -56,13 +56,13 @@ class LiveStep:
         if not len(one.tool) or self.zero_shot_only:
             # fewer ranked tools than k (an approximate index): the rest by registry position, as batched
             order = one.order if len(one.order) >= k else np.argsort(-vec, kind="stable")
-            return reserved(tuple(order[:k].tolist()), one.reserve, k)
+            return reserved(tuple(order[:k].tolist()), one.reserve, k, self.zero.slots)
         head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
         if len(head) == k or not pad:
-            return reserved(tuple(head.tolist()), one.reserve, k)
+            return reserved(tuple(head.tolist()), one.reserve, k, self.zero.slots)
         rest = one.order[:k + len(head)]
         return reserved(tuple(head.tolist()) + tuple(rest[~np.isin(rest, head)][:k - len(head)].tolist()),
-                        one.reserve, k)
+                        one.reserve, k, self.zero.slots)
 
     def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""

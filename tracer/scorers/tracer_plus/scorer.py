@@ -244,6 +244,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                          "in_candidates": coverage(self.res.registry, steps, cand.tool, cand.mask)},
             reserve=self.zero.reserve(zero, self.never_called) if self.zero.novel and not self.zero_shot_only
             else None,
+            reserve_slots=self.zero.slots,
         )
 
     # ---- persistence -------------------------------------------------------------------------

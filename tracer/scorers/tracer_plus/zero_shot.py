@@ -19,9 +19,9 @@ unless the zero-shot ranking leads by more than one standard error. The decision
 
 *Novel tools* (``novel: j``, 0 = off): where the model serves, a tool no logged call has used has no trie
 evidence, so the model ranks it below every tool it has seen called, even when the zero-shot ranking puts it
-first: a step whose gold is such a tool is almost always missed. With ``novel`` on, the k-th presented slot
-goes to the best of the zero-shot ranking's top ``j`` tools that are never called and not already presented
-(:func:`tracer.scoring.ranking.reserved`); the ranking itself stays the model's.
+first: a step whose gold is such a tool is almost always missed. With ``novel`` on, the last ``slots``
+presented slots (1 by default) go to the best of the zero-shot ranking's top ``j`` tools that are never called
+and not presented before them (:func:`tracer.scoring.ranking.reserved`); the ranking stays the model's.
 
 *The toolkit* (``toolkit: true``). Tools come in toolkits (``Tool.source``: an API family,
 an MCP server), and a conversation mostly stays in the toolkit of its last call: on the three datasets,
@@ -118,22 +118,25 @@ class ZeroShot:
         k: the recall@k the guard compares.
         bm25: ``{k1, b}`` of the lexical input (``hybrid``).
         rrf_k: the fusion's rank offset (``hybrid``).
-        novel: j, the zero-shot top j from which a never-called tool takes the k-th slot (0: off).
+        novel: j, the zero-shot top j from which never-called tools take the last slots (0: off).
+        slots: how many of the k presented slots never-called tools may take (``novel`` on).
         toolkit: fuse the ranking of the last call's toolkit too (module docstring; with ``vector``, the
             fusion of the vector ranking and this one).
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
-                 rrf_k: int = 60, novel: int = 0, toolkit: bool = False):
+                 rrf_k: int = 60, novel: int = 0, slots: int = 1, toolkit: bool = False):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
         if not isinstance(toolkit, bool):
             raise TypeError(f"zero_shot.toolkit must be a bool, got {toolkit!r}")
         if isinstance(novel, bool) or not isinstance(novel, int) or novel < 0:
             raise ValueError(f"zero_shot.novel must be an int >= 0, got {novel!r}")
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"zero_shot.slots must be an int >= 1, got {slots!r}")
         self.kind, self.guard, self.k, self.rrf_k, self.novel = kind, bool(guard), int(k), int(rrf_k), novel
         self.bm25_cfg = dict(bm25 or {"k1": 1.5, "b": 0.75})
-        self.toolkit = toolkit
+        self.toolkit, self.slots = toolkit, slots
         self._lexical = None  # (registry, BM25Scorer), built on first use
         self._kits = None  # (registry, toolkits(registry)), built on first use
 
@@ -143,7 +146,7 @@ class ZeroShot:
 
     def config(self) -> dict:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
-                "rrf_k": self.rrf_k, "novel": self.novel, "toolkit": self.toolkit}
+                "rrf_k": self.rrf_k, "novel": self.novel, "slots": self.slots, "toolkit": self.toolkit}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
