@@ -36,11 +36,17 @@ for ds in "${DATASETS[@]}"; do
   # the novel-tool slot (scorer.zero_shot.novel, tracer/scorers/tracer_plus/zero_shot.py)
   run tracer_plus_minilm_novel_n10 scorer=tracer_plus scorer.zero_shot.novel=2 train_trajectories=10
   run tracer_plus_minilm_novel scorer=tracer_plus scorer.zero_shot.novel=2
+  # two slots from the zero-shot top 3
+  run tracer_plus_minilm_novel3x2_n10 scorer=tracer_plus scorer.zero_shot.novel=3 scorer.zero_shot.slots=2 \
+    train_trajectories=10
+  run tracer_plus_minilm_novel3x2 scorer=tracer_plus scorer.zero_shot.novel=3 scorer.zero_shot.slots=2
   # the held-out-tools split: each called tool is held out of one fold's training (tracer/core/folds.py)
   run vector_minilm_holdout scorer=vector holdout_tools=true
   run vector_general_holdout scorer=vector embedder=general holdout_tools=true
   for s in bm25 toolnet autotool; do run "${s}_holdout" "scorer=$s" holdout_tools=true; done
   run tracer_plus_minilm_holdout scorer=tracer_plus holdout_tools=true
   run tracer_plus_minilm_novel_holdout scorer=tracer_plus scorer.zero_shot.novel=2 holdout_tools=true
+  run tracer_plus_minilm_novel3x2_holdout scorer=tracer_plus scorer.zero_shot.novel=3 scorer.zero_shot.slots=2 \
+    holdout_tools=true
   run tracer_plus_general_holdout scorer=tracer_plus embedder=general holdout_tools=true
 done

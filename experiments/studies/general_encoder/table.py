@@ -25,11 +25,12 @@ from tracer.eval.report import paired
 ROWS = ("vector_minilm", "vector_general", "bm25",
         "tracer_plus_minilm_n0", "tracer_plus_general_n0",
         "toolnet_n10", "autotool_n10", "tracer_plus_minilm_n10", "tracer_plus_minilm_novel_n10",
-        "tracer_plus_general_n10", "tracer_plus_minilm", "tracer_plus_minilm_novel", "tracer_plus_general",
+        "tracer_plus_minilm_novel3x2_n10", "tracer_plus_general_n10", "tracer_plus_minilm",
+        "tracer_plus_minilm_novel", "tracer_plus_minilm_novel3x2", "tracer_plus_general",
         # the held-out-tools split (evaluate.py holdout_tools=true)
         "vector_minilm_holdout", "vector_general_holdout", "bm25_holdout", "toolnet_holdout",
         "autotool_holdout", "tracer_plus_minilm_holdout", "tracer_plus_minilm_novel_holdout",
-        "tracer_plus_general_holdout")
+        "tracer_plus_minilm_novel3x2_holdout", "tracer_plus_general_holdout")
 
 
 def presented(r) -> float:
