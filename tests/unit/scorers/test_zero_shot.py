@@ -217,6 +217,8 @@ def test_toolkit_rrf_ranks_the_toolkit_of_the_last_known_call_by_vector_score():
                             [0, 0, 1.0, 0, 0],       # y holds c alone
                             [0] * 5, [0] * 5,        # an unnamed toolkit, no call yet: no ranking
                             [0.5, 1.0, 0, 0, 0]]
+    one = Registry([Tool("a", source="app"), Tool("b", source="app")])  # one toolkit of every tool: no signal
+    assert toolkits(one) == {} and not toolkit_rrf(steps[:1], vec[:1, :2], one, toolkits(one), k=0).any()
     with pytest.raises(TypeError, match="toolkit must be a bool"):
         ZeroShot("hybrid", toolkit="yes")
 

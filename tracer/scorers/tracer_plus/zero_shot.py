@@ -82,12 +82,13 @@ def rrf_retrieved(vec: np.ndarray, lexical: np.ndarray, k: int, t: int) -> np.nd
 
 
 def toolkits(registry) -> dict[str, np.ndarray]:
-    """Tool ids ``[n_s]`` (registry order) of each named toolkit (``Tool.source``; empty: none)."""
+    """Tool ids ``[n_s]`` (registry order) of each named toolkit (``Tool.source``; empty: none). A toolkit
+    holding every tool tells nothing (its ranking would only count the vector ranking twice): left out."""
     groups: dict[str, list[int]] = {}
     for i, tool in enumerate(registry):
         if tool.source:
             groups.setdefault(tool.source, []).append(i)
-    return {kit: np.asarray(ids, dtype=np.int64) for kit, ids in groups.items()}
+    return {kit: np.asarray(ids, dtype=np.int64) for kit, ids in groups.items() if len(ids) < len(registry)}
 
 
 def toolkit_rrf(steps: Sequence[Step], vec: np.ndarray, registry, kits: Mapping[str, np.ndarray],
