@@ -36,6 +36,7 @@ COLUMNS = (
     ("steps_per_turn", "steps/turn (all)"),
     ("opening_share", "turn-opening steps"),
     ("max_calls_per_turn", "max calls in a turn"),
+    ("toolkit_share", "same toolkit as the last call"),
     ("skipped", "skipped"),
 )
 
@@ -46,13 +47,17 @@ def describe(dataset: Dataset) -> dict[str, Any]:
     Returns a dict with ``name``, ``conversations``, ``groups``, ``turns``, ``active_turns`` (turns
     with at least one call), ``steps``, ``tools`` (registry size), ``tools_called`` (distinct gold
     names), ``steps_per_active_turn`` (mean over active turns), ``steps_per_turn`` (mean over all
-    turns), ``opening_share`` (share of steps with ``position == 0``), ``max_calls_per_turn`` and
-    ``skipped`` (the loader's counts).
+    turns), ``opening_share`` (share of steps with ``position == 0``), ``max_calls_per_turn``,
+    ``toolkit_share`` (of the steps after a conversation's first call, the share whose tool has the
+    toolkit, a non-empty ``Tool.source``, of the call before it) and ``skipped`` (the loader's counts).
     """
     turns = [t for traj in dataset.trajectories for t in turns_of(traj)]
     steps = dataset.steps()
     active = [t for t in turns if t]
     n_steps = len(steps)
+    kit = {t.name: t.source for t in dataset.registry}
+    later = [s for s in steps if s.history]
+    same = sum(bool(kit.get(s.gold)) and kit.get(s.gold) == kit.get(s.history[-1]) for s in later)
     return {
         "name": dataset.name,
         "conversations": len(dataset.trajectories),
@@ -66,6 +71,7 @@ def describe(dataset: Dataset) -> dict[str, Any]:
         "steps_per_turn": n_steps / len(turns) if turns else 0.0,
         "opening_share": sum(s.position == 0 for s in steps) / n_steps if n_steps else 0.0,
         "max_calls_per_turn": max((len(t) for t in turns), default=0),
+        "toolkit_share": same / len(later) if later else 0.0,
         "skipped": dict(dataset.skipped),
     }
 

@@ -31,6 +31,8 @@ for ds in "${DATASETS[@]}"; do
     run "tracer_plus_general_n$n" scorer=tracer_plus embedder=general "train_trajectories=$n"
     [[ $n -gt 0 ]] && for s in toolnet autotool; do run "${s}_n$n" "scorer=$s" "train_trajectories=$n"; done
   done
+  # the cold ranking without the last call's toolkit (docs/learning.md pairs it with tracer_plus_minilm_n0)
+  run tracer_plus_minilm_n0_no_toolkit scorer=tracer_plus train_trajectories=0 scorer.zero_shot.toolkit=false
   run tracer_plus_general scorer=tracer_plus embedder=general
   run tracer_plus_minilm scorer=tracer_plus
   # the novel-tool slot (scorer.zero_shot.novel, tracer/scorers/tracer_plus/zero_shot.py)

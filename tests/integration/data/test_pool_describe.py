@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from builders import tool_call
 
@@ -138,16 +140,23 @@ def test_describe_tiny_by_hand():
     assert describe(tiny()) == {
         "name": "tiny", "conversations": 2, "groups": 1, "turns": 5, "active_turns": 4, "steps": 7,
         "tools": 6, "tools_called": 5, "steps_per_active_turn": 1.75, "steps_per_turn": 1.4,
-        "opening_share": 4 / 7, "max_calls_per_turn": 3, "skipped": {"r": 2},
+        "opening_share": 4 / 7, "max_calls_per_turn": 3, "toolkit_share": 1.0, "skipped": {"r": 2},
     }
+    # every tool in toolkit "t"; after a first call: b (after a), c (b), a (c), y (x), y (y)
+    def kits(**source):
+        return replace(tiny(), registry=Registry(replace(t, source=source.get(t.name, "t"))
+                                                 for t in tiny().registry))
+    assert describe(kits(c="k3"))["toolkit_share"] == 3 / 5       # b -> c and c -> a leave the toolkit
+    assert describe(kits(a="", b="", c="", x="", y=""))["toolkit_share"] == 0.0  # unnamed: no toolkit
 
 
 def test_format_table():
     lines = format_table([describe(tiny())]).splitlines()
     assert lines[0] == ("| dataset | conversations | groups | turns | steps | tools | steps/turn (turns with "
-                        "calls) | steps/turn (all) | turn-opening steps | max calls in a turn | skipped |")
-    assert lines[1] == "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-    assert lines[2] == "| tiny | 2 | 1 | 5 | 7 | 6 | 1.75 | 1.40 | 0.57 | 3 | r: 2 |"
+                        "calls) | steps/turn (all) | turn-opening steps | max calls in a turn | same toolkit "
+                        "as the last call | skipped |")
+    assert lines[1] == "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    assert lines[2] == "| tiny | 2 | 1 | 5 | 7 | 6 | 1.75 | 1.40 | 0.57 | 3 | 1.00 | r: 2 |"
 
 
 @needs_shared

@@ -142,7 +142,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                 data = inner(inner_folds=max(2, min(int(cfg["inner_folds"]), groups)))
                 with torch.no_grad():
                     scores = self.model.scores(data.feats, data.mask).cpu()                    # [S, C]
-                hist = self.guard(steps, vec, gold, res, scores, data.gold)
+                hist = self.guard_choice(steps, vec, gold, res, scores, data.gold)
             t2 = time.perf_counter()
         elif not steps:  # no logs: untrained weights, unused while the index is cold (the first refit trains)
             self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]),
@@ -156,7 +156,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             with torch.no_grad():
                 self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
             if self.zero.guard:
-                hist.update(self.guard(steps, vec, gold, res, self.inner_scores, data.gold))
+                hist.update(self.guard_choice(steps, vec, gold, res, self.inner_scores, data.gold))
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1,
@@ -164,7 +164,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
 
-    def guard(self, steps: Sequence[Step], vec: torch.Tensor, gold: torch.Tensor, res: Resources,
+    def guard_choice(self, steps: Sequence[Step], vec: torch.Tensor, gold: torch.Tensor, res: Resources,
               inner_scores: torch.Tensor, inner_gold: torch.Tensor) -> dict:
         """The guard's decision: the model's out-of-fold scores ``[S, C]`` against the zero-shot ranking of
         the same steps (``vec [S, N]``, ``gold [S]``)."""
