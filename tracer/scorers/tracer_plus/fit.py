@@ -161,7 +161,8 @@ def nll_on(model: CandidateModel, data: CandidateData) -> Callable[..., tuple[to
 
     Only the real candidates are scored: their rows ``[P, F]`` are standardised once (with the
     model's statistics at closure time) and the scores scattered back to ``[S, C]`` logits."""
-    z = model.standardise(data.feats[data.mask])                                         # [P, F]
+    dtype = next(model.net.parameters()).dtype  # float64 while an MLP trains (_wide)
+    z = model.standardise(data.feats[data.mask].to(dtype))                              # [P, F]
     idx = data.mask.nonzero()                                                            # [P, 2]
 
     def loss(_batch: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,6 +189,17 @@ def _split(data: CandidateData, val_fold: int) -> tuple[torch.Tensor, torch.Tens
     return train_rows, val
 
 
+def _wide(model: CandidateModel) -> CandidateModel:
+    """An MLP trains in float64 (its weights rounded to float32 after :func:`_train`). Why: its fit is not
+    convex, and the last bits of float32 kernels, which differ between processors (AVX2 / AVX-512 code paths
+    of one host already), grew into other trained weights and other held-out recall (the ablation's ``mlp``
+    row moved by up to 0.008 recall@5 in a fold). In float64 those differences stay below what the rounding
+    to float32 keeps. The linear model's fit is convex from zero; it stays float32, as its rows reproduce."""
+    if model.kind == "mlp":
+        model.net.double()
+    return model
+
+
 def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None,
            keep: torch.Tensor | None, refit: bool) -> tuple[CandidateModel, dict]:
     n_feat = data.feats.shape[2]
@@ -205,7 +217,7 @@ def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fo
         return model.eval(), hist
     t0 = time.perf_counter()
     tr, va = _rows(data, train_rows), _rows(data, val)
-    model.set_feature_stats(tr.feats[tr.mask])
+    _wide(model.set_feature_stats(tr.feats[tr.mask]))
     train_loss, val_loss = nll_on(model, tr), nll_on(model, va)
     run = train(model, lambda idx: train_loss(idx)[0], val_loss, len(tr), len(va), replace(cfg, batch_size=0))
     best_epoch = run["best_epoch"]
@@ -215,10 +227,11 @@ def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fo
         # the early-stopped epoch count, now on every covered step (the validation fold included)
         model = CandidateModel(n_feat, kind, hidden, keep, cfg.seed)
         every = _rows(data, covered)
-        model.set_feature_stats(every.feats[every.mask])
+        _wide(model.set_feature_stats(every.feats[every.mask]))
         every_loss = nll_on(model, every)
         train(model, lambda idx: every_loss(idx)[0], None, len(every), 0,
               replace(cfg, batch_size=0, max_epochs=best_epoch + 1))
         hist["refit_epochs"] = best_epoch + 1
     hist["seconds_train"] = time.perf_counter() - t0
+    model.net.float()
     return model.eval(), hist

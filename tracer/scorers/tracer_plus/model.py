@@ -41,11 +41,13 @@ def _members(net: nn.Module) -> list[nn.Sequential]:
 
 
 def _mlp(n_features: int, hidden: int, gen: torch.Generator) -> nn.Sequential:
-    net = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, 1, bias=False))
+    # drawn in float64, then rounded: uniform_'s scaling to the bound has vectorised kernels whose float32
+    # results differ in the last bit between instruction sets (fit.py's _wide says why that matters)
+    net = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, 1, bias=False)).double()
     for lin in (net[0], net[2]):
         nn.init.kaiming_uniform_(lin.weight, a=5 ** 0.5, generator=gen)
     nn.init.zeros_(net[0].bias)
-    return net
+    return net.float()
 
 
 class MlpEnsemble(nn.Module):
