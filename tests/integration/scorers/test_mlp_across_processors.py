@@ -23,14 +23,14 @@ FIT = textwrap.dedent("""
     from tracer.scorers.tracer_plus.fit import CandidateData, train_model
     # numpy draws the data: torch's normal_ has its own vectorised kernels, and the data must not differ
     rng = np.random.default_rng(0)
-    S, C, F = 600, 24, 14
+    S, C, F = 300, 16, 12
     feats = torch.from_numpy(rng.normal(size=(S, C, F)) * rng.uniform(size=F) * 5).float()  # [S, C, F]
     mask = torch.from_numpy(rng.uniform(size=(S, C)) < 0.8)
     mask[:, 0] = True
     noise = torch.from_numpy(rng.normal(size=(S, C))).float()
     gold = (feats[..., :4].sum(-1) + noise).masked_fill(~mask, -1e9).argmax(1)
     data = CandidateData(feats, mask, gold, torch.arange(S) % 4)
-    cfg = TrainConfig(lr=0.01, weight_decay=1e-4, max_epochs=150, patience=150, batch_size=0, seed=0)
+    cfg = TrainConfig(lr=0.01, weight_decay=1e-4, max_epochs=60, patience=60, batch_size=0, seed=0)
     model, hist = train_model(data, "mlp", 32, cfg, members=2)
     sd = model.state_dict()
     assert all(t.dtype == torch.float32 for t in sd.values()), [t.dtype for t in sd.values()]
