@@ -53,6 +53,7 @@ def fit_under(pins: dict) -> tuple[str, str, str]:
     return capability, epoch, digest
 
 
+@pytest.mark.heavy(seconds=15)  # three fresh interpreters fit in turn
 def test_the_mlp_trains_to_the_same_weights_under_every_instruction_set():
     runs = [fit_under(pins) for pins in LEVELS]
     capabilities = [c for c, _, _ in runs]
