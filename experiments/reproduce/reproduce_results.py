@@ -5,6 +5,7 @@
     python -m experiments.reproduce.reproduce_results --reuse /tmp/repro # diff runs already there, run
     nothing
     python -m experiments.reproduce.reproduce_results --tol 1e-12     # allow float differences up to 1e-12
+    python -m experiments.reproduce.reproduce_results --only presets --rows best,zero_shot  # hours: encoders
 
 Parts (each an experiment group in tracer/configs/experiment/, run as one Hydra multirun, k = 5,
 5 folds, seed 0, registry large, latency_sample=0):
@@ -12,7 +13,12 @@ Parts (each an experiment group in tracer/configs/experiment/, run as one Hydra 
 - ``table``: ``+experiment/bfcl_table=<scorer>`` for every scorer, diffed against
   ``results/bfcl/teacher_forcing/dataset=bfcl,folds=5,k=5,*,scorer=<scorer>,seed=0/metrics.json``;
 - ``ablation``: ``+experiment/tracer_plus_ablation=<row>`` for every row, diffed against
-  ``results/bfcl/ablation/<row>/metrics.json``.
+  ``results/bfcl/ablation/<row>/metrics.json``;
+- ``presets`` (not run unless asked: each fine-tuned preset trains five encoders, about an hour of a 2-core
+  CPU; cached checkpoints are reused): ``experiment=preset/<name>`` on BFCL, one run each with one thread
+  (as ``results_encoders.sh`` ran them), diffed against the run of ``results/encoders/bfcl/`` that
+  ``PRESET_RUNS`` names. The static presets (``fastest``, ``cascade``) reproduce only on processors with
+  the same vector instructions (``results/encoders/README.md``).
 
 Compared, exactly unless ``--tol``: the run's identity (dataset, registry size, scorer, k, regime, number of
 steps) and ``mean`` and every fold of ``per_fold`` for the quality metrics (latency is a timing, not a
@@ -24,13 +30,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # experiments/reproduce/ -> the repository
 EXPERIMENTS = ROOT / "tracer" / "configs" / "experiment"
-PARTS = {"table": "bfcl_table", "ablation": "tracer_plus_ablation"}
+PARTS = {"table": "bfcl_table", "ablation": "tracer_plus_ablation", "presets": "preset"}
+DEFAULT_PARTS = ("table", "ablation")
+# a preset -> its committed run in results/encoders/bfcl/ (experiments/reproduce/results_encoders.sh)
+PRESET_RUNS = {"best": "mnrl_mlp10_tracer_plus", "cascade": "cascade_cascade",
+               "fast": "mnrl_l3_cut_int8_tracer_plus", "fastest": "static_mnrl_ctx05_inner_tracer_plus",
+               "zero_shot": "minilm_tracer_plus"}
 QUALITY = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens",
            "cic_reduction", "out_of_trie_rate", "fallback_rate", "recall_out_of_trie")
 IDENTITY = ("dataset", "registry_size", "scorer", "k", "regime", "n_steps")
@@ -40,17 +52,28 @@ def rows_of(group: str) -> list[str]:
     return sorted(p.stem for p in (EXPERIMENTS / group).glob("*.yaml"))
 
 
-def reference(part: str, row: str, table_dir: Path, ablation_dir: Path) -> Path | None:
+def reference(part: str, row: str, table_dir: Path, ablation_dir: Path,
+              preset_dir: Path = ROOT / "results" / "encoders" / "bfcl") -> Path | None:
     """The committed metrics.json of a row (None when there is none, or more than one candidate)."""
-    if part == "ablation":
-        path = ablation_dir / row / "metrics.json"
+    if part in ("ablation", "presets"):
+        folder = ablation_dir / row if part == "ablation" else preset_dir / PRESET_RUNS.get(row, "?")
+        path = folder / "metrics.json"
         return path if path.is_file() else None
     found = sorted(table_dir.glob(f"dataset=bfcl,folds=5,k=5,*,scorer={row},seed=0/metrics.json"))
     return found[0] if len(found) == 1 else None
 
 
 def run(group: str, rows: list[str], out: Path) -> int:
-    """One multirun over the rows of an experiment group into ``out/<group>/<row>``; its exit status."""
+    """One multirun over the rows of an experiment group into ``out/<group>/<row>`` (the presets: one run
+    each, on one thread); its exit status."""
+    if group == PARTS["presets"]:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        codes = [subprocess.run(
+            [sys.executable, str(ROOT / "evaluate.py"), f"experiment=preset/{row}", "dataset=bfcl",
+             "registry=large", "k=5", "folds=5", "seed=0", "progress=false", "latency_sample=0",
+             f"hydra.run.dir={out / group / row}"], check=False, cwd=ROOT, env=env).returncode
+            for row in rows]
+        return max(codes, default=0)
     cmd = [sys.executable, str(ROOT / "evaluate.py"), "-m", f"+experiment/{group}={','.join(rows)}",
            "latency_sample=0", f"hydra.sweep.dir={out}"]
     print("$", " ".join(cmd), flush=True)
@@ -87,14 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reuse", type=Path, default=None,
                    help="diff the runs already in this directory; run nothing")
     p.add_argument("--only", choices=sorted(PARTS), default=None, help="one part only")
-    p.add_argument("--rows", default=None, help="comma-separated rows (scorers of the table, ablation rows)")
+    p.add_argument("--rows", default=None,
+                   help="comma-separated rows (scorers of the table, ablation rows, presets)")
     p.add_argument("--tol", type=float, default=0.0,
                    help="largest allowed |difference| of a metric (default: exact)")
     p.add_argument("--table-reference", type=Path, default=ROOT / "results" / "bfcl" / "teacher_forcing")
     p.add_argument("--ablation-reference", type=Path, default=ROOT / "results" / "bfcl" / "ablation")
     a = p.parse_args(argv)
 
-    parts = [a.only] if a.only else list(PARTS)
+    parts = [a.only] if a.only else list(DEFAULT_PARTS)
     wanted = set(a.rows.split(",")) if a.rows else None
     plan = {part: [r for r in rows_of(PARTS[part]) if wanted is None or r in wanted] for part in parts}
     if wanted is not None and (unknown := wanted - {r for rows in plan.values() for r in rows}):
