@@ -182,6 +182,9 @@ def test_rrf_over_an_approximate_index_fuses_the_retrieved_and_the_lexical_leade
     want = np.array([[1.0, 1 / 2, 1 / 3, 1 / 2 + 1 / 3, 1.0, inf]], dtype=np.float32)
     assert np.array_equal(got, want) and got.dtype == np.float32
     assert np.isneginf(rrf_retrieved(np.full((1, 3), inf), np.zeros((1, 3)), k=60, t=2)).all()
+    # no lexical ranking: the retrieved tools alone, by rank
+    alone = np.array([[1.0, inf, 1 / 3, 1 / 2, inf, inf]], dtype=np.float32)
+    assert np.array_equal(rrf_retrieved(vec, None, k=0, t=3), alone)
 
 
 def test_a_cold_index_over_hnsw_presents_from_the_fused_tools_live_as_batched(tiny_registry,

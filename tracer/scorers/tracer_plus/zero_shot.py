@@ -63,18 +63,21 @@ def top_ids(scores: np.ndarray, j: int) -> np.ndarray:
     return ids[np.lexsort((ids, -scores[ids]))]
 
 
-def rrf_retrieved(vec: np.ndarray, lexical: np.ndarray, k: int, t: int) -> np.ndarray:
+def rrf_retrieved(vec: np.ndarray, lexical: np.ndarray | None, k: int, t: int) -> np.ndarray:
     """:func:`~tracer.scorers.hybrid.rrf` over an approximate tool index, where a step must not sort the
     registry: the vector ranking is the tools the index retrieved (finite in ``vec [B, N]``, best first, ties
-    by registry position), the lexical one the top ``t`` of ``lexical [B, N]`` with a positive score; a tool
-    in either gets ``sum 1 / (k + rank)`` over the lists it is in (float64, then float32), every other tool
-    ``-inf``. ``[B, N]`` float32."""
+    by registry position), the lexical one the top ``t`` of ``lexical [B, N]`` with a positive score (None:
+    no lexical ranking); a tool in either gets ``sum 1 / (k + rank)`` over the lists it is in (float64, then
+    float32), every other tool ``-inf``. ``[B, N]`` float32."""
     out = np.full(vec.shape, -np.inf, dtype=np.float32)
-    for row, v, lex in zip(out, vec, lexical):
+    for b, (row, v) in enumerate(zip(out, vec)):
         ids = np.flatnonzero(np.isfinite(v))
-        pos = np.flatnonzero(lex > 0)  # BM25 is 0 for most tools: partition only the scored ones
+        ranks = [ids[np.lexsort((ids, -v[ids]))]]
+        if lexical is not None:
+            pos = np.flatnonzero(lexical[b] > 0)  # BM25 is 0 for most tools: partition only the scored ones
+            ranks.append(pos[top_ids(lexical[b][pos], t)])
         fused: dict[int, float] = {}
-        for ranked in (ids[np.lexsort((ids, -v[ids]))], pos[top_ids(lex[pos], t)]):
+        for ranked in ranks:
             for rank, tool in enumerate(ranked.tolist(), start=1):
                 fused[tool] = fused.get(tool, 0.0) + 1.0 / (k + rank)
         if fused:
@@ -168,8 +171,7 @@ class ZeroShot:
         if res.tool_index.exact:
             fused = rrf(vec, k=self.rrf_k) if lexical is None else rrf(vec, lexical, k=self.rrf_k)
         else:  # an approximate index: fuse what it retrieved with as many lexical leaders, no registry sort
-            fused = rrf_retrieved(vec, np.zeros_like(vec) if lexical is None else lexical, self.rrf_k,
-                                  res.tool_index.ann_k)
+            fused = rrf_retrieved(vec, lexical, self.rrf_k, res.tool_index.ann_k)
         if not self.toolkit:
             return fused
         if self._kits is None or self._kits[0] is not res.registry:
