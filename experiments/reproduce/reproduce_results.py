@@ -6,6 +6,7 @@
     nothing
     python -m experiments.reproduce.reproduce_results --tol 1e-12     # allow float differences up to 1e-12
     python -m experiments.reproduce.reproduce_results --only presets --rows best,zero_shot  # hours: encoders
+    python -m experiments.reproduce.reproduce_results --diff RUN_DIR results/encoders/bfcl/mnrl_vector
 
 Parts (each an experiment group in tracer/configs/experiment/, run as one Hydra multirun, k = 5,
 5 folds, seed 0, registry large, latency_sample=0):
@@ -55,9 +56,10 @@ def rows_of(group: str) -> list[str]:
 def reference(part: str, row: str, table_dir: Path, ablation_dir: Path,
               preset_dir: Path = ROOT / "results" / "encoders" / "bfcl") -> Path | None:
     """The committed metrics.json of a row (None when there is none, or more than one candidate)."""
+    if part == "presets" and row not in PRESET_RUNS:
+        return None
     if part in ("ablation", "presets"):
-        folder = ablation_dir / row if part == "ablation" else preset_dir / PRESET_RUNS.get(row, "?")
-        path = folder / "metrics.json"
+        path = (ablation_dir / row if part == "ablation" else preset_dir / PRESET_RUNS[row]) / "metrics.json"
         return path if path.is_file() else None
     found = sorted(table_dir.glob(f"dataset=bfcl,folds=5,k=5,*,scorer={row},seed=0/metrics.json"))
     return found[0] if len(found) == 1 else None
@@ -67,12 +69,14 @@ def run(group: str, rows: list[str], out: Path) -> int:
     """One multirun over the rows of an experiment group into ``out/<group>/<row>`` (the presets: one run
     each, on one thread); its exit status."""
     if group == PARTS["presets"]:
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        codes = [subprocess.run(
-            [sys.executable, str(ROOT / "evaluate.py"), f"experiment=preset/{row}", "dataset=bfcl",
-             "registry=large", "k=5", "folds=5", "seed=0", "progress=false", "latency_sample=0",
-             f"hydra.run.dir={out / group / row}"], check=False, cwd=ROOT, env=env).returncode
-            for row in rows]
+        codes = []
+        for row in rows:
+            cmd = [sys.executable, str(ROOT / "evaluate.py"), f"experiment=preset/{row}", "dataset=bfcl",
+                   "registry=large", "k=5", "folds=5", "seed=0", "progress=false", "latency_sample=0",
+                   f"hydra.run.dir={out / group / row}"]
+            print("$ OMP_NUM_THREADS=1", " ".join(cmd), flush=True)
+            env = {**os.environ, "OMP_NUM_THREADS": "1"}
+            codes.append(subprocess.run(cmd, check=False, cwd=ROOT, env=env).returncode)
         return max(codes, default=0)
     cmd = [sys.executable, str(ROOT / "evaluate.py"), "-m", f"+experiment/{group}={','.join(rows)}",
            "latency_sample=0", f"hydra.sweep.dir={out}"]
@@ -109,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the runs are written")
     p.add_argument("--reuse", type=Path, default=None,
                    help="diff the runs already in this directory; run nothing")
+    p.add_argument("--diff", type=Path, nargs=2, metavar=("RUN", "REFERENCE"), default=None,
+                   help="diff one run directory against one reference directory (any evaluate.py run, such "
+                        "as the rows of results/encoders/); run nothing")
     p.add_argument("--only", choices=sorted(PARTS), default=None, help="one part only")
     p.add_argument("--rows", default=None,
                    help="comma-separated rows (scorers of the table, ablation rows, presets)")
@@ -117,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table-reference", type=Path, default=ROOT / "results" / "bfcl" / "teacher_forcing")
     p.add_argument("--ablation-reference", type=Path, default=ROOT / "results" / "bfcl" / "ablation")
     a = p.parse_args(argv)
+    if a.diff is not None:
+        got, ref = (json.loads((d / "metrics.json").read_text()) for d in a.diff)
+        lines = diff(got, ref, a.tol)
+        print(f"{'DIFF' if lines else 'same'} {a.diff[0]} (reference {a.diff[1]}, tolerance {a.tol:g})",
+              *(f"    {line}" for line in lines), sep="\n")
+        return 1 if lines else 0
 
     parts = [a.only] if a.only else list(DEFAULT_PARTS)
     wanted = set(a.rows.split(",")) if a.rows else None
