@@ -3,7 +3,8 @@
 ``model2vec.distill`` runs the model once over its own vocabulary (no corpus, no hub when the
 model is a local folder), reduces the token vectors with PCA and weights them by SIF; encoding
 is then a lookup and a mean, 40-90x faster than the transformer for one short text, at the cost
-of word order and context. Distilled once into ``<encoder_dir>/m2v-<hash>/`` and reused while it matches its
+of word order and context. The forward pass and the PCA run in float64, so that the float16 table is the same
+bits on every processor. Distilled once into ``<encoder_dir>/m2v-<hash>/`` and reused while it matches its
 manifest (:mod:`tracer.encode.manifest`).
 
     python -m tracer.encode.static          # distil MiniLM into .cache/encoders
@@ -11,6 +12,7 @@ manifest (:mod:`tracer.encode.manifest`).
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +35,8 @@ def distilled(model: str | Path | None = None, pca_dims: int | None = 256,
 
 def _distilled(model: str | Path | None, pca_dims: int | None, encoder_dir: str | Path) -> tuple[Path, str]:
     folder, weights = source_hash(model)
-    key = recipe_hash(kind="model2vec", weights=weights, pca_dims=pca_dims, sif=1e-4, pooling="mean")
+    key = recipe_hash(kind="model2vec", weights=weights, pca_dims=pca_dims, sif=1e-4, pooling="mean",
+                      forward="float64")
     out = Path(encoder_dir) / f"m2v-{key[:16]}"
     if (digest := reuse(out)) is not None:
         return out, digest
@@ -44,15 +47,41 @@ def _distilled(model: str | Path | None, pca_dims: int | None, encoder_dir: str 
     return out, verify(out)
 
 
+def _float64_embeddings(tokenized: list[list[int]], model, device: str, pad_token_id: int,
+                        pooling: str = "mean") -> np.ndarray:
+    """model2vec's ``create_embeddings`` (mean pooling) with the forward pass, the mean and so the PCA after
+    it in float64: float32 kernels round differently under other vector instructions (AVX-512, AVX2, none),
+    and the float16 table model2vec stores turns those last bits into whole units (3% of the entries), while
+    float64's differences stay far below a float16 unit. ``[V, H]`` in ``tokenized``'s order."""
+    assert pooling == "mean", pooling
+    model = model.to(device=device, dtype=torch.float64).eval()
+    typed = "token_type_ids" in inspect.signature(model.forward).parameters  # as model2vec asks
+    rows = []
+    with torch.inference_mode():
+        for start in range(0, len(tokenized), 256):
+            batch = [torch.tensor(ids) for ids in tokenized[start:start + 256]]
+            ids = torch.nn.utils.rnn.pad_sequence(batch, batch_first=True, padding_value=pad_token_id)
+            mask = (torch.arange(ids.shape[1])[None, :] < torch.tensor([len(b) for b in batch])[:, None])
+            types = {"token_type_ids": torch.zeros_like(ids)} if typed else {}
+            hidden = model(input_ids=ids, attention_mask=mask.long(), **types).last_hidden_state  # [B, L, H]
+            weights = mask.double() / mask.sum(1, keepdim=True)                              # [B, L]
+            rows.append((weights[:, :, None] * hidden).sum(1).numpy())                       # [B, H]
+    return np.concatenate(rows)
+
+
 def _distil(folder: Path, pca_dims: int | None, out: Path, key: str, model: str | Path | None) -> None:
     # imported on a cache miss only: model2vec.distill pulls in the whole transformers stack (~4-7 s), which
     # every process that merely imports this module (each evaluate.py and tracer start) would pay
-    from model2vec.distill import distill
+    from unittest import mock
+
+    from model2vec.distill import distill, distillation
 
     with new_artifact(out, {"kind": "model2vec", "key": key}) as tmp:
-        # the CPU: distillation is one pass over a 30k-word vocabulary; seeding fixes the PCA's solver
-        torch.manual_seed(0)
-        distill(model_name=str(folder), pca_dims=pca_dims, device="cpu").save_pretrained(str(tmp / "model"))
+        # the CPU: distillation is one pass over a 30k-word vocabulary; model2vec's own steps (vocabulary,
+        # PCA, SIF weights, float16) around a float64 forward pass: the same table on every processor
+        with mock.patch.object(distillation, "create_embeddings", _float64_embeddings):
+            static = distill(model_name=str(folder), pca_dims=pca_dims, device="cpu")
+        static.save_pretrained(str(tmp / "model"))
         (tmp / "source.json").write_text(json.dumps({"model": str(folder), "name": short_name(model),
                                                       "key": key}))
 

@@ -93,8 +93,9 @@ def _shard(n: int, r: int, w: int) -> tuple[int, int, int]:
 
 
 def gather_columns(encode: Callable[[Columns], list[torch.Tensor]], columns: Columns, dim: int,
-                   device: str | torch.device = "cpu") -> list[torch.Tensor]:
-    """``encode(columns)``, one ``[n_c, dim]`` float32 tensor per column, with each rank encoding its
+                   device: str | torch.device = "cpu",
+                   dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    """``encode(columns)``, one ``[n_c, dim]`` tensor of ``dtype`` per column, with each rank encoding its
     contiguous shard of every column (one call, over the columns whose shard is not empty) and the shards
     gathered with their gradients (``torch.distributed.nn``) into the whole columns on every rank."""
     w = world_size()
@@ -107,7 +108,7 @@ def gather_columns(encode: Callable[[Columns], list[torch.Tensor]], columns: Col
     for c, col in enumerate(columns):
         per = spans[c][2]
         # an empty shard still takes part in the gather's backward, so it is a leaf that wants a gradient
-        pad = torch.zeros(per, dim, dtype=torch.float32, device=device, requires_grad=c not in mine)
+        pad = torch.zeros(per, dim, dtype=dtype, device=device, requires_grad=c not in mine)
         local = torch.cat([mine[c], pad[: per - len(mine[c])]]) if c in mine else pad          # [per, d]
         parts = all_gather(local)                                                              # W x [per, d]
         sizes = [hi - lo for lo, hi, _ in (_shard(len(col), r, w) for r in range(w))]
@@ -116,9 +117,9 @@ def gather_columns(encode: Callable[[Columns], list[torch.Tensor]], columns: Col
 
 
 def gather_rows(encode: Callable[[Sequence[str]], torch.Tensor], texts: Sequence[str], dim: int,
-                device: str | torch.device = "cpu") -> torch.Tensor:
+                device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """:func:`gather_columns` of one column: ``encode(texts)`` ``[B, dim]``, each rank encoding its shard."""
-    return gather_columns(lambda cols: [encode(cols[0])], [texts], dim, device)[0]
+    return gather_columns(lambda cols: [encode(cols[0])], [texts], dim, device, dtype)[0]
 
 
 def sum_gradients(params: Sequence[torch.Tensor]) -> None:

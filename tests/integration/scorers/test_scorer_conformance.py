@@ -212,14 +212,14 @@ def bfcl_fold():
 
     ds = load_dataset("bfcl", execute=False)
     fold_of = assign_folds([t.group for t in ds.trajectories], 5, 0)
-    # 80 trajectories to fit on and 200 held-out steps: ~700 contexts to embed on a clean clone's cold cache
-    train = [t for t in ds.trajectories if fold_of[t.group] == 1][:80]
+    # 40 trajectories to fit on and 100 held-out steps: ~350 contexts to embed on a clean clone's cold cache
+    train = [t for t in ds.trajectories if fold_of[t.group] == 1][:40]
     test = [s for s in extract_all([t for t in ds.trajectories if fold_of[t.group] == 0])
             if s.gold in ds.registry]
     res = Resources.build(ds.registry,
                           build_embedder("minilm", cache_dir=str(ROOT / ".cache" / "embeddings")),
                           device="cpu", seed=0)
-    return res, train, test[:200]
+    return res, train, test[:100]
 
 
 @pytest.mark.parametrize("name, cfg", [("tracer_fixed", {}), ("tracer_g", {"pad": False}),

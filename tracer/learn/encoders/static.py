@@ -68,7 +68,9 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
     context term's partners are drawn again each epoch (contexts whose tool has no other are left out of
     it). Fewer than 2 pairs give nothing to rank against: no step, the start table as it is."""
     torch.manual_seed(cfg.seed)
-    table = torch.nn.Parameter(torch.tensor(np.asarray(base.embedding, dtype=np.float32)))   # [V, d]
+    # float64, rounded to float32 at the end: float32 kernels round differently under other vector
+    # instructions and the optimiser would carry those last bits into the table (a row is a lookup either way)
+    table = torch.nn.Parameter(torch.tensor(np.asarray(base.embedding, dtype=np.float64)))   # [V, d]
     opt = torch.optim.AdamW([table], lr=cfg.lr, weight_decay=cfg.weight_decay)
     terms = losses_for(cfg)
     losses, t0, step = [], time.perf_counter(), 0
@@ -76,7 +78,7 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
 
     def embed(texts: Sequence[str]) -> torch.Tensor:                                                # [B, d]
         return distributed.gather_rows(lambda part: encode(table, base, part, cfg.max_seq_length), texts,
-                                       table.shape[1])
+                                       table.shape[1], dtype=table.dtype)
 
     for epoch in range(cfg.epochs if len(pairs) > 1 else 0):
         partners = context_partners(pairs, cfg.seed + epoch) if cfg.context_weight > 0 else None
@@ -103,7 +105,7 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
     info = {"pairs": len(pairs), "batches": step, "train_seconds": round(time.perf_counter() - t0, 2),
             "loss": losses, "config": replace(cfg, context_weight=0.0).key(),
             "context_weight": cfg.context_weight, "device": "cpu"}
-    return table.detach().numpy(), info
+    return table.detach().numpy().astype(np.float32), info
 
 
 def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None,
@@ -116,7 +118,8 @@ def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
     # trained before the term existed stay what they were
     extra = {"context_weight": float(cfg.context_weight)} if cfg.context_weight > 0 else {}
     key = recipe_hash(kind="static-mnrl", pairs=pairs.digest(), config=replace(cfg, context_weight=0.0).key(),
-                      start=folder_hash(start / "model"), **extra, **distributed.world_key())
+                      start=folder_hash(start / "model"), precision="float64", **extra,
+                      **distributed.world_key())
     out = Path(encoder_dir) / f"m2v-trained-{key[:16]}"
     # a damaged or unfinished one is moved aside and trained again (once: the writer checks first)
     if distributed.writer_first(lambda: reuse(out)) is not None:
