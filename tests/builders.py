@@ -184,39 +184,36 @@ def user(text: str) -> dict:
 
 # ---- a cascade with two real trained encoders (scorer=cascade): the retriever and gateway tests
 # --------------------
-def cascade_retriever(data, enc_dir: Path):
+def cascade_retriever(data, enc_dir: Path, static_base: Path):
     """``Retriever.from_dataset(data, "cascade", ...)`` with both encoders trained on ``data`` in ``enc_dir``:
-    a static table for the fast stage (from MiniLM's distillation, built once in .cache/encoders and linked
-    in) and MiniLM cut to one layer and fine-tuned for the slow one (the real slow stage is 6 layers,
-    mnrl_int8.yaml): seconds. Escalates half the steps (``escalate=0.5``); both encoders' configs are saved
-    with the index."""
+    a static table for the fast stage (from the distillation of ``static_base``, conftest's ``minilm_small``,
+    built once in .cache/encoders and linked in) and MiniLM cut to one layer and fine-tuned for the slow one
+    (the real slow stage is 6 layers, mnrl_int8.yaml): seconds. Escalates the steps whose fast-stage gate is
+    under 0.99 (a table trained on five conversations is sure of most; both stages answer the tests' steps);
+    both encoders' configs are saved with the index."""
     from tracer.encode.static import distilled
     from tracer.retriever import Retriever
 
-    start = distilled().resolve()
+    start = distilled(static_base).resolve()
     enc_dir.mkdir(parents=True, exist_ok=True)
     (enc_dir / start.name).symlink_to(start)
     common = {"context": {"join_users": True}, "successful_only": True, "base_model": None, "device": "cpu",
               "encoder_dir": str(enc_dir), "batch_size": 6, "warmup": 0.1, "weight_decay": 0.0, "epochs": 1,
               "scale": 20.0, "seed": 0}
-    recipe = {**common, "kind": "static", "lr": 1e-2, "max_seq_length": 512,
+    recipe = {**common, "kind": "static", "lr": 1e-2, "max_seq_length": 512, "base_model": str(static_base),
               "slow": {**common, "lr": 1e-4, "max_seq_length": 48, "layers": [5]}}
     # the stages serve their models (the guard would serve the zero-shot ranking on 5 trajectories)
     head = {"head": {"max_epochs": 10, "inner_folds": 2}, "zero_shot": {"kind": "vector", "guard": False}}
     return Retriever.from_dataset(data, "cascade", device="cpu", cache_dir=None, encoder_training=recipe,
-                                  fast=head, slow=head, escalate=0.5)
+                                  fast=head, slow=head, escalate=0.99)
 
 
 # ---- a tiny BERT for the encoder-artifact tests: MiniLM's tokenizer, 4,000 word pieces, one 32-wide layer
 # ----------
-def tiny_bert(out: Path, vocab: int = 4000) -> Path:
-    """A sentence-transformers folder at ``out``: MiniLM's own tokenizer cut to its first ``vocab`` word
-    pieces and a seeded random one-layer BERT of width 32 over them. It exports to ONNX in ~2 s and distils
-    with model2vec in ~1 s (MiniLM: minutes), so the tests of what is cached from a model (exports, tables,
-    checkpoints) can rebuild."""
+def _cut_tokenizer(out: Path, vocab: int) -> Path:
+    """MiniLM's tokenizer and sentence-transformers files copied to ``out``, the word pieces cut to the first
+    ``vocab``; returns MiniLM's own folder."""
     import shutil
-
-    from transformers import BertConfig, BertModel
 
     from tracer.encode.embedders import minilm_path
 
@@ -230,12 +227,37 @@ def tiny_bert(out: Path, vocab: int = 4000) -> Path:
     for name in ("tokenizer_config.json", "special_tokens_map.json", "modules.json",
                  "sentence_bert_config.json"):
         shutil.copy(src / name, out / name)
-    (out / "1_Pooling").mkdir()
-    pooling = json.loads((src / "1_Pooling" / "config.json").read_text()) | {"word_embedding_dimension": 32}
+    shutil.copytree(src / "1_Pooling", out / "1_Pooling")
+    return src
+
+
+def tiny_bert(out: Path, vocab: int = 4000) -> Path:
+    """A sentence-transformers folder at ``out``: MiniLM's own tokenizer cut to its first ``vocab`` word
+    pieces and a seeded random one-layer BERT of width 32 over them. It exports to ONNX in ~2 s and distils
+    with model2vec in ~1 s (MiniLM: minutes), so the tests of what is cached from a model (exports, tables,
+    checkpoints) can rebuild."""
+    from transformers import BertConfig, BertModel
+
+    _cut_tokenizer(out, vocab)
+    pooling = json.loads((out / "1_Pooling" / "config.json").read_text()) | {"word_embedding_dimension": 32}
     (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
     torch.manual_seed(0)
     BertModel(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=64)).save_pretrained(str(out))
+    return out
+
+
+def minilm_cut(out: Path, vocab: int = 6000) -> Path:
+    """MiniLM itself, its weights and tokenizer, with the word pieces cut to the first ``vocab`` (the
+    special tokens, characters and the most frequent words): a real encoder whose model2vec distillation is
+    a few CPU-seconds, where MiniLM's 30,522 pieces take over a CPU-minute. For the tests of what is built
+    on a distillation (a static table trained, carried and served), not of the distillation itself."""
+    from transformers import BertModel
+
+    src = _cut_tokenizer(out, vocab)
+    net = BertModel.from_pretrained(str(src))
+    net.resize_token_embeddings(vocab)  # the first ``vocab`` rows, MiniLM's own
+    net.save_pretrained(str(out))
     return out
 
 

@@ -11,6 +11,7 @@ import torch
 from builders import (
     TINY_TOOLS,
     KeywordEmbedder,
+    minilm_cut,
     tiny_trajectories,
 )
 
@@ -60,6 +61,13 @@ def tiny_resources(tiny_registry, keyword_embedder):
     from tracer.scoring.resources import Resources
 
     return Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+
+
+@pytest.fixture(scope="session")
+def minilm_small(tmp_path_factory):
+    """MiniLM with its word pieces cut to the first 6,000 (:func:`builders.minilm_cut`), built once per
+    worker: the base of the static tables the default tests train, its distillation a few CPU-seconds."""
+    return minilm_cut(tmp_path_factory.mktemp("minilm_small") / "model")
 
 
 @pytest.fixture(scope="module")

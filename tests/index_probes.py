@@ -1,6 +1,6 @@
 """What the saved-index tests (test_portable_index.py, test_carried_encoders.py) give an index and ask of it:
 the example dataset, an offline environment for the processes they start, a fresh encoder folder holding
-MiniLM's distillation by link, live conversations over data/example's six tools, and a retriever's answers
+a distillation by link, live conversations over data/example's six tools, and a retriever's answers
 to them (selection, ranking, context embedding, encoder names)."""
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ EXAMPLE = ROOT / "data" / "example"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def linked_distillation(enc: Path) -> None:
-    """MiniLM's model2vec distillation (the static recipes' start, built once in .cache/encoders) linked into
-    a fresh encoder folder, so deleting that folder deletes every trained encoder and no shared one."""
+def linked_distillation(enc: Path, model: Path | None = None) -> None:
+    """The model2vec distillation of ``model`` (None: MiniLM; the static recipes' start, built once in
+    .cache/encoders) linked into a fresh encoder folder, so deleting that folder deletes every trained encoder
+    and no shared one."""
     from tracer.encode.static import distilled
 
-    start = distilled().resolve()
+    start = distilled(model).resolve()
     enc.mkdir(parents=True)
     (enc / start.name).symlink_to(start)
 

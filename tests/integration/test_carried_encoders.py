@@ -21,15 +21,15 @@ from tracer.retriever import Retriever
 
 
 @pytest.fixture(scope="module")
-def static_index(tmp_path_factory):
+def static_index(tmp_path_factory, minilm_small):
     """A tracer_plus index over a static table trained on data/example, saved once; its encoder cache
     deleted."""
     tmp = tmp_path_factory.mktemp("static_index")
-    linked_distillation(tmp / "enc")
+    linked_distillation(tmp / "enc", minilm_small)
     recipe = {
         "context": {"join_users": True},
         "successful_only": True,
-        "base_model": None,
+        "base_model": str(minilm_small),
         "device": "cpu",
         "encoder_dir": str(tmp / "enc"),
         "kind": "static",

@@ -183,12 +183,12 @@ def test_a_saved_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_p
 
 
 @pytest.mark.slow  # trains encoders / a W&B run: make test-all
-def test_a_cascade_with_two_trained_encoders_saves_and_loads_both_by_itself(tiny_dir, tmp_path):
+def test_a_cascade_with_two_trained_encoders_saves_and_loads_both_by_itself(tiny_dir, tmp_path, minilm_small):
     """A cascade (scorer=cascade, encoder_training=cascade's mechanism): a static table for the fast stage and
     a fine-tuned MiniLM for the slow one, both trained on the dataset; the saved index keeps both encoders'
     configs, so load rebuilds the two (what `tracer serve --index` needs) and answers as before, escalating
     the same steps."""
-    r = cascade_retriever(tiny_dir, tmp_path / "enc")
+    r = cascade_retriever(tiny_dir, tmp_path / "enc", minilm_small)
     assert r.res.embedder.name.startswith("m2v-trained-") and "finetuned-" in r.res.slow.embedder.name
     r.save(tmp_path / "index")
     again = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)

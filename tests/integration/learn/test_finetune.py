@@ -138,19 +138,19 @@ def test_pairs_of_several_datasets_concatenate_in_order():
     assert both.trajectory_ids[: len(a)] == a.trajectory_ids and both.digest() != a.digest()
 
 
-def test_inner_fold_encoders_never_saw_their_inner_fold(tmp_path):
+def test_inner_fold_encoders_never_saw_their_inner_fold(tmp_path, minilm_small):
     """inner_encoders: tracer_plus's candidate model is fitted on inner folds, each scored under an encoder
     fine-tuned without that fold's trajectories (the outer encoder saw them all). The static kind trains in
     milliseconds where the transformer takes seconds; which trainer runs is one branch of
     FoldEncoders.checkpoint, the leak logic (Resources.without, the held groups) is the same for both."""
     from tracer.encode.static import distilled
 
-    start = distilled().resolve()  # built once in .cache/encoders; linked into a fresh encoder_dir
+    start = distilled(minilm_small).resolve()  # built once in .cache/encoders; linked into a fresh folder
     (tmp_path / "enc").mkdir()
     (tmp_path / "enc" / start.name).symlink_to(start)
     trajs = tiny_trajectories()
     cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
-           "inner_encoders": True, "kind": "static",
+           "inner_encoders": True, "kind": "static", "base_model": str(minilm_small),
            **dataclasses.asdict(dataclasses.replace(FAST, epochs=1, lr=1e-2, max_seq_length=512))}
     fold_encoders = build_fold_encoders(Registry(TINY_TOOLS), cfg, None, device="cpu")
     res = fold_encoders(trajs)

@@ -1,5 +1,5 @@
 """The static encoder trained on trajectories (tracer/learn/encoders/static.py), on the real model2vec
-distillation."""
+distillation of MiniLM with its word pieces cut to 6,000 (conftest's ``minilm_small``)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ CFG = TrainConfig(batch_size=6, lr=2e-2, warmup=0.0, epochs=10, max_seq_length=5
 
 
 @pytest.fixture(scope="module")
-def encoder_dir(tmp_path_factory):
-    """A fresh directory holding a link to MiniLM's distillation (1.5 CPU-minutes, built once in
-    .cache/encoders)."""
-    start = distilled().resolve()
+def encoder_dir(tmp_path_factory, minilm_small):
+    """A fresh directory holding a link to the distillation of MiniLM with fewer word pieces
+    (``minilm_small``, the base every test here trains from; built once in .cache/encoders)."""
+    start = distilled(minilm_small).resolve()
     d = tmp_path_factory.mktemp("enc")
     (d / start.name).symlink_to(start)
     return d
@@ -33,11 +33,11 @@ def pairs():
     return training_pairs(tiny_trajectories(), Registry(TINY_TOOLS), ContextRendering(join_users=True))
 
 
-def test_training_lowers_the_loss_is_cached_and_serves_the_trained_table(encoder_dir):
-    path = trained_static(pairs(), CFG, encoder_dir=encoder_dir)
+def test_training_lowers_the_loss_is_cached_and_serves_the_trained_table(encoder_dir, minilm_small):
+    path = trained_static(pairs(), CFG, minilm_small, encoder_dir=encoder_dir)
     assert train_info(path)["batches"] > 0
     stamp = (path / "train_info.json").stat().st_mtime_ns
-    assert trained_static(pairs(), CFG, encoder_dir=encoder_dir) == path                  # a cache hit
+    assert trained_static(pairs(), CFG, minilm_small, encoder_dir=encoder_dir) == path       # a cache hit
     assert (path / "train_info.json").stat().st_mtime_ns == stamp
     # served as a model2vec folder: StaticEmbedder encodes with the trained table, as training did
     served = StaticEmbedder(model=str(path))
@@ -59,14 +59,14 @@ def test_training_lowers_the_loss_is_cached_and_serves_the_trained_table(encoder
     assert nll_after < 0.8 * nll_before and hits_after >= hits_before
 
 
-def test_other_pairs_train_another_model(encoder_dir):
-    one = trained_static(pairs(), CFG, encoder_dir=encoder_dir)
+def test_other_pairs_train_another_model(encoder_dir, minilm_small):
+    one = trained_static(pairs(), CFG, minilm_small, encoder_dir=encoder_dir)
     fewer = training_pairs(tiny_trajectories()[1:], Registry(TINY_TOOLS), ContextRendering(join_users=True))
-    assert trained_static(fewer, CFG, encoder_dir=encoder_dir) != one
+    assert trained_static(fewer, CFG, minilm_small, encoder_dir=encoder_dir) != one
 
 
 @pytest.mark.slow  # trains encoders: make test-all
-def test_context_positives_add_a_context_to_context_loss(encoder_dir):
+def test_context_positives_add_a_context_to_context_loss(encoder_dir, minilm_small):
     """``context_weight``: each batch's loss is the context-to-tool loss plus the weight times the
     cross-entropy of each context over the batch's partner contexts (another context that called the same
     tool), checked against a hand computation with the table frozen; partners share the tool and never the
@@ -106,11 +106,11 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir):
     assert info["loss"] == pytest.approx(expected, abs=1e-5) and info["context_weight"] == 0.5
     assert expected != pytest.approx(train_static(p, frozen, base)[1]["loss"], abs=1e-5)  # the term is there
 
-    trained = trained_static(p, replace(CFG, context_weight=0.5), encoder_dir=encoder_dir)
-    assert trained != trained_static(p, CFG, encoder_dir=encoder_dir)                     # another cache key
+    trained = trained_static(p, replace(CFG, context_weight=0.5), minilm_small, encoder_dir=encoder_dir)
+    assert trained != trained_static(p, CFG, minilm_small, encoder_dir=encoder_dir)  # another cache key
     assert train_info(trained)["config"] == CFG.key() and train_info(trained)["context_weight"] == 0.5
     cfg = {**asdict(CFG), "kind": "static", "context_weight": 0.5, "encoder_dir": str(encoder_dir),
-           "context": {"join_users": True}}
+           "context": {"join_users": True}, "base_model": str(minilm_small)}
     enc = build_fold_encoders(Registry(TINY_TOOLS), cfg, None)
     enc(tiny_trajectories())
     assert enc.history[-1]["checkpoint"] == str(trained)

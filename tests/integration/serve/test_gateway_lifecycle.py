@@ -153,7 +153,7 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
 
 
 @pytest.mark.heavy(seconds=10)
-def test_a_cascade_index_is_served_each_step_by_the_stage_its_gate_picks(tmp_path):
+def test_a_cascade_index_is_served_each_step_by_the_stage_its_gate_picks(tmp_path, minilm_small):
     """A saved cascade (two trained encoders, both rebuilt from the index's configs): the upstream receives
     exactly the cascade's selection, for steps the fast stage answers and steps it escalates alike."""
     from builders import cascade_retriever, tiny_trajectories
@@ -164,7 +164,7 @@ def test_a_cascade_index_is_served_each_step_by_the_stage_its_gate_picks(tmp_pat
     from tracer.serve.gateway import Gateway, GatewayConfig
 
     write_native(tmp_path / "data", Registry(TINY_TOOLS), tiny_trajectories())
-    cascade_retriever(tmp_path / "data", tmp_path / "enc").save(tmp_path / "index")
+    cascade_retriever(tmp_path / "data", tmp_path / "enc", minilm_small).save(tmp_path / "index")
     reference = Retriever.load(tmp_path / "index", device="cpu", cache_dir=None)
     holder = IndexHolder(tmp_path / "index", lambda d: Retriever.load(d, device="cpu", cache_dir=None))
     convs = [WEATHER, [{"role": "user", "content": "Find me a flight to Rome and book it"}],
