@@ -18,8 +18,8 @@ Parts (each an experiment group in tracer/configs/experiment/, run as one Hydra 
 - ``presets`` (not run unless asked: each fine-tuned preset trains five encoders, about an hour of a 2-core
   CPU; cached checkpoints are reused): ``experiment=preset/<name>`` on BFCL, one run each with one thread
   (as ``results_encoders.sh`` ran them), diffed against the run of ``results/encoders/bfcl/`` that
-  ``PRESET_RUNS`` names. The static presets (``fastest``, ``cascade``) reproduce only on processors with
-  the same vector instructions (``results/encoders/README.md``).
+  ``PRESET_RUNS`` names. The int8 presets (``fast``, the slow stage of ``cascade``) reproduce only on
+  processors with the committed rows' vector instructions, AVX-512 (``results/encoders/README.md``).
 
 Compared, exactly unless ``--tol``: the run's identity (dataset, registry size, scorer, k, regime, number of
 steps) and ``mean`` and every fold of ``per_fold`` for the quality metrics (latency is a timing, not a
