@@ -15,6 +15,7 @@ import numpy as np
 
 from tracer.build import build_dataset
 from tracer.core.folds import kfold
+from tracer.core.tool_text import tool_text
 from tracer.learn.encoders import Pairs
 
 # the tool text variants: the search text alone (what every scorer embeds), with the parameters' names, and
@@ -22,9 +23,7 @@ from tracer.learn.encoders import Pairs
 TOOL_TEXTS = {
     "search": lambda t: t.search_text,
     "params": lambda t: f"{t.search_text} ({', '.join(t.parameters.get('properties') or {})})",
-    "params_desc": lambda t: t.search_text + "".join(
-        f" | {n}: {(p or {}).get('description', '')}"
-        for n, p in (t.parameters.get("properties") or {}).items()),
+    "params_desc": lambda t: tool_text(t, "parameters"),
 }
 
 

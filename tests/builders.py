@@ -285,7 +285,8 @@ def jsonl(*rows: dict) -> str:
 # a Seal-Tools clone in miniature: its tool file and one split
 SEAL_TOOLS_FILES = {
     "Seal-Tools_Dataset/tool.jsonl": jsonl(
-        {"api_name": "getWaterQuality", "api_description": "Get  the water quality\nof a lake"},
+        {"api_name": "getWaterQuality", "api_description": "Get  the water quality\nof a lake",
+         "parameters": {"lake": {"type": "str", "description": "Name of\nthe lake"}}},
         {"api_name": "getCustomsInfo", "api_description": "Customs information of a shipment"}),
     "Seal-Tools_Dataset/dev.jsonl": jsonl(
         {"id": "dev-0", "query": "Tell me the water quality of the lake.",

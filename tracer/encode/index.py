@@ -23,7 +23,7 @@ import torch
 
 from tracer.core.store import CorruptIndex, read_json
 from tracer.core.types import Registry
-from tracer.encode.embedders import Embedder, encode_tools
+from tracer.encode.embedders import Embedder, tool_rows
 
 EXACT_UP_TO = 2048          # "auto": an exact index up to this many tools
 ANN_FACTORY = "HNSW32,SQfp16"  # "auto" above it: HNSW over float16 codes (half the bytes a hop reads)
@@ -96,7 +96,7 @@ class ToolIndex:
     @classmethod
     def build(cls, registry: Registry, embedder: Embedder, factory: str = "Flat",
               use_gpu: bool | None = None, **ann) -> ToolIndex:
-        vecs = encode_tools(embedder, [t.search_text for t in registry])  # [N, d]
+        vecs = tool_rows(embedder, registry)  # [N, d]
         return cls(registry.names, vecs, factory, use_gpu, **ann)
 
     def __len__(self) -> int:

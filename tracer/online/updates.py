@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from tracer.core.types import Registry, Tool, Trajectory
-from tracer.encode.embedders import encode_tools
+from tracer.encode.embedders import tool_rows
 from tracer.memory.host_rows import host_view, to_host
 from tracer.memory.priors import empirical_prior_np
 from tracer.memory.transitions import TransitionTable
@@ -47,7 +47,7 @@ def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:
             fresh[t.name] = t
     if not fresh:
         return res
-    vecs = encode_tools(res.embedder, [t.search_text for t in fresh.values()])           # [M, d]
+    vecs = tool_rows(res.embedder, list(fresh.values()))                                 # [M, d]
     return dataclasses.replace(res, registry=res.registry.extend(fresh.values()),
                                tool_index=res.tool_index.with_rows(list(fresh), vecs))
 
@@ -61,7 +61,7 @@ def rename_resources(res: Resources, old: str, new: str) -> Resources:
         raise ValueError(f"cannot rename {old!r} to {new!r}: a tool of that name exists")
     i = res.registry.id(old)
     tool = dataclasses.replace(res.registry[i], name=new)
-    vec = encode_tools(res.embedder, [tool.search_text])[0]                              # [d]
+    vec = tool_rows(res.embedder, [tool])[0]                                             # [d]
     tools = list(res.registry)
     tools[i] = tool
     return dataclasses.replace(res, registry=Registry(tools),

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from tracer.encode.embedders import tool_style
 from tracer.retriever import Retriever
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose_tools, forced_name
@@ -38,7 +39,7 @@ class SelectionStage:
         """The names to present for this request."""
         known = retriever.registry.positions
         unknown = [t for t, n in zip(body["tools"], names) if n not in known]
-        if unknown and self.unknown.missing(unknown):
+        if unknown and self.unknown.missing(unknown, tool_style(retriever.res.embedder)):
             async with self._slots:
                 return await asyncio.to_thread(self._select, retriever, conv, body, names)
         return self._select(retriever, conv, body, names)

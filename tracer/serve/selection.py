@@ -3,8 +3,8 @@
 **Choosing k tools** (:func:`choose`). The request carries its full ``tools``; the index ranks the
 conversation (:meth:`Retriever.rank`). Tools the index knows but the request omits are never
 presented. Tools in the request that the index does not know are ranked by vector search: their
-name and description (:attr:`Tool.search_text`) are embedded once and cached, and compared by cosine
-with the conversation's context embedding. The rule that merges the two:
+text, as the index's embedder reads tools (:func:`tracer.encode.embedders.tool_rows`), is embedded once and
+cached, and compared by cosine with the conversation's context embedding. The rule that merges the two:
 
     an unknown tool takes a slot when plain vector search over all the request's tools would
     present it (its cosine is among the k best, known tools scored by the index's own tool
@@ -41,9 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from tracer.core.tool_text import tool_text
 from tracer.core.types import Message, Tool
 from tracer.core.validate import check_int
-from tracer.encode.embedders import encode_tools
+from tracer.encode.embedders import encode_tools, tool_style
 from tracer.retriever import Retriever
 
 
@@ -68,14 +69,18 @@ class UnknownToolVectors:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _keys(tools: Sequence[Mapping[str, Any]]) -> list[bytes]:
-        # the key, not the text, is kept: a tool's description may be megabytes
-        return [hashlib.blake2b(Tool.from_openai(t).search_text.encode("utf-8", "replace"),
-                                digest_size=16).digest() for t in tools]
+    def _texts(tools: Sequence[Mapping[str, Any]], style: str) -> list[str]:
+        return [tool_text(Tool.from_openai(t), style) for t in tools]
 
-    def missing(self, tools: Sequence[Mapping[str, Any]]) -> bool:
-        """Whether :meth:`lookup` of ``tools`` would embed anything (then the gateway leaves the loop)."""
-        keys = self._keys(tools)
+    @staticmethod
+    def _keys(texts: Sequence[str]) -> list[bytes]:
+        # the key, not the text, is kept: a tool's description may be megabytes
+        return [hashlib.blake2b(t.encode("utf-8", "replace"), digest_size=16).digest() for t in texts]
+
+    def missing(self, tools: Sequence[Mapping[str, Any]], style: str = "name_description") -> bool:
+        """Whether :meth:`lookup` of ``tools`` would embed anything (then the gateway leaves the loop);
+        ``style``: how the retriever's embedder reads tools (:func:`tracer.encode.embedders.tool_style`)."""
+        keys = self._keys(self._texts(tools, style))
         with self._lock:
             return not all(k in self._vecs for k in keys)
 
@@ -84,14 +89,14 @@ class UnknownToolVectors:
         """``([E, d] float32 rows, positions in tools of those E, texts embedded now)``: every cached tool and
         the first ``max_new`` new texts (default: the instance's cap); the others have no row."""
         cap = self.max_new if max_new == -1 else max_new
-        keys = self._keys(tools)
+        texts = self._texts(tools, tool_style(retriever.res.embedder))
+        keys = self._keys(texts)
         with self._lock:
             new = [i for i, k in enumerate(keys) if k not in self._vecs]
         first = {keys[i]: i for i in reversed(new)}                    # a text repeated: embedded once
         todo = sorted(first.values())[:cap] if cap is not None else sorted(first.values())
         if todo:
-            texts = [Tool.from_openai(tools[i]).search_text for i in todo]
-            vecs = encode_tools(retriever.res.embedder, texts).numpy().astype(np.float32)  # [M, d]
+            vecs = encode_tools(retriever.res.embedder, [texts[i] for i in todo]).numpy().astype(np.float32)
             got = dict(zip((keys[i] for i in todo), vecs))
         else:
             got = {}

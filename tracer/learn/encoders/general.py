@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from tracer.core.context import ContextRendering
+from tracer.core.tool_text import TOOL_TEXTS, check_tool_text
+from tracer.core.tool_text import tool_text as render_tool
 from tracer.data.base import load_dataset
 from tracer.data.corpora import CORPORA, read_corpus
 from tracer.encode.embedders import SentenceTransformerEmbedder
@@ -44,6 +46,8 @@ FAMILY = {"bfcl": ("bfcl", "bfcl_single"), "tau2": ("tau2",), "apibank": ("apiba
 RENDERING = {"window": "since_user", "calls": "names", "results": "none", "join_users": True}
 # at most this many pairs a source (a seeded sample): the tens of minutes of a CPU build
 PER_SOURCE = 1000
+# tools read with their parameters' names and descriptions, in training and in serving (tracer.core.tool_text)
+TOOL_TEXT = "parameters"
 TRAIN = {"batch_size": 64, "lr": 2.0e-5, "warmup": 0.1, "epochs": 1, "max_seq_length": 128, "seed": 0}
 
 
@@ -59,15 +63,15 @@ def sources_without(exclude: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def source_pairs(source: str, mirrors: str | Path, datasets: str | Path,
-                 rendering: ContextRendering) -> Pairs:
+                 rendering: ContextRendering, tool_text: str = TOOL_TEXT) -> Pairs:
     """Every pair of one source: a corpus's requests rendered as a first step's context against each gold
-    tool's text, or a dataset's successful trajectories step by step."""
+    tool's text (rendered as ``tool_text``), or a dataset's successful trajectories step by step."""
     if source in DATASETS:
         kwargs = {"execute": False} if source == "bfcl" else {"path": Path(datasets) / source}
         ds = load_dataset(source, **kwargs)
-        return training_pairs(ds.trajectories, ds.registry, rendering)
-    rows = [(rendering.render([{"role": "user", "content": ex.query}]), tool.search_text, f"{source}:{ex.id}")
-            for ex in read_corpus(source, mirrors) for tool in ex.golds]
+        return training_pairs(ds.trajectories, ds.registry, rendering, tool_text=tool_text)
+    rows = [(rendering.render([{"role": "user", "content": ex.query}]), render_tool(tool, tool_text),
+             f"{source}:{ex.id}") for ex in read_corpus(source, mirrors) for tool in ex.golds]
     return Pairs(*(tuple(col) for col in zip(*rows))) if rows else Pairs((), (), ())
 
 
@@ -81,10 +85,11 @@ def sample(pairs: Pairs, n: int, seed: int) -> Pairs:
 
 
 def general_pairs(exclude: str | Sequence[str], mirrors: str | Path, datasets: str | Path,
-                  per_source: int = PER_SOURCE, seed: int = 0) -> tuple[Pairs, dict[str, int]]:
+                  per_source: int = PER_SOURCE, seed: int = 0,
+                  tool_text: str = TOOL_TEXT) -> tuple[Pairs, dict[str, int]]:
     """The training pairs without ``exclude``'s families, and how many each source gave."""
     rendering = ContextRendering.from_config(RENDERING)
-    parts = {s: sample(source_pairs(s, mirrors, datasets, rendering), per_source, seed)
+    parts = {s: sample(source_pairs(s, mirrors, datasets, rendering, tool_text), per_source, seed)
              for s in sources_without(exclude)}
     return Pairs.cat(list(parts.values())), {s: len(p) for s, p in parts.items()}
 
@@ -92,29 +97,30 @@ def general_pairs(exclude: str | Sequence[str], mirrors: str | Path, datasets: s
 def build(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",
           datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
           train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
-          device: str | None = None,
-          log: Callable[[dict], None] | None = None) -> tuple[Path, dict[str, int]]:
+          device: str | None = None, log: Callable[[dict], None] | None = None,
+          tool_text: str = TOOL_TEXT) -> tuple[Path, dict[str, int]]:
     """The general encoder's checkpoint folder without ``exclude`` (trained on a miss, found on a hit) and
     the pairs each source gave it."""
     pairs, counts = general_pairs(exclude, mirrors, datasets, per_source,
-                                  int((train or TRAIN).get("seed", 0)))
+                                  int((train or TRAIN).get("seed", 0)), check_tool_text(tool_text))
     return finetuned(pairs, TrainConfig(**(train or TRAIN)), None, encoder_dir, device, log), counts
 
 
 def embedder(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",
              datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
              train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
-             batch_size: int = 64, device: str | None = None,
-             name: str | None = None) -> SentenceTransformerEmbedder:
+             batch_size: int = 64, device: str | None = None, name: str | None = None,
+             tool_text: str = TOOL_TEXT) -> SentenceTransformerEmbedder:
     """The general encoder as an embedder (``embedder=general``), built first when not cached. Its
     ``loads_as`` is the plain config of the checkpoint folder (:func:`tracer.build.build_embedder` keeps it):
     a saved index carries the folder and loads it, building nothing."""
     excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
-    folder, _ = build(excluded, mirrors, datasets, per_source, train, encoder_dir, device)
+    folder, _ = build(excluded, mirrors, datasets, per_source, train, encoder_dir, device,
+                      tool_text=tool_text)
     name = name or "general-without-" + "+".join(sorted(excluded) or ["none"])
-    emb = SentenceTransformerEmbedder(str(folder), batch_size, device, name=name)
+    emb = SentenceTransformerEmbedder(str(folder), batch_size, device, name=name, tool_text=tool_text)
     emb.loads_as = {"_target_": "tracer.encode.embedders.SentenceTransformerEmbedder", "model": str(folder),
-                    "batch_size": batch_size, "device": device, "name": name}
+                    "batch_size": batch_size, "device": device, "name": name, "tool_text": tool_text}
     return emb
 
 
@@ -125,13 +131,14 @@ def main() -> None:
     ap.add_argument("--datasets", default="../shared/datasets", help="folder holding tau2/ and apibank/")
     ap.add_argument("--per-source", type=int, default=PER_SOURCE)
     ap.add_argument("--encoder-dir", default=str(DEFAULT_CACHE))
+    ap.add_argument("--tool-text", default=TOOL_TEXT, choices=TOOL_TEXTS, help="how tools read to it")
     a = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder, counts = build(a.exclude, a.mirrors, a.datasets, a.per_source, encoder_dir=a.encoder_dir,
-                           log=print_progress())
+                           log=print_progress(), tool_text=a.tool_text)
     info = train_info(folder)
-    print(json.dumps({"checkpoint": str(folder), "exclude": a.exclude, "pairs": counts,
-                      "batches": info["batches"], "train_seconds": info["train_seconds"]}))
+    print(json.dumps({"checkpoint": str(folder), "exclude": a.exclude, "tool_text": a.tool_text,
+                      "pairs": counts, "batches": info["batches"], "train_seconds": info["train_seconds"]}))
 
 
 if __name__ == "__main__":

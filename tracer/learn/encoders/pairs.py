@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tracer.core.context import ContextRendering
+from tracer.core.tool_text import tool_text as render_tool
 from tracer.core.types import Registry, Trajectory
 from tracer.scoring.resources import training_steps
 
@@ -40,12 +41,12 @@ class Pairs:
 
 
 def training_pairs(trajectories: Sequence[Trajectory], registry: Registry, rendering: ContextRendering,
-                   successful_only: bool = True) -> Pairs:
+                   successful_only: bool = True, tool_text: str = "name_description") -> Pairs:
     """(rendered context, gold tool text) for every step of the (successful) trajectories whose gold is in
-    the registry."""
+    the registry; the tool text rendered as ``tool_text`` (:mod:`tracer.core.tool_text`)."""
     steps = training_steps(trajectories, registry, successful_only)
     return Pairs(tuple(rendering.render(s.context) for s in steps),
-                 tuple(registry.get(s.gold).search_text for s in steps),
+                 tuple(render_tool(registry.get(s.gold), tool_text) for s in steps),
                  tuple(s.trajectory_id for s in steps))
 
 
