@@ -26,6 +26,9 @@ for ds in "${DATASETS[@]}"; do
   run vector_minilm scorer=vector
   run bm25 scorer=bm25
   run vector_general scorer=vector embedder=general
+  # MiniLM reading tools with their parameters (tracer/core/tool_text.py), as the general encoder does
+  run vector_minilm_params scorer=vector embedder.tool_text=parameters
+  run tracer_plus_minilm_params_n0 scorer=tracer_plus train_trajectories=0 embedder.tool_text=parameters
   for n in 0 10; do
     run "tracer_plus_minilm_n$n" scorer=tracer_plus "train_trajectories=$n"
     run "tracer_plus_general_n$n" scorer=tracer_plus embedder=general "train_trajectories=$n"
@@ -51,4 +54,15 @@ for ds in "${DATASETS[@]}"; do
   run tracer_plus_minilm_novel3x2_holdout scorer=tracer_plus scorer.zero_shot.novel=3 scorer.zero_shot.slots=2 \
     holdout_tools=true
   run tracer_plus_general_holdout scorer=tracer_plus embedder=general holdout_tools=true
+  # the general encoder with the two novel slots
+  run tracer_plus_general_novel3x2_n10 scorer=tracer_plus embedder=general scorer.zero_shot.novel=3 \
+    scorer.zero_shot.slots=2 train_trajectories=10
+  run tracer_plus_general_novel3x2_holdout scorer=tracer_plus embedder=general scorer.zero_shot.novel=3 \
+    scorer.zero_shot.slots=2 holdout_tools=true
+  # preset/best with its per-fold fine-tuning started from the general encoder (BFCL only: five fine-tunings)
+  if [[ $ds == bfcl && -z ${SKIP_GENERAL:-} ]]; then
+    base=$("$PY" -m tracer.learn.encoders.general --exclude bfcl | tail -1 \
+           | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["checkpoint"])')
+    ONLY_GENERAL='' run best_general experiment=preset/best "encoder_training.base_model=$base"
+  fi
 done

@@ -22,15 +22,20 @@ from tracer.eval.metrics import paired_test
 from tracer.eval.outputs import read_steps
 from tracer.eval.report import paired
 
-ROWS = ("vector_minilm", "vector_general", "bm25",
-        "tracer_plus_minilm_n0", "tracer_plus_minilm_n0_no_toolkit", "tracer_plus_general_n0",
+ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
+        "tracer_plus_minilm_n0", "tracer_plus_minilm_n0_no_toolkit", "tracer_plus_minilm_params_n0",
+        "tracer_plus_general_n0",
         "toolnet_n10", "autotool_n10", "tracer_plus_minilm_n10", "tracer_plus_minilm_novel_n10",
-        "tracer_plus_minilm_novel3x2_n10", "tracer_plus_general_n10", "tracer_plus_minilm",
+        "tracer_plus_minilm_novel3x2_n10", "tracer_plus_general_n10", "tracer_plus_general_novel3x2_n10",
+        "tracer_plus_minilm",
         "tracer_plus_minilm_novel", "tracer_plus_minilm_novel3x2", "tracer_plus_general",
         # the held-out-tools split (evaluate.py holdout_tools=true)
         "vector_minilm_holdout", "vector_general_holdout", "bm25_holdout", "toolnet_holdout",
         "autotool_holdout", "tracer_plus_minilm_holdout", "tracer_plus_minilm_novel_holdout",
-        "tracer_plus_minilm_novel3x2_holdout", "tracer_plus_general_holdout")
+        "tracer_plus_minilm_novel3x2_holdout", "tracer_plus_general_holdout",
+        "tracer_plus_general_novel3x2_holdout",
+        # preset/best, its per-fold fine-tuning started from the general encoder (BFCL)
+        "best_general")
 
 
 def presented(r) -> float:
@@ -60,13 +65,13 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
 
 
 def reference(name: str, r5: dict[str, float]) -> str | None:
-    """The run a row is compared with: MiniLM's vector search for the general one; for tracer_plus the best of
-    its inputs (vector search with its embedder, BM25) by recall@5."""
+    """The run a row is compared with: MiniLM's vector search for the general one and for MiniLM reading
+    parameters; for tracer_plus the best of its inputs (vector search with its embedder, BM25) by recall@5."""
     split = "_holdout" if name.endswith("_holdout") else ""  # compared within its own split
-    if name == f"vector_general{split}":
+    if name in (f"vector_general{split}", f"vector_minilm_params{split}"):
         return f"vector_minilm{split}"
     if name.startswith("tracer_plus_"):
-        emb = "general" if "_general" in name else "minilm"
+        emb = "general" if "_general" in name else "minilm_params" if "_params" in name else "minilm"
         inputs = [r for r in (f"vector_{emb}{split}", f"bm25{split}") if r in r5]
         return max(inputs, key=r5.__getitem__) if inputs else None
     return None
