@@ -59,10 +59,14 @@ for ds in "${DATASETS[@]}"; do
     scorer.zero_shot.slots=2 train_trajectories=10
   run tracer_plus_general_novel3x2_holdout scorer=tracer_plus embedder=general scorer.zero_shot.novel=3 \
     scorer.zero_shot.slots=2 holdout_tools=true
-  # preset/best with its per-fold fine-tuning started from the general encoder (BFCL only: five fine-tunings)
-  if [[ $ds == bfcl && -z ${SKIP_GENERAL:-} ]]; then
-    base=$("$PY" -m tracer.learn.encoders.general --exclude bfcl | tail -1 \
-           | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["checkpoint"])')
-    ONLY_GENERAL='' run best_general experiment=preset/best "encoder_training.base_model=$base"
+  # preset/best as committed, and with its per-fold fine-tuning started from the general encoder (BFCL only:
+  # five fine-tunings each)
+  if [[ $ds == bfcl ]]; then
+    run best_minilm experiment=preset/best
+    if [[ -z ${SKIP_GENERAL:-} && ! -f outputs/general/bfcl/best_general/metrics.json ]]; then
+      base=$("$PY" -m tracer.learn.encoders.general --exclude bfcl | tail -1 \
+             | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["checkpoint"])')
+      ONLY_GENERAL='' run best_general experiment=preset/best "encoder_training.base_model=$base"
+    fi
   fi
 done

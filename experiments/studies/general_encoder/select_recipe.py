@@ -28,8 +28,7 @@ from tracer.encode.embedders import SentenceTransformerEmbedder
 from tracer.learn.encoders.general import RENDERING, TOOL_TEXT, TRAIN, build
 from tracer.learn.encoders.transformer import train_info
 
-RECIPES = {"lr 2e-5, 1 epoch (TRAIN)": {}, "lr 1e-4, 1 epoch": {"lr": 1e-4},
-           "lr 1e-4, 2 epochs": {"lr": 1e-4, "epochs": 2}}
+RECIPES = {"lr 2e-5, 1 epoch (TRAIN)": {}, "lr 1e-4, 1 epoch": {"lr": 1e-4}}
 LEFT_OUT = ("seal_tools", "tau2", "apibank")
 
 

@@ -4,13 +4,13 @@ reference run on the same steps.
 
     python -m experiments.studies.general_encoder.table [--root outputs/general] [--out FILE]
 
-Rows per dataset (each present run): the MiniLM and general vector searches, BM25, then per number of logged
-trajectories N (0, 10, all) tracer_plus with MiniLM and with the general encoder, and ToolNet and AutoTool at
-N = 10; then the same scorers on the held-out-tools split (``_holdout``: ``evaluate.py holdout_tools=true``).
-Differences (Δ) are paired over the same steps (a sign-flip permutation test,
-:func:`tracer.eval.report.paired`): the general vector search against MiniLM's, and each tracer_plus row
-against the better of its embedder's vector search and BM25; on the unseen steps, those of the row's own
-training (its N).
+Rows per dataset (each present run): the MiniLM (reading tools as name and description, or with their
+parameters: ``_params``) and general vector searches, BM25, then per number of logged trajectories N (0, 10,
+all) tracer_plus with MiniLM and with the general encoder, and ToolNet and AutoTool at N = 10; then the same
+scorers on the held-out-tools split (``_holdout``: ``evaluate.py holdout_tools=true``); on BFCL, preset/best
+as committed and started from the general encoder. Differences (Δ) are paired over the same steps (a
+sign-flip permutation test, :func:`tracer.eval.report.paired`) against :func:`reference`; on the unseen steps,
+those of the row's own training (its N).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
         "autotool_holdout", "tracer_plus_minilm_holdout", "tracer_plus_minilm_novel_holdout",
         "tracer_plus_minilm_novel3x2_holdout", "tracer_plus_general_holdout",
         "tracer_plus_general_novel3x2_holdout",
-        # preset/best, its per-fold fine-tuning started from the general encoder (BFCL)
-        "best_general")
+        # preset/best as committed, and its per-fold fine-tuning started from the general encoder (BFCL)
+        "best_minilm", "best_general")
 
 
 def presented(r) -> float:
@@ -66,7 +66,10 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
 
 def reference(name: str, r5: dict[str, float]) -> str | None:
     """The run a row is compared with: MiniLM's vector search for the general one and for MiniLM reading
-    parameters; for tracer_plus the best of its inputs (vector search with its embedder, BM25) by recall@5."""
+    parameters; preset/best for its general start; for tracer_plus the best of its inputs (vector search with
+    its embedder, BM25) by recall@5."""
+    if name == "best_general":
+        return "best_minilm"
     split = "_holdout" if name.endswith("_holdout") else ""  # compared within its own split
     if name in (f"vector_general{split}", f"vector_minilm_params{split}"):
         return f"vector_minilm{split}"
@@ -88,7 +91,7 @@ def dataset_table(root: Path) -> list[str]:
     for name, run in runs.items():
         r = rows[name]
         ref, delta, delta_u = reference(name, r5), "", ""
-        if ref is not None:
+        if ref in runs:
             t = paired(run, runs[ref], "correct")  # the oracle's call: the gold among the presented
             delta = f"{t['mean_diff']:+.3f} ({t['p_value']:.3g}) vs {ref}"
             if r["unseen_n"]:
