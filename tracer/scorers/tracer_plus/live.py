@@ -25,7 +25,7 @@ class LiveStep:
         q = mem if query is None else as_numpy(query)
         vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
         if self.zero_shot_only:  # ranked by the zero-shot scores alone: no candidates, no model to run
-            if self.zero.kind != "vector":
+            if self.zero.fuses:
                 vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
                 # over an approximate index only the fused tools are finite: their order, no registry sort
                 order = None if order is None else retrieved_order(vec)
