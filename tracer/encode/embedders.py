@@ -6,6 +6,7 @@ Every embedder returns L2-normalised float32 rows, so inner product is cosine ev
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -67,6 +68,17 @@ def tool_style(embedder: Embedder) -> str:
     return getattr(embedder, "tool_text", None) or "name_description"
 
 
+def recorded_tool_text(folder: str | Path) -> str:
+    """How the model in ``folder`` was trained to read tools: the ``tool_text`` its ``train_info.json``
+    records (a tracer training writes it), else name and description (any other model). An unknown value is
+    a ``ValueError`` naming the file."""
+    info = Path(folder) / "train_info.json"
+    if not info.is_file():
+        return "name_description"
+    style = json.loads(info.read_text()).get("tool_text", "name_description")
+    return check_tool_text(style, f"{info}: tool_text")
+
+
 def tool_rows(embedder: Embedder, tools: Sequence[Tool]) -> torch.Tensor:
     """Tools' rows, ``[N, d]``: each tool rendered as the embedder was trained to read tools
     (:func:`tool_style`), through its tool side (:func:`encode_tools`)."""
@@ -92,8 +104,8 @@ class SentenceTransformerEmbedder:
         batch_size: texts per forward pass.
         device: ``cuda``/``cpu``; default CUDA when present.
         progress: show a progress bar for long encodes (more than ``progress`` texts); 0 disables it.
-        tool_text: how tools read to this model (:mod:`tracer.core.tool_text`): the rendering it was trained
-            with; a saved index's embedder config keeps it.
+        tool_text: how tools read to this model (:mod:`tracer.core.tool_text`); ``None``: as it was trained
+            (:func:`recorded_tool_text`). A saved index's embedder config keeps it.
 
     ``fingerprint`` is the folder's content hash (a tracer artifact's manifest digest, its files verified
     first: a damaged fine-tuned checkpoint is an error naming the file), which the embedding cache keys
@@ -104,8 +116,7 @@ class SentenceTransformerEmbedder:
     loads_as: dict | None = None
 
     def __init__(self, model: str | None = None, batch_size: int = 64, device: str | None = None,
-                 progress: int = 2000, name: str | None = None, tool_text: str = "name_description"):
-        self.tool_text = check_tool_text(tool_text, "SentenceTransformerEmbedder tool_text")
+                 progress: int = 2000, name: str | None = None, tool_text: str | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -113,6 +124,8 @@ class SentenceTransformerEmbedder:
         self.packaged = model in (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
         path = minilm_path() if self.packaged else model
         self.path = Path(path)
+        self.tool_text = (recorded_tool_text(path) if tool_text is None
+                          else check_tool_text(tool_text, "SentenceTransformerEmbedder tool_text"))
         # before loading: a damaged checkpoint is named as such, not met as whatever torch makes of its bytes
         self.fingerprint = fingerprint(path) if Path(path).is_dir() else ""
         self.device = device or default_device()

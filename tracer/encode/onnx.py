@@ -36,7 +36,9 @@ from onnxruntime.transformers.optimizer import optimize_model
 from tokenizers import Tokenizer
 from transformers import AutoModel, AutoTokenizer
 
+from tracer.core.tool_text import check_tool_text
 from tracer.encode.bundle import Served
+from tracer.encode.embedders import recorded_tool_text
 from tracer.encode.manifest import fingerprint, new_artifact, reuse, verify
 from tracer.encode.source import DEFAULT_CACHE, recipe_hash, short_name, source_hash
 
@@ -112,9 +114,13 @@ def exported(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_
     """:func:`export`'s folder and its manifest digest (the export's content fingerprint), its files hashed
     once."""
     folder, weights = source_hash(model)
+    # how the model reads tools goes with its export (train_info.json is no part of the weights' hash)
+    # (only where it is not the default: exports of name-and-description models keep their keys and files)
+    style = recorded_tool_text(folder)
+    reads = {"tool_text": style} if style != "name_description" else {}
     key = recipe_hash(kind="onnx", weights=weights, opset=OPSET,
                       graph="bert-fused" if skip_layer_norm else "bert-fused-no-skip-layernorm",
-                      quant="dynamic-matmul-attention-perchannel-qint8")
+                      quant="dynamic-matmul-attention-perchannel-qint8", **reads)
     out = Path(encoder_dir) / f"onnx-{key[:16]}"
     if (digest := reuse(out)) is not None:
         return out, digest
@@ -142,7 +148,7 @@ def exported(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_
         tok.save_pretrained(str(tmp / "tokenizer"))
         (tmp / "source.json").write_text(json.dumps({"model": str(folder),
                                                       "max_seq_length": max_seq_length(folder),
-                                                      "name": short_name(model), "key": key}))
+                                                      "name": short_name(model), "key": key} | reads))
     return out, verify(out)
 
 
@@ -163,10 +169,13 @@ class OnnxEmbedder:
             evaluation must not score and a cache keyed by the text must not store; one text at a time is
             also the faster on one thread (no padding). An int8 embedder's name carries its batch size (fp32
             gives the same vectors either way).
+        tool_text: how tools read to the model (:mod:`tracer.core.tool_text`); ``None``: as the exported
+            model was trained (its export's ``source.json``).
     """
 
     def __init__(self, model: str | Path | None = None, variant: str = "int8",
-                 encoder_dir: str | Path = DEFAULT_CACHE, threads: int = 1, batch_size: int = 1):
+                 encoder_dir: str | Path = DEFAULT_CACHE, threads: int = 1, batch_size: int = 1,
+                 tool_text: str | None = None):
         if variant not in VARIANTS:
             raise ValueError(f"OnnxEmbedder variant must be one of {VARIANTS}, got {variant!r}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -183,6 +192,8 @@ class OnnxEmbedder:
         self.name = (f"{meta['name']}-onnx-{variant}-{meta['key'][:16]}"
                      + (f"-batch{batch_size}" if variant == "int8" else ""))
         self.max_seq_length = int(meta["max_seq_length"])
+        self.tool_text = check_tool_text(meta.get("tool_text", "name_description") if tool_text is None
+                                         else tool_text, "OnnxEmbedder tool_text")
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.dir / "tokenizer"))
         # the Rust tokenizer under it, truncating and padding as the Hugging Face call does (truncation=True,
         # max_length, padding=True), without that call's per-text Python, which the fast preset's step notices

@@ -17,7 +17,7 @@ from builders import ROOT, KeywordEmbedder
 from tracer.build import build_embedder
 from tracer.core.tool_text import tool_text
 from tracer.core.types import Registry, Tool
-from tracer.encode.embedders import CachedEmbedder, tool_rows
+from tracer.encode.embedders import CachedEmbedder, recorded_tool_text, tool_rows
 from tracer.online.updates import grow_resources, rename_resources
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
@@ -91,3 +91,14 @@ def test_a_saved_index_keeps_how_its_encoder_reads_tools(minilm, tmp_path):
     assert loaded.rank(msgs) == r.rank(msgs)
     with pytest.raises(ValueError, match="SentenceTransformerEmbedder tool_text must be one of"):
         build_embedder("minilm", tool_text="params", cache_dir=None)
+
+
+def test_a_checkpoints_recorded_tool_text_is_read_and_checked(tmp_path):
+    assert recorded_tool_text(tmp_path) == "name_description"          # a model tracer did not train
+    (tmp_path / "train_info.json").write_text(json.dumps({"pairs": 3}))
+    assert recorded_tool_text(tmp_path) == "name_description"          # trained before it was recorded
+    (tmp_path / "train_info.json").write_text(json.dumps({"tool_text": "parameters"}))
+    assert recorded_tool_text(tmp_path) == "parameters"
+    (tmp_path / "train_info.json").write_text(json.dumps({"tool_text": "schema"}))
+    with pytest.raises(ValueError, match=r"train_info.json: tool_text must be one of .*'schema'"):
+        recorded_tool_text(tmp_path)

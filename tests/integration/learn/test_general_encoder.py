@@ -4,9 +4,11 @@ MiniLM (one layer kept, a few pairs: seconds), real BFCL data, a real git clone 
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
+import torch
 from builders import ROOT, SEAL_TOOLS_FILES, git_repo
 
 from tracer.build import build_embedder
@@ -14,6 +16,7 @@ from tracer.core.context import ContextRendering
 from tracer.core.tool_text import tool_text
 from tracer.data.base import load_dataset
 from tracer.data.corpora import bfcl_single, seal_tools
+from tracer.encode.embedders import SentenceTransformerEmbedder, minilm_path, tool_rows, tool_style
 from tracer.learn.encoders.general import (
     DATASETS,
     RENDERING,
@@ -103,3 +106,33 @@ def test_the_embedder_is_built_once_cached_and_carried_by_a_saved_index(mirrors,
     loaded = Retriever.load(copy, device="cpu")
     assert loaded.res.embedder.name == first.name
     assert (loaded.rank(msgs), loaded.context_embedding(msgs).tolist()) == expected
+
+
+def test_the_checkpoint_records_how_it_reads_tools_for_every_loader_and_its_onnx_export(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from tracer.encode.onnx import OnnxEmbedder
+
+    mirrors = tmp_path / "mirrors"  # its own clone: the test above takes the shared one's history away
+    git_repo(mirrors / "fairyshine+Seal-Tools", SEAL_TOOLS_FILES)
+    enc = tmp_path / "enc"
+    cfg = {"_target_": "tracer.learn.encoders.general.embedder", "exclude": [*DATASETS, "apibench"],
+           "mirrors": str(mirrors), "datasets": str(ROOT / "../shared/datasets"), "per_source": 12,
+           "train": TINY, "encoder_dir": str(enc), "device": "cpu", "cache_dir": None}
+    folder = build_embedder(cfg).inner.path
+    assert json.loads((folder / "train_info.json").read_text())["tool_text"] == TOOL_TEXT == "parameters"
+    # embedder=finetuned embedder.model=<folder>: no tool_text given, the checkpoint's own
+    finetuned = build_embedder({"_target_": "tracer.encode.embedders.SentenceTransformerEmbedder",
+                                "model": str(folder), "device": "cpu", "cache_dir": None})
+    assert finetuned.tool_text == "parameters" and tool_style(finetuned) == "parameters"
+    assert SentenceTransformerEmbedder(str(folder), device="cpu", tool_text="name_description").tool_text \
+        == "name_description"  # an explicit setting wins
+    onnx = OnnxEmbedder(str(folder), variant="fp32", encoder_dir=tmp_path / "onnx")
+    assert onnx.tool_text == "parameters"
+    again = OnnxEmbedder(str(onnx.dir), variant="fp32")  # the export as a saved index carries it
+    assert again.tool_text == "parameters" and again.name == onnx.name
+    plain = OnnxEmbedder(str(minilm_path()), variant="fp32", encoder_dir=tmp_path / "onnx")
+    assert plain.tool_text == "name_description" and plain.dir != onnx.dir
+    assert "tool_text" not in json.loads((plain.dir / "source.json").read_text())  # MiniLM's export as before
+    tool = next(iter(seal_tools(mirrors))).golds[0]
+    want = finetuned.encode([tool_text(tool, "parameters")])  # [1, d]
+    assert torch.allclose(tool_rows(onnx, [tool]), want, atol=1e-4)

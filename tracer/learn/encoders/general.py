@@ -103,7 +103,8 @@ def build(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors
     the pairs each source gave it."""
     pairs, counts = general_pairs(exclude, mirrors, datasets, per_source,
                                   int((train or TRAIN).get("seed", 0)), check_tool_text(tool_text))
-    return finetuned(pairs, TrainConfig(**(train or TRAIN)), None, encoder_dir, device, log), counts
+    return finetuned(pairs, TrainConfig(**(train or TRAIN)), None, encoder_dir, device, log,
+                     record={"tool_text": tool_text}), counts
 
 
 def embedder(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",

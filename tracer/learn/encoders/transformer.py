@@ -22,9 +22,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -152,12 +152,14 @@ def checkpoint_dir(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None
 
 def finetuned(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None,
               encoder_dir: str | Path = DEFAULT_CACHE, device: str | None = None,
-              log: Callable[[dict], None] | None = None) -> Path:
+              log: Callable[[dict], None] | None = None, record: Mapping[str, Any] | None = None) -> Path:
     """The fine-tuned checkpoint folder for ``pairs``: trained and saved atomically on a miss, reused on a
     hit.
 
     The folder is a sentence-transformers model (``embedder=finetuned embedder.model=<folder>``) plus
-    ``train_info.json`` (loss curve, wall time, and the teacher's folder for a student cut from it).
+    ``train_info.json`` (loss curve, wall time, the teacher's folder for a student cut from it, and
+    ``record``: what the pairs were made with and a model loading the folder must know, such as
+    ``tool_text``; not part of the folder's key, which the pairs already determine).
     """
     out = checkpoint_dir(pairs, cfg, base_model, encoder_dir)
     # a damaged or unfinished one is moved aside and trained again (once: the writer checks first)
@@ -173,7 +175,7 @@ def finetuned(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = No
         with new_artifact(out, {"kind": "finetune-mnrl", "key": out.name}) as tmp:
             model.save(str(tmp))
             write_json(tmp / "train_info.json", info | {"base_model": str(model_folder(base_model))}
-                       | ({"teacher": str(teacher)} if teacher else {}))
+                       | ({"teacher": str(teacher)} if teacher else {}) | dict(record or {}))
     distributed.barrier()
     return out
 
