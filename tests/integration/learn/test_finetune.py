@@ -251,3 +251,27 @@ def test_a_student_cut_from_its_fine_tuned_teacher_starts_from_the_teachers_laye
     assert gap["cut", "base"] > 1.25 * gap["base-cut", "base"], gap
     with pytest.raises(ValueError, match="from_teacher cuts a student from its full-size teacher"):
         TrainConfig(from_teacher=True)
+
+
+def test_per_fold_encoders_read_tools_as_their_base_model_was_trained_to(tmp_path):
+    """A base that records ``tool_text: parameters`` (the general encoder) is fine-tuned on pairs whose tool
+    texts carry the parameters, and its fold checkpoints record it, so they serve the same reading."""
+    from tracer.core.tool_text import tool_text
+
+    one_layer = dataclasses.replace(FAST, epochs=1, layers=(5,))
+    base = finetuned(_pairs(), one_layer, None, tmp_path / "base", "cpu", record={"tool_text": "parameters"})
+    registry = Registry([dataclasses.replace(t, parameters={"type": "object", "properties": {
+        "when": {"description": f"when to {t.name}"}}}) for t in TINY_TOOLS])
+    cfg = {"context": {"join_users": True}, "encoder_dir": str(tmp_path / "enc"), "device": "cpu",
+           "base_model": str(base), **dataclasses.asdict(dataclasses.replace(FAST, epochs=1))}
+    folds = build_fold_encoders(registry, cfg, None, device="cpu")
+    pairs = folds.pairs(tiny_trajectories())
+    assert folds.tool_text == "parameters" and all(" | when: when to " in p for p in pairs.positives)
+    res = folds(tiny_trajectories())
+    assert train_info(folds.history[-1]["checkpoint"])["tool_text"] == "parameters"
+    assert res.embedder.tool_text == "parameters"
+    want = res.embedder.encode([tool_text(t, "parameters") for t in registry])  # [N, d]
+    torch.testing.assert_close(torch.from_numpy(res.tool_index.vectors), want, atol=1e-5, rtol=0)
+    plain = build_fold_encoders(registry, {**cfg, "base_model": None}, None, device="cpu")
+    assert plain.tool_text == "name_description"
+    assert plain.pairs(tiny_trajectories()).positives == _pairs().positives  # MiniLM's pairs as before

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tracer.core.types import Registry, Trajectory
-from tracer.encode.embedders import CachedEmbedder
+from tracer.encode.embedders import CachedEmbedder, recorded_tool_text
+from tracer.encode.source import model_folder
 from tracer.learn.encoders.pairs import Pairs, training_pairs
 from tracer.learn.encoders.recipe import EncoderRecipe
 from tracer.learn.encoders.static import trained_static
@@ -28,7 +29,9 @@ class FoldEncoders:
     """Builds one fold's :class:`Resources` around an encoder trained on that fold's training data.
 
     Args:
-        registry: the dataset's registry (tool texts are its ``search_text``).
+        registry: the dataset's registry. Its tools are read as the recipe's base model reads them (its
+            recorded ``tool_text``, :func:`~tracer.encode.embedders.recorded_tool_text`; MiniLM: name and
+            description), in the training pairs and, recorded in each checkpoint, in serving.
         recipe: what to train and how to serve it (:class:`EncoderRecipe`,
             ``configs/encoder_training/*.yaml``).
         build_embedder: builds the embedder that serves a checkpoint, called as ``build_embedder(config,
@@ -46,11 +49,14 @@ class FoldEncoders:
         self.device, self.seed, self.executor, self.log = device, seed, executor, log
         # per call: checkpoint, training time, the trajectories the pairs came from
         self.history: list[dict] = []
+        self.tool_text = (recorded_tool_text(model_folder(recipe.base_model)) if recipe.kind == "transformer"
+                          else "name_description")
         self.slow = (FoldEncoders(registry, recipe.slow, build_embedder, device, seed, executor, log)
                      if recipe.slow is not None else None)
 
     def pairs(self, train: Sequence[Trajectory]) -> Pairs:
-        return training_pairs(train, self.registry, self.recipe.context, self.recipe.successful_only)
+        return training_pairs(train, self.registry, self.recipe.context, self.recipe.successful_only,
+                              self.tool_text)
 
     def checkpoint(self, pairs: Pairs, log: Callable[[dict], None] | None = None) -> Path:
         """The encoder trained on ``pairs`` by this recipe (its folder): trained on a miss, found in the cache
@@ -58,7 +64,9 @@ class FoldEncoders:
         r, log = self.recipe, log or self.log
         if r.kind == "static":
             return trained_static(pairs, r.train, r.base_model, r.pca_dims, r.encoder_dir, log)
-        return finetuned(pairs, r.train, r.base_model, r.encoder_dir, r.device, log)
+        # recorded only where it is not the default: MiniLM-based checkpoints keep their files
+        record = {"tool_text": self.tool_text} if self.tool_text != "name_description" else None
+        return finetuned(pairs, r.train, r.base_model, r.encoder_dir, r.device, log, record)
 
     def __call__(self, train: Sequence[Trajectory], inner_of: int | None = None,
                  held: frozenset[str] = frozenset()) -> Resources:
