@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from builders import TINY_TOOLS, call, result
+from builders import call, result
 
 from tracer.build import build_scorer
 from tracer.core.steps import extract_all
-from tracer.core.types import Registry, Step, Tool, Trajectory
+from tracer.core.types import Trajectory
 from tracer.encode.index import ToolIndex
 from tracer.learn.nll import IGNORE
 from tracer.scorers.hybrid import rrf
@@ -20,13 +20,10 @@ from tracer.scorers.tracer_plus.model import save_candidate_model
 from tracer.scorers.tracer_plus.zero_shot import (
     ZeroShot,
     rrf_retrieved,
-    second_place,
-    toolkit_rrf,
-    toolkits,
     top_ids,
 )
 from tracer.scoring.ranking import finalize, reserved
-from tracer.scoring.resources import Resources, fallback_scores
+from tracer.scoring.resources import Resources
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
 FAST = {"inner_folds": 3, "max_epochs": 30, "patience": 10}
@@ -213,102 +210,6 @@ def test_a_cold_index_over_hnsw_presents_from_the_fused_tools_live_as_batched(ti
     contexts = cold.embed(steps)
     for i, step in enumerate(steps):
         assert cold.select_one(step, tuple(c[i:i + 1] for c in contexts), 3) == presented[i], i
-
-
-def test_toolkit_rrf_ranks_the_toolkit_of_the_last_known_call_by_vector_score():
-    registry = Registry([Tool("a", source="x"), Tool("b", source="x"), Tool("c", source="y"),
-                         Tool("d", source="x"), Tool("e")])
-    vec = np.tile(np.array([0.1, 0.5, 0.9, -np.inf, 0.3]), (5, 1))   # d: not retrieved, so not ranked
-    histories = [("c", "a", "not_in_registry"), ("c",), ("e",), (), ("a", "b")]
-    steps = [Step("t", "t", 0, 0, (), h, "a", ()) for h in histories]
-    got = toolkit_rrf(steps, vec, registry, toolkits(registry), k=0)
-    assert got.dtype == np.float32
-    assert got.tolist() == [[0.5, 1.0, 0, 0, 0],     # the last call the registry knows is a: x's b, then a
-                            [0, 0, 1.0, 0, 0],       # y holds c alone
-                            [0] * 5, [0] * 5,        # an unnamed toolkit, no call yet: no ranking
-                            [0.5, 1.0, 0, 0, 0]]
-    one = Registry([Tool("a", source="app"), Tool("b", source="app")])  # one toolkit of every tool: no signal
-    assert toolkits(one) == {} and not toolkit_rrf(steps[:1], vec[:1, :2], one, toolkits(one), k=0).any()
-    with pytest.raises(TypeError, match="toolkit must be a bool"):
-        ZeroShot("hybrid", toolkit="yes")
-
-
-def test_a_cold_index_fuses_the_last_calls_toolkit_live_as_batched_and_keeps_it_on_disk(
-        keyword_embedder, tmp_path):
-    kits = {"search_flights": "travel", "book_flight": "travel", "cancel_booking": "travel",
-            "get_weather": "weather", "send_email": "mail", "list_files": "files"}
-    registry = Registry([replace(t, source=kits[t.name]) for t in TINY_TOOLS])
-    res = Resources.build(registry, keyword_embedder, device="cpu", seed=0)
-    on, off = (build_scorer("tracer_plus", query_context=CONTEXT, memory_context=CONTEXT, head=FAST,
-                            zero_shot={"kind": "hybrid", "guard": True, "toolkit": t}) for t in (True, False))
-    for sc in (on, off):
-        sc.fit([], res)
-    traj = Trajectory(id="t", group="t", domain="tiny", messages=(
-        {"role": "user", "content": "send the weather by email"},
-        call("cancel_booking", 0), result(0), call("book_flight", 1), result(1)))
-    steps = extract_all([traj])
-    vec = fallback_scores(res, on.embed(steps)[1]).numpy()                             # [B, N]
-    want = off.score(steps).fallback.numpy() + toolkit_rrf(steps, vec, registry, toolkits(registry), 60)
-    assert np.array_equal(on.score(steps).fallback.numpy(), want)
-    on_presented, off_presented = (finalize(sc.score(steps), 2).presented for sc in (on, off))
-    assert on_presented[0] == off_presented[0]                     # the first call: no toolkit yet
-    # after cancel_booking the travel toolkit's book_flight takes send_email's place
-    book, email = registry.id("book_flight"), registry.id("send_email")
-    assert on_presented[1] == (registry.id("cancel_booking"), book) and email in off_presented[1]
-    contexts = on.embed(steps)
-    live = [on.select_one(s, tuple(c[i:i + 1] for c in contexts), 2) for i, s in enumerate(steps)]
-    assert live == on_presented
-    on.save(tmp_path / "index")
-    loaded = type(on).load(tmp_path / "index", keyword_embedder, device="cpu")
-    assert loaded.zero.toolkit and finalize(loaded.score(steps), 2).presented == on_presented
-
-
-def test_second_place_moves_the_turns_previous_call_up_to_second_never_first():
-    registry = Registry([Tool(n) for n in "abcde"])
-    scores = np.tile(np.array([0.5, 0.4, 0.3, 0.2, 0.1], np.float32), (6, 1))
-    vec = np.tile(np.array([0.9, 0.8, 0.7, 0.6, 0.5]), (6, 1))
-    vec[5, 3] = -np.inf                                  # d removed from the index in the last step
-    cases = [(("a", "d"), ("c", "a", "d")),  # the turn's last call, d, not the earlier a: to second place
-             (("a",), ("a",)),               # first already: unchanged
-             (("b",), ("b",)),               # second already: unchanged
-             ((), ("d",)),                   # a step opening its turn: earlier turns' calls are not moved
-             (("gone",), ("gone",)),         # a call the registry does not know
-             (("d",), ("d",))]               # a call with no finite vector score
-    steps = [Step("t", "t", 0, len(p), p, h, "a", ()) for p, h in cases]
-    got = second_place(scores, steps, vec, registry)
-    assert got.dtype == np.float32 and np.array_equal(np.delete(got[0], 3), np.delete(scores[0], 3))
-    assert got[0, 1] < got[0, 3] < got[0, 0] and got[0, 3] == np.nextafter(np.float32(0.4), np.float32(1))
-    assert np.array_equal(got[1:], scores[1:])
-    with pytest.raises(TypeError, match="calls must be a bool"):
-        ZeroShot("vector", calls=1)
-
-
-@pytest.mark.parametrize("kind", ["vector", "hybrid"])
-def test_a_cold_index_proposes_the_turns_last_call_live_as_batched_and_keeps_it_on_disk(
-        kind, tiny_registry, keyword_embedder, tmp_path):
-    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
-    blind = {**CONTEXT, "calls": "none"}  # the query does not name the calls: the ranking alone proposes them
-    on, off = (build_scorer("tracer_plus", query_context=blind, memory_context=blind, head=FAST,
-                            zero_shot={"kind": kind, "guard": True, "calls": c}) for c in (True, False))
-    for sc in (on, off):
-        sc.fit([], res)
-    traj = Trajectory(id="t", group="t", domain="tiny", messages=(  # the weather of two cities
-        {"role": "user", "content": "send an email about flights"},
-        call("get_weather", 0), result(0), call("get_weather", 1), result(1)))
-    steps = extract_all([traj])
-    vec = fallback_scores(res, on.embed(steps)[1]).numpy()                             # [B, N]
-    plain = rrf(vec, k=60) if kind == "vector" else off.score(steps).fallback.numpy()
-    assert np.array_equal(on.score(steps).fallback.numpy(), second_place(plain, steps, vec, tiny_registry))
-    weather = tiny_registry.id("get_weather")
-    on_presented, off_presented = (finalize(sc.score(steps), 2).presented for sc in (on, off))
-    assert on_presented[0] == off_presented[0] and weather not in on_presented[0]  # no call yet
-    assert on_presented[1] == (off_presented[1][0], weather) and weather not in off_presented[1]  # second
-    contexts = on.embed(steps)
-    assert [on.select_one(s, tuple(c[i:i + 1] for c in contexts), 2) for i, s in enumerate(steps)] \
-        == on_presented
-    on.save(tmp_path / "index")
-    loaded = type(on).load(tmp_path / "index", keyword_embedder, device="cpu")
-    assert loaded.zero.calls and finalize(loaded.score(steps), 2).presented == on_presented
 
 
 def test_transferred_weights_face_the_guard_too(tiny_registry, keyword_embedder, tmp_path):
