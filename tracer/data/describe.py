@@ -37,6 +37,7 @@ COLUMNS = (
     ("opening_share", "turn-opening steps"),
     ("max_calls_per_turn", "max calls in a turn"),
     ("toolkit_share", "same toolkit as the last call"),
+    ("repeat_share", "repeats the turn's last call"),
     ("skipped", "skipped"),
 )
 
@@ -49,7 +50,8 @@ def describe(dataset: Dataset) -> dict[str, Any]:
     names), ``steps_per_active_turn`` (mean over active turns), ``steps_per_turn`` (mean over all
     turns), ``opening_share`` (share of steps with ``position == 0``), ``max_calls_per_turn``,
     ``toolkit_share`` (of the steps after a conversation's first call, the share whose tool has the
-    toolkit, a non-empty ``Tool.source``, of the call before it) and ``skipped`` (the loader's counts).
+    toolkit, a non-empty ``Tool.source``, of the call before it), ``repeat_share`` (the share of steps whose
+    tool is the previous call of their turn) and ``skipped`` (the loader's counts).
     """
     turns = [t for traj in dataset.trajectories for t in turns_of(traj)]
     steps = dataset.steps()
@@ -72,6 +74,8 @@ def describe(dataset: Dataset) -> dict[str, Any]:
         "opening_share": sum(s.position == 0 for s in steps) / n_steps if n_steps else 0.0,
         "max_calls_per_turn": max((len(t) for t in turns), default=0),
         "toolkit_share": same / len(later) if later else 0.0,
+        "repeat_share": sum(bool(s.prefix) and s.prefix[-1] == s.gold for s in steps) / n_steps if n_steps
+        else 0.0,
         "skipped": dict(dataset.skipped),
     }
 

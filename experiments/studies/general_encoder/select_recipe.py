@@ -41,10 +41,10 @@ def seal_recall(embedder: SentenceTransformerEmbedder, mirrors: str) -> dict[str
     queries = [rendering.render([{"role": "user", "content": e.query}]) for e in examples]
     q, t = embedder.encode(queries), embedder.encode(tools)                       # [Q, d], [T, d]
     sims = q @ t.T                                                                # [Q, T]
-    ranks = [int((sims[i] > sims[i, col[tool_text(g, TOOL_TEXT)]]).sum())
-             for i, e in enumerate(examples) for g in e.golds]
-    r = torch.tensor(ranks)
-    return {"pairs": len(ranks), "tools": len(tools), "recall@1": float((r < 1).float().mean()),
+    pair_q = torch.tensor([i for i, e in enumerate(examples) for _ in e.golds])   # [P]
+    pair_t = torch.tensor([col[tool_text(g, TOOL_TEXT)] for e in examples for g in e.golds])  # [P]
+    r = (sims[pair_q] > sims[pair_q, pair_t][:, None]).sum(1)                     # [P] tools ranked above
+    return {"pairs": len(r), "tools": len(tools), "recall@1": float((r < 1).float().mean()),
             "recall@5": float((r < 5).float().mean())}
 
 

@@ -141,6 +141,7 @@ def test_describe_tiny_by_hand():
         "name": "tiny", "conversations": 2, "groups": 1, "turns": 5, "active_turns": 4, "steps": 7,
         "tools": 6, "tools_called": 5, "steps_per_active_turn": 1.75, "steps_per_turn": 1.4,
         "opening_share": 4 / 7, "max_calls_per_turn": 3, "toolkit_share": 1.0, "skipped": {"r": 2},
+        "repeat_share": 1 / 7,  # t2's second y; t1's last a repeats a call of an earlier turn, not of its own
     }
     # every tool in toolkit "t"; after a first call: b (after a), c (b), a (c), y (x), y (y)
     def kits(**source):
@@ -154,9 +155,9 @@ def test_format_table():
     lines = format_table([describe(tiny())]).splitlines()
     assert lines[0] == ("| dataset | conversations | groups | turns | steps | tools | steps/turn (turns with "
                         "calls) | steps/turn (all) | turn-opening steps | max calls in a turn | same toolkit "
-                        "as the last call | skipped |")
-    assert lines[1] == "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-    assert lines[2] == "| tiny | 2 | 1 | 5 | 7 | 6 | 1.75 | 1.40 | 0.57 | 3 | 1.00 | r: 2 |"
+                        "as the last call | repeats the turn's last call | skipped |")
+    assert lines[1] == "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    assert lines[2] == "| tiny | 2 | 1 | 5 | 7 | 6 | 1.75 | 1.40 | 0.57 | 3 | 1.00 | 0.14 | r: 2 |"
 
 
 @needs_shared
