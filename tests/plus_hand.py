@@ -13,6 +13,7 @@ from builders import call, result
 from tracer.build import build_scorer
 from tracer.core.types import Trajectory
 from tracer.scorers.tracer_plus import TracerPlusScorer
+from tracer.scoring.ranking import finalize
 
 EPS = 1e-6
 USER_ONLY = {"window": "since_user", "calls": "none", "results": "none"}
@@ -39,3 +40,22 @@ HAND_TEST = traj("D", ("weather then mail", ["get_weather"]), ("email please", [
 
 def plus(res, **cfg) -> TracerPlusScorer:
     return build_scorer("tracer_plus", **{"head": FAST, **cfg})
+
+
+def cold_pair(res, context: dict, on: dict, off: dict) -> tuple[TracerPlusScorer, TracerPlusScorer]:
+    """Two tracer_plus indexes fitted on no trajectory (cold), with zero-shot configs ``on`` and ``off``."""
+    pair = tuple(build_scorer("tracer_plus", query_context=context, memory_context=context, head=FAST,
+                              zero_shot=z) for z in (on, off))
+    for sc in pair:
+        sc.fit([], res)
+    return pair
+
+
+def live_and_saved(scorer: TracerPlusScorer, steps, k: int, directory, embedder):
+    """The presented sets of ``steps`` scored one at a time (the live path), the index saved to ``directory``
+    and loaded again, and the loaded index's presented sets, batched."""
+    contexts = scorer.embed(steps)
+    live = [scorer.select_one(s, tuple(c[i:i + 1] for c in contexts), k) for i, s in enumerate(steps)]
+    scorer.save(directory)
+    loaded = type(scorer).load(directory, embedder, device="cpu")
+    return live, loaded, finalize(loaded.score(steps), k).presented

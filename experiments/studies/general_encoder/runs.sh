@@ -38,6 +38,8 @@ for ds in "${DATASETS[@]}"; do
   run tracer_plus_minilm_n0_no_toolkit scorer=tracer_plus train_trajectories=0 scorer.zero_shot.toolkit=false
   # and without the turn's last call (docs/learning.md pairs it with tracer_plus_minilm_n0 too)
   run tracer_plus_minilm_n0_no_calls scorer=tracer_plus train_trajectories=0 scorer.zero_shot.calls=false
+  # and without what the last call looked up feeding the fusion (docs/learning.md pairs it too)
+  run tracer_plus_minilm_n0_no_dataflow scorer=tracer_plus train_trajectories=0 scorer.zero_shot.dataflow=false
   run tracer_plus_general scorer=tracer_plus embedder=general
   run tracer_plus_minilm scorer=tracer_plus
   # the novel-tool slot (scorer.zero_shot.novel, tracer/scorers/tracer_plus/zero_shot.py)

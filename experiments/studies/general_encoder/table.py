@@ -24,7 +24,7 @@ from tracer.eval.report import paired
 
 ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
         "tracer_plus_minilm_n0", "tracer_plus_minilm_n0_no_toolkit", "tracer_plus_minilm_n0_no_calls",
-        "tracer_plus_minilm_params_n0",
+        "tracer_plus_minilm_n0_no_dataflow", "tracer_plus_minilm_params_n0",
         "tracer_plus_general_n0",
         "toolnet_n10", "autotool_n10", "tracer_plus_minilm_n10", "tracer_plus_minilm_novel_n10",
         "tracer_plus_minilm_novel3x2_n10", "tracer_plus_general_n10", "tracer_plus_general_novel3x2_n10",

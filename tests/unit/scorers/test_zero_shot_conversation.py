@@ -7,18 +7,17 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from builders import TINY_TOOLS, call, result
+from builders import TINY_TOOLS
+from plus_hand import cold_pair, live_and_saved, traj
 
-from tracer.build import build_scorer
 from tracer.core.steps import extract_all
-from tracer.core.types import Registry, Step, Tool, Trajectory
+from tracer.core.types import Registry, Step, Tool
 from tracer.scorers.hybrid import rrf
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot, second_place, toolkit_rrf, toolkits
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, fallback_scores
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
-FAST = {"inner_folds": 3, "max_epochs": 30, "patience": 10}
 
 
 def test_toolkit_rrf_ranks_the_toolkit_of_the_last_known_call_by_vector_score():
@@ -45,14 +44,9 @@ def test_a_cold_index_fuses_the_last_calls_toolkit_live_as_batched_and_keeps_it_
             "get_weather": "weather", "send_email": "mail", "list_files": "files"}
     registry = Registry([replace(t, source=kits[t.name]) for t in TINY_TOOLS])
     res = Resources.build(registry, keyword_embedder, device="cpu", seed=0)
-    on, off = (build_scorer("tracer_plus", query_context=CONTEXT, memory_context=CONTEXT, head=FAST,
-                            zero_shot={"kind": "hybrid", "guard": True, "toolkit": t}) for t in (True, False))
-    for sc in (on, off):
-        sc.fit([], res)
-    traj = Trajectory(id="t", group="t", domain="tiny", messages=(
-        {"role": "user", "content": "send the weather by email"},
-        call("cancel_booking", 0), result(0), call("book_flight", 1), result(1)))
-    steps = extract_all([traj])
+    on, off = cold_pair(res, CONTEXT, *({"kind": "hybrid", "guard": True, "toolkit": t}
+                                        for t in (True, False)))
+    steps = extract_all([traj("t", ("send the weather by email", ("cancel_booking", "book_flight")))])
     vec = fallback_scores(res, on.embed(steps)[1]).numpy()                             # [B, N]
     want = off.score(steps).fallback.numpy() + toolkit_rrf(steps, vec, registry, toolkits(registry), 60)
     assert np.array_equal(on.score(steps).fallback.numpy(), want)
@@ -61,12 +55,8 @@ def test_a_cold_index_fuses_the_last_calls_toolkit_live_as_batched_and_keeps_it_
     # after cancel_booking the travel toolkit's book_flight takes send_email's place
     book, email = registry.id("book_flight"), registry.id("send_email")
     assert on_presented[1] == (registry.id("cancel_booking"), book) and email in off_presented[1]
-    contexts = on.embed(steps)
-    live = [on.select_one(s, tuple(c[i:i + 1] for c in contexts), 2) for i, s in enumerate(steps)]
-    assert live == on_presented
-    on.save(tmp_path / "index")
-    loaded = type(on).load(tmp_path / "index", keyword_embedder, device="cpu")
-    assert loaded.zero.toolkit and finalize(loaded.score(steps), 2).presented == on_presented
+    live, loaded, reloaded = live_and_saved(on, steps, 2, tmp_path / "index", keyword_embedder)
+    assert live == on_presented == reloaded and loaded.zero.toolkit
 
 
 def test_second_place_moves_the_turns_previous_call_up_to_second_never_first():
@@ -94,14 +84,9 @@ def test_a_cold_index_proposes_the_turns_last_call_live_as_batched_and_keeps_it_
         kind, tiny_registry, keyword_embedder, tmp_path):
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
     blind = {**CONTEXT, "calls": "none"}  # the query does not name the calls: the ranking alone proposes them
-    on, off = (build_scorer("tracer_plus", query_context=blind, memory_context=blind, head=FAST,
-                            zero_shot={"kind": kind, "guard": True, "calls": c}) for c in (True, False))
-    for sc in (on, off):
-        sc.fit([], res)
-    traj = Trajectory(id="t", group="t", domain="tiny", messages=(  # the weather of two cities
-        {"role": "user", "content": "send an email about flights"},
-        call("get_weather", 0), result(0), call("get_weather", 1), result(1)))
-    steps = extract_all([traj])
+    on, off = cold_pair(res, blind, *({"kind": kind, "guard": True, "calls": c} for c in (True, False)))
+    # the weather of two cities
+    steps = extract_all([traj("t", ("send an email about flights", ("get_weather", "get_weather")))])
     vec = fallback_scores(res, on.embed(steps)[1]).numpy()                             # [B, N]
     plain = rrf(vec, k=60) if kind == "vector" else off.score(steps).fallback.numpy()
     assert np.array_equal(on.score(steps).fallback.numpy(), second_place(plain, steps, vec, tiny_registry))
@@ -109,9 +94,5 @@ def test_a_cold_index_proposes_the_turns_last_call_live_as_batched_and_keeps_it_
     on_presented, off_presented = (finalize(sc.score(steps), 2).presented for sc in (on, off))
     assert on_presented[0] == off_presented[0] and weather not in on_presented[0]  # no call yet
     assert on_presented[1] == (off_presented[1][0], weather) and weather not in off_presented[1]  # second
-    contexts = on.embed(steps)
-    assert [on.select_one(s, tuple(c[i:i + 1] for c in contexts), 2) for i, s in enumerate(steps)] \
-        == on_presented
-    on.save(tmp_path / "index")
-    loaded = type(on).load(tmp_path / "index", keyword_embedder, device="cpu")
-    assert loaded.zero.calls and finalize(loaded.score(steps), 2).presented == on_presented
+    live, loaded, reloaded = live_and_saved(on, steps, 2, tmp_path / "index", keyword_embedder)
+    assert live == on_presented == reloaded and loaded.zero.calls

@@ -36,6 +36,10 @@ then the next order): 28% of tau2's steps repeat the turn's previous call, 4% of
 tracer.data.describe``). That call is moved up to second place (:func:`second_place`): always presented,
 never in place of the fusion's first choice, which keeps recall@1 where repeats are rare. Ranking every
 earlier call, or earlier turns' calls too, crowded out new tools on BFCL when tried.
+
+*Dataflow* (``dataflow: true``). After a lookup (``find_user_id_by_email``), the tools of its toolkit that
+take what it looked up through an identifier parameter (``get_user_details(user_id)``) are one more ranking
+of the fusion, by vector score (:mod:`tracer.scorers.tracer_plus.dataflow`, read from the schemas alone).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from tracer.core.types import Step
 from tracer.learn.nll import IGNORE
 from tracer.scorers.bm25 import BM25Scorer
 from tracer.scorers.hybrid import rrf
+from tracer.scorers.tracer_plus.dataflow import Dataflow, dataflow_rrf
 
 KINDS = ("vector", "hybrid")
 
@@ -154,14 +159,16 @@ class ZeroShot:
         slots: how many of the k presented slots never-called tools may take (``novel`` on).
         toolkit: fuse the ranking of the last call's toolkit too (module docstring; with ``vector``, the
             fusion of the vector ranking and this one).
+        calls: move the turn's previous call up to second place.
+        dataflow: fuse the ranking of the tools taking what the last call looked up.
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
                  rrf_k: int = 60, novel: int = 0, slots: int = 1, toolkit: bool = False,
-                 calls: bool = False):
+                 calls: bool = False, dataflow: bool = False):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
-        for flag, value in (("toolkit", toolkit), ("calls", calls)):
+        for flag, value in (("toolkit", toolkit), ("calls", calls), ("dataflow", dataflow)):
             if not isinstance(value, bool):
                 raise TypeError(f"zero_shot.{flag} must be a bool, got {value!r}")
         if isinstance(novel, bool) or not isinstance(novel, int) or novel < 0:
@@ -170,9 +177,10 @@ class ZeroShot:
             raise ValueError(f"zero_shot.slots must be an int >= 1, got {slots!r}")
         self.kind, self.guard, self.k, self.rrf_k, self.novel = kind, bool(guard), int(k), int(rrf_k), novel
         self.bm25_cfg = dict(bm25 or {"k1": 1.5, "b": 0.75})
-        self.toolkit, self.calls, self.slots = toolkit, calls, slots
+        self.toolkit, self.calls, self.slots, self.dataflow = toolkit, calls, slots, dataflow
         self._lexical = None  # (registry, BM25Scorer), built on first use
         self._kits = None  # (registry, toolkits(registry)), built on first use
+        self._flow = None  # (registry, Dataflow(registry)), built on first use
 
     @classmethod
     def from_config(cls, cfg: Mapping | None) -> ZeroShot:
@@ -181,7 +189,7 @@ class ZeroShot:
     def config(self) -> dict:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
                 "rrf_k": self.rrf_k, "novel": self.novel, "slots": self.slots, "toolkit": self.toolkit,
-                "calls": self.calls}
+                "calls": self.calls, "dataflow": self.dataflow}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
@@ -194,7 +202,7 @@ class ZeroShot:
     @property
     def fuses(self) -> bool:
         """Whether the zero-shot scores are a fusion (else the vector scores themselves)."""
-        return self.kind != "vector" or self.toolkit or self.calls
+        return self.kind != "vector" or self.toolkit or self.calls or self.dataflow
 
     def scores(self, steps: Sequence[Step], vec: np.ndarray, res, rendering) -> np.ndarray:
         """``[B, N]`` float32 zero-shot scores of the steps (higher first, ties by registry position), from
@@ -211,6 +219,10 @@ class ZeroShot:
             if self._kits is None or self._kits[0] is not res.registry:
                 self._kits = (res.registry, toolkits(res.registry))
             fused = fused + toolkit_rrf(steps, vec, res.registry, self._kits[1], self.rrf_k)
+        if self.dataflow:
+            if self._flow is None or self._flow[0] is not res.registry:
+                self._flow = (res.registry, Dataflow(res.registry))
+            fused = fused + dataflow_rrf(steps, vec, res.registry, self._flow[1], self.rrf_k)
         return second_place(fused, steps, vec, res.registry) if self.calls else fused
 
     def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
