@@ -44,8 +44,15 @@ FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at
           "error")
 
 
+# tracer_plus with the last two of the five slots for never-called tools of its zero-shot top 3
+VARIANTS = {"tracer_plus_novel3x2": {"zero_shot": {"novel": 3, "slots": 2}}}
+
+
 def make_scorer(name: str, transfer: Path | None = None):
-    """A scorer from its YAML; ``tracer_plus_transfer`` is tracer_plus's with ``transfer`` set."""
+    """A scorer from its YAML; ``tracer_plus_transfer`` is tracer_plus's with ``transfer`` set, a
+    :data:`VARIANTS` name tracer_plus's with those overrides."""
+    if name in VARIANTS:
+        return build_scorer("tracer_plus", name=name, **VARIANTS[name])
     base = "tracer_plus" if name == "tracer_plus_transfer" else name
     if name == "tracer_plus_transfer":
         return build_scorer(base, name=name, transfer=str(transfer))

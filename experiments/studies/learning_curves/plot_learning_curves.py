@@ -23,7 +23,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
-ORDER = ("tracer_plus", "tracer_plus_transfer", "tracer", "autotool", "toolnet", "hybrid", "vector", "bm25")
+ORDER = ("tracer_plus", "tracer_plus_novel3x2", "tracer_plus_transfer", "tracer", "autotool", "toolnet",
+         "hybrid", "vector", "bm25")
+PLUS = ("tracer_plus", "tracer_plus_novel3x2", "tracer_plus_transfer")  # checked against inputs and rivals
 
 
 def read(paths: list[Path]) -> dict:
@@ -90,7 +92,7 @@ def dataset_section(name: str, cells, k: int) -> list[str]:
     for s, e in errors.items():
         lines.append(f"\nn/a ({s}): {e}")
     lines.append("")
-    for plus in ("tracer_plus", "tracer_plus_transfer"):  # never worse than its inputs (within 0.005)
+    for plus in PLUS:  # never worse than its inputs (within 0.005)
         gaps = []
         for n in ns:
             own = cells.get((plus, n), {}).get("rk")
@@ -104,7 +106,7 @@ def dataset_section(name: str, cells, k: int) -> list[str]:
                          + ", ".join(f"N = {n}: {g:+.3f}" for n, g in gaps)
                          + (f" (below by more than 0.005 at N = {', '.join(below)})." if below else
                             " (never below by more than 0.005)."))
-    for plus in ("tracer_plus", "tracer_plus_transfer"):
+    for plus in PLUS:
         for rival in ("toolnet", "autotool"):
             if any(sc == plus for sc, _ in cells) and any(sc == rival for sc, _ in cells):
                 lines.append(
