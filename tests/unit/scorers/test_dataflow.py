@@ -32,6 +32,8 @@ def test_identifier_words_and_what_a_lookup_yields():
         {"item"}
     assert identifier_words(Tool("t", parameters=schema("stock", "id"))) == set()  # an id of nothing named
     assert identifier_words(Tool("t", parameters={"properties": "not a mapping"})) == set()
+    # a malformed "required" (not a list) is ignored: every property is read
+    assert identifier_words(Tool("t", parameters={**schema("order_id"), "required": "user_id"})) == {"order"}
     assert looked_up(Tool("find_user_id_by_email")) == {"user", "email"}
     assert looked_up(Tool("GetUserToken")) == {"user", "token"}
     assert looked_up(Tool("get_order_details")) == {"order"}

@@ -45,7 +45,8 @@ def identifier_words(tool) -> set[str]:
     schema's required parameters, else all of its top-level properties."""
     schema = tool.parameters if isinstance(tool.parameters, Mapping) else {}
     props = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
-    required = [p for p in schema.get("required") or () if isinstance(p, str)]
+    listed = schema.get("required")
+    required = [p for p in listed if isinstance(p, str)] if isinstance(listed, (list, tuple)) else []
     words: set[str] = set()
     for param in required or [str(p) for p in props]:
         if (ws := tokens(param)) and ws[-1] in IDENTIFIERS:
