@@ -17,7 +17,7 @@ from typing import Any
 from tracer.encode.embedders import tool_style
 from tracer.retriever import Retriever
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
-from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose_tools, forced_name
+from tracer.serve.selection import Keyed, StickyPresenter, UnknownToolVectors, choose_tools, forced_name
 
 
 class SelectionStage:
@@ -39,16 +39,17 @@ class SelectionStage:
         """The names to present for this request."""
         known = retriever.registry.positions
         unknown = [t for t, n in zip(body["tools"], names) if n not in known]
-        if unknown and self.unknown.missing(unknown, tool_style(retriever.res.embedder)):
+        keyed = Keyed.of(unknown, tool_style(retriever.res.embedder)) if unknown else None
+        if keyed is not None and self.unknown.missing(keyed):
             async with self._slots:
-                return await asyncio.to_thread(self._select, retriever, conv, body, names)
-        return self._select(retriever, conv, body, names)
+                return await asyncio.to_thread(self._select, retriever, conv, body, names, keyed)
+        return self._select(retriever, conv, body, names, keyed)
 
     def _select(self, retriever: Retriever, conv: str, body: dict[str, Any],
-                names: Sequence[str]) -> list[str]:
+                names: Sequence[str], keyed: Keyed | None = None) -> list[str]:
         with Stopwatch() as sw:
             choice = choose_tools(retriever, body["messages"], body["tools"], self.k, self.unknown,
-                                  forced_name(body.get("tool_choice")), names)
+                                  forced_name(body.get("tool_choice")), names, keyed)
             presented = self.presenter.present(conv, choice.names, names)
         self.metrics.selection.observe(sw.seconds)
         for kind, n in choice.lenient.items():

@@ -52,6 +52,24 @@ def tool_name(obj: Mapping[str, Any]) -> str:
     return obj["function"]["name"]
 
 
+@dataclass(frozen=True)
+class Keyed:
+    """Tools' texts as one embedder reads them (``style``, :func:`tracer.encode.embedders.tool_style`) and
+    their digests, the cache's keys: rendered and hashed once per request, though the gateway asks twice
+    (whether to leave the event loop, then the lookup)."""
+
+    style: str
+    texts: list[str]
+    keys: list[bytes]
+
+    @classmethod
+    def of(cls, tools: Sequence[Mapping[str, Any]], style: str = "name_description") -> Keyed:
+        texts = [tool_text(Tool.from_openai(t), style) for t in tools]
+        # the key, not the text, is kept: a tool's description may be megabytes
+        keys = [hashlib.blake2b(t.encode("utf-8", "replace"), digest_size=16).digest() for t in texts]
+        return cls(style, texts, keys)
+
+
 class UnknownToolVectors:
     """Embeddings of tools the index does not know, by a digest of their search text (a bounded LRU).
 
@@ -68,29 +86,24 @@ class UnknownToolVectors:
         self._vecs: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _texts(tools: Sequence[Mapping[str, Any]], style: str) -> list[str]:
-        return [tool_text(Tool.from_openai(t), style) for t in tools]
-
-    @staticmethod
-    def _keys(texts: Sequence[str]) -> list[bytes]:
-        # the key, not the text, is kept: a tool's description may be megabytes
-        return [hashlib.blake2b(t.encode("utf-8", "replace"), digest_size=16).digest() for t in texts]
-
-    def missing(self, tools: Sequence[Mapping[str, Any]], style: str = "name_description") -> bool:
-        """Whether :meth:`lookup` of ``tools`` would embed anything (then the gateway leaves the loop);
-        ``style``: how the retriever's embedder reads tools (:func:`tracer.encode.embedders.tool_style`)."""
-        keys = self._keys(self._texts(tools, style))
+    def missing(self, tools: Sequence[Mapping[str, Any]] | Keyed, style: str = "name_description") -> bool:
+        """Whether :meth:`lookup` of ``tools`` (or of their :class:`Keyed`) would embed anything (then the
+        gateway leaves the loop); ``style``: how the retriever's embedder reads tools
+        (:func:`tracer.encode.embedders.tool_style`), ignored for a :class:`Keyed`."""
+        keys = (tools if isinstance(tools, Keyed) else Keyed.of(tools, style)).keys
         with self._lock:
             return not all(k in self._vecs for k in keys)
 
-    def lookup(self, retriever: Retriever, tools: Sequence[Mapping[str, Any]], max_new: int | None = -1
-               ) -> tuple[np.ndarray, list[int], int]:
+    def lookup(self, retriever: Retriever, tools: Sequence[Mapping[str, Any]], max_new: int | None = -1,
+               keyed: Keyed | None = None) -> tuple[np.ndarray, list[int], int]:
         """``([E, d] float32 rows, positions in tools of those E, texts embedded now)``: every cached tool and
-        the first ``max_new`` new texts (default: the instance's cap); the others have no row."""
+        the first ``max_new`` new texts (default: the instance's cap); the others have no row. ``keyed``:
+        ``tools`` already rendered and hashed (used when it matches them and the retriever's style)."""
         cap = self.max_new if max_new == -1 else max_new
-        texts = self._texts(tools, tool_style(retriever.res.embedder))
-        keys = self._keys(texts)
+        style = tool_style(retriever.res.embedder)
+        if keyed is None or keyed.style != style or len(keyed.keys) != len(tools):
+            keyed = Keyed.of(tools, style)
+        texts, keys = keyed.texts, keyed.keys
         with self._lock:
             new = [i for i, k in enumerate(keys) if k not in self._vecs]
         first = {keys[i]: i for i in reversed(new)}                    # a text repeated: embedded once
@@ -149,9 +162,9 @@ def choose(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Ma
 
 def choose_tools(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]],
                  k: int, unknown_vectors: UnknownToolVectors, must: str | None = None,
-                 names: Sequence[str] | None = None) -> Choice:
+                 names: Sequence[str] | None = None, keyed: Keyed | None = None) -> Choice:
     """:func:`choose` with its report. ``names``: the tools' names when the caller has them already (the
-    gateway's validation does)."""
+    gateway's validation does); ``keyed``: the unknown tools' :class:`Keyed`, when the caller has it."""
     names = [tool_name(t) for t in tools] if names is None else list(names)
     if len(names) <= k:
         return Choice(names)
@@ -167,7 +180,7 @@ def choose_tools(retriever: Retriever, messages: Sequence[Message], tools: Seque
         ctx = retriever.context_embedding(live).astype(np.float64)                   # [d]
         known_ids = [registry.id(n) for n in known_ranked]
         known_vecs = retriever.res.tool_index.vectors[known_ids]                     # [K, d]
-        rows, have, choice.embedded = unknown_vectors.lookup(retriever, unknown)     # [E, d]
+        rows, have, choice.embedded = unknown_vectors.lookup(retriever, unknown, keyed=keyed)  # [E, d]
         choice.over_cap = len(unknown) - len(have)
         cos = np.concatenate([known_vecs, rows]).astype(np.float64) @ ctx           # [K + E]
         order = np.argsort(-cos, kind="stable")[:k]                                   # ties: known first

@@ -5,6 +5,7 @@ two conversations (defect 15)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -18,11 +19,15 @@ from gateway_harness import make_gateway, save_test_index, serving
 from prometheus_client.parser import text_string_to_metric_families
 from stub_openai_server import StubOpenAIServer
 
+from tracer.core.tool_text import tool_text
 from tracer.core.types import Step
 from tracer.data import load_native
 from tracer.retriever import Retriever
+from tracer.serve import selection
 from tracer.serve.logging_sink import ConversationLog
-from tracer.serve.selection import UnknownToolVectors, choose
+from tracer.serve.metrics import GatewayMetrics
+from tracer.serve.select_stage import SelectionStage
+from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose
 
 TOOLS = [t.to_openai() for t in TINY_TOOLS]
 NAMES = [t.name for t in TINY_TOOLS]
@@ -171,6 +176,22 @@ def test_unknown_tools_past_the_cap_rank_last_and_get_their_vectors_on_later_req
     archive = archive_tools(3)  # none embedded (cap 0): the request's order fills the slots
     assert choose(reference, msgs, archive, 2, UnknownToolVectors(max_new=0)) == \
         [t["function"]["name"] for t in archive[:2]]
+
+
+def test_a_request_renders_and_hashes_its_unknown_tools_once(reference, monkeypatch):
+    """The select stage asks whether a request's unknown tools need embedding (to leave the event loop), then
+    looks them up: one rendering of each tool serves both, and the choice is the one rendered twice."""
+    offered = TOOLS + archive_tools(5) + [STOCK]
+    msgs = [{"role": "user", "content": "the stock price of ACME"}]
+    body = {"model": "m", "messages": msgs, "tools": offered}
+    names = [t["function"]["name"] for t in offered]
+    want = choose(reference, msgs, offered, 2, UnknownToolVectors())
+    rendered = []  # the real texts, each rendering counted
+    monkeypatch.setattr(selection, "tool_text",
+                        lambda tool, style: rendered.append(tool.name) or tool_text(tool, style))
+    stage = SelectionStage(2, StickyPresenter(sticky=False), UnknownToolVectors(), GatewayMetrics())
+    assert asyncio.run(stage(reference, "conv", body, names)) == want
+    assert sorted(rendered) == sorted(n for n in names if n not in reference.registry)
 
 
 # ---- defect 15: two agents that open alike -----------------------------------------------------------------
