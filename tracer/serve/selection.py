@@ -86,13 +86,11 @@ class UnknownToolVectors:
         self._vecs: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def missing(self, tools: Sequence[Mapping[str, Any]] | Keyed, style: str = "name_description") -> bool:
-        """Whether :meth:`lookup` of ``tools`` (or of their :class:`Keyed`) would embed anything (then the
-        gateway leaves the loop); ``style``: how the retriever's embedder reads tools
-        (:func:`tracer.encode.embedders.tool_style`), ignored for a :class:`Keyed`."""
-        keys = (tools if isinstance(tools, Keyed) else Keyed.of(tools, style)).keys
+    def missing(self, keyed: Keyed) -> bool:
+        """Whether :meth:`lookup` of the tools ``keyed`` renders would embed anything (then the gateway
+        leaves the loop)."""
         with self._lock:
-            return not all(k in self._vecs for k in keys)
+            return not all(k in self._vecs for k in keyed.keys)
 
     def lookup(self, retriever: Retriever, tools: Sequence[Mapping[str, Any]], max_new: int | None = -1,
                keyed: Keyed | None = None) -> tuple[np.ndarray, list[int], int]:

@@ -21,7 +21,7 @@ from tracer.encode.embedders import CachedEmbedder, recorded_tool_text, tool_row
 from tracer.online.updates import grow_resources, rename_resources
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
-from tracer.serve.selection import UnknownToolVectors
+from tracer.serve.selection import Keyed, UnknownToolVectors
 
 WEATHER = Tool("get_weather", "Forecast for a place",
                {"type": "object", "properties": {"city": {"description": "the city"},
@@ -60,11 +60,11 @@ def test_every_tool_vector_reads_the_tool_as_the_embedder_does():
     assert torch.equal(torch.from_numpy(renamed.tool_index.vectors[1]),
                        emb.inner.encode(["forecast: Forecast for a place | city: the city | days: "])[0])
     unknown = UnknownToolVectors()
-    assert unknown.missing([flight.to_openai()], "parameters")
+    assert unknown.missing(Keyed.of([flight.to_openai()], "parameters"))
     got = unknown.get(SimpleNamespace(res=res), [flight.to_openai()])
     assert (got[0] == grown.tool_index.vectors[-1]).all()
-    assert not unknown.missing([flight.to_openai()], "parameters")
-    assert unknown.missing([flight.to_openai()])  # another reading of the tool is another text
+    assert not unknown.missing(Keyed.of([flight.to_openai()], "parameters"))
+    assert unknown.missing(Keyed.of([flight.to_openai()]))  # another reading of the tool is another text
     # an embedder that says nothing reads name and description
     plain = CachedEmbedder(KeywordEmbedder(("weather", "city")))
     assert torch.equal(tool_rows(plain, [WEATHER]), plain.inner.encode(["get_weather: Forecast for a place"]))

@@ -9,8 +9,8 @@ from plus_hand import cold_pair, live_and_saved, traj
 
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Step, Tool
-from tracer.scorers.tracer_plus.dataflow import Dataflow, dataflow_rrf, identifier_words, looked_up
-from tracer.scorers.tracer_plus.zero_shot import ZeroShot
+from tracer.scorers.tracer_plus.dataflow import Dataflow, identifier_words, looked_up
+from tracer.scorers.tracer_plus.zero_shot import ZeroShot, dataflow_rrf
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, fallback_scores
 

@@ -6,24 +6,24 @@ holds for a token fetched before the request it authorises (API-Bank's ``GetUser
 a ``token``). What names that tool is the schema: an *identifier parameter* (its last word ``id``, ``ids``,
 ``token``, ``key`` or ``uuid``) whose other words the lookup's name carries. :class:`Dataflow` holds these
 edges within each named toolkit (``Tool.source``), from a lookup (a name that starts with ``get``, ``find``,
-``search``, ...) to the tools that consume what it looked up; :func:`dataflow_rrf` ranks, for each step, the
-consumers of the conversation's last call by vector score, one more list of the zero-shot fusion.
+``search``, ...) to the tools that consume what it looked up;
+:func:`tracer.scorers.tracer_plus.zero_shot.dataflow_rrf` ranks, for each step, the consumers of the
+conversation's last call by vector score, one more list of the zero-shot fusion.
 
 Measured at N = 0 (``experiments/studies/general_encoder``, answer 4): tau2 recall@5 +0.059, API-Bank
-+0.007, BFCL unchanged (its lookups yield no identifier another tool takes). Tried and dropped (fold means):
-edges through any parameter (``stock`` after ``get_stock_info``: BFCL -0.008); edges from any tool, not only
-lookups (BFCL -0.015, API-Bank -0.017); the reverse direction, the lookups the fusion's leader needs (every
-dataset worse). Tool graphs from schemas rather than logs: Lumer et al., *Graph RAG-Tool Fusion* (2025), who
-annotate the dependencies by hand.
++0.007, BFCL unchanged (its lookups yield no identifier another tool takes). Tried and dropped, each worse
+on BFCL or API-Bank (uncommitted variants): edges through any parameter (``stock`` after
+``get_stock_info``), edges from any tool, not only lookups, and the reverse direction (the lookups the
+fusion's leader needs). Tool graphs from schemas rather than logs: Lumer et al., *Graph RAG-Tool Fusion*
+(2025), who annotate the dependencies by hand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
-from tracer.core.types import Step
 from tracer.scorers.bm25 import tokens
 
 # the last word of an identifier parameter: the value a lookup yields and another tool takes
@@ -77,21 +77,3 @@ class Dataflow:
             ids = set().union(*(taking.get((tool.source, w), ()) for w in looked_up(tool))) - {a}
             if ids and tool.source:
                 self.consumers[a] = np.asarray(sorted(ids), dtype=np.int64)
-
-
-def dataflow_rrf(steps: Sequence[Step], vec: np.ndarray, registry, flow: Dataflow, k: int) -> np.ndarray:
-    """The dataflow ranking's share of a reciprocal-rank fusion, ``[B, N]`` float32: ``1 / (k + rank)`` for
-    each consumer of the conversation's last call (the last the registry knows), ranked by ``vec [B, N]``
-    (ties by registry position; a tool with no finite vector score, removed or not retrieved, is not ranked);
-    0 for every other tool and for a step with no such call."""
-    out = np.zeros(vec.shape, dtype=np.float32)
-    positions = registry.positions
-    for row, v, step in zip(out, vec, steps):
-        last = next((positions[h] for h in reversed(step.history) if h in positions), None)
-        ids = flow.consumers[last] if last is not None else ()
-        if len(ids) == 0:
-            continue
-        ids = ids[np.isfinite(v[ids])]
-        ranked = ids[np.lexsort((ids, -v[ids]))]
-        row[ranked] = 1.0 / (k + np.arange(1, len(ranked) + 1, dtype=np.float64))
-    return out

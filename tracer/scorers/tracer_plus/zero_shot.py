@@ -44,7 +44,7 @@ of the fusion, by vector score (:mod:`tracer.scorers.tracer_plus.dataflow`, read
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ from tracer.core.types import Step
 from tracer.learn.nll import IGNORE
 from tracer.scorers.bm25 import BM25Scorer
 from tracer.scorers.hybrid import rrf
-from tracer.scorers.tracer_plus.dataflow import Dataflow, dataflow_rrf
+from tracer.scorers.tracer_plus.dataflow import Dataflow
 
 KINDS = ("vector", "hybrid")
 
@@ -106,23 +106,35 @@ def toolkits(registry) -> dict[str, np.ndarray]:
     return {kit: np.asarray(ids, dtype=np.int64) for kit, ids in groups.items() if len(ids) < len(registry)}
 
 
-def toolkit_rrf(steps: Sequence[Step], vec: np.ndarray, registry, kits: Mapping[str, np.ndarray],
-                k: int) -> np.ndarray:
-    """The toolkit ranking's share of a reciprocal-rank fusion, ``[B, N]`` float32: ``1 / (k + rank)`` for
-    each tool of the toolkit of the step's last call the registry knows, ranked by ``vec [B, N]`` (ties by
-    registry position; a tool with no finite vector score, removed or not retrieved, is not ranked); 0 for
-    every other tool and for a step with no such call."""
+def last_call_rrf(steps: Sequence[Step], vec: np.ndarray, registry,
+                  following: Callable[[int], np.ndarray | None], k: int) -> np.ndarray:
+    """A ranking keyed by the conversation's last call as its share of a reciprocal-rank fusion, ``[B, N]``
+    float32: ``1 / (k + rank)`` for each tool of ``following(t)`` (ids ``[m]``; None or empty: no ranking),
+    ``t`` the step's last call the registry knows, ranked by ``vec [B, N]`` (ties by registry position; a
+    tool with no finite vector score, removed or not retrieved, is not ranked); 0 for every other tool and for
+    a step with no such call."""
     out = np.zeros(vec.shape, dtype=np.float32)
     positions = registry.positions
     for row, v, step in zip(out, vec, steps):
         last = next((positions[h] for h in reversed(step.history) if h in positions), None)
-        ids = kits.get(registry[last].source) if last is not None else None
-        if ids is None:
+        ids = following(last) if last is not None else None
+        if ids is None or len(ids) == 0:
             continue
         ids = ids[np.isfinite(v[ids])]
         ranked = ids[np.lexsort((ids, -v[ids]))]
         row[ranked] = 1.0 / (k + np.arange(1, len(ranked) + 1, dtype=np.float64))
     return out
+
+
+def toolkit_rrf(steps: Sequence[Step], vec: np.ndarray, registry, kits: Mapping[str, np.ndarray],
+                k: int) -> np.ndarray:
+    """:func:`last_call_rrf` of the tools of the last call's toolkit (``kits``: :func:`toolkits`)."""
+    return last_call_rrf(steps, vec, registry, lambda t: kits.get(registry[t].source), k)
+
+
+def dataflow_rrf(steps: Sequence[Step], vec: np.ndarray, registry, flow: Dataflow, k: int) -> np.ndarray:
+    """:func:`last_call_rrf` of the tools taking what the last call looked up (``flow.consumers``)."""
+    return last_call_rrf(steps, vec, registry, flow.consumers.__getitem__, k)
 
 
 def second_place(scores: np.ndarray, steps: Sequence[Step], vec: np.ndarray, registry) -> np.ndarray:
