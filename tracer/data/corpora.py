@@ -13,6 +13,9 @@ No ToolBench/RapidAPI-derived data. Sources and licenses (docs/data.md):
                  the APIs they call, over its ``tool.jsonl``
 ``apibench``     APIBench's instructions with the model API that answers   a clone of
                  them (Hugging Face, TensorFlow Hub, Torch Hub)             ``ShishirPatil/gorilla``
+``sgd``          Schema-Guided Dialogue: each service call of a dialogue   a clone of ``google-research-
+                 with the user turn before it, against the service's       datasets/dstc8-schema-
+                 intent (its description and slots)                         guided-dialogue``
 ==============  ========================================================  =========================
 
 A clone is found under ``mirrors`` as ``owner+name`` (a checkout, or a bare repository, also as
@@ -42,6 +45,7 @@ BFCL_SINGLE = ("simple_python", "simple_java", "simple_javascript", "multiple", 
 SEAL_SPLITS = ("train", "dev", "test_in_domain", "test_out_domain")
 APIBENCH_FILES = tuple(f"data/apibench/{hub}_{split}.json"
                        for hub in ("huggingface", "tensorflow", "torchhub") for split in ("train", "eval"))
+SGD_SPLITS = ("train", "dev", "test")
 MAX_DESC = 400
 _WS = re.compile(r"\s+")
 _INSTRUCTION = re.compile(r"(?:###Instruction:|'Instruction':)\s*(.*?)\s*(?:###Output|, 'Output'|$)",
@@ -83,7 +87,8 @@ class Clone:
 
     def files(self, prefix: str = "") -> list[str]:
         """The paths at ``HEAD`` under ``prefix``."""
-        return self._git("ls-tree", "-r", "--name-only", "HEAD", prefix).stdout.decode().split()
+        under = [prefix] if prefix else []  # git refuses an empty path
+        return self._git("ls-tree", "-r", "--name-only", "HEAD", *under).stdout.decode().split()
 
     def head(self) -> str:
         return self._git("rev-parse", "HEAD").stdout.decode().strip()
@@ -162,7 +167,71 @@ def apibench(mirrors: str | Path) -> Iterator[Example]:
                           f"{Path(path).stem}-{i}")
 
 
-CORPORA = {"bfcl_single": lambda mirrors: bfcl_single(), "seal_tools": seal_tools, "apibench": apibench}
+def _sgd_json(clone: Clone, path: str) -> list:
+    text = clone.text(path)
+    try:
+        return json.loads(text) if text else []
+    except json.JSONDecodeError as e:
+        raise DataError(clone.root / path, f"not JSON: {e}") from None
+
+
+def _sgd_intents(service: dict) -> dict[tuple[str, str], Tool]:
+    """A service's intents as tools: each one's description, its required and optional slots with theirs."""
+    name = service["service_name"]
+    slots = {s["name"]: {"description": s.get("description")} for s in service.get("slots") or ()}
+    out = {}
+    for it in service.get("intents") or ():
+        params = [*(it.get("required_slots") or ()), *(it.get("optional_slots") or {})]
+        schema = _schema({"properties": {p: slots.get(p, {}) for p in params}})
+        out[name, it["name"]] = Tool(it["name"], _text(it.get("description")), schema, source=name)
+    return out
+
+
+def _sgd_calls(dialogue: dict, tools: dict[tuple[str, str], Tool]) -> Iterator[Example]:
+    """A dialogue's service calls of known intents, each with the user turn that opened its intent."""
+    asked: dict[tuple[str, str], str] = {}  # (service, intent) -> the user turn that opened it
+    for i, turn in enumerate(dialogue.get("turns") or ()):
+        frames = [f for f in turn.get("frames") or () if isinstance(f, dict)]
+        if turn.get("speaker") == "USER":
+            for f in frames:
+                key = (f.get("service"), (f.get("state") or {}).get("active_intent"))
+                asked.setdefault(key, _text(turn.get("utterance")))
+            continue
+        calls = dict.fromkeys((f.get("service"), f["service_call"].get("method")) for f in frames
+                              if isinstance(f.get("service_call"), dict))
+        for call in (c for c in calls if c in tools and asked.get(c)):
+            yield Example(asked[call], (tools[call],), "sgd", f"{dialogue.get('dialogue_id')}-{i}")
+
+
+def _malformed(where: Path, what: str, e: Exception) -> DataError:
+    return DataError(where, f"{what}: malformed ({type(e).__name__}: {e})")
+
+
+def sgd(mirrors: str | Path) -> Iterator[Example]:
+    """Schema-Guided Dialogue: each service call of a dialogue, with the user turn that opened its intent (the
+    request, not the "yes, that's right" that confirms it), against the called intent: its name, its
+    description, its required and optional slots with theirs. Services are keyed by name across splits."""
+    clone = Clone(mirrors, "google-research-datasets/dstc8-schema-guided-dialogue")
+    tools: dict[tuple[str, str], Tool] = {}
+    for split in SGD_SPLITS:
+        for j, svc in enumerate(_sgd_json(clone, path := f"{split}/schema.json")):
+            try:
+                tools.update(_sgd_intents(svc))
+            except (KeyError, TypeError, AttributeError) as e:
+                raise _malformed(clone.root / path, f"service {j}", e) from None
+    if not tools:
+        raise DataError(clone.root / "train/schema.json", "missing or without a service intent")
+    dialogues = re.compile(r"(?:{})/dialogues_\d+\.json".format("|".join(SGD_SPLITS)))
+    for path in filter(dialogues.fullmatch, clone.files()):
+        for j, dialogue in enumerate(_sgd_json(clone, path)):
+            try:
+                yield from list(_sgd_calls(dialogue, tools))
+            except (KeyError, TypeError, AttributeError) as e:
+                raise _malformed(clone.root / path, f"dialogue {j}", e) from None
+
+
+CORPORA = {"bfcl_single": lambda mirrors: bfcl_single(), "seal_tools": seal_tools, "apibench": apibench,
+           "sgd": sgd}
 
 
 def read_corpus(name: str, mirrors: str | Path) -> list[Example]:

@@ -1,5 +1,5 @@
 """Which training recipe the general encoder uses, chosen on a corpus none of the evaluation datasets is:
-encoders trained on BFCL's single-turn corpus, APIBench and BFCL multi-turn logs (Seal-Tools, tau2 and
+encoders trained on BFCL's single-turn corpus, APIBench and BFCL multi-turn logs (Seal-Tools, SGD, tau2 and
 API-Bank left out) rank Seal-Tools' requests against the 2,587 tools they call, read with their parameters.
 
     python -m experiments.studies.general_encoder.select_recipe [--per-source 500] [--recipes LABEL ...] \
@@ -29,7 +29,7 @@ from tracer.learn.encoders.general import RENDERING, TOOL_TEXT, TRAIN, build
 from tracer.learn.encoders.transformer import train_info
 
 RECIPES = {"lr 2e-5, 1 epoch (TRAIN)": {}, "lr 1e-4, 1 epoch": {"lr": 1e-4}}
-LEFT_OUT = ("seal_tools", "tau2", "apibank")
+LEFT_OUT = ("seal_tools", "sgd", "tau2", "apibank")
 
 
 def seal_recall(embedder: SentenceTransformerEmbedder, mirrors: str) -> dict[str, float]:

@@ -4,11 +4,13 @@ upstream repositories are."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from builders import SEAL_TOOLS_FILES, git, git_repo, jsonl
 
 from tracer.core.errors import DataError
-from tracer.data.corpora import BFCL_SINGLE, Clone, apibench, bfcl_single, read_corpus, seal_tools
+from tracer.data.corpora import BFCL_SINGLE, Clone, apibench, bfcl_single, read_corpus, seal_tools, sgd
 
 GORILLA = {
     "data/apibench/torchhub_train.json": jsonl(
@@ -81,3 +83,68 @@ def test_a_line_that_is_not_json_is_named_with_its_file_and_line(tmp_path):
     git_repo(tmp_path / "fairyshine+Seal-Tools", bad)
     with pytest.raises(DataError, match=r"dev.jsonl, line 2.*not valid JSON"):
         list(seal_tools(tmp_path))
+
+
+def _sgd_turn(speaker: str, text: str, *frames: dict) -> dict:
+    return {"speaker": speaker, "utterance": text, "frames": list(frames)}
+
+
+def _state(service: str, intent: str) -> dict:
+    return {"service": service, "state": {"active_intent": intent}}
+
+
+def _call(service: str, method: str) -> dict:
+    return {"service": service, "service_call": {"method": method, "parameters": {}}}
+
+
+SGD_SCHEMA = [{"service_name": "Restaurants_1", "slots": [
+    {"name": "city", "description": "City of the  restaurant"}, {"name": "time", "description": "When"}],
+    "intents": [{"name": "FindRestaurants", "description": "Find restaurants", "required_slots": ["city"],
+                 "optional_slots": {}},
+                {"name": "ReserveRestaurant", "description": "Reserve a table", "required_slots": ["city"],
+                 "optional_slots": {"time": "19:00"}}]}]
+SGD_DIALOGUE = {"dialogue_id": "1_00000", "turns": [
+    _sgd_turn("USER", "I want to eat in San Jose.", _state("Restaurants_1", "FindRestaurants")),
+    _sgd_turn("SYSTEM", "Found one.", _call("Restaurants_1", "FindRestaurants")),
+    _sgd_turn("USER", "Book it for   two.", _state("Restaurants_1", "ReserveRestaurant")),
+    _sgd_turn("SYSTEM", "Confirm?"),
+    _sgd_turn("USER", "Yes, that's right.", _state("Restaurants_1", "ReserveRestaurant")),
+    _sgd_turn("SYSTEM", "Booked.", _call("Restaurants_1", "ReserveRestaurant"),
+              _call("Restaurants_1", "ReserveRestaurant"), _call("Flights_9", "BookFlight")),
+]}
+
+
+def test_sgd_pairs_each_call_with_the_user_turn_that_opened_its_intent(tmp_path):
+    """The request, not the confirmation just before the call; a call twice in one turn counts once, and a
+    call of an intent no schema lists is skipped; the sgd_x variants are not read."""
+    git_repo(tmp_path / "google-research-datasets+dstc8-schema-guided-dialogue", {
+        "train/schema.json": json.dumps(SGD_SCHEMA), "train/dialogues_001.json": json.dumps([SGD_DIALOGUE]),
+        "dev/schema.json": json.dumps(SGD_SCHEMA), "sgd_x/v1/train/dialogues_001.json": "not read"})
+    got = list(sgd(tmp_path))
+    assert [(e.id, e.query, [t.name for t in e.golds]) for e in got] == [
+        ("1_00000-1", "I want to eat in San Jose.", ["FindRestaurants"]),
+        ("1_00000-5", "Book it for two.", ["ReserveRestaurant"]),
+    ]
+    reserve = got[1].golds[0]
+    assert reserve.source == "Restaurants_1"
+    assert reserve.parameters["properties"] == {"city": {"description": "City of the restaurant"},
+                                                "time": {"description": "When"}}
+
+
+def test_a_bad_sgd_file_is_named(tmp_path):
+    root = tmp_path / "google-research-datasets+dstc8-schema-guided-dialogue"
+    git_repo(root, {"train/schema.json": "[]", "README.md": "x"})
+    with pytest.raises(DataError, match=r"train/schema.json.*without a service intent"):
+        list(sgd(tmp_path))
+    git_repo(tmp_path / "b" / root.name, {"train/schema.json": json.dumps(SGD_SCHEMA),
+                                          "dev/dialogues_002.json": "[{oops"})
+    with pytest.raises(DataError, match=r"dev/dialogues_002.json.*not JSON"):
+        list(sgd(tmp_path / "b"))
+    git_repo(tmp_path / "c" / root.name, {"train/schema.json": json.dumps([{"intents": []}])})
+    with pytest.raises(DataError, match=r"schema.json.*service 0: malformed \(KeyError: 'service_name'\)"):
+        list(sgd(tmp_path / "c"))
+    bad_turn = json.dumps([SGD_DIALOGUE, {"turns": [3]}])  # the second dialogue's turn is no object
+    git_repo(tmp_path / "d" / root.name, {"train/schema.json": json.dumps(SGD_SCHEMA),
+                                          "test/dialogues_001.json": bad_turn})
+    with pytest.raises(DataError, match=r"test/dialogues_001.json.*dialogue 1: malformed \(AttributeError"):
+        list(sgd(tmp_path / "d"))

@@ -24,12 +24,13 @@ from tracer.learn.encoders.general import (
     TOOL_TEXT,
     general_pairs,
     sources_without,
+    steps,
 )
 from tracer.retriever import Retriever
 
 EXAMPLE = ROOT / "data" / "example"
-# tau2, API-Bank and APIBench left out: BFCL (both families) and the Seal-Tools clone remain
-LEFT_OUT = ("tau2", "apibank", "apibench")
+# tau2, API-Bank, APIBench and SGD left out: BFCL (both families) and the Seal-Tools clone remain
+LEFT_OUT = ("tau2", "apibank", "apibench", "sgd")
 TINY = {"batch_size": 4, "lr": 1e-4, "warmup": 0.0, "epochs": 1, "max_seq_length": 32, "seed": 0,
         "layers": [5]}
 
@@ -42,8 +43,8 @@ def mirrors(tmp_path_factory):
 
 
 def test_a_dataset_under_test_takes_its_whole_family_out():
-    assert sources_without("bfcl") == ("seal_tools", "apibench", "tau2", "apibank")
-    assert sources_without(["tau2"]) == ("bfcl_single", "seal_tools", "apibench", "bfcl", "apibank")
+    assert sources_without("bfcl") == ("seal_tools", "apibench", "sgd", "tau2", "apibank")
+    assert sources_without(["tau2"]) == ("bfcl_single", "seal_tools", "apibench", "sgd", "bfcl", "apibank")
     assert sources_without(()) == SOURCES
     # a user's own dataset is no source: nothing of it to leave out
     assert sources_without(["my_agent_logs"]) == SOURCES
@@ -51,7 +52,7 @@ def test_a_dataset_under_test_takes_its_whole_family_out():
         sources_without(["tau2", 3])
 
 
-def test_pairs_come_only_from_the_sources_left_rendered_as_a_first_step(mirrors):
+def test_pairs_come_only_from_the_sources_left_rendered_as_each_step(mirrors):
     pairs, counts = general_pairs(LEFT_OUT, mirrors, ROOT / "../shared/datasets", per_source=50, seed=0)
     assert counts == {"bfcl_single": 50, "seal_tools": 3, "bfcl": 50}  # seal: dev-0's one tool, dev-1's two
     assert len(pairs) == 103
@@ -60,23 +61,25 @@ def test_pairs_come_only_from_the_sources_left_rendered_as_a_first_step(mirrors)
     rendering = ContextRendering.from_config(RENDERING)
     by_query: dict[str, set[str]] = {}  # a question asked twice may offer its tool with other words
     for e in bfcl_single():
-        by_query.setdefault(rendering.render([{"role": "user", "content": e.query}]), set()).update(
-            tool_text(t, TOOL_TEXT) for t in e.golds)
+        for context, tool in steps(e):
+            by_query.setdefault(rendering.render(context), set()).add(tool_text(tool, TOOL_TEXT))
     for anchor, positive, tid in zip(pairs.anchors, pairs.positives, pairs.trajectory_ids):
         if tid.startswith("bfcl_single:"):
             assert anchor.startswith("user: ")
             assert positive in by_query[anchor]
     seal = [(a, p) for a, p, t in zip(pairs.anchors, pairs.positives, pairs.trajectory_ids)
             if t.startswith("seal_tools:")]
-    assert seal == [(rendering.render([{"role": "user", "content": e.query}]), tool_text(t, TOOL_TEXT))
-                    for e in seal_tools(mirrors) for t in e.golds]
-    # tools read with their parameters (whitespace folded), as the embedder will read them when serving
+    # tools read with their parameters (whitespace folded), as the embedder will read them when serving; a
+    # request's second call after the first, as a logged trajectory's second step renders
     assert TOOL_TEXT == "parameters"
-    assert seal[0][1] == "getWaterQuality: Get the water quality of a lake | lake: Name of the lake"
-    assert seal[1][1] == "getCustomsInfo: Customs information of a shipment"
+    water = "getWaterQuality: Get the water quality of a lake | lake: Name of the lake"
+    customs = "getCustomsInfo: Customs information of a shipment"
+    assert seal == [("user: Tell me the water quality of the lake.", water),
+                    ("user: Customs of QKE and the lake's water", customs),
+                    ("user: Customs of QKE and the lake's water\nassistant: call getCustomsInfo", water)]
     bfcl = load_dataset("bfcl", execute=False)
-    steps = [p for p, t in zip(pairs.positives, pairs.trajectory_ids) if t.startswith("multi_turn_")]
-    assert set(steps) <= {tool_text(t, TOOL_TEXT) for t in bfcl.registry} and " | " in steps[0]
+    logged = [p for p, t in zip(pairs.positives, pairs.trajectory_ids) if t.startswith("multi_turn_")]
+    assert set(logged) <= {tool_text(t, TOOL_TEXT) for t in bfcl.registry} and " | " in logged[0]
     again, _ = general_pairs(LEFT_OUT, mirrors, ROOT / "../shared/datasets", per_source=50, seed=0)
     other, _ = general_pairs(LEFT_OUT, mirrors, ROOT / "../shared/datasets", per_source=50, seed=1)
     assert again == pairs and other.anchors != pairs.anchors  # a seeded sample
@@ -84,11 +87,11 @@ def test_pairs_come_only_from_the_sources_left_rendered_as_a_first_step(mirrors)
 
 def test_the_embedder_is_built_once_cached_and_carried_by_a_saved_index(mirrors, tmp_path):
     enc = tmp_path / "enc"
-    cfg = {"_target_": "tracer.learn.encoders.general.embedder", "exclude": [*DATASETS, "apibench"],
+    cfg = {"_target_": "tracer.learn.encoders.general.embedder", "exclude": [*DATASETS, "apibench", "sgd"],
            "mirrors": str(mirrors), "datasets": str(ROOT / "../shared/datasets"), "per_source": 12,
            "train": TINY, "encoder_dir": str(enc), "device": "cpu", "cache_dir": None}
     first = build_embedder(cfg)
-    assert first.name == "general-without-apibank+apibench+bfcl+tau2"
+    assert first.name == "general-without-apibank+apibench+bfcl+sgd+tau2"
     (folder,) = enc.iterdir()
     assert first.inner.path == folder
     stamp = (folder / "train_info.json").stat().st_mtime_ns
@@ -115,7 +118,7 @@ def test_the_checkpoint_records_how_it_reads_tools_for_every_loader_and_its_onnx
     mirrors = tmp_path / "mirrors"  # its own clone: the test above takes the shared one's history away
     git_repo(mirrors / "fairyshine+Seal-Tools", SEAL_TOOLS_FILES)
     enc = tmp_path / "enc"
-    cfg = {"_target_": "tracer.learn.encoders.general.embedder", "exclude": [*DATASETS, "apibench"],
+    cfg = {"_target_": "tracer.learn.encoders.general.embedder", "exclude": [*DATASETS, "apibench", "sgd"],
            "mirrors": str(mirrors), "datasets": str(ROOT / "../shared/datasets"), "per_source": 12,
            "train": TINY, "encoder_dir": str(enc), "device": "cpu", "cache_dir": None}
     folder = build_embedder(cfg).inner.path

@@ -10,7 +10,8 @@ datasets tracer evaluates on (one pair per decision step, as a per-fold recipe m
 :func:`tracer.learn.encoders.pairs.training_pairs`). Excluding a dataset excludes its whole family: BFCL's
 single-turn categories go with BFCL multi-turn. Each source gives at most ``per_source`` pairs (a seeded
 sample), so no corpus drowns the others and the CPU cost stays bounded. Requests are rendered as tracer_plus
-renders a first step's context, so the anchors look like the live queries the encoder will embed.
+renders a step's context (a request calling several tools: each call after the calls before it,
+:func:`steps`), so the anchors look like the live queries the encoder will embed.
 
 Training is :func:`tracer.learn.encoders.transformer.finetuned` (in-batch ranking loss), cached by a content
 hash of the pairs, the recipe and the base weights: a second build with the same sources loads the folder.
@@ -29,8 +30,9 @@ from typing import Any
 from tracer.core.context import ContextRendering
 from tracer.core.tool_text import TOOL_TEXTS, check_tool_text
 from tracer.core.tool_text import tool_text as render_tool
+from tracer.core.types import Tool
 from tracer.data.base import load_dataset
-from tracer.data.corpora import CORPORA, read_corpus
+from tracer.data.corpora import CORPORA, Example, read_corpus
 from tracer.encode.embedders import SentenceTransformerEmbedder
 from tracer.encode.source import DEFAULT_CACHE
 from tracer.learn.encoders.pairs import Pairs, training_pairs
@@ -64,15 +66,28 @@ def sources_without(exclude: str | Sequence[str]) -> tuple[str, ...]:
 
 def source_pairs(source: str, mirrors: str | Path, datasets: str | Path,
                  rendering: ContextRendering, tool_text: str = TOOL_TEXT) -> Pairs:
-    """Every pair of one source: a corpus's requests rendered as a first step's context against each gold
+    """Every pair of one source: a corpus's requests, each call's step rendered as a context, against its
     tool's text (rendered as ``tool_text``), or a dataset's successful trajectories step by step."""
     if source in DATASETS:
         kwargs = {"execute": False} if source == "bfcl" else {"path": Path(datasets) / source}
         ds = load_dataset(source, **kwargs)
         return training_pairs(ds.trajectories, ds.registry, rendering, tool_text=tool_text)
-    rows = [(rendering.render([{"role": "user", "content": ex.query}]), render_tool(tool, tool_text),
-             f"{source}:{ex.id}") for ex in read_corpus(source, mirrors) for tool in ex.golds]
+    rows = [(rendering.render(context), render_tool(tool, tool_text), f"{source}:{ex.id}")
+            for ex in read_corpus(source, mirrors) for context, tool in steps(ex)]
     return Pairs(*(tuple(col) for col in zip(*rows))) if rows else Pairs((), (), ())
+
+
+def steps(example: Example) -> list[tuple[list[dict], Tool]]:
+    """A request's decision steps: each gold tool, in the order called, after the request and the calls
+    before it (a later step's context, as a logged trajectory renders it), so that the encoder also learns
+    what follows a call, not only what a request asks first."""
+    context: list[dict] = [{"role": "user", "content": example.query}]
+    out = []
+    for tool in example.golds:
+        out.append((context, tool))
+        context = [*context, {"role": "assistant", "content": "",
+                              "tool_calls": [{"function": {"name": tool.name, "arguments": "{}"}}]}]
+    return out
 
 
 def sample(pairs: Pairs, n: int, seed: int) -> Pairs:
