@@ -14,7 +14,7 @@ No ToolBench/RapidAPI-derived data. Sources and licenses (docs/data.md):
 ``apibench``     APIBench's instructions with the model API that answers   a clone of
                  them (Hugging Face, TensorFlow Hub, Torch Hub)             ``ShishirPatil/gorilla``
 ``sgd``          Schema-Guided Dialogue: each service call of a dialogue   a clone of ``google-research-
-                 with the user turn before it, against the service's       datasets/dstc8-schema-
+                 with the user turn that opened its intent, against the    datasets/dstc8-schema-
                  intent (its description and slots)                         guided-dialogue``
 ==============  ========================================================  =========================
 
