@@ -92,15 +92,12 @@ class UnknownToolVectors:
         with self._lock:
             return not all(k in self._vecs for k in keyed.keys)
 
-    def lookup(self, retriever: Retriever, tools: Sequence[Mapping[str, Any]], max_new: int | None = -1,
-               keyed: Keyed | None = None) -> tuple[np.ndarray, list[int], int]:
-        """``([E, d] float32 rows, positions in tools of those E, texts embedded now)``: every cached tool and
-        the first ``max_new`` new texts (default: the instance's cap); the others have no row. ``keyed``:
-        ``tools`` already rendered and hashed (used when it matches them and the retriever's style)."""
+    def lookup(self, retriever: Retriever, keyed: Keyed, max_new: int | None = -1
+               ) -> tuple[np.ndarray, list[int], int]:
+        """``([E, d] float32 rows, positions in the tools ``keyed`` renders of those E, texts embedded
+        now)``: every cached tool and the first ``max_new`` new texts (default: the instance's cap); the
+        others have no row. ``keyed`` reads tools as the retriever's embedder does (``tool_style``)."""
         cap = self.max_new if max_new == -1 else max_new
-        style = tool_style(retriever.res.embedder)
-        if keyed is None or keyed.style != style or len(keyed.keys) != len(tools):
-            keyed = Keyed.of(tools, style)
         texts, keys = keyed.texts, keyed.keys
         with self._lock:
             new = [i for i, k in enumerate(keys) if k not in self._vecs]
@@ -128,7 +125,7 @@ class UnknownToolVectors:
 
     def get(self, retriever: Retriever, tools: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """``[U, d]`` float32 rows for every one of ``tools`` (OpenAI tool objects), whatever the cap."""
-        return self.lookup(retriever, tools, None)[0]
+        return self.lookup(retriever, Keyed.of(tools, tool_style(retriever.res.embedder)), None)[0]
 
 
 def forced_name(tool_choice: Any) -> str | None:
@@ -162,7 +159,8 @@ def choose_tools(retriever: Retriever, messages: Sequence[Message], tools: Seque
                  k: int, unknown_vectors: UnknownToolVectors, must: str | None = None,
                  names: Sequence[str] | None = None, keyed: Keyed | None = None) -> Choice:
     """:func:`choose` with its report. ``names``: the tools' names when the caller has them already (the
-    gateway's validation does); ``keyed``: the unknown tools' :class:`Keyed`, when the caller has it."""
+    gateway's validation does); ``keyed``: the :class:`Keyed` of the tools the registry does not know, in
+    request order, when the caller has it (the gateway's selection stage)."""
     names = [tool_name(t) for t in tools] if names is None else list(names)
     if len(names) <= k:
         return Choice(names)
@@ -178,7 +176,10 @@ def choose_tools(retriever: Retriever, messages: Sequence[Message], tools: Seque
         ctx = retriever.context_embedding(live).astype(np.float64)                   # [d]
         known_ids = [registry.id(n) for n in known_ranked]
         known_vecs = retriever.res.tool_index.vectors[known_ids]                     # [K, d]
-        rows, have, choice.embedded = unknown_vectors.lookup(retriever, unknown, keyed=keyed)  # [E, d]
+        style = tool_style(retriever.res.embedder)
+        if keyed is None or keyed.style != style:
+            keyed = Keyed.of(unknown, style)
+        rows, have, choice.embedded = unknown_vectors.lookup(retriever, keyed)         # [E, d]
         choice.over_cap = len(unknown) - len(have)
         cos = np.concatenate([known_vecs, rows]).astype(np.float64) @ ctx           # [K + E]
         order = np.argsort(-cos, kind="stable")[:k]                                   # ties: known first

@@ -75,5 +75,5 @@ class Dataflow:
         self.consumers = [empty] * len(registry)
         for a, tool in enumerate(registry):
             ids = set().union(*(taking.get((tool.source, w), ()) for w in looked_up(tool))) - {a}
-            if ids and tool.source:
+            if ids:  # a tool without a toolkit takes part in no edge: ``taking`` has none of its keys
                 self.consumers[a] = np.asarray(sorted(ids), dtype=np.int64)
