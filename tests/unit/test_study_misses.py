@@ -1,0 +1,40 @@
+"""experiments/studies/general_encoder/misses.py: a miss is a prerequisite miss only when a later call of the
+same turn was presented at that step."""
+
+from __future__ import annotations
+
+import json
+
+from experiments.studies.general_encoder.misses import main, prerequisite_misses
+from tracer.eval.metrics import StepRecord
+
+
+def record(step: int, turn: int, gold: str, presented: list[str], trajectory: str = "t") -> StepRecord:
+    return StepRecord(fold=0, trajectory_id=trajectory, group=trajectory, step=step, turn=turn, position=0,
+                      gold=gold, gold_rank=None, ranking=presented, presented=presented, in_trie=None,
+                      fell_back=None, kappa=None, selected=None, correct=None, hit_at_k=None, prompt_tokens=0,
+                      prompt_tokens_local=0, full_registry_tokens=0)
+
+
+RECORDS = [
+    record(0, 0, "pressBrakePedal", ["startEngine", "lockDoors"]),  # startEngine comes later this turn
+    record(1, 0, "startEngine", ["startEngine"]),                    # a hit
+    record(2, 1, "cd", ["ls"]),                                      # ls is called, but in the next turn
+    record(3, 2, "ls", ["mv"]),
+    record(4, 2, "mv", ["cat"]),                                     # a miss whose later call is no hit
+    record(0, 0, "a", ["b"], trajectory="u"),                        # b: another trajectory's step 1
+    record(1, 0, "b", ["b"], trajectory="v"),
+]
+
+
+def test_only_a_later_call_of_the_same_turn_that_was_presented_makes_a_prerequisite():
+    misses, pre = prerequisite_misses(RECORDS)
+    assert [(r.trajectory_id, r.step) for r in misses] == [("t", 0), ("t", 2), ("t", 3), ("t", 4), ("u", 0)]
+    assert [(r.trajectory_id, r.step) for r in pre] == [("t", 0), ("t", 3)]
+
+
+def test_the_table_counts_them(tmp_path, capsys):
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in RECORDS))
+    main([str(tmp_path), "--top", "1"])
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row == f"| {tmp_path} | 7 | 0.286 | 5 | 2 (0.286) | pressBrakePedal 1 |"
