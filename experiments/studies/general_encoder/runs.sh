@@ -52,7 +52,9 @@ for ds in "${DATASETS[@]}"; do
   # the held-out-tools split: each called tool is held out of one fold's training (tracer/core/folds.py)
   run vector_minilm_holdout scorer=vector holdout_tools=true
   run vector_general_holdout scorer=vector embedder=general holdout_tools=true
-  for s in bm25 toolnet autotool; do run "${s}_holdout" "scorer=$s" holdout_tools=true; done
+  for s in bm25 hybrid toolnet autotool hepm tracer tracer_fixed; do
+    run "${s}_holdout" "scorer=$s" holdout_tools=true
+  done
   run tracer_plus_minilm_holdout scorer=tracer_plus holdout_tools=true
   run tracer_plus_minilm_novel_holdout scorer=tracer_plus scorer.zero_shot.novel=2 holdout_tools=true
   run tracer_plus_minilm_novel3x2_holdout scorer=tracer_plus scorer.zero_shot.novel=3 scorer.zero_shot.slots=2 \

@@ -7,10 +7,11 @@ reference run on the same steps.
 Rows per dataset (each present run): the MiniLM (reading tools as name and description, or with their
 parameters: ``_params``) and general vector searches, BM25, then per number of logged trajectories N (0, 10,
 all) tracer_plus with MiniLM and with the general encoder, and ToolNet and AutoTool at N = 10; then the same
-scorers on the held-out-tools split (``_holdout``: ``evaluate.py holdout_tools=true``); on BFCL, preset/best
-as committed and started from the general encoder. Differences (Δ) are paired over the same steps (a
-sign-flip permutation test, :func:`tracer.eval.report.paired`) against :func:`reference`; on the unseen steps,
-those of the row's own training (its N).
+scorers on the held-out-tools split (``_holdout``: ``evaluate.py holdout_tools=true``; every scorer that
+ranks, hybrid, H-EPM and the paper's TRACER too; Tracer+G ranks as ``tracer_fixed``); on BFCL, preset/best as
+committed and started from the general encoder. Differences (Δ) are paired over the same steps (a sign-flip
+permutation test, :func:`tracer.eval.report.paired`) against :func:`reference`; on the unseen steps, those of
+the row's own training (its N).
 """
 
 from __future__ import annotations
@@ -31,18 +32,24 @@ ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
         "tracer_plus_minilm",
         "tracer_plus_minilm_novel", "tracer_plus_minilm_novel3x2", "tracer_plus_general",
         # the held-out-tools split (evaluate.py holdout_tools=true)
-        "vector_minilm_holdout", "vector_general_holdout", "bm25_holdout", "toolnet_holdout",
-        "autotool_holdout", "tracer_plus_minilm_holdout", "tracer_plus_minilm_novel_holdout",
+        "vector_minilm_holdout", "vector_general_holdout", "bm25_holdout", "hybrid_holdout",
+        "toolnet_holdout", "autotool_holdout", "hepm_holdout", "tracer_holdout", "tracer_fixed_holdout",
+        "tracer_plus_minilm_holdout", "tracer_plus_minilm_novel_holdout",
         "tracer_plus_minilm_novel3x2_holdout", "tracer_plus_general_holdout",
         "tracer_plus_general_novel3x2_holdout",
         # preset/best as committed, and its per-fold fine-tuning started from the general encoder (BFCL)
         "best_minilm", "best_general")
 
 
+K = 5  # runs.sh's k
+
+
 def presented(r) -> float:
     """The gold among the k presented tools: recall@5 as the model sees it. It equals ``hit_at_k`` (the gold
-    ranked in the top k) unless a scorer presents other than its top k, as the novel-tool slot does."""
-    return float(r.gold in r.presented)
+    ranked in the top k) unless a scorer presents other than its top k, as the novel-tool slot does. A scorer
+    presenting more than k (H-EPM: the whole registry; Tracer+G: its global set beside the k) counts its
+    ranking's top k, so that no row is recall at more than k."""
+    return float(r.gold in r.presented) if len(r.presented) <= K else float(bool(r.hit_at_k))
 
 
 def recalls(run: Path) -> dict[str, float | int]:
