@@ -1,11 +1,14 @@
 """experiments/studies/general_encoder/misses.py: a miss is a prerequisite miss only when a later call of the
-same turn was presented at that step."""
+same turn was presented at that step; ceiling.py: recall@j over another run's unseen steps."""
 
 from __future__ import annotations
 
 import json
 
-from experiments.studies.general_encoder.misses import main, prerequisite_misses
+from builders import traj
+
+from experiments.studies.general_encoder.ceiling import recall_on_unseen
+from experiments.studies.general_encoder.misses import main, predecessor_slot, prerequisite_misses
 from tracer.eval.metrics import StepRecord
 
 
@@ -38,3 +41,30 @@ def test_the_table_counts_them(tmp_path, capsys):
     main([str(tmp_path), "--top", "1"])
     row = capsys.readouterr().out.splitlines()[-1]
     assert row == f"| {tmp_path} | 7 | 0.286 | 5 | 2 (0.286) | pressBrakePedal 1 |"
+
+
+def test_the_predecessor_slot_names_the_call_logged_just_before_the_first_presented_tool():
+    train = {0: [traj("x", "start the car", ["lockDoors", "pressBrakePedal", "startEngine"]),
+                 traj("y", "start it", ["pressBrakePedal", "startEngine"])]}
+    records = [
+        record(0, 0, "pressBrakePedal", ["startEngine", "lockDoors"]),  # the slot: pressBrakePedal, named
+        record(0, 0, "cd", ["ls", "mv"], trajectory="w"),               # ls was never logged: no slot
+        record(0, 0, "lockDoors", ["pressBrakePedal", "lockDoors"], trajectory="z"),  # lockDoors is presented
+        record(0, 0, "a", ["startEngine", "a"], trajectory="v"),        # a hit in the last place, displaced
+    ]
+    assert predecessor_slot(records, [records[0]], train) == (1, 1)
+    assert predecessor_slot(records, [], train) == (0, 1)
+    assert predecessor_slot(records, [records[0]], {1: train[0]}) == (0, 0)  # another fold's logs
+
+
+def test_the_ceiling_counts_the_gold_in_the_top_j_over_the_other_runs_unseen_steps(tmp_path):
+    ranked, holdout = tmp_path / "ranked", tmp_path / "holdout"
+    ranks, seen = [1, 3, 4, None, 2], [False, False, False, False, True]
+    for run, rows in ((ranked, [record(i, 0, "g", ["g"]) for i in range(5)]),
+                      (holdout, [record(i, 0, "g", ["x"]) for i in range(5)])):
+        run.mkdir()
+        for r, rank, s in zip(rows, ranks, seen):
+            r.gold_rank, r.gold_seen = (rank, None) if run is ranked else (None, s)
+        (run / "steps.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    assert recall_on_unseen(ranked, holdout, 3) == (2, 4)
+    assert recall_on_unseen(ranked, holdout, 5) == (3, 4)

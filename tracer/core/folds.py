@@ -78,6 +78,14 @@ def row_folds(groups: Sequence[str], k: int, seed: int = 0) -> list[tuple[int, t
             for f in sorted(set(fold_of.values()))]
 
 
+def arrival_order(trajectories: Sequence[T], seed: int, fold: int) -> list[T]:
+    """Outer fold ``fold``'s training trajectories in the learning curves' seeded order: ``evaluate.py
+    train_trajectories=N`` fits on the first N of it."""
+    order = list(trajectories)
+    random.Random(seed * 1000 + fold).shuffle(order)
+    return order
+
+
 def tool_folds(trajectories: Sequence[Trajectory], k: int, seed: int = 0) -> dict[str, int]:
     """Every tool some trajectory calls, assigned to one of ``k`` folds as groups are (seeded, stable): the
     held-out-tools split (``evaluate.py holdout_tools=true``) drops from fold f's training every trajectory

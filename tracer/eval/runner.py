@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from tracer.core.folds import assign_folds, tool_folds, without_tools
+from tracer.core.folds import arrival_order, assign_folds, tool_folds, without_tools
 from tracer.core.locate import locate
 from tracer.core.steps import extract_all, extract_steps, iter_calls, step_from_messages
 from tracer.core.threads import one_thread
@@ -116,8 +116,7 @@ class Evaluator:
         if self.cfg.holdout_tools:
             train = without_tools(train, {tool for tool, f in self.tool_fold.items() if f == fold})
         if self.cfg.train_trajectories is not None:
-            random.Random(self.cfg.seed * 1000 + fold).shuffle(train)
-            train = train[:self.cfg.train_trajectories]
+            train = arrival_order(train, self.cfg.seed, fold)[:self.cfg.train_trajectories]
         return train, test
 
     def run(self) -> EvalResult:

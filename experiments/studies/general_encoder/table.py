@@ -17,6 +17,7 @@ the row's own training (its N).
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from tracer.eval.metrics import paired_test
@@ -41,25 +42,27 @@ ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
         "best_minilm", "best_general")
 
 
-K = 5  # runs.sh's k
-
-
-def presented(r) -> float:
+def presented(r, k: int) -> float:
     """The gold among the k presented tools: recall@5 as the model sees it. It equals ``hit_at_k`` (the gold
     ranked in the top k) unless a scorer presents other than its top k, as the novel-tool slot does. A scorer
     presenting more than k (H-EPM: the whole registry; Tracer+G: its global set beside the k) counts its
     ranking's top k, so that no row is recall at more than k."""
-    return float(r.gold in r.presented) if len(r.presented) <= K else float(bool(r.hit_at_k))
+    return float(r.gold in r.presented) if len(r.presented) <= k else float(bool(r.hit_at_k))
+
+
+def run_k(run: Path) -> int:
+    """The k a run presented (its ``metrics.json``)."""
+    return int(json.loads((run / "metrics.json").read_text())["k"])
 
 
 def recalls(run: Path) -> dict[str, float | int]:
     """recall@1 and @5 over all held-out steps and over the unseen-gold ones, with their counts."""
-    recs = read_steps(run / "steps.jsonl")
+    recs, k = read_steps(run / "steps.jsonl"), run_k(run)
     out: dict[str, float | int] = {}
     for part, keep in (("all", recs), ("unseen", [r for r in recs if r.gold_seen is False])):
         out[f"{part}_n"] = len(keep)
         out[f"{part}_r1"] = sum(r.gold_rank == 1 for r in keep) / max(len(keep), 1)
-        out[f"{part}_r5"] = sum(presented(r) for r in keep) / max(len(keep), 1)
+        out[f"{part}_r5"] = sum(presented(r, k) for r in keep) / max(len(keep), 1)
     return out
 
 
@@ -68,8 +71,9 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
     search fits nothing, so its own seen/unseen labels are those of all trajectories, not of ``run``'s N)."""
     a = {(r.fold, r.trajectory_id, r.step): r for r in read_steps(run / "steps.jsonl")}
     b = {(r.fold, r.trajectory_id, r.step): r for r in read_steps(ref / "steps.jsonl")}
-    keys = sorted(k for k, r in a.items() if r.gold_seen is False)
-    return paired_test([presented(a[k]) for k in keys], [presented(b[k]) for k in keys])
+    keys = sorted(s for s, r in a.items() if r.gold_seen is False)
+    ka, kb = run_k(run), run_k(ref)
+    return paired_test([presented(a[s], ka) for s in keys], [presented(b[s], kb) for s in keys])
 
 
 def reference(name: str, r5: dict[str, float]) -> str | None:

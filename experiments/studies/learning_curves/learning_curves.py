@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import random
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 
 from tracer.build import build_dataset, build_embedder, build_scorer, load_config
-from tracer.core.folds import kfold
+from tracer.core.folds import arrival_order, kfold
 from tracer.online.transfer import fit_transfer_model
 from tracer.scorers.tracer_plus.model import save_candidate_model
 from tracer.scoring.ranking import finalize
@@ -106,8 +105,7 @@ def run_folds(name, ds, res, args, w, f, done, loaded, out) -> None:
     for split in kfold(ds.trajectories, args.folds, args.seed):
         if args.only_folds and split.fold not in args.only_folds:
             continue
-        order = list(split.train)
-        random.Random(args.seed * 1000 + split.fold).shuffle(order)
+        order = arrival_order(split.train, args.seed, split.fold)
         steps = training_steps(split.test, ds.registry, True)
         for n in args.ns:
             n_train = len(order) if n == "all" else min(int(n), len(order))
