@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.build import build_embedder, build_fold_encoders, build_scorer
+from tracer.build import build_embedder, build_fold_encoders, build_scorer, node
 from tracer.core.errors import DataError
 from tracer.core.live import LiveStep, read_live
 from tracer.core.locate import locate
@@ -78,6 +78,16 @@ def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | 
     return build_embedder(_on_device(cfg, device), cache_dir=cache_dir, persist_contexts=False)
 
 
+def _embedder(embedder: Embedder | str | Mapping[str, Any] | None, cache_dir: str | Path | None,
+              device: str | None) -> Embedder:
+    """``from_dataset``'s embedder: one given as it is, else built from its config name or node (MiniLM when
+    none), on ``device`` where one is given."""
+    if embedder is not None and not isinstance(embedder, (str, Mapping)):
+        return embedder
+    cfg = node("embedder", "minilm" if embedder is None else embedder)
+    return build_embedder(cfg if device is None else _on_device(cfg, device), cache_dir=cache_dir)
+
+
 def _on_device(cfg: Mapping[str, Any], device: str | None) -> dict[str, Any]:
     """``cfg`` with every ``device`` in it (nested encoder configs included) set to ``device``: where an
     encoder runs is this machine's choice, not the saved one."""
@@ -113,7 +123,8 @@ class Retriever:
     # ---- building ------------------------------------------------------------------------------
     @classmethod
     def from_dataset(cls, data: Dataset | str | Path, scorer: str | Scorer = "tracer_plus",
-                     embedder: Embedder | None = None, *, k: int = 5, device: str | None = None,
+                     embedder: Embedder | str | Mapping[str, Any] | None = None, *, k: int = 5,
+                     device: str | None = None,
                      factory: str = "auto", cache_dir: str | Path | None = ".cache/embeddings",
                      dataset_options: Mapping[str, Any] | None = None,
                      encoder_training: str | Mapping[str, Any] | None = None, **scorer_cfg: Any) -> Retriever:
@@ -123,7 +134,10 @@ class Retriever:
             data: a :class:`Dataset`, a native dataset directory, or a loader name (``bfcl``, ...).
             scorer: a scorer name from the registry (default ``tracer_plus``; ``tracer_fixed``, ``vector``,
                 ...) or an unfitted scorer object.
-            embedder: default: the bundled MiniLM behind a disk cache at ``cache_dir``.
+            embedder: an embedder, or the name (``general``: MiniLM trained for tool retrieval on public
+                corpora, built on first use, the cold-start preset's) or config node of one of
+                ``tracer/configs/embedder/``, built behind a disk cache at ``cache_dir``; default: the
+                bundled MiniLM.
             device: where tensors live (default CUDA when present).
             factory: FAISS index factory of the tool index (``Flat``: exact; ``auto``: exact up to 2,048
                 tools, HNSW above, :mod:`tracer.encode.index`).
@@ -144,9 +158,8 @@ class Retriever:
             encoders = build_fold_encoders(ds.registry, encoder_training, cache_dir, device=device)
             res = encoders(ds.trajectories)
         else:
-            emb = (embedder if embedder is not None
-                   else build_embedder("minilm", cache_dir=cache_dir, device=device))
-            res = Resources.build(ds.registry, emb, factory=factory, device=device)
+            res = Resources.build(ds.registry, _embedder(embedder, cache_dir, device), factory=factory,
+                                  device=device)
         sc = build_scorer(scorer, **scorer_cfg) if isinstance(scorer, str) else scorer
         sc.fit(ds.trajectories, res)
         return cls(sc, k)

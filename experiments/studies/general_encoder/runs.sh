@@ -65,6 +65,9 @@ for ds in "${DATASETS[@]}"; do
     scorer.zero_shot.slots=2 train_trajectories=10
   run tracer_plus_general_novel3x2_holdout scorer=tracer_plus embedder=general scorer.zero_shot.novel=3 \
     scorer.zero_shot.slots=2 holdout_tools=true
+  # the cold-start preset (experiment=preset/cold_start: the general encoder and the two novel slots) with
+  # every log; with N of them: the learning curves' cold_start column
+  run cold_start experiment=preset/cold_start
   # preset/best as committed, and with its per-fold fine-tuning started from the general encoder (BFCL only:
   # five fine-tunings each)
   if [[ $ds == bfcl ]]; then

@@ -11,6 +11,9 @@ trajectories are put in a seeded arrival order and every scorer is fitted on the
 Scorers: their configs in ``configs/scorer/`` (registry ``large``, MiniLM behind the shared
 embedding cache); ``tracer_plus_transfer`` is ``tracer_plus`` with the candidate model trained on
 the *other* datasets (:mod:`tracer.online.transfer`) instead of on the N trajectories: the cold start.
+``cold_start`` is ``experiment=preset/cold_start`` as evaluate.py composes it for the dataset (its scorer over
+its own embedder: the general encoder trained without the dataset, built on first use), ``vector_general``
+vector search over that encoder (:data:`COMPOSED`).
 A fit that cannot run at some N (e.g. the blend head without data) is recorded with its error.
 
 Writes ``<out>/<dataset>.csv`` (``<dataset>.<tag>.csv`` with ``--tag``; one row per fold, N, scorer),
@@ -30,7 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import torch
 
-from tracer.build import build_dataset, build_embedder, build_scorer, load_config
+from tracer.build import CONFIG_DIR, build_dataset, build_embedder, build_scorer, load_config
 from tracer.core.folds import arrival_order, kfold
 from tracer.online.transfer import fit_transfer_model
 from tracer.scorers.tracer_plus.model import save_candidate_model
@@ -45,11 +48,24 @@ FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at
 
 # tracer_plus with the last two of the five slots for never-called tools of its zero-shot top 3
 VARIANTS = {"tracer_plus_novel3x2": {"zero_shot": {"novel": 3, "slots": 2}}}
+# scorers over an embedder of their own, composed as evaluate.py composes these overrides
+COMPOSED = {"cold_start": ["experiment=preset/cold_start"],
+            "vector_general": ["scorer=vector", "embedder=general"]}
 
 
-def make_scorer(name: str, transfer: Path | None = None):
+def composed(name: str, dataset: str):
+    """:data:`COMPOSED` ``name``'s config for ``dataset``, as ``evaluate.py ... dataset=...`` composes it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose("evaluate", overrides=[*COMPOSED[name], f"dataset={dataset}"])
+
+
+def make_scorer(name: str, transfer: Path | None = None, dataset: str = ""):
     """A scorer from its YAML; ``tracer_plus_transfer`` is tracer_plus's with ``transfer`` set, a
-    :data:`VARIANTS` name tracer_plus's with those overrides."""
+    :data:`VARIANTS` name tracer_plus's with those overrides, a :data:`COMPOSED` name its config's."""
+    if name in COMPOSED:
+        return build_scorer(composed(name, dataset).scorer, name=name)
     if name in VARIANTS:
         return build_scorer("tracer_plus", name=name, **VARIANTS[name])
     base = "tracer_plus" if name == "tracer_plus_transfer" else name
@@ -64,6 +80,21 @@ def load(name: str, seed: int) -> tuple:
                        "large", seed)
     emb = build_embedder("minilm", cache_dir=str(ROOT / ".cache" / "embeddings"))
     return ds, Resources.build(ds.registry, emb, device="cpu", seed=seed)
+
+
+_COMPOSED_RESOURCES: dict[tuple[str, str], Resources] = {}
+
+
+def resources(name: str, scorer: str, loaded: dict, seed: int) -> Resources:
+    """The resources ``scorer`` runs on: the dataset's (MiniLM), or over a :data:`COMPOSED` config's own
+    embedder (built once)."""
+    ds, res = loaded[name]
+    if scorer not in COMPOSED:
+        return res
+    if (name, scorer) not in _COMPOSED_RESOURCES:
+        emb = build_embedder(composed(scorer, name).embedder)
+        _COMPOSED_RESOURCES[name, scorer] = Resources.build(ds.registry, emb, device="cpu", seed=seed)
+    return _COMPOSED_RESOURCES[name, scorer]
 
 
 def recalls(scorer, steps, res, k: int) -> tuple[float, float]:
@@ -116,10 +147,10 @@ def run_folds(name, ds, res, args, w, f, done, loaded, out) -> None:
                        "n_test": len(steps), "error": ""}
                 t0 = time.perf_counter()
                 try:
-                    scorer = make_scorer(sc, transfer)
-                    scorer.fit(order[:n_train], res)
+                    scorer, on = make_scorer(sc, transfer, name), resources(name, sc, loaded, args.seed)
+                    scorer.fit(order[:n_train], on)
                     row["fit_s"] = round(time.perf_counter() - t0, 3)
-                    row["recall_at_1"], row["recall_at_k"] = recalls(scorer, steps, res, args.k)
+                    row["recall_at_1"], row["recall_at_k"] = recalls(scorer, steps, on, args.k)
                 except Exception as e:  # noqa: BLE001  (recorded: e.g. a blend head with no data to fit)
                     row["error"] = f"{type(e).__name__}: {e}"[:200]
                 w.writerow(row)

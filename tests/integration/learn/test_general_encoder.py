@@ -103,6 +103,11 @@ def test_the_embedder_is_built_once_cached_and_carried_by_a_saved_index(mirrors,
     r.save(tmp_path / "index")
     msgs = [{"role": "user", "content": "What's the weather in Paris?"}]
     expected = (r.rank(msgs), r.context_embedding(msgs).tolist())
+    # from_dataset builds it from its config as well, finding the same checkpoint
+    by_config = Retriever.from_dataset(EXAMPLE, scorer="tracer_fixed", embedder=cfg, device="cpu")
+    assert by_config.res.embedder.inner.path == folder and by_config.res.embedder.name == first.name
+    assert (by_config.rank(msgs), by_config.context_embedding(msgs).tolist()) == expected
+    assert (folder / "train_info.json").stat().st_mtime_ns == stamp
     shutil.rmtree(enc)
     shutil.rmtree(mirrors / "fairyshine+Seal-Tools" / ".git")  # nothing left to build from
     copy = shutil.copytree(tmp_path / "index", tmp_path / "copy")

@@ -172,6 +172,19 @@ def test_the_cascade_preset_pairs_the_cascade_scorer_with_its_two_encoders():
     assert cfg.encoder_training.slow == evaluate("encoder_training=mnrl_int8").encoder_training
 
 
+def test_the_cold_start_preset_is_tracer_plus_with_the_novel_slots_over_the_general_encoder():
+    cfg = evaluate("experiment=preset/cold_start", "dataset=tau2")
+    assert cfg.scorer == evaluate("scorer=tracer_plus", "scorer.zero_shot.novel=3",
+                                  "scorer.zero_shot.slots=2").scorer
+    sc = build_scorer(cfg.scorer)
+    assert (sc.zero.novel, sc.zero.slots) == (3, 2)
+    # trained without the dataset under test (leave-one-dataset-out); nothing trained per fold
+    assert cfg.embedder == evaluate("embedder=general", "dataset=tau2").embedder
+    assert cfg.embedder.exclude == "tau2" and cfg.get("encoder_training") is None
+    # outside a run there is no dataset under test: every source trains it
+    assert load_config("embedder", "general").exclude is None
+
+
 @pytest.mark.parametrize("row", TABLE)
 def test_table_experiment(row):
     cfg = evaluate(f"experiment=bfcl_table/{row}")

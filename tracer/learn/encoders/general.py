@@ -53,10 +53,15 @@ TOOL_TEXT = "parameters"
 TRAIN = {"batch_size": 64, "lr": 2.0e-5, "warmup": 0.1, "epochs": 1, "max_seq_length": 128, "seed": 0}
 
 
-def sources_without(exclude: str | Sequence[str]) -> tuple[str, ...]:
+def _names(exclude: str | Sequence[str] | None) -> tuple:
+    return () if exclude is None else (exclude,) if isinstance(exclude, str) else tuple(exclude)
+
+
+def sources_without(exclude: str | Sequence[str] | None) -> tuple[str, ...]:
     """The sources left once every family in ``exclude`` (dataset or source names) is removed. A name that is
-    no source (your own dataset, ``embedder=general`` under ``dataset=jsonl``) leaves nothing out."""
-    exclude = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+    no source (your own dataset, ``embedder=general`` under ``dataset=jsonl``), or ``None``, leaves nothing
+    out."""
+    exclude = _names(exclude)
     bad = [e for e in exclude if not isinstance(e, str) or not e]
     if bad:
         raise ValueError(f"general encoder: exclude must name datasets or sources, got {bad}")
@@ -99,7 +104,7 @@ def sample(pairs: Pairs, n: int, seed: int) -> Pairs:
                                                                          "trajectory_ids")))
 
 
-def general_pairs(exclude: str | Sequence[str], mirrors: str | Path, datasets: str | Path,
+def general_pairs(exclude: str | Sequence[str] | None, mirrors: str | Path, datasets: str | Path,
                   per_source: int = PER_SOURCE, seed: int = 0,
                   tool_text: str = TOOL_TEXT) -> tuple[Pairs, dict[str, int]]:
     """The training pairs without ``exclude``'s families, and how many each source gave."""
@@ -109,7 +114,7 @@ def general_pairs(exclude: str | Sequence[str], mirrors: str | Path, datasets: s
     return Pairs.cat(list(parts.values())), {s: len(p) for s, p in parts.items()}
 
 
-def build(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",
+def build(exclude: str | Sequence[str] | None = (), mirrors: str | Path = "data/mirrors",
           datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
           train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
           device: str | None = None, log: Callable[[dict], None] | None = None,
@@ -122,7 +127,7 @@ def build(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors
                      record={"tool_text": tool_text}), counts
 
 
-def embedder(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirrors",
+def embedder(exclude: str | Sequence[str] | None = (), mirrors: str | Path = "data/mirrors",
              datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
              train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
              batch_size: int = 64, device: str | None = None, name: str | None = None,
@@ -130,7 +135,7 @@ def embedder(exclude: str | Sequence[str] = (), mirrors: str | Path = "data/mirr
     """The general encoder as an embedder (``embedder=general``), built first when not cached. Its
     ``loads_as`` is the plain config of the checkpoint folder (:func:`tracer.build.build_embedder` keeps it):
     a saved index carries the folder and loads it, building nothing."""
-    excluded = (exclude,) if isinstance(exclude, str) else tuple(exclude)
+    excluded = _names(exclude)
     folder, _ = build(excluded, mirrors, datasets, per_source, train, encoder_dir, device,
                       tool_text=tool_text)
     name = name or "general-without-" + "+".join(sorted(excluded) or ["none"])
