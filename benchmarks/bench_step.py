@@ -4,6 +4,7 @@ path.
     OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_step [--scorers tracer_fixed tracer tracer_plus] \
         [--k 5]
         [--members 10]      # also tracer_plus with the best preset's candidate model, the mean of 10 MLPs
+        [--novel]           # also tracer_plus with the cold-start preset's two novel slots
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
 (through ``.cache/embeddings``). For each scorer and step, thread CPU time (one torch and one BLAS
@@ -40,6 +41,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--members", type=int, default=0,
                     help="also tracer_plus with model: mlp and head.members N (0: not)")
+    ap.add_argument("--novel", action="store_true",
+                    help="also tracer_plus with zero_shot novel: 3, slots: 2 (preset/cold_start's slots)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
@@ -53,6 +56,8 @@ def main() -> None:
     runs = [(name, {}) for name in a.scorers]
     if a.members:
         runs.append((f"tracer_plus, {a.members} MLPs", {"model": "mlp", "head": {"members": a.members}}))
+    if a.novel:
+        runs.append(("tracer_plus, novel slots 3x2", {"zero_shot": {"novel": 3, "slots": 2}}))
     for name, overrides in runs:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)
