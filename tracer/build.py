@@ -99,6 +99,35 @@ def _placed(group: str, entry: str) -> DictConfig:
     return OmegaConf.create({key: cfg}) if key else cfg
 
 
+# the groups a preset (tracer/configs/experiment/preset/*.yaml) chooses
+PRESET_GROUPS = ("scorer", "embedder", "encoder_training")
+
+
+def load_preset(name: str, /, seed: int = 0) -> dict[str, DictConfig | None]:
+    """A preset of ``tracer/configs/experiment/preset/`` without Hydra, as ``train.py experiment=preset/NAME``
+    composes it: per group of :data:`PRESET_GROUPS`, the config its ``override /group: NAME`` names with the
+    file's own keys for that group merged in (``None`` for ``null``); a recipe gets ``seed``."""
+    path = CONFIG_DIR / "experiment" / "preset" / f"{name}.yaml"
+    if not path.is_file():
+        raise KeyError(f"unknown preset {name!r}; valid names: {', '.join(names('experiment/preset'))}")
+    own = OmegaConf.load(path)
+    chosen = {}
+    for entry in own.pop("defaults", None) or []:
+        ((key, value),) = OmegaConf.to_container(entry).items()
+        chosen[key.removeprefix("override").strip().lstrip("/")] = value
+    if set(chosen) != set(PRESET_GROUPS) or set(own) - set(PRESET_GROUPS):
+        raise ValueError(f"{path}: a preset overrides exactly {', '.join(PRESET_GROUPS)} and sets only their "
+                         f"keys, got overrides {sorted(chosen)} and keys {sorted(own)}")
+    keys = {group: plain(own.get(group)) or {} for group in PRESET_GROUPS}
+    for group in PRESET_GROUPS:
+        if chosen[group] is None and keys[group]:
+            raise ValueError(f"{path}: {group} is null but the file sets {sorted(keys[group])}")
+    return {group: None if chosen[group] is None else
+            load_config(group, chosen[group], **keys[group], **({"seed": seed} if group == "encoder_training"
+                                                                 else {}))
+            for group in PRESET_GROUPS}
+
+
 def node(group: str, cfg: str | Mapping, /, **overrides: Any) -> DictConfig:
     """A config node: ``tracer/configs/<group>/<cfg>.yaml`` when ``cfg`` is a name, else ``cfg`` (a composed
     node), with ``overrides`` merged in."""

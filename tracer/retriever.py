@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.build import build_embedder, build_fold_encoders, build_scorer, node
+from tracer.build import build_embedder, build_fold_encoders, build_scorer, load_preset, node
 from tracer.core.errors import DataError
 from tracer.core.live import LiveStep, read_live
 from tracer.core.locate import locate
@@ -80,8 +80,7 @@ def _saved_embedder(saved: Mapping[str, Any], meta_path: Path, cache_dir: str | 
 
 def _embedder(embedder: Embedder | str | Mapping[str, Any] | None, cache_dir: str | Path | None,
               device: str | None) -> Embedder:
-    """``from_dataset``'s embedder: one given as it is, else built from its config name or node (MiniLM when
-    none), on ``device`` where one is given."""
+    """``from_dataset``'s embedder: as given, or built from a config name or node (none: MiniLM)."""
     if embedder is not None and not isinstance(embedder, (str, Mapping)):
         return embedder
     cfg = node("embedder", "minilm" if embedder is None else embedder)
@@ -122,10 +121,10 @@ class Retriever:
 
     # ---- building ------------------------------------------------------------------------------
     @classmethod
-    def from_dataset(cls, data: Dataset | str | Path, scorer: str | Scorer = "tracer_plus",
+    def from_dataset(cls, data: Dataset | str | Path, scorer: str | Scorer | None = None,
                      embedder: Embedder | str | Mapping[str, Any] | None = None, *, k: int = 5,
-                     device: str | None = None,
-                     factory: str = "auto", cache_dir: str | Path | None = ".cache/embeddings",
+                     preset: str | None = None, device: str | None = None, factory: str = "auto",
+                     cache_dir: str | Path | None = ".cache/embeddings",
                      dataset_options: Mapping[str, Any] | None = None,
                      encoder_training: str | Mapping[str, Any] | None = None, **scorer_cfg: Any) -> Retriever:
         """Fit a scorer on every trajectory of a dataset.
@@ -134,10 +133,12 @@ class Retriever:
             data: a :class:`Dataset`, a native dataset directory, or a loader name (``bfcl``, ...).
             scorer: a scorer name from the registry (default ``tracer_plus``; ``tracer_fixed``, ``vector``,
                 ...) or an unfitted scorer object.
-            embedder: an embedder, or the name (``general``: MiniLM trained for tool retrieval on public
-                corpora, built on first use, the cold-start preset's) or config node of one of
-                ``tracer/configs/embedder/``, built behind a disk cache at ``cache_dir``; default: the
-                bundled MiniLM.
+            preset: a preset of ``tracer/configs/experiment/preset/`` (``best``, ``cascade``, ``fast``,
+                ``fastest``, ``cold_start``, ``zero_shot``): its scorer, embedder and encoder recipe as
+                ``train.py experiment=preset/NAME`` builds them (:func:`tracer.build.load_preset`), instead of
+                ``scorer``, ``embedder`` and ``encoder_training``; ``scorer_cfg`` still overrides its scorer.
+            embedder: an embedder, or a config name (``general``: MiniLM trained for tool retrieval, built
+                on first use) or node of ``tracer/configs/embedder/``, cached at ``cache_dir``; else MiniLM.
             device: where tensors live (default CUDA when present).
             factory: FAISS index factory of the tool index (``Flat``: exact; ``auto``: exact up to 2,048
                 tools, HNSW above, :mod:`tracer.encode.index`).
@@ -151,6 +152,13 @@ class Retriever:
                 content hash, and the saved index rebuilds the encoder on load.
             **scorer_cfg: overrides of the scorer's config (``tracer/configs/scorer/<name>.yaml``).
         """
+        if preset is not None:
+            if scorer is not None or embedder is not None or encoder_training is not None:
+                raise ValueError("from_dataset: preset chooses the scorer, embedder and encoder_training; "
+                                 "pass scorer overrides as keywords")
+            chosen = load_preset(preset)
+            scorer, encoder_training = chosen["scorer"], chosen["encoder_training"]
+            embedder = chosen["embedder"] if encoder_training is None else None
         ds = _dataset(data, dict(dataset_options or {}))
         if encoder_training is not None:
             if embedder is not None:
@@ -160,7 +168,8 @@ class Retriever:
         else:
             res = Resources.build(ds.registry, _embedder(embedder, cache_dir, device), factory=factory,
                                   device=device)
-        sc = build_scorer(scorer, **scorer_cfg) if isinstance(scorer, str) else scorer
+        sc = (build_scorer("tracer_plus" if scorer is None else scorer, **scorer_cfg)
+              if scorer is None or isinstance(scorer, (str, Mapping)) else scorer)
         sc.fit(ds.trajectories, res)
         return cls(sc, k)
 

@@ -160,6 +160,24 @@ def test_an_index_with_a_fine_tuned_encoder_loads_it_back_by_itself(tiny_dir, tm
         Retriever.from_dataset(tiny_dir, embedder=r.res.embedder, encoder_training=recipe)
 
 
+def test_a_preset_builds_what_train_py_builds(tiny_dir):
+    """from_dataset(preset=NAME) takes the preset's scorer, embedder and recipe (zero_shot: tracer_plus over
+    MiniLM as shipped, the plain default); keyword overrides still reach its scorer."""
+    plain = Retriever.from_dataset(tiny_dir, device="cpu", cache_dir=None)
+    preset = Retriever.from_dataset(tiny_dir, preset="zero_shot", device="cpu", cache_dir=None)
+    assert preset.scorer.config() == plain.scorer.config()
+    assert preset.res.embedder.name == plain.res.embedder.name
+    for msgs in (conversation(), conversation("search_flights"), conversation("list_files", request="files")):
+        assert preset.rank(msgs) == plain.rank(msgs)
+    slots = Retriever.from_dataset(tiny_dir, preset="zero_shot", device="cpu", cache_dir=None,
+                                   zero_shot={"novel": 3, "slots": 2})
+    assert (slots.scorer.zero.novel, slots.scorer.zero.slots) == (3, 2)
+    with pytest.raises(ValueError, match="preset chooses the scorer, embedder and encoder_training"):
+        Retriever.from_dataset(tiny_dir, "tracer_fixed", preset="zero_shot")
+    with pytest.raises(KeyError, match="unknown preset 'bset'"):
+        Retriever.from_dataset(tiny_dir, preset="bset")
+
+
 def test_a_saved_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_path):
     from tracer.scoring.persist import read_meta
 

@@ -13,11 +13,22 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from tracer.build import CONFIG_DIR, build, build_dataset, build_executor, build_scorer, load_config, names
+from tracer.build import (
+    CONFIG_DIR,
+    PRESET_GROUPS,
+    build,
+    build_dataset,
+    build_executor,
+    build_scorer,
+    load_config,
+    load_preset,
+    names,
+)
 from tracer.core.context import ContextRendering
 from tracer.data import write_native
 from tracer.data.pool import apply_preset
 from tracer.executors import OracleExecutor
+from tracer.learn.encoders.general import SOURCES, sources_without
 from tracer.scoring.protocol import Scorer
 
 GROUPS = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "experiment")
@@ -183,6 +194,35 @@ def test_the_cold_start_preset_is_tracer_plus_with_the_novel_slots_over_the_gene
     assert cfg.embedder.exclude == "tau2" and cfg.get("encoder_training") is None
     # outside a run there is no dataset under test: every source trains it
     assert load_config("embedder", "general").exclude is None
+
+
+@pytest.mark.parametrize("preset", names("experiment/preset"))
+def test_a_preset_loads_without_hydra_as_train_py_composes_it(preset):
+    cfg = compose("train", overrides=[f"experiment=preset/{preset}", "dataset=jsonl", "seed=3"])
+    got = load_preset(preset, seed=3)
+    for group in PRESET_GROUPS:
+        want = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
+        have = OmegaConf.to_container(got[group]) if got[group] is not None else None
+        if group == "embedder" and "exclude" in want:
+            # train.py's dataset under test, here a directory of yours (no source of the general encoder's);
+            # without Hydra there is none: neither leaves a source out
+            assert (want.pop("exclude"), have.pop("exclude")) == ("jsonl", None)
+            assert sources_without("jsonl") == sources_without(None) == SOURCES
+        assert have == want, group
+    with pytest.raises(KeyError, match="unknown preset 'nope'; valid names: best, cascade, cold_start"):
+        load_preset("nope")
+
+
+def test_a_preset_that_sets_a_group_it_does_not_choose_is_refused(tmp_path, monkeypatch):
+    import tracer.build as build_module
+
+    (tmp_path / "experiment" / "preset").mkdir(parents=True)
+    bad = tmp_path / "experiment" / "preset" / "bad.yaml"
+    bad.write_text("defaults:\n  - override /scorer: tracer_plus\n  - override /embedder: minilm\n"
+                   "  - override /encoder_training: null\nencoder_training:\n  lr: 0.1\n")
+    monkeypatch.setattr(build_module, "CONFIG_DIR", tmp_path)
+    with pytest.raises(ValueError, match=r"bad.yaml: encoder_training is null but the file sets \['lr'\]"):
+        load_preset("bad")
 
 
 @pytest.mark.parametrize("row", TABLE)
