@@ -1,0 +1,87 @@
+"""The presets (tracer/configs/experiment/preset/): what each composes to under Hydra, and the same
+without Hydra (tracer.build.load_preset, what Retriever.from_dataset(preset=...) builds)."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from tracer.build import CONFIG_DIR, PRESET_GROUPS, build_scorer, load_config, load_preset, names
+from tracer.learn.encoders.general import SOURCES, sources_without
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hydra_configs():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        yield
+
+
+def evaluate(*overrides: str):
+    return compose("evaluate", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("preset,recipe,inner", [("best", "mnrl", False), ("fast", "mnrl_l3_cut_int8", False),
+                                                 ("fastest", "static_contexts", True)])
+def test_presets_pick_tracer_plus_over_a_trained_encoder(preset, recipe, inner):
+    cfg = evaluate(f"experiment=preset/{preset}")
+    # the best preset's candidate model is the mean of 10 MLPs; the others keep the linear one
+    ensemble = ["scorer.model=mlp", "scorer.head.members=10"] if preset == "best" else []
+    assert cfg.scorer == evaluate("scorer=tracer_plus", *ensemble).scorer
+    assert build_scorer(cfg.scorer).members == (10 if preset == "best" else 1)
+    # the fastest preset's static encoder trains in seconds, so its inner folds get clean encoders too
+    assert cfg.encoder_training == evaluate(
+        f"encoder_training={recipe}", f"encoder_training.inner_encoders={str(inner).lower()}"
+    ).encoder_training
+
+
+def test_the_cascade_preset_pairs_the_cascade_scorer_with_its_two_encoders():
+    cfg = evaluate("experiment=preset/cascade")
+    assert cfg.scorer == evaluate("scorer=cascade").scorer and cfg.scorer.escalate == 0.3
+    assert cfg.scorer.fast.head == cfg.scorer.slow.head == evaluate("scorer=tracer_plus").scorer.head
+    assert cfg.encoder_training == evaluate("encoder_training=cascade").encoder_training
+    assert cfg.encoder_training.slow == evaluate("encoder_training=mnrl_int8").encoder_training
+
+
+def test_the_cold_start_preset_is_tracer_plus_with_the_novel_slots_over_the_general_encoder():
+    cfg = evaluate("experiment=preset/cold_start", "dataset=tau2")
+    assert cfg.scorer == evaluate("scorer=tracer_plus", "scorer.zero_shot.novel=3",
+                                  "scorer.zero_shot.slots=2").scorer
+    sc = build_scorer(cfg.scorer)
+    assert (sc.zero.novel, sc.zero.slots) == (3, 2)
+    # trained without the dataset under test (leave-one-dataset-out); nothing trained per fold
+    assert cfg.embedder == evaluate("embedder=general", "dataset=tau2").embedder
+    assert cfg.embedder.exclude == "tau2" and cfg.get("encoder_training") is None
+    # outside a run there is no dataset under test: every source trains it
+    assert load_config("embedder", "general").exclude is None
+
+
+@pytest.mark.parametrize("preset", names("experiment/preset"))
+def test_a_preset_loads_without_hydra_as_train_py_composes_it(preset):
+    cfg = compose("train", overrides=[f"experiment=preset/{preset}", "dataset=jsonl", "seed=3"])
+    got = load_preset(preset, seed=3)
+    for group in PRESET_GROUPS:
+        want = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
+        have = OmegaConf.to_container(got[group]) if got[group] is not None else None
+        if group == "embedder" and "exclude" in want:
+            # train.py's dataset under test, here a directory of yours (no source of the general encoder's);
+            # without Hydra there is none: neither leaves a source out
+            assert (want.pop("exclude"), have.pop("exclude")) == ("jsonl", None)
+            assert sources_without("jsonl") == sources_without(None) == SOURCES
+        assert have == want, group
+    with pytest.raises(KeyError, match="unknown preset 'nope'; valid names: best, cascade, cold_start"):
+        load_preset("nope")
+
+
+def test_a_preset_that_sets_a_group_it_does_not_choose_is_refused(tmp_path, monkeypatch):
+    import tracer.build as build_module
+
+    (tmp_path / "experiment" / "preset").mkdir(parents=True)
+    bad = tmp_path / "experiment" / "preset" / "bad.yaml"
+    bad.write_text("defaults:\n  - override /scorer: tracer_plus\n  - override /embedder: minilm\n"
+                   "  - override /encoder_training: null\nencoder_training:\n  lr: 0.1\n")
+    monkeypatch.setattr(build_module, "CONFIG_DIR", tmp_path)
+    with pytest.raises(ValueError, match=r"bad.yaml: encoder_training is null but the file sets \['lr'\]"):
+        load_preset("bad")
