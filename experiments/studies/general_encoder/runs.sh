@@ -68,6 +68,12 @@ for ds in "${DATASETS[@]}"; do
   # the cold-start preset (experiment=preset/cold_start: the general encoder and the two novel slots) with
   # every log; with N of them: the learning curves' cold_start column
   run cold_start experiment=preset/cold_start
+  # three slots from the zero-shot top 4, for registries where many tools are new
+  for split in "" _n10 _holdout; do
+    case $split in _n10) more=train_trajectories=10 ;; _holdout) more=holdout_tools=true ;; *) more="" ;; esac
+    run "cold_start_novel4x3$split" experiment=preset/cold_start scorer.zero_shot.novel=4 scorer.zero_shot.slots=3 \
+      $more
+  done
   # preset/best as committed, and with its per-fold fine-tuning started from the general encoder (BFCL only:
   # five fine-tunings each)
   if [[ $ds == bfcl ]]; then
