@@ -26,6 +26,7 @@ import argparse
 import csv
 import os
 import time
+from functools import cache
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -53,6 +54,7 @@ COMPOSED = {"cold_start": ["experiment=preset/cold_start"],
             "vector_general": ["scorer=vector", "embedder=general"]}
 
 
+@cache
 def composed(name: str, dataset: str):
     """:data:`COMPOSED` ``name``'s config for ``dataset``, as ``evaluate.py ... dataset=...`` composes it."""
     from hydra import compose, initialize_config_dir
