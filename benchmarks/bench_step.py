@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from benchmarks.timing import cpu_us
-from tracer.build import build_dataset, build_embedder, build_scorer
+from tracer.build import build_dataset, build_embedder, build_scorer, load_preset, plain
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.scoring.ranking import finalize
@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=0,
                     help="also tracer_plus with model: mlp and head.members N (0: not)")
     ap.add_argument("--novel", action="store_true",
-                    help="also tracer_plus with zero_shot novel: 3, slots: 2 (preset/cold_start's slots)")
+                    help="also tracer_plus with preset/cold_start's novel slots")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
@@ -57,7 +57,8 @@ def main() -> None:
     if a.members:
         runs.append((f"tracer_plus, {a.members} MLPs", {"model": "mlp", "head": {"members": a.members}}))
     if a.novel:
-        runs.append(("tracer_plus, novel slots 3x2", {"zero_shot": {"novel": 3, "slots": 2}}))
+        zero = plain(load_preset("cold_start")["scorer"]["zero_shot"])
+        runs.append((f"tracer_plus, novel slots {zero['novel']}x{zero['slots']}", {"zero_shot": zero}))
     for name, overrides in runs:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)

@@ -160,21 +160,32 @@ def test_an_index_with_a_fine_tuned_encoder_loads_it_back_by_itself(tiny_dir, tm
         Retriever.from_dataset(tiny_dir, embedder=r.res.embedder, encoder_training=recipe)
 
 
-def test_a_preset_builds_what_train_py_builds(tiny_dir):
-    """from_dataset(preset=NAME) takes the preset's scorer, embedder and recipe (zero_shot: tracer_plus over
-    MiniLM as shipped, the plain default); keyword overrides still reach its scorer."""
-    plain = Retriever.from_dataset(tiny_dir, device="cpu", cache_dir=None)
-    preset = Retriever.from_dataset(tiny_dir, preset="zero_shot", device="cpu", cache_dir=None)
-    assert preset.scorer.config() == plain.scorer.config()
-    assert preset.res.embedder.name == plain.res.embedder.name
+def test_a_preset_builds_what_train_py_builds(tiny_dir, tmp_path, monkeypatch):
+    """from_dataset(preset=NAME) takes the preset file's scorer, embedder and recipe with its own keys merged
+    in (the shipped presets against Hydra's composition: tests/unit/configs/test_presets.py); keyword
+    overrides still reach its scorer. A preset of our own, beside the shipped configs, so nothing trains."""
+    import tracer.build as build_module
+
+    for group in ("scorer", "embedder", "encoder_training", "paths"):
+        (tmp_path / group).symlink_to(build_module.CONFIG_DIR / group)
+    (tmp_path / "experiment" / "preset").mkdir(parents=True)
+    (tmp_path / "experiment" / "preset" / "fixed.yaml").write_text(
+        "defaults:\n  - override /scorer: tracer_fixed\n  - override /embedder: minilm\n"
+        "  - override /encoder_training: null\nscorer:\n  tau: 0.35\n")
+    monkeypatch.setattr(build_module, "CONFIG_DIR", tmp_path)
+    preset = Retriever.from_dataset(tiny_dir, preset="fixed", device="cpu", cache_dir=None)
+    by_hand = Retriever.from_dataset(tiny_dir, "tracer_fixed", device="cpu", cache_dir=None, tau=0.35)
+    assert preset.scorer.name == "tracer_fixed" and preset.scorer.config() == by_hand.scorer.config()
+    assert preset.scorer.config() != Retriever.from_dataset(tiny_dir, "tracer_fixed", device="cpu",
+                                                            cache_dir=None).scorer.config()   # tau 0.2
     for msgs in (conversation(), conversation("search_flights"), conversation("list_files", request="files")):
-        assert preset.rank(msgs) == plain.rank(msgs)
-    slots = Retriever.from_dataset(tiny_dir, preset="zero_shot", device="cpu", cache_dir=None,
-                                   zero_shot={"novel": 3, "slots": 2})
-    assert (slots.scorer.zero.novel, slots.scorer.zero.slots) == (3, 2)
+        assert preset.rank(msgs) == by_hand.rank(msgs)
+    again = Retriever.from_dataset(tiny_dir, preset="fixed", device="cpu", cache_dir=None, tau=0.5)
+    assert again.scorer.config() == Retriever.from_dataset(tiny_dir, "tracer_fixed", device="cpu",
+                                                           cache_dir=None, tau=0.5).scorer.config()
     with pytest.raises(ValueError, match="preset chooses the scorer, embedder and encoder_training"):
-        Retriever.from_dataset(tiny_dir, "tracer_fixed", preset="zero_shot")
-    with pytest.raises(KeyError, match="unknown preset 'bset'"):
+        Retriever.from_dataset(tiny_dir, "tracer_fixed", preset="fixed")
+    with pytest.raises(KeyError, match="unknown preset 'bset'; valid names: fixed"):
         Retriever.from_dataset(tiny_dir, preset="bset")
 
 

@@ -39,7 +39,12 @@ ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
         "tracer_plus_minilm_novel3x2_holdout", "tracer_plus_general_holdout",
         "tracer_plus_general_novel3x2_holdout",
         # preset/best as committed, and its per-fold fine-tuning started from the general encoder (BFCL)
-        "best_minilm", "best_general")
+        "best_minilm", "best_general",
+        # preset/cold_start with every log, and three novel slots from the top 4 on each split
+        "cold_start", "cold_start_novel4x3", "cold_start_novel4x3_n10", "cold_start_novel4x3_holdout")
+# the preset's own row on each split (its two slots), which the three-slot rows are compared with
+PRESET_ROW = {"": "cold_start", "_n10": "tracer_plus_general_novel3x2_n10",
+              "_holdout": "tracer_plus_general_novel3x2_holdout"}
 
 
 def presented(r, k: int) -> float:
@@ -78,15 +83,18 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
 
 def reference(name: str, r5: dict[str, float]) -> str | None:
     """The run a row is compared with: MiniLM's vector search for the general one and for MiniLM reading
-    parameters; preset/best for its general start; for tracer_plus the best of its inputs (vector search with
-    its embedder, BM25) by recall@5."""
+    parameters; preset/best for its general start; the cold-start preset for its three-slot rows; for
+    tracer_plus and the preset the best of its inputs (vector search with its embedder, BM25) by recall@5."""
     if name == "best_general":
         return "best_minilm"
+    if name.startswith("cold_start_novel4x3"):
+        return PRESET_ROW[name.removeprefix("cold_start_novel4x3")]
     split = "_holdout" if name.endswith("_holdout") else ""  # compared within its own split
     if name in (f"vector_general{split}", f"vector_minilm_params{split}"):
         return f"vector_minilm{split}"
-    if name.startswith("tracer_plus_"):
-        emb = "general" if "_general" in name else "minilm_params" if "_params" in name else "minilm"
+    if name.startswith("tracer_plus_") or name == "cold_start":
+        general = "_general" in name or name == "cold_start"
+        emb = "general" if general else "minilm_params" if "_params" in name else "minilm"
         inputs = [r for r in (f"vector_{emb}{split}", f"bm25{split}") if r in r5]
         return max(inputs, key=r5.__getitem__) if inputs else None
     return None
