@@ -34,6 +34,10 @@ for ds in "${DATASETS[@]}"; do
     run "tracer_plus_general_n$n" scorer=tracer_plus embedder=general "train_trajectories=$n"
     [[ $n -gt 0 ]] && for s in toolnet autotool; do run "${s}_n$n" "scorer=$s" "train_trajectories=$n"; done
   done
+  # NESTFUL and ToolLinkOS added to the general encoder's corpora (docs/data.md)
+  chains="embedder.corpora=[bfcl_single,seal_tools,apibench,sgd,nestful,toollinkos]"
+  run vector_general_chains scorer=vector embedder=general "$chains"
+  run tracer_plus_general_chains_n0 scorer=tracer_plus embedder=general "$chains" train_trajectories=0
   # the cold ranking without the last call's toolkit (docs/learning.md pairs it with tracer_plus_minilm_n0)
   run tracer_plus_minilm_n0_no_toolkit scorer=tracer_plus train_trajectories=0 scorer.zero_shot.toolkit=false
   # and without the turn's last call (docs/learning.md pairs it with tracer_plus_minilm_n0 too)

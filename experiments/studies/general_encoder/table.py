@@ -28,6 +28,8 @@ ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
         "tracer_plus_minilm_n0", "tracer_plus_minilm_n0_no_toolkit", "tracer_plus_minilm_n0_no_calls",
         "tracer_plus_minilm_n0_no_dataflow", "tracer_plus_minilm_params_n0",
         "tracer_plus_general_n0",
+        # NESTFUL and ToolLinkOS added to the general encoder's corpora
+        "vector_general_chains", "tracer_plus_general_chains_n0",
         "toolnet_n10", "autotool_n10", "tracer_plus_minilm_n10", "tracer_plus_minilm_novel_n10",
         "tracer_plus_minilm_novel3x2_n10", "tracer_plus_general_n10", "tracer_plus_general_novel3x2_n10",
         "tracer_plus_minilm",
@@ -83,10 +85,13 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
 
 def reference(name: str, r5: dict[str, float]) -> str | None:
     """The run a row is compared with: MiniLM's vector search for the general one and for MiniLM reading
-    parameters; preset/best for its general start; the cold-start preset for its three-slot rows; for
+    parameters; preset/best for its general start; the cold-start preset for its three-slot rows; the
+    default corpora for the rows with NESTFUL and ToolLinkOS added; for
     tracer_plus and the preset the best of its inputs (vector search with its embedder, BM25) by recall@5."""
     if name == "best_general":
         return "best_minilm"
+    if "_chains" in name:  # the same row with the default corpora
+        return name.replace("_chains", "")
     if name.startswith("cold_start_novel4x3"):
         return PRESET_ROW[name.removeprefix("cold_start_novel4x3")]
     split = "_holdout" if name.endswith("_holdout") else ""  # compared within its own split

@@ -1,4 +1,4 @@
-"""Public tool-retrieval corpora (tracer/data/corpora.py): BFCL's single-turn categories from the installed
+"""Public tool-retrieval corpora (tracer/data/corpora/): BFCL's single-turn categories from the installed
 bfcl-eval, and Seal-Tools / APIBench read from real git clones (a checkout and a bare clone) laid out as the
 upstream repositories are."""
 

@@ -11,14 +11,16 @@ import pytest
 import torch
 from builders import ROOT, SEAL_TOOLS_FILES, git_repo
 
-from tracer.build import build_embedder
+from tracer.build import build_embedder, load_config
 from tracer.core.context import ContextRendering
+from tracer.core.errors import DataError
 from tracer.core.tool_text import tool_text
 from tracer.data.base import load_dataset
-from tracer.data.corpora import bfcl_single, seal_tools
+from tracer.data.corpora import CORPORA, bfcl_single, seal_tools
 from tracer.encode.embedders import SentenceTransformerEmbedder, minilm_path, tool_rows, tool_style
 from tracer.learn.encoders.general import (
     DATASETS,
+    DEFAULT_CORPORA,
     RENDERING,
     SOURCES,
     TOOL_TEXT,
@@ -45,11 +47,43 @@ def mirrors(tmp_path_factory):
 def test_a_dataset_under_test_takes_its_whole_family_out():
     assert sources_without("bfcl") == ("seal_tools", "apibench", "sgd", "tau2", "apibank")
     assert sources_without(["tau2"]) == ("bfcl_single", "seal_tools", "apibench", "sgd", "bfcl", "apibank")
-    assert sources_without(()) == SOURCES
+    assert sources_without(()) == (*DEFAULT_CORPORA, *DATASETS)
     # a user's own dataset is no source: nothing of it to leave out
-    assert sources_without(["my_agent_logs"]) == SOURCES
+    assert sources_without(["my_agent_logs"]) == (*DEFAULT_CORPORA, *DATASETS)
     with pytest.raises(ValueError, match=r"exclude must name datasets or sources, got \[3\]"):
         sources_without(["tau2", 3])
+
+
+def test_the_corpora_read_are_chosen_in_order_and_an_unknown_one_is_refused():
+    # every readable corpus is a source; the default reads four of them (NESTFUL and ToolLinkOS measured level)
+    assert SOURCES == (*CORPORA, *DATASETS) and set(DEFAULT_CORPORA) < set(CORPORA)
+    assert sources_without("bfcl", ["toollinkos", "bfcl_single", "nestful"]) == (
+        "toollinkos", "nestful", "tau2", "apibank")
+    with pytest.raises(ValueError, match=r"corpora must name one or more of .*toollinkos.*got \['toolbench'\]"):
+        sources_without("bfcl", ["toolbench"])
+    with pytest.raises(ValueError, match=r"corpora must name one or more of .*got \[\]"):
+        sources_without("bfcl", [])
+
+
+def test_every_missing_clone_is_named_with_its_command_before_any_source_is_read(tmp_path, monkeypatch):
+    import tracer.learn.encoders.general as general
+
+    def no_work(*args):
+        raise AssertionError("a source was read before the clones were checked")
+
+    monkeypatch.setattr(general, "source_pairs", no_work)
+    git_repo(tmp_path / "fairyshine+Seal-Tools", SEAL_TOOLS_FILES)  # present: not named
+    with pytest.raises(DataError, match=(
+            r"no clone of ShishirPatil/gorilla, IBM/NESTFUL \(point paths.mirrors or TRACER_MIRRORS at them, or "
+            rf"run: git clone https://github.com/ShishirPatil/gorilla {tmp_path}/ShishirPatil\+gorilla; "
+            rf"git clone https://github.com/IBM/NESTFUL {tmp_path}/IBM\+NESTFUL\)")):
+        general_pairs("tau2", tmp_path, ROOT / "../shared/datasets", corpora=["seal_tools", "apibench", "nestful"])
+
+
+def test_the_mirrors_folder_comes_from_tracer_mirrors_outside_a_run(monkeypatch):
+    assert load_config("embedder", "general").mirrors == "data/mirrors"
+    monkeypatch.setenv("TRACER_MIRRORS", "/srv/corpora")
+    assert load_config("embedder", "general").mirrors == "/srv/corpora"
 
 
 def test_pairs_come_only_from_the_sources_left_rendered_as_each_step(mirrors):

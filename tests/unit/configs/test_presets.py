@@ -9,7 +9,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from tracer.build import CONFIG_DIR, PRESET_GROUPS, build_scorer, load_config, load_preset, names
-from tracer.learn.encoders.general import SOURCES, sources_without
+from tracer.learn.encoders.general import DATASETS, sources_without
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,7 +69,8 @@ def test_a_preset_loads_without_hydra_as_train_py_composes_it(preset):
             # train.py's dataset under test, here a directory of yours (no source of the general encoder's);
             # without Hydra there is none: neither leaves a source out
             assert (want.pop("exclude"), have.pop("exclude")) == ("jsonl", None)
-            assert sources_without("jsonl") == sources_without(None) == SOURCES
+            corpora = want["corpora"]
+            assert sources_without("jsonl", corpora) == sources_without(None, corpora) == (*corpora, *DATASETS)
         assert have == want, group
     with pytest.raises(KeyError, match="unknown preset 'nope'; valid names: best, cascade, cold_start"):
         load_preset("nope")

@@ -4,8 +4,9 @@ dataset it will be evaluated on (leave-one-dataset-out), as a start for users wi
     python -m tracer.learn.encoders.general --exclude bfcl --mirrors DIR    # prints the checkpoint folder
     python evaluate.py dataset=tau2 embedder=general paths.mirrors=DIR     # built (or found) on first use
 
-Its training pairs come from every source but the excluded ones (:data:`SOURCES`): the public corpora of
-:mod:`tracer.data.corpora` (a request against each gold tool's text) and the logged trajectories of the
+Its training pairs come from every source but the excluded ones: the public corpora chosen (``corpora``,
+:data:`DEFAULT_CORPORA` unless told, of :mod:`tracer.data.corpora`: a request against each gold tool's text)
+and the logged trajectories of the
 datasets tracer evaluates on (one pair per decision step, as a per-fold recipe makes them,
 :func:`tracer.learn.encoders.pairs.training_pairs`). Excluding a dataset excludes its whole family: BFCL's
 single-turn categories go with BFCL multi-turn. Each source gives at most ``per_source`` pairs (a seeded
@@ -32,7 +33,7 @@ from tracer.core.tool_text import TOOL_TEXTS, check_tool_text
 from tracer.core.tool_text import tool_text as render_tool
 from tracer.core.types import Tool
 from tracer.data.base import load_dataset
-from tracer.data.corpora import CORPORA, Example, read_corpus
+from tracer.data.corpora import CORPORA, REPOS, Example, read_corpus, require_clones
 from tracer.encode.embedders import SentenceTransformerEmbedder
 from tracer.encode.source import DEFAULT_CACHE
 from tracer.learn.encoders.pairs import Pairs, training_pairs
@@ -41,7 +42,10 @@ from tracer.learn.encoders.transformer import finetuned, print_progress, train_i
 
 # the evaluation datasets whose logged trajectories train it (where they are not the one under test)
 DATASETS = ("bfcl", "tau2", "apibank")
-SOURCES = (*CORPORA, *DATASETS)
+# the corpora a build reads unless told: NESTFUL and ToolLinkOS, readable too, measured level with them
+# (experiments/studies/general_encoder/README.md, answer 1)
+DEFAULT_CORPORA = ("bfcl_single", "seal_tools", "apibench", "sgd")
+SOURCES = (*CORPORA, *DATASETS)  # every source a build can read
 # excluding a dataset excludes every source of its family
 FAMILY = {"bfcl": ("bfcl", "bfcl_single"), "tau2": ("tau2",), "apibank": ("apibank",)}
 # tracer_plus's vector-query rendering (configs/scorer/tracer_plus.yaml), as the per-fold recipes use it
@@ -57,16 +61,21 @@ def _names(exclude: str | Sequence[str] | None) -> tuple:
     return () if exclude is None else (exclude,) if isinstance(exclude, str) else tuple(exclude)
 
 
-def sources_without(exclude: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The sources left once every family in ``exclude`` (dataset or source names) is removed. A name that is
-    no source (your own dataset, ``embedder=general`` under ``dataset=jsonl``), or ``None``, leaves nothing
-    out."""
+def sources_without(exclude: str | Sequence[str] | None,
+                    corpora: Sequence[str] = DEFAULT_CORPORA) -> tuple[str, ...]:
+    """The sources left, ``corpora`` then the evaluation datasets, once every family in ``exclude`` (dataset
+    or source names) is removed. A name that is no source (your own dataset, ``embedder=general`` under
+    ``dataset=jsonl``), or ``None``, leaves nothing out."""
     exclude = _names(exclude)
     bad = [e for e in exclude if not isinstance(e, str) or not e]
     if bad:
         raise ValueError(f"general encoder: exclude must name datasets or sources, got {bad}")
+    unknown = [c for c in _names(corpora) if c not in CORPORA]
+    if unknown or not _names(corpora):
+        raise ValueError(f"general encoder: corpora must name one or more of {', '.join(CORPORA)}, got "
+                         f"{list(_names(corpora))}")
     gone = {s for e in exclude for s in FAMILY.get(e, (e,))}
-    return tuple(s for s in SOURCES if s not in gone)
+    return tuple(s for s in dict.fromkeys((*_names(corpora), *DATASETS)) if s not in gone)
 
 
 def source_pairs(source: str, mirrors: str | Path, datasets: str | Path,
@@ -105,12 +114,15 @@ def sample(pairs: Pairs, n: int, seed: int) -> Pairs:
 
 
 def general_pairs(exclude: str | Sequence[str] | None, mirrors: str | Path, datasets: str | Path,
-                  per_source: int = PER_SOURCE, seed: int = 0,
-                  tool_text: str = TOOL_TEXT) -> tuple[Pairs, dict[str, int]]:
-    """The training pairs without ``exclude``'s families, and how many each source gave."""
+                  per_source: int = PER_SOURCE, seed: int = 0, tool_text: str = TOOL_TEXT,
+                  corpora: Sequence[str] = DEFAULT_CORPORA) -> tuple[Pairs, dict[str, int]]:
+    """The training pairs of ``corpora`` and the datasets without ``exclude``'s families, and how many each
+    source gave."""
     rendering = ContextRendering.from_config(RENDERING)
+    sources = sources_without(exclude, corpora)
+    require_clones((REPOS[s] for s in sources if s in REPOS), mirrors)  # every one missing, before any work
     parts = {s: sample(source_pairs(s, mirrors, datasets, rendering, tool_text), per_source, seed)
-             for s in sources_without(exclude)}
+             for s in sources}
     return Pairs.cat(list(parts.values())), {s: len(p) for s, p in parts.items()}
 
 
@@ -118,11 +130,12 @@ def build(exclude: str | Sequence[str] | None = (), mirrors: str | Path = "data/
           datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
           train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
           device: str | None = None, log: Callable[[dict], None] | None = None,
-          tool_text: str = TOOL_TEXT) -> tuple[Path, dict[str, int]]:
+          tool_text: str = TOOL_TEXT,
+          corpora: Sequence[str] = DEFAULT_CORPORA) -> tuple[Path, dict[str, int]]:
     """The general encoder's checkpoint folder without ``exclude`` (trained on a miss, found on a hit) and
     the pairs each source gave it."""
     pairs, counts = general_pairs(exclude, mirrors, datasets, per_source,
-                                  int((train or TRAIN).get("seed", 0)), check_tool_text(tool_text))
+                                  int((train or TRAIN).get("seed", 0)), check_tool_text(tool_text), corpora)
     return finetuned(pairs, TrainConfig(**(train or TRAIN)), None, encoder_dir, device, log,
                      record={"tool_text": tool_text}), counts
 
@@ -131,13 +144,14 @@ def embedder(exclude: str | Sequence[str] | None = (), mirrors: str | Path = "da
              datasets: str | Path = "../shared/datasets", per_source: int = PER_SOURCE,
              train: Mapping[str, Any] | None = None, encoder_dir: str | Path = DEFAULT_CACHE,
              batch_size: int = 64, device: str | None = None, name: str | None = None,
-             tool_text: str = TOOL_TEXT) -> SentenceTransformerEmbedder:
+             tool_text: str = TOOL_TEXT,
+             corpora: Sequence[str] = DEFAULT_CORPORA) -> SentenceTransformerEmbedder:
     """The general encoder as an embedder (``embedder=general``), built first when not cached. Its
     ``loads_as`` is the plain config of the checkpoint folder (:func:`tracer.build.build_embedder` keeps it):
     a saved index carries the folder and loads it, building nothing."""
     excluded = _names(exclude)
     folder, _ = build(excluded, mirrors, datasets, per_source, train, encoder_dir, device,
-                      tool_text=tool_text)
+                      tool_text=tool_text, corpora=tuple(corpora))
     name = name or "general-without-" + "+".join(sorted(excluded) or ["none"])
     emb = SentenceTransformerEmbedder(str(folder), batch_size, device, name=name, tool_text=tool_text)
     emb.loads_as = {"_target_": "tracer.encode.embedders.SentenceTransformerEmbedder", "model": str(folder),
@@ -153,12 +167,15 @@ def main() -> None:
     ap.add_argument("--per-source", type=int, default=PER_SOURCE)
     ap.add_argument("--encoder-dir", default=str(DEFAULT_CACHE))
     ap.add_argument("--tool-text", default=TOOL_TEXT, choices=TOOL_TEXTS, help="how tools read to it")
+    ap.add_argument("--corpora", nargs="+", default=list(DEFAULT_CORPORA), choices=list(CORPORA),
+                    help="the public corpora it reads (docs/data.md)")
     a = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder, counts = build(a.exclude, a.mirrors, a.datasets, a.per_source, encoder_dir=a.encoder_dir,
-                           log=print_progress(), tool_text=a.tool_text)
+                           log=print_progress(), tool_text=a.tool_text, corpora=a.corpora)
     info = train_info(folder)
     print(json.dumps({"checkpoint": str(folder), "exclude": a.exclude, "tool_text": a.tool_text,
+                      "corpora": a.corpora,
                       "pairs": counts, "batches": info["batches"], "train_seconds": info["train_seconds"]}))
 
 

@@ -1,0 +1,3 @@
+from tracer.data.corpora import main
+
+main()
