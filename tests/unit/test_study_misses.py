@@ -1,5 +1,6 @@
 """experiments/studies/general_encoder/misses.py: a miss is a prerequisite miss only when a later call of the
-same turn was presented at that step; ceiling.py: recall@j over another run's unseen steps."""
+same turn was presented at that step; ceiling.py: recall@j over another run's unseen steps or its misses
+without the gold among the candidates."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 from builders import traj
 
-from experiments.studies.general_encoder.ceiling import recall_on_unseen
+from experiments.studies.general_encoder.ceiling import recall_on, uncovered_misses, unseen_steps
 from experiments.studies.general_encoder.misses import main, predecessor_slot, prerequisite_misses
 from tracer.eval.metrics import StepRecord
 
@@ -66,5 +67,26 @@ def test_the_ceiling_counts_the_gold_in_the_top_j_over_the_other_runs_unseen_ste
         for r, rank, s in zip(rows, ranks, seen):
             r.gold_rank, r.gold_seen = (rank, None) if run is ranked else (None, s)
         (run / "steps.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
-    assert recall_on_unseen(ranked, holdout, 3) == (2, 4)
-    assert recall_on_unseen(ranked, holdout, 5) == (3, 4)
+    keys = unseen_steps(holdout)
+    assert len(keys) == 4
+    assert recall_on(ranked, keys, 3) == 2
+    assert recall_on(ranked, keys, 5) == 3
+
+
+def test_a_candidate_source_ceiling_counts_only_the_misses_whose_gold_was_no_candidate(tmp_path):
+    ranked, model = tmp_path / "ranked", tmp_path / "model"
+    # the model: a hit, a miss whose gold was a candidate, two misses whose gold was not, one unknown
+    covered = [1.0, 1.0, 0.0, 0.0, None]
+    correct = [True, False, False, False, False]
+    for run in (ranked, model):
+        run.mkdir()
+        rows = [record(i, 0, "g", ["x"]) for i in range(5)]
+        for r, cov, ok, rank in zip(rows, covered, correct, [1, 2, 8, 12, 1]):
+            if run is model:
+                r.correct, r.extra = ok, ({} if cov is None else {"in_candidates": cov})
+            else:
+                r.gold_rank = rank
+        (run / "steps.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    keys = uncovered_misses(model)
+    assert [k[2] for k in keys] == [2, 3]
+    assert recall_on(ranked, keys, 10) == 1 and recall_on(ranked, keys, 12) == 2

@@ -89,7 +89,8 @@ INSTANCES = [
      "golden_function_names": ["share_location", "set_wifi", "get_location", "validate_email",
                                "get_location_status"]},
     # a dependency outside the gold set is not called; a cycle is cut
-    {"user_query": "Loop", "main_golden_function_name": "loop_a", "golden_function_names": ["loop_a", "loop_b"]},
+    {"user_query": "Loop", "main_golden_function_name": "loop_a",
+     "golden_function_names": ["loop_a", "loop_b"]},
     {"user_query": "Where am I?", "main_golden_function_name": "get_location",
      "golden_function_names": ["get_location"]},
 ]
