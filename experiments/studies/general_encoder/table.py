@@ -43,7 +43,10 @@ ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
         # preset/best as committed, and its per-fold fine-tuning started from the general encoder (BFCL)
         "best_minilm", "best_general",
         # preset/cold_start with every log, and three novel slots from the top 4 on each split
-        "cold_start", "cold_start_novel4x3", "cold_start_novel4x3_n10", "cold_start_novel4x3_holdout")
+        "cold_start", "cold_start_novel4x3", "cold_start_novel4x3_n10", "cold_start_novel4x3_holdout",
+        # the zero-shot fusion proposing the candidates (scorer.zero_shot.candidates), tracer_plus and preset
+        "tracer_plus_minilm_zscand_n10", "tracer_plus_minilm_zscand", "tracer_plus_minilm_zscand_holdout",
+        "cold_start_zscand", "cold_start_zscand_n10", "cold_start_zscand_holdout")
 # the preset's own row on each split (its two slots), which the three-slot rows are compared with
 PRESET_ROW = {"": "cold_start", "_n10": "tracer_plus_general_novel3x2_n10",
               "_holdout": "tracer_plus_general_novel3x2_holdout"}
@@ -85,15 +88,19 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
 
 def reference(name: str, r5: dict[str, float]) -> str | None:
     """The run a row is compared with: MiniLM's vector search for the general one and for MiniLM reading
-    parameters; preset/best for its general start; the cold-start preset for its three-slot rows; the
-    default corpora for the rows with NESTFUL and ToolLinkOS added; for
+    parameters; preset/best for its general start; the cold-start preset for its three-slot and zscand
+    rows; the default corpora for the rows with NESTFUL and ToolLinkOS added; tracer_plus for its zscand
+    rows; for
     tracer_plus and the preset the best of its inputs (vector search with its embedder, BM25) by recall@5."""
     if name == "best_general":
         return "best_minilm"
     if "_chains" in name:  # the same row with the default corpora
         return name.replace("_chains", "")
-    if name.startswith("cold_start_novel4x3"):
-        return PRESET_ROW[name.removeprefix("cold_start_novel4x3")]
+    for variant in ("cold_start_novel4x3", "cold_start_zscand"):
+        if name.startswith(variant):
+            return PRESET_ROW[name.removeprefix(variant)]
+    if "_zscand" in name:  # the same row with the vector ranking's candidates
+        return name.replace("_zscand", "")
     split = "_holdout" if name.endswith("_holdout") else ""  # compared within its own split
     if name in (f"vector_general{split}", f"vector_minilm_params{split}"):
         return f"vector_minilm{split}"

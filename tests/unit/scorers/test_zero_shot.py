@@ -254,3 +254,33 @@ def test_two_novel_slots_take_the_last_two_places_live_as_batched(tiny_registry,
     assert live == presented
     with pytest.raises(ValueError, match="zero_shot.slots"):
         ZeroShot("hybrid", novel=2, slots=0)
+
+
+@pytest.mark.parametrize("index", ["exact", "hnsw"])
+def test_the_zero_shot_ranking_proposes_the_candidates_when_asked_live_as_batched(tiny_registry,
+                                                                                 keyword_embedder, index):
+    """``zero_shot.candidates``: the fusion's top m, not the vector ranking's, join the tries' children. The
+    vector ranking's top 2 for "what is the forecast" misses get_weather; BM25 reads "forecast" in its
+    description and the fusion ranks it second. Over an approximate index the fusion ranks what the index
+    retrieved and BM25's leaders; the live step presents as the batched one either way."""
+    exact = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    res = exact if index == "exact" else replace(exact, tool_index=ToolIndex(
+        exact.tool_index.names, torch.from_numpy(exact.tool_index.vectors), "HNSW16,Flat", ann_k=3,
+        ef_search=8))
+    steps = extract_all([one_call("g", "what is the forecast", "get_weather"), *UNIQUE])
+    covered = {}
+    for candidates in (False, True):
+        scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=2, query_context=CONTEXT,
+                              memory_context=CONTEXT, head=FAST,
+                              zero_shot={"kind": "hybrid", "guard": False, "candidates": candidates})
+        scorer.fit(FLIGHTS, res)
+        assert not scorer.zero_shot_only and scorer.config()["zero_shot"]["candidates"] is candidates
+        scores = scorer.score(steps)
+        covered[candidates] = scores.diagnostics["in_candidates"][0].item()
+        presented = finalize(scores, 3, scorer.pad).presented
+        contexts = scorer.embed(steps)
+        live = [scorer.select_one(s, tuple(c[i:i + 1] for c in contexts), 3) for i, s in enumerate(steps)]
+        assert live == presented
+    assert covered == {False: 0.0, True: 1.0}
+    with pytest.raises(TypeError, match="zero_shot.candidates must be a bool"):
+        ZeroShot("hybrid", candidates="yes")

@@ -110,17 +110,19 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
 
 
 def clean_fold_view(res: Resources, steps: Sequence[Step],
-                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]]) -> FoldView | None:
+                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]],
+                    rank: Callable[[Resources, torch.Tensor], torch.Tensor] = lambda r, vec: vec
+                    ) -> FoldView | None:
     """The :data:`FoldView` of a fine-tuned encoder (``res.without`` set), else None. ``embed(r)`` is the
     scorer's ``(memory, query)`` contexts of ``steps`` under ``r``; the vector scores come from ``r``'s tool
-    index."""
+    index, and ``rank(r, vec)`` makes them the candidates' ranking (``zero_shot.candidates``)."""
     if res.without is None:
         return None
 
     def view(held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r = res.without(frozenset(steps[i].group for i in held.tolist()))
         mem, q = embed(r)                                                                   # [S, d] each
-        return mem, fallback_scores(r, q)                                                   # [S, N]
+        return mem, rank(r, fallback_scores(r, q))                                          # [S, N]
     return view
 
 

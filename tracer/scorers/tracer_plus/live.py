@@ -33,10 +33,14 @@ class LiveStep:
             f = n_features(len(self.tries))
             return (OneCandidates(np.zeros(0, np.int64), np.zeros((0, f), np.float32),
                                   np.zeros(len(self.tries), bool), -1, order), np.zeros(0, np.float32), vec)
+        zs = (self.zero.scores([step], vec[None], self.res, self.query_rendering)           # [1, N]
+              if self.zero.novel or self.zero.candidates else None)
+        if self.zero.candidates:  # the candidates' ranking, as batched (over an ANN: the tools it ranks)
+            vec = zs[0]
+            order = None if order is None else retrieved_order(vec)
         one = candidates_one(self.index, step, mem, vec, self.m, order)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         if self.zero.novel:  # the k-th slot's claimants, as batched
-            zs = self.zero.scores([step], vec[None], self.res, self.query_rendering)       # [1, N]
             one.reserve = self.zero.reserve(zs, self.never_called)[0]
         return one, s, vec
 

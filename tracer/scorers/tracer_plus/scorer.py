@@ -130,9 +130,11 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         gold = res.tool_ids([s.gold for s in steps])                            # [S]
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
-        inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
-                        res.registry.names, res.device, seed=inner_seed(seed, 0),
-                        fold_view=clean_fold_view(res, steps, lambda r: self.embed(steps, r)),
+        rank = partial(self.zero.candidate_scores, steps, rendering=self.query_rendering)  # (vec, res) [S, N]
+        inner = partial(inner_fold_candidates, steps, gold, mem, rank(vec, res=res), self.keys, self.m,
+                        self.eps, res.registry.names, res.device, seed=inner_seed(seed, 0),
+                        fold_view=clean_fold_view(res, steps, lambda r: self.embed(steps, r),
+                                                  lambda r, v: rank(v, res=r)),
                         approximate=not res.tool_index.exact)
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
@@ -230,11 +232,12 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         query = mem if query is None else query
         n = len(self.res.registry)
         vec = fallback_scores(self.res, query)                                  # [B, N]
+        zero = (self.zero.scores(steps, vec.numpy(), self.res, self.query_rendering)
+                if self.zero_shot_only or self.zero.novel or self.zero.candidates else None)     # [B, N]
+        vec = torch.from_numpy(zero).to(vec.device) if self.zero.candidates else vec  # the candidates' order
         cand = self.candidates(steps, mem, vec)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
         has = cand.mask.any(1)                                                  # [B]
-        zero = (self.zero.scores(steps, vec.numpy(), self.res, self.query_rendering)
-                if self.zero_shot_only or self.zero.novel else None)                            # [B, N]
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
             fallback=torch.from_numpy(zero) if self.zero_shot_only else vec,

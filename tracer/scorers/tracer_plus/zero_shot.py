@@ -40,6 +40,12 @@ earlier call, or earlier turns' calls too, crowded out new tools on BFCL when tr
 *Dataflow* (``dataflow: true``). After a lookup (``find_user_id_by_email``), the tools of its toolkit that
 take what it looked up through an identifier parameter (``get_user_details(user_id)``) are one more ranking
 of the fusion, by vector score (:mod:`tracer.scorers.tracer_plus.dataflow`, read from the schemas alone).
+
+*As the candidates' ranking* (``candidates: true``). Where the model serves, its candidates are the tries'
+children and the top m of a ranking that needs no logs, whose score, log rank and top-m flag are three of its
+features (``vec_cos``, ``vec_rank``, ``vec_top``) and whose order pads the presented set: the vector ranking,
+or with ``candidates`` on this fusion, so that BM25, the toolkit, the previous call and what a lookup feeds
+propose candidates and the model learns their weight (off: every committed row is the vector ranking's).
 """
 
 from __future__ import annotations
@@ -173,14 +179,17 @@ class ZeroShot:
             fusion of the vector ranking and this one).
         calls: move the turn's previous call up to second place.
         dataflow: fuse the ranking of the tools taking what the last call looked up.
+        candidates: this ranking, not the vector one, proposes the model's top-m candidates, gives their
+            vector features and pads (module docstring).
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
                  rrf_k: int = 60, novel: int = 0, slots: int = 1, toolkit: bool = False,
-                 calls: bool = False, dataflow: bool = False):
+                 calls: bool = False, dataflow: bool = False, candidates: bool = False):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
-        for flag, value in (("toolkit", toolkit), ("calls", calls), ("dataflow", dataflow)):
+        for flag, value in (("toolkit", toolkit), ("calls", calls), ("dataflow", dataflow),
+                            ("candidates", candidates)):
             if not isinstance(value, bool):
                 raise TypeError(f"zero_shot.{flag} must be a bool, got {value!r}")
         if isinstance(novel, bool) or not isinstance(novel, int) or novel < 0:
@@ -190,6 +199,7 @@ class ZeroShot:
         self.kind, self.guard, self.k, self.rrf_k, self.novel = kind, bool(guard), int(k), int(rrf_k), novel
         self.bm25_cfg = dict(bm25 or {"k1": 1.5, "b": 0.75})
         self.toolkit, self.calls, self.slots, self.dataflow = toolkit, calls, slots, dataflow
+        self.candidates = candidates
         self._lexical = None  # (registry, BM25Scorer), built on first use
         self._kits = None  # (registry, toolkits(registry)), built on first use
         self._flow = None  # (registry, Dataflow(registry)), built on first use
@@ -201,7 +211,7 @@ class ZeroShot:
     def config(self) -> dict:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
                 "rrf_k": self.rrf_k, "novel": self.novel, "slots": self.slots, "toolkit": self.toolkit,
-                "calls": self.calls, "dataflow": self.dataflow}
+                "calls": self.calls, "dataflow": self.dataflow, "candidates": self.candidates}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
@@ -236,6 +246,13 @@ class ZeroShot:
                 self._flow = (res.registry, Dataflow(res.registry))
             fused = fused + dataflow_rrf(steps, vec, res.registry, self._flow[1], self.rrf_k)
         return second_place(fused, steps, vec, res.registry) if self.calls else fused
+
+    def candidate_scores(self, steps: Sequence[Step], vec: torch.Tensor, res, rendering) -> torch.Tensor:
+        """``[B, N]`` the scores of the ranking that proposes the model's top-m candidates: the vector scores
+        ``vec [B, N]``, or with ``candidates`` on :meth:`scores` (float32, on ``vec``'s device)."""
+        if not self.candidates:
+            return vec
+        return torch.from_numpy(self.scores(steps, vec.cpu().numpy(), res, rendering)).to(vec.device)
 
     def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its
