@@ -48,7 +48,8 @@ FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at
 
 
 # tracer_plus with the last two of the five slots for never-called tools of its zero-shot top 3
-VARIANTS = {"tracer_plus_novel3x2": {"zero_shot": {"novel": 3, "slots": 2}}}
+VARIANTS = {"tracer_plus_novel3x2": {"zero_shot": {"novel": 3, "slots": 2}},
+            "tracer_plus_zscand": {"zero_shot": {"candidates": True}}}
 # scorers over an embedder of their own, composed as evaluate.py composes these overrides
 COMPOSED = {"cold_start": ["experiment=preset/cold_start"],
             "vector_general": ["scorer=vector", "embedder=general"]}

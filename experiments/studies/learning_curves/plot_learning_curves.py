@@ -23,10 +23,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
-ORDER = ("tracer_plus", "tracer_plus_novel3x2", "tracer_plus_transfer", "cold_start", "tracer", "autotool",
-         "toolnet", "hybrid", "vector", "vector_general", "bm25")
+ORDER = ("tracer_plus", "tracer_plus_novel3x2", "tracer_plus_zscand", "tracer_plus_transfer", "cold_start",
+         "tracer", "autotool", "toolnet", "hybrid", "vector", "vector_general", "bm25")
 # checked against their inputs (the vector search over their encoder, BM25) and rivals
 INPUTS = {"tracer_plus": ("vector", "bm25"), "tracer_plus_novel3x2": ("vector", "bm25"),
+          "tracer_plus_zscand": ("vector", "bm25"),
           "tracer_plus_transfer": ("vector", "bm25"), "cold_start": ("vector_general", "bm25")}
 PLUS = tuple(INPUTS)
 
