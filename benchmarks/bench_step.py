@@ -5,6 +5,7 @@ path.
         [--k 5]
         [--members 10]      # also tracer_plus with the best preset's candidate model, the mean of 10 MLPs
         [--novel]           # also tracer_plus with the cold-start preset's two novel slots
+        [--zs-candidates]   # also tracer_plus with the zero-shot fusion proposing its candidates
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
 (through ``.cache/embeddings``). For each scorer and step, thread CPU time (one torch and one BLAS
@@ -43,6 +44,8 @@ def main() -> None:
                     help="also tracer_plus with model: mlp and head.members N (0: not)")
     ap.add_argument("--novel", action="store_true",
                     help="also tracer_plus with preset/cold_start's novel slots")
+    ap.add_argument("--zs-candidates", action="store_true",
+                    help="also tracer_plus with zero_shot.candidates (the fusion proposes the candidates)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
@@ -59,6 +62,8 @@ def main() -> None:
     if a.novel:
         zero = plain(load_preset("cold_start")["scorer"]["zero_shot"])
         runs.append((f"tracer_plus, novel slots {zero['novel']}x{zero['slots']}", {"zero_shot": zero}))
+    if a.zs_candidates:
+        runs.append(("tracer_plus, zero-shot candidates", {"zero_shot": {"candidates": True}}))
     for name, overrides in runs:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)
