@@ -44,9 +44,13 @@ Global features, defined for every candidate:
 - ``history`` group: ``hist_count`` = log(1 + times t was called earlier in the conversation),
   ``in_turn`` = 1 if t was called earlier in this turn, ``is_last`` = 1 if t is the previous call.
 
+With ``zero_shot.candidates`` (:mod:`tracer.scorers.tracer_plus.zero_shot`) the zero-shot fusion's top m
+join the candidates too, and a ``fusion`` group closes each row: ``zs_score`` (the fused score), ``zs_rank``
+(log of the 1-based rank in the fusion) and ``zs_top`` (1 if that rank is at most m).
+
 Feature groups (for ``features.drop``): ``member``, ``log_p``, ``log_r``, ``edge_cos``,
-``state`` (log_visits, log_children and every product with them), ``vector``, ``tool`` and
-``history``; a product belongs to both factors' groups and goes when either is dropped.
+``state`` (log_visits, log_children and every product with them), ``vector``, ``tool``, ``history``
+and ``fusion``; a product belongs to both factors' groups and goes when either is dropped.
 
 Arithmetic (one definition for the batched path, torch on any device, and the single-step path,
 numpy on the CPU): priors and cosines come from :meth:`ExecutionTrie.gather` /
@@ -75,19 +79,23 @@ VECTOR_FEATURES = ("vec_cos", "vec_rank", "vec_top")
 TOOL_FEATURES = ("tool_log_freq", "tool_cos")
 HISTORY_FEATURES = ("hist_count", "in_turn", "is_last")
 GLOBAL_FEATURES = VECTOR_FEATURES + TOOL_FEATURES + HISTORY_FEATURES
-GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history")
+# the zero-shot fusion's score, log rank and top-m flag (zero_shot.candidates: after the global features)
+FUSION_FEATURES = ("zs_score", "zs_rank", "zs_top")
+GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history", "fusion")
 NEUTRAL = {"member": 0.0, "log_p": 0.0, "log_r": 0.0, "edge_cos": 0.0}
 _STATE = ("log_visits", "log_children")
 
 
-def feature_names(keys: Sequence[StateKey]) -> tuple[str, ...]:
-    return tuple(f"{k.label}.{f}" for k in keys for f in KEY_FEATURES) + GLOBAL_FEATURES
+def feature_names(keys: Sequence[StateKey], fusion: bool = False) -> tuple[str, ...]:
+    return (tuple(f"{k.label}.{f}" for k in keys for f in KEY_FEATURES) + GLOBAL_FEATURES
+            + (FUSION_FEATURES if fusion else ()))
 
 
 def feature_groups(name: str) -> set[str]:
     """The groups a feature belongs to (``features.drop`` removes a feature when any of them is dropped)."""
     base = name.rsplit(".", 1)[-1]
-    for group, names in (("vector", VECTOR_FEATURES), ("tool", TOOL_FEATURES), ("history", HISTORY_FEATURES)):
+    for group, names in (("vector", VECTOR_FEATURES), ("tool", TOOL_FEATURES), ("history", HISTORY_FEATURES),
+                         ("fusion", FUSION_FEATURES)):
         if base in names:
             return {group}
     return {"state" if part in _STATE else part for part in base.split("*")}
@@ -98,9 +106,9 @@ def keep_mask(names: Sequence[str], drop: Sequence[str]) -> torch.Tensor:
     return standardise.keep_mask(names, drop, GROUPS, feature_groups)
 
 
-def n_features(n_keys: int) -> int:
-    """F: the width of a feature row with ``n_keys`` keys."""
-    return n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES)
+def n_features(n_keys: int, fusion: bool = False) -> int:
+    """F: the width of a feature row with ``n_keys`` keys (and the fusion's features)."""
+    return n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES) + (len(FUSION_FEATURES) if fusion else 0)
 
 
 @dataclass
@@ -143,8 +151,17 @@ def _history_counts(idx: PlusIndex, steps: Sequence[Step], n: int, device) -> tu
     return tuple(x[:, :n].to(device) for x in (torch.log1p(count.double()).float(), turn, last))
 
 
+def _ranks(scores: torch.Tensor) -> torch.Tensor:
+    """``[B, N]`` 1-based ranks of ``scores [B, N]``: a stable descending sort, ties by registry position (as
+    :func:`tracer.scoring.ranking.rank`)."""
+    b, n = scores.shape
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices               # [B, N]
+    ones = torch.arange(1, n + 1, device=scores.device).expand(b, n)
+    return torch.empty_like(order).scatter_(1, order, ones)
+
+
 def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec: torch.Tensor,
-               m: int) -> Candidates:
+               m: int, zs: torch.Tensor | None = None) -> Candidates:
     """Candidates and raw features of a batch (see the module docstring).
 
     Args:
@@ -153,22 +170,24 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         mem_ctx: ``[B, d]`` contexts under the memory rendering (edge and tool cosines).
         vec: ``[B, N]`` float32 vector scores of the registry under the query rendering.
         m: how many of the vector ranking's top tools join the candidates.
+        zs: ``[B, N]`` the zero-shot fusion's scores (``zero_shot.candidates``): its top m join the candidates
+            too, and its score, log rank and top-m flag are three more features; None: neither.
     """
     tries, tables = idx.tries, idx.tables
     device = tries[0].device if tries else vec.device
     vec = vec.to(device)
     b, n = vec.shape
     cbs = [t.gather(t.lookup(steps), mem_ctx) for t in tries]
-    # vector ranks: stable descending sort, ties by registry position (as tracer.scoring.ranking.rank)
-    order = torch.sort(vec, dim=1, descending=True, stable=True).indices                 # [B, N]
-    # [B, N]
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(1, n + 1, device=device).expand(b, n))
+    rank = _ranks(vec)                                                                    # [B, N]
+    zrank = _ranks(zs.to(device)) if zs is not None else None                             # [B, N]
     is_cand = torch.zeros(b, n + 1, dtype=torch.bool, device=device)                     # column n: dump
     for cb in cbs:
         is_cand.scatter_(1, torch.where(cb.mask, cb.tool, n), True)
     is_cand = is_cand[:, :n]
     if m > 0:
         is_cand |= rank <= m
+        if zrank is not None:
+            is_cand |= zrank <= m
     n_cand = is_cand.sum(1)                                                               # [B]
     width = max(int(n_cand.max()) if b else 0, 1)
     # candidate ids ascending: a stable sort puts the True columns first, in registry order
@@ -179,7 +198,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)
     pos.scatter_(1, torch.where(mask, tool, n), torch.arange(width, device=device).expand(b, width).clone())
     # [B, C+1, F], dump column
-    feats = torch.zeros(b, width + 1, n_features(len(tries)), dtype=torch.float32, device=device)
+    feats = torch.zeros(b, width + 1, n_features(len(tries), zs is not None), dtype=torch.float32,
+                        device=device)
     rows = torch.arange(b, device=device)[:, None]
     in_state = torch.zeros(b, len(tries), dtype=torch.bool, device=device)
     zero = torch.zeros(b, device=device)
@@ -214,6 +234,11 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     feats[:, :, g + 4] = tool_cos.float().gather(1, tool)
     for f, h in enumerate(_history_counts(idx, steps, n, device)):
         feats[:, :, g + 5 + f] = h.gather(1, tool)
+    if zrank is not None:
+        z_rank = zrank.gather(1, tool)                                                    # [B, C]
+        feats[:, :, g + 8] = zs.to(device).gather(1, tool)
+        feats[:, :, g + 9] = torch.from_numpy(idx.log_ranks).to(device)[z_rank - 1]
+        feats[:, :, g + 10] = (z_rank <= m).float()
     feats = torch.where(mask[:, :, None], feats, 0.0)
     depth = cbs[0].depth if cbs else torch.full((b,), -1, dtype=torch.long, device=device)
     return Candidates(tool=tool, mask=mask, feats=feats, in_state=in_state, depth=depth)

@@ -74,7 +74,9 @@ def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: to
 def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor,
                           vec: torch.Tensor, keys, m: int, eps: float, names: Sequence[str], device,
                           inner_folds: int = 5, seed: int = 0, fold_view: FoldView | None = None,
-                          approximate: bool = False) -> CandidateData:
+                          approximate: bool = False,
+                          fusion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+                          ) -> CandidateData:
     """Candidates of every training step, each scored by tries built from the other inner folds only.
 
     ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
@@ -82,10 +84,12 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
     ``fold_view(held)``, when given, returns ``(mem_ctx, vec)`` of every step under an encoder that never
     saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold).
     ``approximate``: ``vec`` comes from an approximate tool index (:func:`candidates_rows`).
+    ``fusion(held, vec_held)``: the zero-shot fusion's scores ``[h, N]`` of the held rows from their vector
+    scores (``zero_shot.candidates``: its top m join the candidates, with its features).
     """
     groups = sorted({s.group for s in steps})
     if len(groups) < 2:  # nothing to hold out: no training data
-        n_feat = len(feature_names(keys))
+        n_feat = len(feature_names(keys, fusion is not None))
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
                              torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
     views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -102,7 +106,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
     def score(idx: PlusIndex, held: torch.Tensor, f: int) -> CandidateData:
         mem, v = views.pop(f, (mem_ctx, vec))
         make = candidates_rows if approximate else candidates
-        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m)
+        zs = None if fusion is None else fusion(held, v[held])                            # [h, N]
+        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
                              torch.full((len(held),), f))
 
@@ -110,19 +115,17 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
 
 
 def clean_fold_view(res: Resources, steps: Sequence[Step],
-                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]],
-                    rank: Callable[[Resources, torch.Tensor], torch.Tensor] = lambda r, vec: vec
-                    ) -> FoldView | None:
+                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]]) -> FoldView | None:
     """The :data:`FoldView` of a fine-tuned encoder (``res.without`` set), else None. ``embed(r)`` is the
     scorer's ``(memory, query)`` contexts of ``steps`` under ``r``; the vector scores come from ``r``'s tool
-    index, and ``rank(r, vec)`` makes them the candidates' ranking (``zero_shot.candidates``)."""
+    index."""
     if res.without is None:
         return None
 
     def view(held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r = res.without(frozenset(steps[i].group for i in held.tolist()))
         mem, q = embed(r)                                                                   # [S, d] each
-        return mem, rank(r, fallback_scores(r, q))                                          # [S, N]
+        return mem, fallback_scores(r, q)                                                   # [S, N]
     return view
 
 

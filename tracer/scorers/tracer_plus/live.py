@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.core.types import Step
-from tracer.scorers.tracer_plus.features import n_features
 from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one, retrieved_order
 from tracer.scoring.protocol import Contexts
 from tracer.scoring.ranking import reserved
@@ -30,15 +29,13 @@ class LiveStep:
                 # over an approximate index only the fused tools are finite: their order, no registry sort
                 order = None if order is None else retrieved_order(vec)
             order = np.argsort(-vec, kind="stable") if order is None else order
-            f = n_features(len(self.tries))
+            f = len(self.feature_names)
             return (OneCandidates(np.zeros(0, np.int64), np.zeros((0, f), np.float32),
                                   np.zeros(len(self.tries), bool), -1, order), np.zeros(0, np.float32), vec)
         zs = (self.zero.scores([step], vec[None], self.res, self.query_rendering)           # [1, N]
               if self.zero.novel or self.zero.candidates else None)
-        if self.zero.candidates:  # the candidates' ranking, as batched (over an ANN: the tools it ranks)
-            vec = zs[0]
-            order = None if order is None else retrieved_order(vec)
-        one = candidates_one(self.index, step, mem, vec, self.m, order)
+        fused = zs[0] if self.zero.candidates else None                                      # [N]
+        one = candidates_one(self.index, step, mem, vec, self.m, order, fused)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         if self.zero.novel:  # the k-th slot's claimants, as batched
             one.reserve = self.zero.reserve(zs, self.never_called)[0]

@@ -98,7 +98,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         self.rendering = self.memory_rendering  # the step's context as compared with the edge memories
         self.drop, self.model_kind, self.head_cfg = (tuple((features or {}).get("drop") or ()), model,
                                                      dict(head))
-        self.feature_names = feature_names(self.keys)
+        self.feature_names = feature_names(self.keys, self.zero.candidates)
         self.keep = keep_mask(self.feature_names, self.drop)
         check_model(model, self.members)
         self.res: Resources | None = None
@@ -130,12 +130,12 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         gold = res.tool_ids([s.gold for s in steps])                            # [S]
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
-        rank = partial(self.zero.candidate_scores, steps, rendering=self.query_rendering)  # (vec, res) [S, N]
-        inner = partial(inner_fold_candidates, steps, gold, mem, rank(vec, res=res), self.keys, self.m,
-                        self.eps, res.registry.names, res.device, seed=inner_seed(seed, 0),
-                        fold_view=clean_fold_view(res, steps, lambda r: self.embed(steps, r),
-                                                  lambda r, v: rank(v, res=r)),
-                        approximate=not res.tool_index.exact)
+        fusion = (lambda held, v: torch.from_numpy(self.zero.scores(                  # (held rows, [h, N])
+            [steps[i] for i in held.tolist()], v.cpu().numpy(), res, self.query_rendering)).to(v.device))
+        inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
+                        res.registry.names, res.device, seed=inner_seed(seed, 0),
+                        fold_view=clean_fold_view(res, steps, lambda r: self.embed(steps, r)),
+                        approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None)
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
                                                      int(cfg["hidden"]), self.members), {})
@@ -220,9 +220,10 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                                "or load()")
 
     # ---- scoring (batched) -------------------------------------------------------------------
-    def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor) -> Candidates:
+    def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor,
+                   zs: torch.Tensor | None = None) -> Candidates:
         make = candidates if self.res.tool_index.exact else candidates_rows  # an ANN: what it retrieved
-        return make(self.index, list(steps), mem, vec, self.m)
+        return make(self.index, list(steps), mem, vec, self.m, zs)
 
     def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor,
                        query: torch.Tensor | None = None) -> Scores:
@@ -234,8 +235,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         vec = fallback_scores(self.res, query)                                  # [B, N]
         zero = (self.zero.scores(steps, vec.numpy(), self.res, self.query_rendering)
                 if self.zero_shot_only or self.zero.novel or self.zero.candidates else None)     # [B, N]
-        vec = torch.from_numpy(zero).to(vec.device) if self.zero.candidates else vec  # the candidates' order
-        cand = self.candidates(steps, mem, vec)
+        cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
         has = cand.mask.any(1)                                                  # [B]
         return Scores(

@@ -38,8 +38,22 @@ def retrieved_order(vec: np.ndarray) -> np.ndarray:
     return ids[np.lexsort((ids, -vec[ids]))]
 
 
+def _fusion_rank(zs: np.ndarray, approx: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(rank [N] int64, score [N] float32)`` of the zero-shot fusion ``zs [N]``: ranks of a stable
+    descending sort; over an approximate index the fused tools in order, every other one rank T + 1 with the
+    lowest fused score (as a candidate the index did not retrieve gets for the vector features)."""
+    rank = np.empty(len(zs), dtype=np.int64)
+    if not approx:
+        rank[np.argsort(-zs, kind="stable")] = np.arange(1, len(zs) + 1)
+        return rank, zs
+    fused = retrieved_order(zs)
+    rank[:] = len(fused) + 1
+    rank[fused] = np.arange(1, len(fused) + 1)
+    return rank, np.where(np.isfinite(zs), zs, zs[fused[-1]] if len(fused) else np.float32(0))
+
+
 def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int,
-                   order: np.ndarray | None = None) -> OneCandidates:
+                   order: np.ndarray | None = None, zs: np.ndarray | None = None) -> OneCandidates:
     """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit.
 
     With ``order`` (the tools an approximate index retrieved, best first; ``vec`` is ``-inf`` for the
@@ -47,7 +61,8 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     (a trie child) gets rank T + 1 and the lowest retrieved cosine as its ``vec_cos`` (as far as the index
     knows, it scores at most that), the tool-memory cosine is taken for the candidates alone. This is the
     definition for approximate indexes; the batched path is this function row by row
-    (:func:`candidates_rows`).
+    (:func:`candidates_rows`). ``zs [N]``: the zero-shot fusion (``zero_shot.candidates``), whose top m join
+    the candidates and give the fusion's three features.
     """
     tries, tables = idx.tries, idx.tables
     n = len(vec)
@@ -64,11 +79,14 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     for ch in kids:
         is_cand[ch.tool] = True
     is_cand[order[:max(m, 0)]] = True
+    if zs is not None:
+        z_rank, z_score = _fusion_rank(zs, approx)
+        is_cand[z_rank <= m] = True
     tool = np.flatnonzero(is_cand)                                                       # [C] ascending
     col_of = np.empty(n, dtype=np.int64)
     col_of[tool] = np.arange(len(tool))
     n_key = len(KEY_FEATURES)
-    feats = np.zeros((len(tool), n_features(len(tries))), dtype=np.float32)
+    feats = np.zeros((len(tool), n_features(len(tries), zs is not None)), dtype=np.float32)
     for j, (ch, tab) in enumerate(zip(kids, tables)):
         base = j * n_key
         lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
@@ -112,19 +130,25 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
             last = get(step.history[-1])
             if last is not None and is_cand[last]:
                 feats[col_of[last], g + 7] = 1
+    if zs is not None:
+        feats[:, g + 8] = z_score[tool]
+        feats[:, g + 9] = idx.log_ranks[z_rank[tool] - 1]
+        feats[:, g + 10] = z_rank[tool] <= m
     depth = len(states[0]) if kids and kids[0].node >= 0 else -1
     return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)
 
 
-def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int
-                    ) -> Candidates:
+def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int,
+                    zs: torch.Tensor | None = None) -> Candidates:
     """:func:`candidates` for an approximate index: :func:`candidates_one` row by row (``vec [B, N]`` with
     ``-inf`` for the tools not retrieved), stacked and padded; the live path's numbers by construction."""
     mem = mem_ctx.detach().cpu().numpy()                                                 # [B, d]
     v = vec.detach().cpu().numpy()                                                       # [B, N]
-    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i])) for i, s in enumerate(steps)]
+    z = None if zs is None else zs.detach().cpu().numpy()                                # [B, N]
+    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i]), None if z is None else z[i])
+            for i, s in enumerate(steps)]
     width = max([len(o.tool) for o in ones] + [1])
-    b, f = len(ones), n_features(len(idx.tries))
+    b, f = len(ones), n_features(len(idx.tries), zs is not None)
     tool = np.zeros((b, width), dtype=np.int64)
     mask = np.zeros((b, width), dtype=bool)
     feats = np.zeros((b, width, f), dtype=np.float32)

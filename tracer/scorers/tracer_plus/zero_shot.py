@@ -41,11 +41,11 @@ earlier call, or earlier turns' calls too, crowded out new tools on BFCL when tr
 take what it looked up through an identifier parameter (``get_user_details(user_id)``) are one more ranking
 of the fusion, by vector score (:mod:`tracer.scorers.tracer_plus.dataflow`, read from the schemas alone).
 
-*As the candidates' ranking* (``candidates: true``). Where the model serves, its candidates are the tries'
-children and the top m of a ranking that needs no logs, whose score, log rank and top-m flag are three of its
-features (``vec_cos``, ``vec_rank``, ``vec_top``) and whose order pads the presented set: the vector ranking,
-or with ``candidates`` on this fusion, so that BM25, the toolkit, the previous call and what a lookup feeds
-propose candidates and the model learns their weight (off: every committed row is the vector ranking's).
+*Candidates* (``candidates: true``). Where the model serves, its candidates are the tries' children and the
+vector ranking's top m, each with the vector score, log rank and top-m flag as features. With ``candidates``
+on, this fusion's top m join them and its score, log rank and top-m flag are three more features (group
+``fusion``), so that BM25, the toolkit, the previous call and what a lookup feeds propose candidates and the
+model learns their weight (off by default: every committed row is without).
 """
 
 from __future__ import annotations
@@ -179,8 +179,8 @@ class ZeroShot:
             fusion of the vector ranking and this one).
         calls: move the turn's previous call up to second place.
         dataflow: fuse the ranking of the tools taking what the last call looked up.
-        candidates: this ranking, not the vector one, proposes the model's top-m candidates, gives their
-            vector features and pads (module docstring).
+        candidates: this ranking's top m join the model's candidates, its score, rank and top-m flag its
+            features (module docstring).
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
@@ -246,13 +246,6 @@ class ZeroShot:
                 self._flow = (res.registry, Dataflow(res.registry))
             fused = fused + dataflow_rrf(steps, vec, res.registry, self._flow[1], self.rrf_k)
         return second_place(fused, steps, vec, res.registry) if self.calls else fused
-
-    def candidate_scores(self, steps: Sequence[Step], vec: torch.Tensor, res, rendering) -> torch.Tensor:
-        """``[B, N]`` the scores of the ranking that proposes the model's top-m candidates: the vector scores
-        ``vec [B, N]``, or with ``candidates`` on :meth:`scores` (float32, on ``vec``'s device)."""
-        if not self.candidates:
-            return vec
-        return torch.from_numpy(self.scores(steps, vec.cpu().numpy(), res, rendering)).to(vec.device)
 
     def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its
