@@ -4,7 +4,7 @@ path.
     OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.bench_step [--scorers tracer_fixed tracer tracer_plus] \
         [--k 5]
         [--members 10]      # also tracer_plus with the best preset's candidate model, the mean of 10 MLPs
-        [--novel]           # also tracer_plus with the cold-start preset's two novel slots
+        [--novel]           # also tracer_plus with the cold-start preset's zero-shot settings
         [--zs-candidates]   # also tracer_plus with the zero-shot fusion proposing its candidates
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
@@ -43,9 +43,9 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=0,
                     help="also tracer_plus with model: mlp and head.members N (0: not)")
     ap.add_argument("--novel", action="store_true",
-                    help="also tracer_plus with preset/cold_start's novel slots")
+                    help="also tracer_plus with preset/cold_start's zero_shot settings")
     ap.add_argument("--zs-candidates", action="store_true",
-                    help="also tracer_plus with zero_shot.candidates (the fusion proposes the candidates)")
+                    help="also tracer_plus with zero_shot.candidates (the fusion among the candidates)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
@@ -61,7 +61,8 @@ def main() -> None:
         runs.append((f"tracer_plus, {a.members} MLPs", {"model": "mlp", "head": {"members": a.members}}))
     if a.novel:
         zero = plain(load_preset("cold_start")["scorer"]["zero_shot"])
-        runs.append((f"tracer_plus, novel slots {zero['novel']}x{zero['slots']}", {"zero_shot": zero}))
+        runs.append((f"tracer_plus, novel slots {zero['novel']}x{zero['slots']}"
+                     + (", fusion candidates" if zero.get("candidates") else ""), {"zero_shot": zero}))
     if a.zs_candidates:
         runs.append(("tracer_plus, zero-shot candidates", {"zero_shot": {"candidates": True}}))
     for name, overrides in runs:

@@ -68,8 +68,8 @@ ENCODERS = {"minilm": ("MiniLM zero-shot (torch)", "MiniLM torch"),
             "mnrl_l3_query_distill_int8": (
                 "3-layer query student, contexts distilled, ONNX int8, tools by the 6-layer encoder",
                 "3-layer fine-tuned ONNX int8"),
-            # the general encoder (MiniLM's graph, nothing trained per fold) with the two novel slots
-            "general_novel3x2": ("general encoder, novel slots (`preset/cold_start`)", "MiniLM torch"),
+            # the general encoder (MiniLM's graph, nothing trained per fold), the novel slots, the fusion
+            "general_cold_start": ("general encoder (`preset/cold_start`)", "MiniLM torch"),
             "static_mnrl": ("static m2v trained per fold", "trained static m2v"),
             "static_mnrl_inner": ("static m2v trained per fold, clean inner folds", "trained static m2v"),
             # the same table shape, so the same latency row

@@ -43,7 +43,7 @@ DEFAULT_PARTS = ("table", "ablation")
 # a preset -> its committed run in results/encoders/bfcl/ (experiments/reproduce/results_encoders.sh)
 PRESET_RUNS = {"best": "mnrl_mlp10_tracer_plus", "cascade": "cascade_cascade",
                "fast": "mnrl_l3_cut_int8_tracer_plus", "fastest": "static_mnrl_ctx05_inner_tracer_plus",
-               "zero_shot": "minilm_tracer_plus", "cold_start": "general_novel3x2_tracer_plus"}
+               "zero_shot": "minilm_tracer_plus", "cold_start": "general_cold_start_tracer_plus"}
 QUALITY = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens",
            "cic_reduction", "out_of_trie_rate", "fallback_rate", "recall_out_of_trie")
 IDENTITY = ("dataset", "registry_size", "scorer", "k", "regime", "n_steps")

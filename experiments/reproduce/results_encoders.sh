@@ -53,11 +53,11 @@ for ds in ${DATASETS:-bfcl tau2 apibank}; do
   done
 done
 # the cold-start preset (experiment=preset/cold_start: the general encoder built without the dataset, data/mirrors
-# holding its corpora's clones, and the two novel slots); COLD="" skips it
+# holding its corpora's clones, the two novel slots, the fusion among the candidates); COLD="" skips it
 for ds in ${COLD-bfcl tau2 apibank}; do
   SECONDS=0
   $PY evaluate.py experiment=preset/cold_start dataset=$ds registry=large k=5 folds=5 seed=0 progress=false \
-    hydra.run.dir=$OUT/$ds/general_novel3x2_tracer_plus > /dev/null
-  echo "$ds general_novel3x2 tracer_plus: ${SECONDS} s wall"
+    hydra.run.dir=$OUT/$ds/general_cold_start_tracer_plus > /dev/null
+  echo "$ds general_cold_start tracer_plus: ${SECONDS} s wall"
 done
 $PY -m experiments.reproduce.frontier --root $OUT

@@ -72,12 +72,13 @@ for ds in "${DATASETS[@]}"; do
   # the cold-start preset (experiment=preset/cold_start: the general encoder and the two novel slots) with
   # every log; with N of them: the learning curves' cold_start column
   run cold_start experiment=preset/cold_start
-  # the zero-shot fusion proposing the candidates (scorer.zero_shot.candidates), tracer_plus and the preset
-  zscand=scorer.zero_shot.candidates=true
+  # the zero-shot fusion's top m among the candidates (scorer.zero_shot.candidates): tracer_plus with it, the
+  # preset on each split, and the preset without it
   for split in "" _n10 _holdout; do
     case $split in _n10) more=train_trajectories=10 ;; _holdout) more=holdout_tools=true ;; *) more="" ;; esac
-    run "tracer_plus_minilm_zscand$split" scorer=tracer_plus "$zscand" $more
-    run "cold_start_zscand$split" experiment=preset/cold_start "$zscand" $more
+    run "tracer_plus_minilm_zscand$split" scorer=tracer_plus scorer.zero_shot.candidates=true $more
+    [[ -n $split ]] && run "cold_start$split" experiment=preset/cold_start $more
+    run "cold_start_nocand$split" experiment=preset/cold_start scorer.zero_shot.candidates=false $more
   done
   # three slots from the zero-shot top 4, for registries where many tools are new
   for split in "" _n10 _holdout; do

@@ -44,12 +44,13 @@ ROWS = ("vector_minilm", "vector_minilm_params", "vector_general", "bm25",
         "best_minilm", "best_general",
         # preset/cold_start with every log, and three novel slots from the top 4 on each split
         "cold_start", "cold_start_novel4x3", "cold_start_novel4x3_n10", "cold_start_novel4x3_holdout",
-        # the zero-shot fusion proposing the candidates (scorer.zero_shot.candidates), tracer_plus and preset
+        # the zero-shot fusion's top m among the candidates (scorer.zero_shot.candidates): tracer_plus with
+        # it, the preset on each split, and the preset without it
         "tracer_plus_minilm_zscand_n10", "tracer_plus_minilm_zscand", "tracer_plus_minilm_zscand_holdout",
-        "cold_start_zscand", "cold_start_zscand_n10", "cold_start_zscand_holdout")
-# the preset's own row on each split (its two slots), which the three-slot rows are compared with
-PRESET_ROW = {"": "cold_start", "_n10": "tracer_plus_general_novel3x2_n10",
-              "_holdout": "tracer_plus_general_novel3x2_holdout"}
+        "cold_start_n10", "cold_start_holdout", "cold_start_nocand", "cold_start_nocand_n10",
+        "cold_start_nocand_holdout")
+# the preset's own row on each split, which its variants (three slots, no fusion candidates) are compared with
+PRESET_ROW = {"": "cold_start", "_n10": "cold_start_n10", "_holdout": "cold_start_holdout"}
 
 
 def presented(r, k: int) -> float:
@@ -88,15 +89,15 @@ def paired_on_unseen(run: Path, ref: Path) -> dict:
 
 def reference(name: str, r5: dict[str, float]) -> str | None:
     """The run a row is compared with: MiniLM's vector search for the general one and for MiniLM reading
-    parameters; preset/best for its general start; the cold-start preset for its three-slot and zscand
-    rows; the default corpora for the rows with NESTFUL and ToolLinkOS added; tracer_plus for its zscand
-    rows; for
+    parameters; preset/best for its general start; the cold-start preset on the same split for its
+    three-slot and no-fusion-candidates rows; the default corpora for the rows with NESTFUL and ToolLinkOS
+    added; tracer_plus for its zscand rows; for
     tracer_plus and the preset the best of its inputs (vector search with its embedder, BM25) by recall@5."""
     if name == "best_general":
         return "best_minilm"
     if "_chains" in name:  # the same row with the default corpora
         return name.replace("_chains", "")
-    for variant in ("cold_start_novel4x3", "cold_start_zscand"):
+    for variant in ("cold_start_novel4x3", "cold_start_nocand"):
         if name.startswith(variant):
             return PRESET_ROW[name.removeprefix(variant)]
     if "_zscand" in name:  # the same row with the vector ranking's candidates
@@ -104,8 +105,8 @@ def reference(name: str, r5: dict[str, float]) -> str | None:
     split = "_holdout" if name.endswith("_holdout") else ""  # compared within its own split
     if name in (f"vector_general{split}", f"vector_minilm_params{split}"):
         return f"vector_minilm{split}"
-    if name.startswith("tracer_plus_") or name == "cold_start":
-        general = "_general" in name or name == "cold_start"
+    if name.startswith("tracer_plus_") or name in PRESET_ROW.values():
+        general = "_general" in name or name in PRESET_ROW.values()
         emb = "general" if general else "minilm_params" if "_params" in name else "minilm"
         inputs = [r for r in (f"vector_{emb}{split}", f"bm25{split}") if r in r5]
         return max(inputs, key=r5.__getitem__) if inputs else None
