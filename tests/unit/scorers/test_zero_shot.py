@@ -16,7 +16,6 @@ from tracer.core.types import Trajectory
 from tracer.encode.index import ToolIndex
 from tracer.learn.nll import IGNORE
 from tracer.scorers.hybrid import rrf
-from tracer.scorers.tracer_plus.features import feature_names
 from tracer.scorers.tracer_plus.model import save_candidate_model
 from tracer.scorers.tracer_plus.step import candidates_one, retrieved_order
 from tracer.scorers.tracer_plus.zero_shot import (
@@ -259,18 +258,14 @@ def test_two_novel_slots_take_the_last_two_places_live_as_batched(tiny_registry,
 
 
 @pytest.mark.parametrize("index", ["exact", "hnsw"])
-def test_the_zero_shot_ranking_proposes_the_candidates_when_asked_live_as_batched(tiny_registry,
-                                                                                 keyword_embedder, index,
-                                                                                 tmp_path):
-    """``zero_shot.candidates``: the fusion's top m join the tries' children and the vector ranking's top m,
-    with three features of their own. The vector ranking's top 2 for "what is the forecast" misses
-    get_weather; BM25 reads "forecast" in its description and the fusion ranks it second. Over an approximate
-    index the fusion ranks what the index retrieved and BM25's leaders; the live rows equal the batched ones
-    bit for bit and present the same tools either way."""
+def test_the_fusion_joins_the_candidates_live_as_batched(tiny_registry, keyword_embedder, index, tmp_path):
+    """``zero_shot.candidates``: the fusion's top m join the candidates, with three features of their own.
+    Vector search's top 2 for "what is the forecast" misses get_weather, BM25 ("forecast") ranks it second.
+    The live rows equal the batched ones bit for bit, over an exact and an approximate index."""
     exact = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
-    res = exact if index == "exact" else replace(exact, tool_index=ToolIndex(
-        exact.tool_index.names, torch.from_numpy(exact.tool_index.vectors), "HNSW16,Flat", ann_k=3,
-        ef_search=8))
+    ann = ToolIndex(exact.tool_index.names, torch.from_numpy(exact.tool_index.vectors), "HNSW16,Flat",
+                    ann_k=3, ef_search=8)
+    res = exact if index == "exact" else replace(exact, tool_index=ann)
     steps = extract_all([one_call("g", "what is the forecast", "get_weather"), *UNIQUE])
     covered = {}
     for candidates in (False, True):
@@ -285,8 +280,7 @@ def test_the_zero_shot_ranking_proposes_the_candidates_when_asked_live_as_batche
         vec = fallback_scores(res, q)                                                     # [B, N]
         zs = torch.from_numpy(scorer.zero.scores(steps, vec.numpy(), res, scorer.query_rendering))
         batch = scorer.candidates(steps, mem, vec, zs if candidates else None)
-        assert batch.feats.shape[2] == len(scorer.feature_names) == 3 * candidates + len(feature_names(
-            scorer.keys))
+        assert batch.feats.shape[2] == len(scorer.feature_names) == 14 + 8 + 3 * candidates  # key, all, zs
         for i, step in enumerate(steps):  # the live rows, bit for bit
             one = candidates_one(scorer.index, step, mem[i].numpy(), vec[i].numpy(), 2,
                                  None if res.tool_index.exact else retrieved_order(vec[i].numpy()),
@@ -295,9 +289,7 @@ def test_the_zero_shot_ranking_proposes_the_candidates_when_asked_live_as_batche
             assert batch.tool[i, :width].tolist() == one.tool.tolist() and not batch.mask[i, width:].any()
             assert torch.equal(batch.feats[i, :width], torch.from_numpy(one.feats)), (candidates, i)
         presented = finalize(scores, 3, scorer.pad).presented
-        contexts = scorer.embed(steps)
-        live = [scorer.select_one(s, tuple(c[i:i + 1] for c in contexts), 3) for i, s in enumerate(steps)]
-        assert live == presented
+        assert [scorer.select_one(s, (mem[i:i + 1], q[i:i + 1]), 3) for i, s in enumerate(steps)] == presented
         if index == "exact":  # a saved index keeps the setting and the fusion's features
             loaded = type(scorer).load(scorer.save(tmp_path / str(candidates)), keyword_embedder, "cpu")
             assert loaded.feature_names == scorer.feature_names
