@@ -82,6 +82,7 @@ def test_every_missing_clone_is_named_with_its_command_before_any_source_is_read
 
 
 def test_the_mirrors_folder_comes_from_tracer_mirrors_outside_a_run(monkeypatch):
+    monkeypatch.delenv("TRACER_MIRRORS", raising=False)
     assert load_config("embedder", "general").mirrors == "data/mirrors"
     monkeypatch.setenv("TRACER_MIRRORS", "/srv/corpora")
     assert load_config("embedder", "general").mirrors == "/srv/corpora"

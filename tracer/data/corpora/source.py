@@ -29,15 +29,20 @@ class Example:
     id: str
 
 
+def clone_dir(mirrors: str | Path, slug: str) -> Path:
+    """Where :class:`Clone` looks for ``owner/name``'s clone: ``mirrors/owner+name``."""
+    return Path(mirrors) / slug.replace("/", "+")
+
+
 def clone_command(mirrors: str | Path, slug: str) -> str:
     """The command that puts ``slug``'s clone where :class:`Clone` looks for it."""
-    return f"git clone https://github.com/{slug} {Path(mirrors) / slug.replace('/', '+')}"
+    return f"git clone https://github.com/{slug} {clone_dir(mirrors, slug)}"
 
 
 def require_clones(slugs: Iterable[str], mirrors: str | Path) -> None:
     """A DataError naming every clone of ``slugs`` missing under ``mirrors``, with the commands that make
     them, before any of them is read."""
-    missing = [s for s in dict.fromkeys(slugs) if not (Path(mirrors) / s.replace("/", "+")).is_dir()]
+    missing = [s for s in dict.fromkeys(slugs) if not clone_dir(mirrors, s).is_dir()]
     if missing:
         run = "; ".join(clone_command(mirrors, s) for s in missing)
         raise DataError(Path(mirrors), f"no clone of {', '.join(missing)} (point paths.mirrors or "
@@ -48,7 +53,7 @@ class Clone:
     """A git clone under ``mirrors`` (a checkout or a bare repository), read at ``HEAD`` with git."""
 
     def __init__(self, mirrors: str | Path, slug: str):
-        base = Path(mirrors) / slug.replace("/", "+")
+        base = clone_dir(mirrors, slug)
         self.root = base / "repo" if (base / "repo").is_dir() else base
         if not self.root.is_dir():
             raise DataError(base, f"no clone of {slug} ({clone_command(mirrors, slug)})")

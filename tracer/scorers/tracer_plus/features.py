@@ -179,7 +179,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     b, n = vec.shape
     cbs = [t.gather(t.lookup(steps), mem_ctx) for t in tries]
     rank = _ranks(vec)                                                                    # [B, N]
-    zrank = _ranks(zs.to(device)) if zs is not None else None                             # [B, N]
+    zs = zs.to(device) if zs is not None else None                                        # [B, N]
+    zrank = _ranks(zs) if zs is not None else None                                        # [B, N]
     is_cand = torch.zeros(b, n + 1, dtype=torch.bool, device=device)                     # column n: dump
     for cb in cbs:
         is_cand.scatter_(1, torch.where(cb.mask, cb.tool, n), True)
@@ -236,7 +237,7 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         feats[:, :, g + 5 + f] = h.gather(1, tool)
     if zrank is not None:
         z_rank = zrank.gather(1, tool)                                                    # [B, C]
-        feats[:, :, g + 8] = zs.to(device).gather(1, tool)
+        feats[:, :, g + 8] = zs.gather(1, tool)
         feats[:, :, g + 9] = torch.from_numpy(idx.log_ranks).to(device)[z_rank - 1]
         feats[:, :, g + 10] = (z_rank <= m).float()
     feats = torch.where(mask[:, :, None], feats, 0.0)

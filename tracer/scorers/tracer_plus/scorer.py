@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -130,12 +130,16 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         gold = res.tool_ids([s.gold for s in steps])                            # [S]
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
-        fusion = (lambda held, v: torch.from_numpy(self.zero.scores(                  # (held rows, [h, N])
+        view = clean_fold_view(res, steps, lambda r: self.embed(steps, r))
+        # [S, N] the training steps' zero-shot scores, computed once for the guard and the fusion candidates
+        zero = cache(lambda: self.zero.scores(steps, vec.numpy(), res, self.query_rendering))
+        # (held rows, their vector scores [h, N]) -> [h, N]; under a clean encoder's view, from its own scores
+        fusion = (lambda held, v: torch.from_numpy(zero()[held.numpy()] if view is None else self.zero.scores(
             [steps[i] for i in held.tolist()], v.cpu().numpy(), res, self.query_rendering)).to(v.device))
         inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
-                        res.registry.names, res.device, seed=inner_seed(seed, 0),
-                        fold_view=clean_fold_view(res, steps, lambda r: self.embed(steps, r)),
+                        res.registry.names, res.device, seed=inner_seed(seed, 0), fold_view=view,
                         approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None)
+        guard = partial(self.zero.choose, transferred=bool(self.transfer))  # (scores, gold, zero-shot hits)
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
                                                      int(cfg["hidden"]), self.members), {})
@@ -144,7 +148,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                 data = inner(inner_folds=max(2, min(int(cfg["inner_folds"]), groups)))
                 with torch.no_grad():
                     scores = self.model.scores(data.feats, data.mask).cpu()                    # [S, C]
-                hist = self.guard_choice(steps, vec, gold, res, scores, data.gold)
+                hist = guard(scores, data.gold, self.zero.hits(zero(), gold.numpy()))
             t2 = time.perf_counter()
         elif not steps:  # no logs: untrained weights, unused while the index is cold (the first refit trains)
             self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]),
@@ -158,20 +162,13 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             with torch.no_grad():
                 self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
             if self.zero.guard:
-                hist.update(self.guard_choice(steps, vec, gold, res, self.inner_scores, data.gold))
+                hist.update(guard(self.inner_scores, data.gold, self.zero.hits(zero(), gold.numpy())))
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1,
                    "seconds_fit": time.perf_counter() - t1}
         self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
         return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
-
-    def guard_choice(self, steps: Sequence[Step], vec: torch.Tensor, gold: torch.Tensor, res: Resources,
-              inner_scores: torch.Tensor, inner_gold: torch.Tensor) -> dict:
-        """The guard's decision: the model's out-of-fold scores ``[S, C]`` against the zero-shot ranking of
-        the same steps (``vec [S, N]``, ``gold [S]``)."""
-        zero = self.zero.hits(self.zero.scores(steps, vec.numpy(), res, self.query_rendering), gold.numpy())
-        return self.zero.choose(inner_scores, inner_gold, zero, transferred=bool(self.transfer))
 
     @property
     def members(self) -> int:

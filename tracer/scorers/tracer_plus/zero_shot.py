@@ -45,7 +45,7 @@ of the fusion, by vector score (:mod:`tracer.scorers.tracer_plus.dataflow`, read
 vector ranking's top m, each with the vector score, log rank and top-m flag as features. With ``candidates``
 on, this fusion's top m join them and its score, log rank and top-m flag are three more features (group
 ``fusion``), so that BM25, the toolkit, the previous call and what a lookup feeds propose candidates and the
-model learns their weight (off by default: every committed row is without).
+model learns their weight (off by default; on in ``preset/cold_start``).
 """
 
 from __future__ import annotations
