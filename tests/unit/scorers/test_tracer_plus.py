@@ -107,10 +107,10 @@ def test_feature_groups_and_keys():
         parse_key("last_x")
     names = feature_names(keys)
     assert feature_groups("prefix.log_p*log_visits") == {"log_p", "state"}
-    assert set().union(*(feature_groups(n) for n in names)) == set(GROUPS) - {"fusion", "usage"}
+    assert set().union(*(feature_groups(n) for n in names)) == set(GROUPS) - {"fusion"}
     # zero_shot.candidates: the fusion's three features after the others
-    fused = feature_names(keys, fusion=True, usage=True)
-    assert fused[:len(names)] == names and fused[len(names):] == ("zs_score", "zs_rank", "zs_top", "use_score", "use_rank", "use_top")
+    fused = feature_names(keys, fusion=True)
+    assert fused[:len(names)] == names and fused[len(names):] == ("zs_score", "zs_rank", "zs_top")
     assert set().union(*(feature_groups(n) for n in fused)) == set(GROUPS)
     keep = keep_mask(names, ["state"])
     dropped = {n for n, k in zip(names, keep.tolist()) if k == 0}

@@ -71,7 +71,6 @@ from tracer.core.types import Step
 from tracer.learn import standardise
 from tracer.memory.keys import StateKey
 from tracer.scorers.tracer_plus.index import PlusIndex
-from tracer.scoring.usage import blend
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",
@@ -82,23 +81,21 @@ HISTORY_FEATURES = ("hist_count", "in_turn", "is_last")
 GLOBAL_FEATURES = VECTOR_FEATURES + TOOL_FEATURES + HISTORY_FEATURES
 # the zero-shot fusion's score, log rank and top-m flag (zero_shot.candidates: after the global features)
 FUSION_FEATURES = ("zs_score", "zs_rank", "zs_top")
-# the usage-enriched ranking's score, log rank and top-m flag (``usage``: after the fusion's, when on)
-USAGE_FEATURES = ("use_score", "use_rank", "use_top")
-GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history", "fusion", "usage")
+GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history", "fusion")
 NEUTRAL = {"member": 0.0, "log_p": 0.0, "log_r": 0.0, "edge_cos": 0.0}
 _STATE = ("log_visits", "log_children")
 
 
-def feature_names(keys: Sequence[StateKey], fusion: bool = False, usage: bool = False) -> tuple[str, ...]:
+def feature_names(keys: Sequence[StateKey], fusion: bool = False) -> tuple[str, ...]:
     return (tuple(f"{k.label}.{f}" for k in keys for f in KEY_FEATURES) + GLOBAL_FEATURES
-            + (FUSION_FEATURES if fusion else ()) + (USAGE_FEATURES if usage else ()))
+            + (FUSION_FEATURES if fusion else ()))
 
 
 def feature_groups(name: str) -> set[str]:
     """The groups a feature belongs to (``features.drop`` removes a feature when any of them is dropped)."""
     base = name.rsplit(".", 1)[-1]
     for group, names in (("vector", VECTOR_FEATURES), ("tool", TOOL_FEATURES), ("history", HISTORY_FEATURES),
-                         ("fusion", FUSION_FEATURES), ("usage", USAGE_FEATURES)):
+                         ("fusion", FUSION_FEATURES)):
         if base in names:
             return {group}
     return {"state" if part in _STATE else part for part in base.split("*")}
@@ -109,10 +106,9 @@ def keep_mask(names: Sequence[str], drop: Sequence[str]) -> torch.Tensor:
     return standardise.keep_mask(names, drop, GROUPS, feature_groups)
 
 
-def n_features(n_keys: int, fusion: bool = False, usage: bool = False) -> int:
-    """F: the width of a feature row with ``n_keys`` keys (and the fusion's and the usage ranking's)."""
-    return (n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES) + (len(FUSION_FEATURES) if fusion else 0)
-            + (len(USAGE_FEATURES) if usage else 0))
+def n_features(n_keys: int, fusion: bool = False) -> int:
+    """F: the width of a feature row with ``n_keys`` keys (and the fusion's features)."""
+    return n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES) + (len(FUSION_FEATURES) if fusion else 0)
 
 
 @dataclass
@@ -165,7 +161,7 @@ def _ranks(scores: torch.Tensor) -> torch.Tensor:
 
 
 def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec: torch.Tensor,
-               m: int, zs: torch.Tensor | None = None, usage: float | None = None) -> Candidates:
+               m: int, zs: torch.Tensor | None = None) -> Candidates:
     """Candidates and raw features of a batch (see the module docstring).
 
     Args:
@@ -176,9 +172,6 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         m: how many of the vector ranking's top tools join the candidates.
         zs: ``[B, N]`` the zero-shot fusion's scores (``zero_shot.candidates``): its top m join the candidates
             too, and its score, log rank and top-m flag are three more features; None: neither.
-        usage: the prior of the usage-enriched ranking (:mod:`tracer.scoring.usage`, the tool memory blended
-            with the vector score): its top m join the candidates, with its score, log rank and top-m flag;
-            None: neither.
     """
     tries, tables = idx.tries, idx.tables
     device = tries[0].device if tries else vec.device
@@ -188,11 +181,6 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     rank = _ranks(vec)                                                                    # [B, N]
     zs = zs.to(device) if zs is not None else None                                        # [B, N]
     zrank = _ranks(zs) if zs is not None else None                                        # [B, N]
-    # [B, N] the tool-memory cosines (a feature of every candidate), rounded to float32 as the live path's
-    tool_cos = (mem_ctx.to(device, torch.float64) @ idx.tool_memory.to(device, torch.float64).T).float()
-    use = None if usage is None else blend(usage, vec.double(), torch.from_numpy(idx.usage_weight).to(device),
-                                           tool_cos.double()).float()                    # [B, N]
-    urank = _ranks(use) if use is not None else None                                      # [B, N]
     is_cand = torch.zeros(b, n + 1, dtype=torch.bool, device=device)                     # column n: dump
     for cb in cbs:
         is_cand.scatter_(1, torch.where(cb.mask, cb.tool, n), True)
@@ -201,8 +189,6 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         is_cand |= rank <= m
         if zrank is not None:
             is_cand |= zrank <= m
-        if urank is not None:
-            is_cand |= urank <= m
     n_cand = is_cand.sum(1)                                                               # [B]
     width = max(int(n_cand.max()) if b else 0, 1)
     # candidate ids ascending: a stable sort puts the True columns first, in registry order
@@ -213,8 +199,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)
     pos.scatter_(1, torch.where(mask, tool, n), torch.arange(width, device=device).expand(b, width).clone())
     # [B, C+1, F], dump column
-    width_f = n_features(len(tries), zs is not None, usage is not None)
-    feats = torch.zeros(b, width + 1, width_f, dtype=torch.float32, device=device)
+    feats = torch.zeros(b, width + 1, n_features(len(tries), zs is not None), dtype=torch.float32,
+                        device=device)
     rows = torch.arange(b, device=device)[:, None]
     in_state = torch.zeros(b, len(tries), dtype=torch.bool, device=device)
     zero = torch.zeros(b, device=device)
@@ -245,7 +231,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     feats[:, :, g + 1] = torch.from_numpy(idx.log_ranks).to(device)[cand_rank - 1]
     feats[:, :, g + 2] = (cand_rank <= m).float()
     feats[:, :, g + 3] = idx.tool_log_freq.to(device)[tool]
-    feats[:, :, g + 4] = tool_cos.gather(1, tool)
+    tool_cos = mem_ctx.to(device, torch.float64) @ idx.tool_memory.to(device, torch.float64).T  # [B, N]
+    feats[:, :, g + 4] = tool_cos.float().gather(1, tool)
     for f, h in enumerate(_history_counts(idx, steps, n, device)):
         feats[:, :, g + 5 + f] = h.gather(1, tool)
     if zrank is not None:
@@ -253,11 +240,6 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         feats[:, :, g + 8] = zs.gather(1, tool)
         feats[:, :, g + 9] = torch.from_numpy(idx.log_ranks).to(device)[z_rank - 1]
         feats[:, :, g + 10] = (z_rank <= m).float()
-    if urank is not None:
-        u, u_rank = g + 8 + (len(FUSION_FEATURES) if zrank is not None else 0), urank.gather(1, tool)  # [B, C]
-        feats[:, :, u] = use.gather(1, tool)
-        feats[:, :, u + 1] = torch.from_numpy(idx.log_ranks).to(device)[u_rank - 1]
-        feats[:, :, u + 2] = (u_rank <= m).float()
     feats = torch.where(mask[:, :, None], feats, 0.0)
     depth = cbs[0].depth if cbs else torch.full((b,), -1, dtype=torch.long, device=device)
     return Candidates(tool=tool, mask=mask, feats=feats, in_state=in_state, depth=depth)

@@ -75,8 +75,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
                           vec: torch.Tensor, keys, m: int, eps: float, names: Sequence[str], device,
                           inner_folds: int = 5, seed: int = 0, fold_view: FoldView | None = None,
                           approximate: bool = False,
-                          fusion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-                          usage: float | None = None) -> CandidateData:
+                          fusion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+                          ) -> CandidateData:
     """Candidates of every training step, each scored by tries built from the other inner folds only.
 
     ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
@@ -85,12 +85,11 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
     saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold).
     ``approximate``: ``vec`` comes from an approximate tool index (:func:`candidates_rows`).
     ``fusion(held, vec_held)``: the zero-shot fusion's scores ``[h, N]`` of the held rows from their vector
-    scores (``zero_shot.candidates``: its top m join the candidates, with its features). ``usage``: the usage
-    ranking's prior (its top m join the candidates, with its features), from each inner fold's own tool memory.
+    scores (``zero_shot.candidates``: its top m join the candidates, with its features).
     """
     groups = sorted({s.group for s in steps})
     if len(groups) < 2:  # nothing to hold out: no training data
-        n_feat = len(feature_names(keys, fusion is not None, usage is not None))
+        n_feat = len(feature_names(keys, fusion is not None))
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
                              torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
     views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -108,7 +107,7 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
         mem, v = views.pop(f, (mem_ctx, vec))
         make = candidates_rows if approximate else candidates
         zs = None if fusion is None else fusion(held, v[held])                            # [h, N]
-        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs, usage)
+        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
                              torch.full((len(held),), f))
 

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import torch
 
 from tracer.memory.host_rows import group_sums, take, to_host
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.usage import usage_weights
 
 
 def log1p32(x: np.ndarray) -> np.ndarray:
@@ -126,11 +124,6 @@ class PlusIndex:
     tool_id: dict[str, int]
     tool_log_freq_np: np.ndarray
     tool_memory64: np.ndarray     # [N, d] float64
-
-    @cached_property
-    def usage_weight(self) -> np.ndarray:
-        """``[N]`` float64 the calls of each tool, the usage ranking's weights (:mod:`tracer.scoring.usage`)."""
-        return usage_weights(self.tool_log_freq_np)
 
     @classmethod
     def build(cls, tries: Sequence[ExecutionTrie], names: Sequence[str], dim: int) -> PlusIndex:

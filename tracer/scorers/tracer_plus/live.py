@@ -35,7 +35,7 @@ class LiveStep:
         zs = (self.zero.scores([step], vec[None], self.res, self.query_rendering)           # [1, N]
               if self.zero.novel or self.zero.candidates else None)
         fused = zs[0] if self.zero.candidates else None                                      # [N]
-        one = candidates_one(self.index, step, mem, vec, self.m, order, fused, self.usage)
+        one = candidates_one(self.index, step, mem, vec, self.m, order, fused)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         if self.zero.novel:  # the k-th slot's claimants, as batched
             one.reserve = self.zero.reserve(zs, self.never_called)[0]

@@ -53,7 +53,6 @@ from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
-from tracer.scoring.usage import check_prior
 
 
 class TracerPlusScorer(LiveStep, ScorerBase):
@@ -79,9 +78,6 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             are allowed (cold start). ``None``: train on the fitted trajectories.
         zero_shot: what a cold index serves, and the guard that serves it in the model's place when the
             inner folds rank it better (:mod:`tracer.scorers.tracer_plus.zero_shot`); None: vector, no guard.
-        usage: the prior of the usage-enriched ranking (:mod:`tracer.scoring.usage`: vector search blended with
-            the tool memory by calls), whose top m join the candidates with three features (group ``usage``);
-            None: off.
     """
 
     can_save = True
@@ -89,7 +85,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
     def __init__(self, *, name: str, keys: Sequence, vector_candidates: int, query_context: Mapping,
                  memory_context: Mapping, features: Mapping, model: str, eps: float, pad: bool,
                  successful_only: bool, head: Mapping, zero_shot: Mapping | None,
-                 transfer: str | None = None, usage: float | None = None):
+                 transfer: str | None = None):
         self.name, self.pad, self.eps, self.successful_only = name, pad, eps, successful_only
         self.transfer = str(transfer) if transfer else None
         self.zero = ZeroShot.from_config(zero_shot)
@@ -102,8 +98,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         self.rendering = self.memory_rendering  # the step's context as compared with the edge memories
         self.drop, self.model_kind, self.head_cfg = (tuple((features or {}).get("drop") or ()), model,
                                                      dict(head))
-        self.usage = None if usage is None else check_prior(usage, "tracer_plus usage")
-        self.feature_names = feature_names(self.keys, self.zero.candidates, self.usage is not None)
+        self.feature_names = feature_names(self.keys, self.zero.candidates)
         self.keep = keep_mask(self.feature_names, self.drop)
         check_model(model, self.members)
         self.res: Resources | None = None
@@ -143,8 +138,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             [steps[i] for i in held.tolist()], v.cpu().numpy(), res, self.query_rendering)).to(v.device))
         inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
                         res.registry.names, res.device, seed=inner_seed(seed, 0), fold_view=view,
-                        approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None,
-                        usage=self.usage)
+                        approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None)
         guard = partial(self.zero.choose, transferred=bool(self.transfer))  # (scores, gold, zero-shot hits)
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
@@ -226,7 +220,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
     def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor,
                    zs: torch.Tensor | None = None) -> Candidates:
         make = candidates if self.res.tool_index.exact else candidates_rows  # an ANN: what it retrieved
-        return make(self.index, list(steps), mem, vec, self.m, zs, self.usage)
+        return make(self.index, list(steps), mem, vec, self.m, zs)
 
     def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor,
                        query: torch.Tensor | None = None) -> Scores:
@@ -260,7 +254,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                 "memory_context": asdict(self.memory_rendering),
                 "features": {"drop": list(self.drop)}, "model": self.model_kind, "eps": self.eps,
                 "pad": self.pad, "successful_only": self.successful_only, "head": dict(self.head_cfg),
-                "transfer": self.transfer, "zero_shot": self.zero.config(), "usage": self.usage}
+                "transfer": self.transfer, "zero_shot": self.zero.config()}
 
     # ---- learning while serving (tracer.online) -------------------------------------------------------
     @property

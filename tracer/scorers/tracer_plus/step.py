@@ -13,10 +13,9 @@ import numpy as np
 import torch
 
 from tracer.core.types import Step
-from tracer.scorers.tracer_plus.features import FUSION_FEATURES, KEY_FEATURES, Candidates, n_features
+from tracer.scorers.tracer_plus.features import KEY_FEATURES, Candidates, n_features
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scoring.single_step import children_one
-from tracer.scoring.usage import blend
 
 
 @dataclass
@@ -54,8 +53,7 @@ def _fusion_rank(zs: np.ndarray, approx: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int,
-                   order: np.ndarray | None = None, zs: np.ndarray | None = None,
-                   usage: float | None = None) -> OneCandidates:
+                   order: np.ndarray | None = None, zs: np.ndarray | None = None) -> OneCandidates:
     """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit.
 
     With ``order`` (the tools an approximate index retrieved, best first; ``vec`` is ``-inf`` for the
@@ -64,8 +62,7 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     knows, it scores at most that), the tool-memory cosine is taken for the candidates alone. This is the
     definition for approximate indexes; the batched path is this function row by row
     (:func:`candidates_rows`). ``zs [N]``: the zero-shot fusion (``zero_shot.candidates``), whose top m join
-    the candidates and give the fusion's three features. ``usage``: the usage ranking's prior, whose top m
-    join the candidates and give its three features; over an approximate index it ranks the retrieved tools.
+    the candidates and give the fusion's three features.
     """
     tries, tables = idx.tries, idx.tables
     n = len(vec)
@@ -85,22 +82,11 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     if zs is not None:
         z_rank, z_score = _fusion_rank(zs, approx)
         is_cand[z_rank <= m] = True
-    ctx64 = np.asarray(mem_ctx, dtype=np.float64)
-    # [N] the tool-memory cosines (over an approximate index: of the retrieved tools, -inf elsewhere)
-    tool_cos = None if approx else (idx.tool_memory64 @ ctx64).astype(np.float32)
-    if usage is not None:
-        seen = slice(None) if not approx else order
-        use = np.full(n, -np.inf, dtype=np.float32)
-        cos = tool_cos if not approx else (idx.tool_memory64[order] @ ctx64).astype(np.float32)
-        use[seen] = blend(usage, vec[seen].astype(np.float64), idx.usage_weight[seen],
-                          cos.astype(np.float64)).astype(np.float32)
-        u_rank, u_score = _fusion_rank(use, approx)
-        is_cand[u_rank <= m] = True
     tool = np.flatnonzero(is_cand)                                                       # [C] ascending
     col_of = np.empty(n, dtype=np.int64)
     col_of[tool] = np.arange(len(tool))
     n_key = len(KEY_FEATURES)
-    feats = np.zeros((len(tool), n_features(len(tries), zs is not None, usage is not None)), dtype=np.float32)
+    feats = np.zeros((len(tool), n_features(len(tries), zs is not None)), dtype=np.float32)
     for j, (ch, tab) in enumerate(zip(kids, tables)):
         base = j * n_key
         lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
@@ -116,6 +102,7 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
             block[:, 7::2] = block[:, :4] * lc
             feats[col_of[ch.tool], base:base + n_key] = block
     g = len(tries) * n_key
+    ctx64 = np.asarray(mem_ctx, dtype=np.float64)
     if approx:
         cos = vec[tool]
         far = ~np.isfinite(cos)
@@ -126,7 +113,7 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     else:
         r = rank[tool]
         feats[:, g] = vec[tool]
-        feats[:, g + 4] = tool_cos[tool]
+        feats[:, g + 4] = (idx.tool_memory64 @ ctx64).astype(np.float32)[tool]
     feats[:, g + 1] = idx.log_ranks[r - 1]
     feats[:, g + 2] = r <= m
     feats[:, g + 3] = idx.tool_log_freq_np[tool]
@@ -147,26 +134,21 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
         feats[:, g + 8] = z_score[tool]
         feats[:, g + 9] = idx.log_ranks[z_rank[tool] - 1]
         feats[:, g + 10] = z_rank[tool] <= m
-    if usage is not None:
-        u = g + 8 + (len(FUSION_FEATURES) if zs is not None else 0)
-        feats[:, u] = u_score[tool]
-        feats[:, u + 1] = idx.log_ranks[u_rank[tool] - 1]
-        feats[:, u + 2] = u_rank[tool] <= m
     depth = len(states[0]) if kids and kids[0].node >= 0 else -1
     return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)
 
 
 def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int,
-                    zs: torch.Tensor | None = None, usage: float | None = None) -> Candidates:
+                    zs: torch.Tensor | None = None) -> Candidates:
     """:func:`candidates` for an approximate index: :func:`candidates_one` row by row (``vec [B, N]`` with
     ``-inf`` for the tools not retrieved), stacked and padded; the live path's numbers by construction."""
     mem = mem_ctx.detach().cpu().numpy()                                                 # [B, d]
     v = vec.detach().cpu().numpy()                                                       # [B, N]
     z = None if zs is None else zs.detach().cpu().numpy()                                # [B, N]
-    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i]), None if z is None else z[i], usage)
+    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i]), None if z is None else z[i])
             for i, s in enumerate(steps)]
     width = max([len(o.tool) for o in ones] + [1])
-    b, f = len(ones), n_features(len(idx.tries), zs is not None, usage is not None)
+    b, f = len(ones), n_features(len(idx.tries), zs is not None)
     tool = np.zeros((b, width), dtype=np.int64)
     mask = np.zeros((b, width), dtype=bool)
     feats = np.zeros((b, width, f), dtype=np.float32)
