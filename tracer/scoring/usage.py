@@ -1,42 +1,70 @@
-"""Usage-enriched tool scores (Tool2Vec): a tool's description cosine blended with the cosine of the mean
-context of the logged steps that called it, weighted by how often it was called.
+"""Usage-enriched tool vectors (Tool2Vec): a tool's description vector plus the contexts of the logged steps
+that called it.
 
 Moon et al. (2024), *Efficient and Scalable Estimation of Tool Representations in Vector Space*
 (arXiv:2409.02141), represent a tool by the mean embedding of the queries that used it: a query phrased as
 users phrase it lands near the tools such queries called, however the tools' descriptions read. A tool never
-called has no usage, so here the description is a prior worth ``prior`` calls:
+called has no usage, so here the description is the prior the usage is added to:
 
-    s_t = (prior * cos(q, e_t) + n_t * cos(q, u_t)) / (prior + n_t)
+    u_t = normalise(prior * e_t + sum_{s calls t} c_s)
 
-with ``e_t`` the embedded tool text, ``u_t`` the normalised mean context of the ``n_t`` logged steps that
-called ``t`` and ``q`` the query context. With no call it is vector search's cosine; one call weighs as much
-as the description at ``prior = 1``; a hundred leave the description a trace. The one definition of the blend
-for :mod:`tracer.scorers.tool2vec` (the ranking alone) and tracer_plus's ``usage`` candidates and features.
+with ``e_t`` the embedded tool text (a row of the FAISS index) and ``c_s`` the embedded context of each logged
+step that called ``t``; a tool's score is the query's cosine with ``u_t``, and a tool never called keeps its
+vector search score exactly. Over an approximate index only the tools it retrieved are rescored (a called
+tool it did not retrieve stays ``-inf``): the ranking still covers what the index returned, no registry sort.
+At ``prior = 1`` the description weighs as much as one call whose context points its way; contexts that agree
+add up, so a tool called a hundred times from like requests is placed by them.
+
+The one definition for :mod:`tracer.scorers.tool2vec` (the ranking alone) and tracer_plus's zero-shot fusion
+(``zero_shot.usage``: its vector input once the logs have calls, :mod:`tracer.scorers.tracer_plus.zero_shot`).
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
-
 import numpy as np
-
-Array = TypeVar("Array")  # a float64 numpy array or torch tensor
+import torch
 
 
 def check_prior(prior: float, name: str) -> float:
     if not prior > 0:
-        raise ValueError(f"{name}: the usage prior must be > 0 (the description's weight in calls), got {prior}")
+        raise ValueError(f"{name}: the usage prior must be > 0 (the description's weight), got {prior}")
     return float(prior)
 
 
-def usage_weights(log_freq: np.ndarray) -> np.ndarray:
-    """``n_t`` as float64 ``[N]`` from ``log(1 + n_t)`` (float32, as tracer_plus's index keeps it): computed
-    once in numpy, so the batched and the single-step paths blend with the very same weights."""
-    return np.expm1(np.asarray(log_freq, dtype=np.float64))
+def context_sums(ctx: torch.Tensor, called: torch.Tensor, n: int) -> torch.Tensor:
+    """``[N, d]`` float64: the sum of the contexts ``ctx [S, d]`` by the tool each step called (``called
+    [S]`` registry ids); 0 for a tool never called."""
+    total = torch.zeros(n, ctx.shape[1], dtype=torch.float64)
+    return total.index_add_(0, called.cpu(), ctx.detach().cpu().double())
 
 
-def blend(prior: float, vec: Array, weight: Array, usage_cos: Array) -> Array:
-    """``s [..., N]`` from the description cosines ``vec [..., N]``, the usage weights ``weight [N]`` and the
-    usage cosines ``usage_cos [..., N]``, all float64 (numpy or torch: element-wise IEEE operations, so both
-    give the same bits); ``-inf`` where ``vec`` is (a tool an approximate index did not retrieve)."""
-    return (prior * vec + weight * usage_cos) / (prior + weight)
+def usage_vectors(tools: np.ndarray, sums: np.ndarray, prior: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(called [K] int64, u [K, d] float64)``: the tools with usage (a nonzero sum) and their unit vectors
+    ``normalise(prior * tools[t] + sums[t])``, from the description rows ``tools [N, d]`` and the context sums
+    ``sums [N, d]``."""
+    sums = np.asarray(sums, dtype=np.float64)
+    called = np.flatnonzero(np.abs(sums).sum(1) > 0)
+    u = prior * np.asarray(tools, dtype=np.float64)[called] + sums[called]               # [K, d]
+    return called, u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+
+
+def usage_scores(vec: torch.Tensor, query: torch.Tensor, called: np.ndarray, u: np.ndarray) -> torch.Tensor:
+    """``[B, N]`` float32: the vector scores ``vec [B, N]`` with the called tools' finite entries replaced by
+    the queries' ``[B, d]`` cosines with their usage vectors (float64 products rounded to float32, as
+    :func:`usage_scores_one` gives them)."""
+    out = vec.clone()
+    if len(called):
+        cols = torch.from_numpy(called).to(out.device)
+        q = query.detach().to(torch.float64)
+        use = (q @ torch.from_numpy(u).to(q.device).T).float().to(out.device)            # [B, K]
+        out[:, cols] = torch.where(torch.isfinite(out[:, cols]), use, out[:, cols])
+    return out
+
+
+def usage_scores_one(vec: np.ndarray, query: np.ndarray, called: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """:func:`usage_scores` for one step: ``vec [N]`` float32, ``query [d]``; numpy."""
+    out = vec.copy()
+    if len(called):
+        use = (u @ np.asarray(query, dtype=np.float64)).astype(np.float32)                # [K]
+        out[called] = np.where(np.isfinite(out[called]), use, out[called])
+    return out

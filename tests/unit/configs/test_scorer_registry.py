@@ -23,7 +23,7 @@ BASELINES = ("toolnet", "autotool", "hepm", "insight")
 def test_every_scorer_of_the_readme_has_a_yaml():
     assert names("scorer") == sorted(["tracer_plus", "tracer", "tracer_fixed", "tracer_g", "llm_only",
                                       "vector", "toolnet", "autotool", "hepm", "insight", "cascade", "bm25",
-                                      "hybrid"])
+                                      "hybrid", "tool2vec"])
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.stem)
