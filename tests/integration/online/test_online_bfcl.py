@@ -90,7 +90,8 @@ def assert_same_plus_index(a: PlusIndex, b: PlusIndex) -> None:
             assert np.array_equal(getattr(x, f).numpy(), getattr(x, f"{f}_np")), f
     assert torch.equal(a.tool_log_freq, b.tool_log_freq) and torch.equal(a.tool_memory, b.tool_memory)
     assert (np.array_equal(a.tool_log_freq_np, b.tool_log_freq_np)
-            and np.array_equal(a.tool_memory64, b.tool_memory64))
+            and np.array_equal(a.tool_memory64, b.tool_memory64)
+            and np.array_equal(a.tool_mass64, b.tool_mass64))
     assert np.array_equal(a.tool_log_freq.numpy(), a.tool_log_freq_np)
     assert np.array_equal(a.tool_memory.numpy().astype(np.float64), a.tool_memory64)
 

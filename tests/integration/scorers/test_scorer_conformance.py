@@ -254,7 +254,9 @@ def test_approximate_index_live_path_equals_its_batched_path_on_bfcl(bfcl_fold):
     ann = ToolIndex(exact.names, torch.from_numpy(exact.vectors), "HNSW32,Flat", ann_k=8, ef_search=16)
     assert not ann.exact
     res = replace(res, tool_index=ann)
-    scorer = build_scorer("tracer_plus", head={"max_epochs": 30, "inner_folds": 3})
+    # the model served (no guard): on 40 logs the zero-shot ranking with usage vectors may win it
+    scorer = build_scorer("tracer_plus", head={"max_epochs": 30, "inner_folds": 3},
+                          zero_shot={"guard": False})
     scorer.fit(train, res)
     contexts = scorer.embed(test)
     scores = scorer.score_embedded(test, *contexts)

@@ -82,10 +82,12 @@ class StateTables:
         return cls(_on(lv, trie.device), _on(lc, trie.device), lv, lc)
 
 
-def tool_rows(trie: ExecutionTrie | None, tools: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Log frequency ``[K]`` and memory ``[K, d]`` (float32) of ``tools`` (ascending ids) read off ``trie``'s
-    edges: the number of steps that called each tool, and the normalised sum of their contexts (0 for a tool
-    never called). Sums run over the tool's edges in edge order, in float64."""
+def tool_rows(trie: ExecutionTrie | None, tools: np.ndarray, dim: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Log frequency ``[K]``, memory ``[K, d]`` (float32) and mass ``[K]`` (float64) of ``tools`` (ascending
+    ids) read off ``trie``'s edges: the number of steps that called each tool, the normalised sum of their
+    contexts (0 for a tool never called) and that sum's norm (0 likewise). Sums run over the tool's edges in
+    edge order, in float64."""
     # [K, d + 1]: sums | count
     total = np.zeros((len(tools), dim + 1), dtype=np.float64)
     if trie is not None and trie.n_edges and len(tools):
@@ -102,8 +104,8 @@ def tool_rows(trie: ExecutionTrie | None, tools: np.ndarray, dim: int) -> tuple[
         called, sums = group_sums(per_edge, edge_tool[sel])                           # by tool, in edge order
         total[np.searchsorted(tools, called)] = sums
     total, count = total[:, :dim], total[:, dim]
-    norm = np.maximum(np.sqrt((total * total).sum(1, keepdims=True)), 1e-12)             # [K, 1]
-    return log1p32(count), (total / norm).astype(np.float32)
+    mass = np.sqrt((total * total).sum(1))                                                # [K]
+    return log1p32(count), (total / np.maximum(mass, 1e-12)[:, None]).astype(np.float32), mass
 
 
 @dataclass
@@ -113,7 +115,9 @@ class PlusIndex:
 
     ``tool_log_freq [N]``: log(1 + number of training steps that called t); ``tool_memory [N, d]``:
     the normalised mean context of those steps (0 for a tool never called), i.e. the edge memory
-    of an empty state; both read off the first trie (every training step is one edge of it).
+    of an empty state; ``tool_mass64 [N]``: the norm of their contexts' sum (``mass * memory`` is the sum the
+    usage vectors add, :mod:`tracer.scoring.usage`); all read off the first trie (every training step is one
+    edge of it).
     """
 
     tries: list[ExecutionTrie]
@@ -124,15 +128,16 @@ class PlusIndex:
     tool_id: dict[str, int]
     tool_log_freq_np: np.ndarray
     tool_memory64: np.ndarray     # [N, d] float64
+    tool_mass64: np.ndarray       # [N] float64
 
     @classmethod
     def build(cls, tries: Sequence[ExecutionTrie], names: Sequence[str], dim: int) -> PlusIndex:
         n = len(names)
         device = tries[0].device if tries else torch.device("cpu")
-        freq, memory = tool_rows(tries[0] if tries else None, np.arange(n), dim)
+        freq, memory, mass = tool_rows(tries[0] if tries else None, np.arange(n), dim)
         return cls(list(tries), [StateTables.of(t) for t in tries], _on(freq, device), _on(memory, device),
                    log_rank_table(n), {name: i for i, name in enumerate(names)}, freq,
-                   memory.astype(np.float64))
+                   memory.astype(np.float64), mass)
 
     def updated(self, names: Sequence[str], nodes: Sequence[np.ndarray], tools: np.ndarray) -> PlusIndex:
         """This index after its tries had steps added in place (:func:`tracer.online.updates.update_scorer`):
@@ -144,9 +149,10 @@ class PlusIndex:
         tables = [StateTables.of(t, old, np.asarray(u, dtype=np.int64))
                   for t, old, u in zip(self.tries, self.tables, nodes)]
         freq, mem64 = _grown(self.tool_log_freq_np, n), _grown(self.tool_memory64, n)
+        mass = _grown(self.tool_mass64, n)
         memory = _grown(to_host(self.tool_memory), n)                                    # [N, d] float32
         tools = np.unique(np.asarray(tools, dtype=np.int64))
-        freq[tools], memory[tools] = tool_rows(self.tries[0] if self.tries else None, tools, dim)
+        freq[tools], memory[tools], mass[tools] = tool_rows(self.tries[0] if self.tries else None, tools, dim)
         mem64[tools] = memory[tools]
         same = n == len(self.tool_id)
         if same and device.type == "cpu":  # written through: the tensors share these arrays
@@ -155,7 +161,8 @@ class PlusIndex:
             freq_t, memory_t = _on(freq, device), _on(memory, device)
         return PlusIndex(self.tries, tables, freq_t, memory_t,
                          self.log_ranks if same else log_rank_table(n),
-                         self.tool_id if same else {name: i for i, name in enumerate(names)}, freq, mem64)
+                         self.tool_id if same else {name: i for i, name in enumerate(names)}, freq, mem64,
+                         mass)
 
 
 def refreshed(index: PlusIndex | None, tries: Sequence[ExecutionTrie], names: Sequence[str], dim: int,

@@ -11,6 +11,7 @@ from tracer.scorers.tracer_plus.step import OneCandidates, candidates_one, retri
 from tracer.scoring.protocol import Contexts
 from tracer.scoring.ranking import reserved
 from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
+from tracer.scoring.usage import usage_scores_one
 
 
 class LiveStep:
@@ -23,16 +24,20 @@ class LiveStep:
         mem = as_numpy(memory)
         q = mem if query is None else as_numpy(query)
         vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
+        wanted = self.zero_shot_only or self.zero.novel or self.zero.candidates     # a zero-shot ranking
+        table = self.usage.table(self) if wanted else None
+        zvec = vec if table is None else usage_scores_one(vec, q, *table)       # the fusion's vector input
         if self.zero_shot_only:  # ranked by the zero-shot scores alone: no candidates, no model to run
-            if self.zero.fuses:
-                vec = self.zero.scores([step], vec[None], self.res, self.query_rendering)[0]  # [N]
+            if self.zero.fuses or table is not None:
+                vec = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)[0]
+                       if self.zero.fuses else zvec)                                            # [N]
                 # over an approximate index only the fused tools are finite: their order, no registry sort
                 order = None if order is None else retrieved_order(vec)
             order = np.argsort(-vec, kind="stable") if order is None else order
             f = len(self.feature_names)
             return (OneCandidates(np.zeros(0, np.int64), np.zeros((0, f), np.float32),
                                   np.zeros(len(self.tries), bool), -1, order), np.zeros(0, np.float32), vec)
-        zs = (self.zero.scores([step], vec[None], self.res, self.query_rendering)           # [1, N]
+        zs = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)          # [1, N]
               if self.zero.novel or self.zero.candidates else None)
         fused = zs[0] if self.zero.candidates else None                                      # [N]
         one = candidates_one(self.index, step, mem, vec, self.m, order, fused)

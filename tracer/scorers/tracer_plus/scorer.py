@@ -10,9 +10,8 @@ user request say much more. So instead of one trie and a fixed blend:
    :mod:`tracer.scorers.tracer_plus.step`).
 2. *Features* per candidate and key (membership, log P, log R, edge cosine, the state's visits and children,
    the vector cosine, log rank and top-m flag), standardised with the training split's statistics.
-3. *Model* (:mod:`tracer.scorers.tracer_plus.model`): linear (default), an MLP or the mean of several,
-   trained (:mod:`tracer.scorers.tracer_plus.fit`) by softmax NLL of the gold over the candidates on inner
-   folds by group.
+3. *Model*: linear (default), an MLP or the mean of several, trained (:mod:`.fit`) by softmax NLL of the gold
+   over the candidates on inner folds by group.
 
 Ranking: candidates by model score, then the rest of the registry in vector order (``pad``); no candidate:
 the vector ranking. References: DPR (Karpukhin et al., 2020), the NLL over a candidate set; the TRACER paper,
@@ -47,6 +46,7 @@ from tracer.scorers.tracer_plus.live import LiveStep
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
 from tracer.scorers.tracer_plus.persist import load_plus, save_plus
 from tracer.scorers.tracer_plus.step import candidates_rows
+from tracer.scorers.tracer_plus.usage import UsageInput
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.fit import FitReport
 from tracer.scoring.protocol import ScorerBase
@@ -105,9 +105,9 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         self.index: PlusIndex | None = None
         self.model: CandidateModel | None = None
         self.history: dict = {}
-        # [S, C] the model's scores of its out-of-fold training candidates (-inf where masked), read by a
-        # cascade's gate at its fit; not saved (None after a load or a transfer)
+        # [S, C] out-of-fold scores of the training candidates (-inf: masked) for a cascade's gate; not saved
         self.inner_scores: torch.Tensor | None = None
+        self.usage = UsageInput(self.zero.usage)  # the zero-shot fusion's usage vectors (zero_shot.usage)
 
     # ---- fitting -----------------------------------------------------------------------------
     def embed(self, steps: Sequence[Step], res: Resources | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,8 +120,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
         """Tries and candidate model; the report holds the curves, the scorer their scalars (``history``)."""
         t0 = time.perf_counter()
-        # no trajectories is a cold start (empty tries: the zero-shot ranking is served) with transferred
-        # weights or a guard; trajectories none of which can be learned from are an error (a mistake)
+        # no trajectories: a cold start with transferred weights or a guard; none learnable: an error
         pick = training_steps if self.transfer or (self.zero.guard and not trajectories) else fit_steps
         steps = pick(trajectories, res.registry, self.successful_only)
         mem, q = self.embed(steps, res)                                         # [S, d] each
@@ -131,8 +130,12 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
         view = clean_fold_view(res, steps, lambda r: self.embed(steps, r))
+        folds = max(2, min(int(cfg["inner_folds"]), len({s.group for s in steps}))) if self.transfer else int(
+            cfg["inner_folds"])
         # [S, N] the training steps' zero-shot scores, computed once for the guard and the fusion candidates
-        zero = cache(lambda: self.zero.scores(steps, vec.numpy(), res, self.query_rendering))
+        zero = cache(lambda: self.zero.scores(steps, self.usage.inner(
+            steps, gold, mem, q, vec, res.tool_index.vectors, folds, inner_seed(seed, 0)).numpy(), res,
+            self.query_rendering))
         # (held rows, their vector scores [h, N]) -> [h, N]; under a clean encoder's view, from its own scores
         fusion = (lambda held, v: torch.from_numpy(zero()[held.numpy()] if view is None else self.zero.scores(
             [steps[i] for i in held.tolist()], v.cpu().numpy(), res, self.query_rendering)).to(v.device))
@@ -144,8 +147,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
                                                      int(cfg["hidden"]), self.members), {})
             if self.zero.guard and steps:  # the transferred weights must beat the zero-shot ranking here too
-                groups = len({s.group for s in steps})
-                data = inner(inner_folds=max(2, min(int(cfg["inner_folds"]), groups)))
+                data = inner(inner_folds=folds)
                 with torch.no_grad():
                     scores = self.model.scores(data.feats, data.mask).cpu()                    # [S, C]
                 hist = guard(scores, data.gold, self.zero.hits(zero(), gold.numpy()))
@@ -155,7 +157,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                                         self.keep, seed, self.members)
             hist, t2 = {}, time.perf_counter()
         else:
-            data = inner(inner_folds=int(cfg["inner_folds"]))
+            data = inner(inner_folds=folds)
             t2 = time.perf_counter()
             self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
                                            keep=self.keep, refit=bool(cfg["refit"]), members=self.members)
@@ -189,6 +191,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             raise ValueError(f"tries are not over the registry's {len(res.registry)} tools")
         self.res = res
         self.index = refreshed(self.index, tries, res.registry.names, res.embedder.dim, touched)
+        self.usage.refresh(self)
         return self
 
     @property
@@ -230,7 +233,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         query = mem if query is None else query
         n = len(self.res.registry)
         vec = fallback_scores(self.res, query)                                  # [B, N]
-        zero = (self.zero.scores(steps, vec.numpy(), self.res, self.query_rendering)
+        zero = (self.zero.scores(steps, self.usage.scores(vec, query, self).numpy(), self.res,
+                                 self.query_rendering)
                 if self.zero_shot_only or self.zero.novel or self.zero.candidates else None)     # [B, N]
         cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]

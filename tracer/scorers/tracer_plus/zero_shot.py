@@ -41,6 +41,13 @@ earlier call, or earlier turns' calls too, crowded out new tools on BFCL when tr
 take what it looked up through an identifier parameter (``get_user_details(user_id)``) are one more ranking
 of the fusion, by vector score (:mod:`tracer.scorers.tracer_plus.dataflow`, read from the schemas alone).
 
+*Usage* (``usage: c``). Once the logs hold calls, the fusion's vector input scores each called tool by the
+query's cosine with its usage vector, its description vector plus the contexts of the logged steps that
+called it (Tool2Vec; :mod:`tracer.scoring.usage`, ``c`` the description's weight): the logs' own phrasings
+without any weight to learn, which is what a handful of logs can be trusted with. At fit time each training
+step is scored with usage vectors built from the other inner folds only, so the guard compares the model
+with what this ranking does on steps it has not seen. With no call it changes nothing.
+
 *Candidates* (``candidates: true``). Where the model serves, its candidates are the tries' children and the
 vector ranking's top m, each with the vector score, log rank and top-m flag as features. With ``candidates``
 on, this fusion's top m join them and its score, log rank and top-m flag are three more features (group
@@ -60,6 +67,7 @@ from tracer.learn.nll import IGNORE
 from tracer.scorers.bm25 import BM25Scorer
 from tracer.scorers.hybrid import rrf
 from tracer.scorers.tracer_plus.dataflow import Dataflow
+from tracer.scoring.usage import check_prior
 
 KINDS = ("vector", "hybrid")
 
@@ -181,11 +189,14 @@ class ZeroShot:
         dataflow: fuse the ranking of the tools taking what the last call looked up.
         candidates: this ranking's top m join the model's candidates, its score, rank and top-m flag its
             features (module docstring).
+        usage: the prior of the usage vectors that stand for the called tools in the vector input
+            (module docstring, :mod:`tracer.scoring.usage`); None: the description vectors alone.
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
                  rrf_k: int = 60, novel: int = 0, slots: int = 1, toolkit: bool = False,
-                 calls: bool = False, dataflow: bool = False, candidates: bool = False):
+                 calls: bool = False, dataflow: bool = False, candidates: bool = False,
+                 usage: float | None = None):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
         for flag, value in (("toolkit", toolkit), ("calls", calls), ("dataflow", dataflow),
@@ -200,6 +211,7 @@ class ZeroShot:
         self.bm25_cfg = dict(bm25 or {"k1": 1.5, "b": 0.75})
         self.toolkit, self.calls, self.slots, self.dataflow = toolkit, calls, slots, dataflow
         self.candidates = candidates
+        self.usage = None if usage is None else check_prior(usage, "zero_shot.usage")
         self._lexical = None  # (registry, BM25Scorer), built on first use
         self._kits = None  # (registry, toolkits(registry)), built on first use
         self._flow = None  # (registry, Dataflow(registry)), built on first use
@@ -211,7 +223,8 @@ class ZeroShot:
     def config(self) -> dict:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
                 "rrf_k": self.rrf_k, "novel": self.novel, "slots": self.slots, "toolkit": self.toolkit,
-                "calls": self.calls, "dataflow": self.dataflow, "candidates": self.candidates}
+                "calls": self.calls, "dataflow": self.dataflow, "candidates": self.candidates,
+                "usage": self.usage}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
