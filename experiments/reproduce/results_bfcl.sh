@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-results/bfcl}
 PY=${PY:-.venv/bin/python}
-SCORERS=${SCORERS:-tracer_plus,tracer,tracer_fixed,tracer_g,llm_only,vector,toolnet,autotool,hepm,insight}
+SCORERS=${SCORERS:-tracer_plus,tracer,tracer_fixed,tracer_g,llm_only,vector,tool2vec,toolnet,autotool,hepm,insight}
 COMMON="dataset=bfcl registry=large folds=5 seed=0 latency_sample=${LATENCY_SAMPLE:-20} progress=false"
 SECONDS=0
 $PY evaluate.py -m scorer=$SCORERS k=${KS:-1,3,5,10} $COMMON hydra.sweep.dir=$OUT/teacher_forcing
