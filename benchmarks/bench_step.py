@@ -6,6 +6,7 @@ path.
         [--members 10]      # also tracer_plus with the best preset's candidate model, the mean of 10 MLPs
         [--novel]           # also tracer_plus with the cold-start preset's zero-shot settings
         [--zs-candidates]   # also tracer_plus with the zero-shot fusion proposing its candidates
+        [--usage]           # also tracer_plus with two novel slots, without and with usage vectors
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
 (through ``.cache/embeddings``). For each scorer and step, thread CPU time (one torch and one BLAS
@@ -46,6 +47,8 @@ def main() -> None:
                     help="also tracer_plus with preset/cold_start's zero_shot settings")
     ap.add_argument("--zs-candidates", action="store_true",
                     help="also tracer_plus with zero_shot.candidates (the fusion among the candidates)")
+    ap.add_argument("--usage", action="store_true",
+                    help="also tracer_plus with novel slots (a fusion every step), zero_shot.usage off, 1")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
@@ -65,6 +68,9 @@ def main() -> None:
                      + (", fusion candidates" if zero.get("candidates") else ""), {"zero_shot": zero}))
     if a.zs_candidates:
         runs.append(("tracer_plus, zero-shot candidates", {"zero_shot": {"candidates": True}}))
+    if a.usage:
+        runs += [(f"tracer_plus, novel slots 3x2, usage {u}",
+                  {"zero_shot": {"novel": 3, "slots": 2, "usage": u}}) for u in (None, 1.0)]
     for name, overrides in runs:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)

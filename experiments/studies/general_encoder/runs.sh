@@ -17,6 +17,9 @@ run() {  # run NAME OVERRIDES...
   [[ -f $out/metrics.json ]] && return 0
   [[ -n ${SKIP_GENERAL:-} && " $* " == *" embedder=general "* ]] && return 0
   [[ -n ${ONLY_GENERAL:-} && " $* " != *" embedder=general "* ]] && return 0
+  # the study's tracer_plus rows predate the usage vectors in the zero-shot fusion (zero_shot.usage, off here)
+  [[ " $* " == *" scorer=tracer_plus "* || " $* " == *" experiment=preset/"* ]] &&
+    set -- "$@" scorer.zero_shot.usage=null
   echo "== $ds $out $*" >&2
   nice -n 5 "$PY" evaluate.py "dataset=$ds" registry=large k=5 folds=5 seed=0 progress=false latency_sample=0 \
     "hydra.run.dir=$out" "$@" "${EXTRA[@]}" > "$out.log" 2>&1 || echo "failed: $out (see $out.log)" >&2

@@ -42,17 +42,20 @@ from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, training_steps
 
 ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
-SCORERS = ("vector", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")
+SCORERS = ("vector", "tool2vec", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")
 FIELDS = ("dataset", "fold", "n", "n_train", "scorer", "recall_at_1", "recall_at_k", "n_test", "fit_s",
           "error")
 
 
-# tracer_plus with the last two of the five slots for never-called tools of its zero-shot top 3
+# tracer_plus with the last two of the five slots for never-called tools of its zero-shot top 3, with the
+# fusion among its candidates, and without usage vectors in the fusion (the default before them)
 VARIANTS = {"tracer_plus_novel3x2": {"zero_shot": {"novel": 3, "slots": 2}},
-            "tracer_plus_zscand": {"zero_shot": {"candidates": True}}}
+            "tracer_plus_zscand": {"zero_shot": {"candidates": True}},
+            "tracer_plus_nousage": {"zero_shot": {"usage": None}}}
 # scorers over an embedder of their own, composed as evaluate.py composes these overrides
 COMPOSED = {"cold_start": ["experiment=preset/cold_start"],
-            "vector_general": ["scorer=vector", "embedder=general"]}
+            "vector_general": ["scorer=vector", "embedder=general"],
+            "cold_start_zsusage": ["experiment=preset/cold_start", "scorer.zero_shot.usage=1.0"]}
 
 
 @cache

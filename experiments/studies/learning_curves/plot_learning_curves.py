@@ -23,12 +23,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
-ORDER = ("tracer_plus", "tracer_plus_novel3x2", "tracer_plus_zscand", "tracer_plus_transfer", "cold_start",
-         "tracer", "autotool", "toolnet", "hybrid", "vector", "vector_general", "bm25")
+ORDER = ("tracer_plus", "tracer_plus_nousage", "tracer_plus_novel3x2", "tracer_plus_zscand",
+         "tracer_plus_transfer", "cold_start", "cold_start_zsusage", "tracer", "tool2vec", "autotool",
+         "toolnet", "hybrid", "vector", "vector_general", "bm25")
 # checked against their inputs (the vector search over their encoder, BM25) and rivals
 INPUTS = {"tracer_plus": ("vector", "bm25"), "tracer_plus_novel3x2": ("vector", "bm25"),
-          "tracer_plus_zscand": ("vector", "bm25"),
-          "tracer_plus_transfer": ("vector", "bm25"), "cold_start": ("vector_general", "bm25")}
+          "tracer_plus_zscand": ("vector", "bm25"), "tracer_plus_nousage": ("vector", "bm25"),
+          "tracer_plus_transfer": ("vector", "bm25"), "cold_start": ("vector_general", "bm25"),
+          "cold_start_zsusage": ("vector_general", "bm25")}
 PLUS = tuple(INPUTS)
 
 
@@ -110,7 +112,7 @@ def dataset_section(name: str, cells, k: int) -> list[str]:
                          + (f" (below by more than 0.005 at N = {', '.join(below)})." if below else
                             " (never below by more than 0.005)."))
     for plus in PLUS:
-        for rival in ("toolnet", "autotool"):
+        for rival in ("toolnet", "autotool", "tool2vec"):
             if any(sc == plus for sc, _ in cells) and any(sc == rival for sc, _ in cells):
                 lines.append(
                     f"- {plus} stays above {rival} (recall@{k}) from N = {passes(cells, ns, plus, rival)}.")
