@@ -121,3 +121,24 @@ def test_the_fusion_reads_usage_vectors_live_as_batched(tiny_registry, keyword_e
     assert fitted[1.0].history["serves"] == "zero_shot"
     with pytest.raises(ValueError, match="zero_shot.usage"):
         build_scorer("tracer_plus", zero_shot={"usage": 0})
+
+
+def test_an_online_update_rebuilds_the_usage_vectors_as_a_fit_on_the_union_would(tiny_registry,
+                                                                                 keyword_embedder):
+    """The tries take the logged habit in place; the fusion's usage vectors follow (a new index, new
+    vectors), equal to those of a scorer fitted on the union."""
+    from tracer.online.updates import update_scorer
+
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    cfg = {"keys": ["prefix"], "vector_candidates": 2, "query_context": CONTEXT, "memory_context": CONTEXT,
+           "head": FAST, "zero_shot": {"kind": "vector", "guard": False, "usage": 1.0}}
+    live, fresh = build_scorer("tracer_plus", **cfg), build_scorer("tracer_plus", **cfg)
+    live.fit(UNIQUE, res)
+    before = live.usage.table(live)
+    assert tiny_registry.id("list_files") in before[0]
+    update_scorer(live, HABIT)
+    fresh.fit(UNIQUE + HABIT, res)
+    after, want = live.usage.table(live), fresh.usage.table(fresh)
+    assert np.array_equal(after[0], want[0]) and np.allclose(after[1], want[1], atol=1e-6)
+    row = list(after[0]).index(tiny_registry.id("list_files"))
+    assert not np.allclose(after[1][row], before[1][list(before[0]).index(tiny_registry.id("list_files"))])
