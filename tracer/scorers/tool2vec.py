@@ -24,7 +24,8 @@ from tracer.scoring.usage import check_prior, context_sums, usage_scores, usage_
 
 class Tool2VecScorer(ScorerBase):
     """Vector search over usage-enriched tool vectors (module docstring); values in
-    ``tracer/configs/scorer/tool2vec.yaml``.
+    ``tracer/configs/scorer/tool2vec.yaml``. Serving, its usage vectors are its learned part: an online update
+    holds the new logs and a refit (``Retriever.updater.refit()``, or every ``refit_every``) rebuilds them.
 
     Args:
         name: registry name.
@@ -36,8 +37,13 @@ class Tool2VecScorer(ScorerBase):
         self.name, self.prior = name, check_prior(prior, "tool2vec")
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None
-        self.called = np.zeros(0, dtype=np.int64)  # [K] registry ids of the tools with usage
-        self.u = np.zeros((0, 0))                  # [K, d] float64 their usage vectors
+        # (called [K] registry ids of the tools with usage, their usage vectors [K, d] float64)
+        self.table: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros((0, 0)))
+
+    learned_part = "table"  # what a refit learns again: one assignment swaps both arrays
+
+    def config(self) -> dict:
+        return {"name": self.name, "context": asdict(self.rendering), "prior": self.prior}
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
         """Add the contexts of the training steps to the vectors of the tools they called; no training step
@@ -45,7 +51,7 @@ class Tool2VecScorer(ScorerBase):
         steps = training_steps(trajectories, res.registry, self.successful_only)
         ctx = res.embed(steps, self.rendering) if steps else torch.zeros(0, res.tool_index.dim)  # [S, d]
         sums = context_sums(ctx, res.tool_ids([s.gold for s in steps]), len(res.registry))      # [N, d]
-        self.called, self.u = usage_vectors(res.tool_index.vectors, sums.numpy(), self.prior)
+        self.table = usage_vectors(res.tool_index.vectors, sums.numpy(), self.prior)
         self.res = res
         return FitReport(self.name, len(trajectories), len(steps), 0.0)
 
@@ -53,11 +59,11 @@ class Tool2VecScorer(ScorerBase):
         """``ctx [B, d]``: the steps' contexts under :attr:`rendering`."""
         self._check_fitted()
         b, n = len(steps), len(self.res.registry)
-        scores = usage_scores(fallback_scores(self.res, ctx), ctx, self.called, self.u)  # [B, N]
+        scores = usage_scores(fallback_scores(self.res, ctx), ctx, *self.table)           # [B, N]
         return Scores(primary=no_proposal(b, n), fallback=scores, fell_back=torch.ones(b, dtype=torch.bool))
 
     def describe(self) -> dict:
-        return {"scorer": self.name, "tools_called": len(self.called),
+        return {"scorer": self.name, "tools_called": len(self.table[0]),
                 "ranking": f"cosine with each tool's description vector (weight {self.prior:g}) plus the "
                 "contexts that called it",
                 "context": asdict(self.rendering)}

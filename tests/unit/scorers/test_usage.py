@@ -142,3 +142,21 @@ def test_an_online_update_rebuilds_the_usage_vectors_as_a_fit_on_the_union_would
     assert np.array_equal(after[0], want[0]) and np.allclose(after[1], want[1], atol=1e-6)
     row = list(after[0]).index(tiny_registry.id("list_files"))
     assert not np.allclose(after[1][row], before[1][list(before[0]).index(tiny_registry.id("list_files"))])
+
+
+def test_a_served_tool2vec_learns_new_logs_at_its_refit(tiny_registry, keyword_embedder):
+    """Its usage vectors are its learned part: an update holds the new logs, a refit rebuilds the vectors
+    from every log held (one assignment), and the habit's phrasing then finds its tool."""
+    from tracer import Retriever
+
+    scorer = build_scorer("tool2vec")
+    scorer.fit(UNIQUE, Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0))
+    r = Retriever(scorer, k=1)
+    r.updater.trajectories = list(UNIQUE)
+    usual = [{"role": "user", "content": "do the usual"}]
+    assert r.rank(usual)[0] != "list_files"
+    assert r.update(HABIT)["trajectories"] == len(HABIT) and r.rank(usual)[0] != "list_files"  # not yet
+    assert r.updater.refit(wait=True) and r.rank(usual)[0] == "list_files"
+    fresh = build_scorer("tool2vec")
+    fresh.fit(UNIQUE + HABIT, scorer.res)
+    assert all(np.array_equal(a, b) for a, b in zip(scorer.table, fresh.table))
