@@ -33,14 +33,14 @@ class Tool2VecScorer(ScorerBase):
         prior: weight of a tool's description vector against its calls' contexts (> 0).
     """
 
+    learned_part = "table"  # what a refit learns again: one assignment swaps both arrays
+
     def __init__(self, *, name: str, context: Mapping, prior: float):
         self.name, self.prior = name, check_prior(prior, "tool2vec")
         self.rendering = ContextRendering.from_config(context)
         self.res: Resources | None = None
         # (called [K] registry ids of the tools with usage, their usage vectors [K, d] float64)
         self.table: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros((0, 0)))
-
-    learned_part = "table"  # what a refit learns again: one assignment swaps both arrays
 
     def config(self) -> dict:
         return {"name": self.name, "context": asdict(self.rendering), "prior": self.prior}

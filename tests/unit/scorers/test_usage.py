@@ -160,3 +160,18 @@ def test_a_served_tool2vec_learns_new_logs_at_its_refit(tiny_registry, keyword_e
     fresh = build_scorer("tool2vec")
     fresh.fit(UNIQUE + HABIT, scorer.res)
     assert all(np.array_equal(a, b) for a, b in zip(scorer.table, fresh.table))
+
+
+def test_the_fits_inner_usage_vectors_are_the_served_ones_over_the_same_logs(tiny_registry, keyword_embedder):
+    """The guard's out-of-fold usage vectors sum the steps' contexts directly (:func:`context_sums`); the
+    served ones read the same sums off the index's trie. Over the same steps they are the same vectors."""
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=2, query_context=CONTEXT,
+                          memory_context=CONTEXT, head=FAST, zero_shot={"guard": False, "usage": 2.0})
+    scorer.fit(HABIT + UNIQUE, res)
+    steps = extract_all(HABIT + UNIQUE)
+    mem, _ = scorer.embed(steps)
+    sums = context_sums(mem, res.tool_ids([s.gold for s in steps]), len(tiny_registry))
+    called, u = usage_vectors(res.tool_index.vectors, sums.numpy(), 2.0)
+    served = scorer.usage.table(scorer)
+    assert np.array_equal(served[0], called) and np.allclose(served[1], u, atol=1e-6)

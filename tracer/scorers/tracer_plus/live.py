@@ -18,14 +18,19 @@ class LiveStep:
     """The single-step methods of :class:`~tracer.scorers.tracer_plus.scorer.TracerPlusScorer`, which holds
     the state they read (``res``, ``index``, ``model``, ``zero``, ``m``, ``pad``)."""
 
+    @property
+    def zero_shot_wanted(self) -> bool:
+        """Whether scoring needs the zero-shot ranking: it is served, or it fills the novel slots or proposes
+        candidates."""
+        return self.zero_shot_only or bool(self.zero.novel) or self.zero.candidates
+
     def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
         """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
         self._check_fitted()
         mem = as_numpy(memory)
         q = mem if query is None else as_numpy(query)
         vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
-        wanted = self.zero_shot_only or self.zero.novel or self.zero.candidates     # a zero-shot ranking
-        table = self.usage.table(self) if wanted else None
+        table = self.usage.table(self) if self.zero_shot_wanted else None
         zvec = vec if table is None else usage_scores_one(vec, q, *table)       # the fusion's vector input
         if self.zero_shot_only:  # ranked by the zero-shot scores alone: no candidates, no model to run
             if self.zero.fuses or table is not None:

@@ -235,7 +235,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         vec = fallback_scores(self.res, query)                                  # [B, N]
         zero = (self.zero.scores(steps, self.usage.scores(vec, query, self).numpy(), self.res,
                                  self.query_rendering)
-                if self.zero_shot_only or self.zero.novel or self.zero.candidates else None)     # [B, N]
+                if self.zero_shot_wanted else None)                                            # [B, N]
         cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
         has = cand.mask.any(1)                                                  # [B]
