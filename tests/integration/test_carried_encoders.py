@@ -140,3 +140,10 @@ def test_tracer_select_answers_from_the_index_as_the_retriever_does(static_index
         timeout=300,
     )
     assert proc.returncode == 2 and f"{tmp_path / 'bad.json'}:2: not JSON" in proc.stderr
+    # the plain listing says what was read leniently (a role the index does not know is skipped, and counted)
+    odd = [*conversations()[0], {"role": "critic", "content": "?"}]
+    proc = subprocess.run([*cmd[:4], "--index", str(index), "--k", "3"], check=False, input=json.dumps(odd),
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = ", ".join(r.registry[i].name for i in r.select_ids(odd, k=3))
+    assert proc.stdout == f"[0] {odd[0]['content'][:100]!r} -> {names}  (read leniently: unknown_role 1)\n"

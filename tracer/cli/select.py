@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"conversation": i, "tools": names, "lenient": dict(live.lenient)}))
                 continue
             last = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
-            print(f"[{i}] {str(last)[:100]!r} -> {', '.join(names)}")
+            read = ", ".join(f"{what} {n}" for what, n in sorted(live.lenient.items()))
+            print(f"[{i}] {str(last)[:100]!r} -> {', '.join(names)}"
+                  + (f"  (read leniently: {read})" if read else ""))
     except (OSError, ValueError) as e:  # DataError and CorruptIndex are ValueErrors naming the file
         print(f"tracer select: {e}", file=sys.stderr)
         return 2
