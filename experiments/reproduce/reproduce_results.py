@@ -21,6 +21,12 @@ Parts (each an experiment group in tracer/configs/experiment/, run as one Hydra 
   ``PRESET_RUNS`` names. The int8 presets (``fast``, the slow stage of ``cascade``) reproduce only on
   processors with the committed rows' vector instructions, AVX-512 (``results/encoders/README.md``).
 
+Every run embeds into an empty cache of its own (``paths.embeddings`` under its run directory): MiniLM's
+vector of a text moves in the seventh decimal with the other texts of the batch it was encoded in, so a run
+over a cache that other commands filled can flip near-ties, and a row whose model trains on the vectors
+(the ablation's ``mlp``) can move a fold by 0.01. Each row's own cold cache makes the rerun a function of the
+code and the machine alone; the committed references were made so (docs/results.md).
+
 Compared, exactly unless ``--tol``: the run's identity (dataset, registry size, scorer, k, regime, number of
 steps) and ``mean`` and every fold of ``per_fold`` for the quality metrics (latency is a timing, not a
 result). Any difference, missing run or missing reference exits 1 with one line per difference.
@@ -46,6 +52,8 @@ PRESET_RUNS = {"best": "mnrl_mlp10_tracer_plus", "cascade": "cascade_cascade",
                "zero_shot": "minilm_tracer_plus", "cold_start": "general_cold_start_tracer_plus"}
 QUALITY = ("recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens",
            "cic_reduction", "out_of_trie_rate", "fallback_rate", "recall_out_of_trie")
+# each run's embeddings in an empty cache under its run directory (the module docstring says why)
+OWN_CACHE = "paths.embeddings=${hydra:runtime.output_dir}/embeddings"
 IDENTITY = ("dataset", "registry_size", "scorer", "k", "regime", "n_steps")
 
 
@@ -73,13 +81,13 @@ def run(group: str, rows: list[str], out: Path) -> int:
         for row in rows:
             cmd = [sys.executable, str(ROOT / "evaluate.py"), f"experiment=preset/{row}", "dataset=bfcl",
                    "registry=large", "k=5", "folds=5", "seed=0", "progress=false", "latency_sample=0",
-                   f"hydra.run.dir={out / group / row}"]
+                   f"hydra.run.dir={out / group / row}", OWN_CACHE]
             print("$ OMP_NUM_THREADS=1", " ".join(cmd), flush=True)
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
             codes.append(subprocess.run(cmd, check=False, cwd=ROOT, env=env).returncode)
         return max(codes, default=0)
     cmd = [sys.executable, str(ROOT / "evaluate.py"), "-m", f"+experiment/{group}={','.join(rows)}",
-           "latency_sample=0", f"hydra.sweep.dir={out}"]
+           "latency_sample=0", f"hydra.sweep.dir={out}", OWN_CACHE]
     print("$", " ".join(cmd), flush=True)
     return subprocess.run(cmd, check=False, cwd=ROOT).returncode
 
