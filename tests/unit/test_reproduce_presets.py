@@ -1,16 +1,13 @@
 """experiments/reproduce/reproduce_results.py's preset part: every preset config has a committed reference
-run, a metric moved by one unit in the last place is reported, and every rerun embeds into a cache of its
-own."""
+run, and a metric moved by one unit in the last place is reported."""
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
 
 from builders import ROOT
 
-from experiments.reproduce import reproduce_results as rr
 from experiments.reproduce.reproduce_results import PARTS, PRESET_RUNS, diff, main, reference, rows_of
 
 
@@ -48,18 +45,3 @@ def test_diff_compares_two_run_directories(tmp_path, capsys):
     assert main(["--diff", str(run), str(ref)]) == 1
     assert "mean recall_at_k: reference" in capsys.readouterr().out
 
-
-def test_every_rerun_embeds_into_an_empty_cache_of_its_own(tmp_path, monkeypatch):
-    # a shared cache's history moves MiniLM's vectors in the seventh decimal (the module docstring)
-    cmds = []
-
-    def fake_run(cmd, **kwargs):
-        cmds.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0)
-
-    monkeypatch.setattr(subprocess, "run", fake_run)
-    assert rr.run(PARTS["ablation"], ["full", "mlp"], tmp_path) == 0
-    assert rr.run(PARTS["presets"], ["zero_shot"], tmp_path) == 0
-    assert len(cmds) == 2
-    for cmd in cmds:
-        assert cmd.count("paths.embeddings=${hydra:runtime.output_dir}/embeddings") == 1, cmd

@@ -130,8 +130,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
         view = clean_fold_view(res, steps, lambda r: self.embed(steps, r))
-        folds = max(2, min(int(cfg["inner_folds"]), len({s.group for s in steps}))) if self.transfer else int(
-            cfg["inner_folds"])
+        folds = int(cfg["inner_folds"])  # a transferred model's guard may see fewer groups than that
+        folds = max(2, min(folds, len({s.group for s in steps}))) if self.transfer else folds
         # [S, N] the training steps' zero-shot scores, computed once for the guard and the fusion candidates
         zero = cache(lambda: self.zero.scores(steps, self.usage.inner(
             steps, gold, mem, q, vec, res.tool_index.vectors, folds, inner_seed(seed, 0)).numpy(), res,
