@@ -1,5 +1,6 @@
 """The package's layers, checked on the source: imports point down only, and no function imports tracer code;
-and every module of the repository's code short enough to read in one sitting.
+and every module of the repository's code short enough to read in one sitting (a warning past
+WARN_LINES, a failure past MAX_LINES).
 
 A layer may import its own layer and any lower one. An import inside a function body that names a
 ``tracer`` module is how a cycle gets dodged, so it is refused everywhere (heavy optional third-party
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tracer"
 # the folders of code whose modules are held to MAX_LINES
 CODE = ("tracer", "benchmarks", "experiments", "tests")
-MAX_LINES = 300
+# a module past WARN_LINES is worth a look (split by job where two jobs meet); past MAX_LINES it fails.
+# Both sit well above where modules naturally end, so that the cap is never a reason to compress code.
+WARN_LINES = 400
+MAX_LINES = 600
 # lowest first; one entry per layer, a layer is a set of top-level modules/packages of tracer
 LAYERS: list[set[str]] = [
     {"core"},
@@ -104,3 +109,6 @@ def test_a_module_stays_readable_in_one_sitting():
     lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in modules}
     long = {name: n for name, n in lines.items() if n > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+    longish = {name: n for name, n in lines.items() if n > WARN_LINES}
+    if longish:
+        warnings.warn(f"modules over {WARN_LINES} lines (split by job?): {longish}", stacklevel=1)

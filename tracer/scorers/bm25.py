@@ -106,12 +106,12 @@ class BM25Scorer(ScorerBase):
 
     def step_scores(self, steps: Sequence[Step]) -> np.ndarray:
         """``[B, N]`` float32 BM25 scores of the steps' rendered contexts."""
-        rows = [self._scores(tokens(query_text(self.query, s))) for s in steps]  # B x [N]
+        rows = [self.query_scores(tokens(query_text(self.query, s))) for s in steps]  # B x [N]
         if not rows:
             return np.zeros((0, len(self.res.registry)), np.float32)
         return np.stack(rows).astype(np.float32)
 
-    def _scores(self, query: list[str]) -> np.ndarray:
+    def query_scores(self, query: list[str]) -> np.ndarray:
         """``[N]`` BM25 scores of one tokenised query (all 0 for a query without a word)."""
         return self.index.get_scores(query) if query else np.zeros(len(self.res.registry), np.float32)
 

@@ -107,11 +107,16 @@ def test_feature_groups_and_keys():
         parse_key("last_x")
     names = feature_names(keys)
     assert feature_groups("prefix.log_p*log_visits") == {"log_p", "state"}
-    assert set().union(*(feature_groups(n) for n in names)) == set(GROUPS) - {"fusion"}
+    assert set().union(*(feature_groups(n) for n in names)) == set(GROUPS) - {"fusion", "request"}
     # zero_shot.candidates: the fusion's three features after the others
     fused = feature_names(keys, fusion=True)
     assert fused[:len(names)] == names and fused[len(names):] == ("zs_score", "zs_rank", "zs_top")
-    assert set().union(*(feature_groups(n) for n in fused)) == set(GROUPS)
+    assert set().union(*(feature_groups(n) for n in fused)) == set(GROUPS) - {"request"}
+    # request: its four features close the row, after the fusion's
+    both = feature_names(keys, fusion=True, request=True)
+    assert both[:len(fused)] == fused
+    assert both[len(fused):] == ("req_bm25", "req_top", "req_name", "never_called")
+    assert set().union(*(feature_groups(n) for n in both)) == set(GROUPS)
     keep = keep_mask(names, ["state"])
     dropped = {n for n, k in zip(names, keep.tolist()) if k == 0}
     assert dropped == {n for n in names if "log_visits" in n or "log_children" in n}
@@ -132,8 +137,9 @@ def test_candidates_equal_a_naive_union(tiny_trajs, tiny_resources):
             naive |= set(trie.children(trie.key.state(s)))
         naive |= set(sorted(range(vec.shape[1]), key=lambda t: (-float(vec[i, t]), t))[:2])
         assert cand.tool[i][cand.mask[i]].tolist() == sorted(naive)
-    # without vector candidates an unseen state has none and the step falls back to the vector ranking
-    bare = plus(tiny_resources, keys=["last_2+cross_turn"], vector_candidates=0,
+    # without vector or request candidates an unseen state has none and the step falls back to the vector
+    # ranking
+    bare = plus(tiny_resources, keys=["last_2+cross_turn"], vector_candidates=0, request=None,
                 zero_shot={"kind": "vector", "guard": False})  # the model served: its own fallbacks
     bare.fit(tiny_trajs, tiny_resources)
     new = extract_steps(traj("h", ("list my files and email them", ["list_files", "send_email"])))

@@ -62,7 +62,7 @@ def test_mlp_ensemble_is_the_mean_of_its_members_each_trained_alone(tiny_trajs, 
     mem, q = ens.embed(steps)
     data = inner_fold_candidates(steps, res.tool_ids([s.gold for s in steps]), mem, fallback_scores(res, q),
                                  ens.keys, ens.m, EPS, res.registry.names, "cpu", FAST["inner_folds"],
-                                 inner_seed(5, 0))
+                                 inner_seed(5, 0), request=ens.request.inputs(steps, res))
     for i, net in enumerate(ens.model.mlps):
         alone, _ = train_model(data, "mlp", 32, ens.train_config(5 + i), keep=ens.keep)
         for (ka, va), (kb, vb) in zip(net.state_dict().items(), alone.net.state_dict().items()):

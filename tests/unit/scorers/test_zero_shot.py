@@ -93,7 +93,7 @@ def test_tracer_plus_serves_the_zero_shot_ranking_when_its_logs_mislead(tiny_reg
                                                                         tmp_path):
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
     guarded = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
-                           memory_context=CONTEXT, head=FAST,
+                           memory_context=CONTEXT, head=FAST, request=None,  # the trie's candidates alone
                            zero_shot={"kind": "hybrid", "guard": True, "k": 1})
     guarded.fit(UNIQUE, res)
     assert guarded.history["serves"] == "zero_shot" and guarded.history["guard_model_recall"] == 0.0
@@ -152,7 +152,7 @@ def test_a_never_called_tool_the_zero_shot_ranking_puts_first_takes_the_last_slo
                                                                                   keyword_embedder, novel):
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
     scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
-                          memory_context=CONTEXT, head=FAST,
+                          memory_context=CONTEXT, head=FAST, request=None,  # the trie's candidates alone
                           zero_shot={"kind": "hybrid", "guard": False, "novel": novel})
     scorer.fit(FLIGHTS, res)
     assert not scorer.zero_shot_only
@@ -217,7 +217,7 @@ def test_transferred_weights_face_the_guard_too(tiny_registry, keyword_embedder,
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
     habit = [one_call(f"h{i}", "do the usual", "list_files") for i in range(6)]  # no word of the tool's
     plain = {"keys": ["prefix"], "vector_candidates": 0, "query_context": CONTEXT, "memory_context": CONTEXT,
-             "head": FAST}
+             "head": FAST, "request": None}  # the trie's candidates alone
     trained = build_scorer("tracer_plus", **plain, zero_shot={"kind": "hybrid", "guard": False})
     trained.fit(habit, res)
     path = save_candidate_model(trained.model, trained.feature_names, tmp_path / "model.pt")
@@ -270,7 +270,7 @@ def test_the_fusion_joins_the_candidates_live_as_batched(tiny_registry, keyword_
     covered = {}
     for candidates in (False, True):
         scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=2, query_context=CONTEXT,
-                              memory_context=CONTEXT, head=FAST,
+                              memory_context=CONTEXT, head=FAST, request=None,  # the fusion's alone
                               zero_shot={"kind": "hybrid", "guard": False, "candidates": candidates})
         scorer.fit(FLIGHTS, res)
         assert not scorer.zero_shot_only and scorer.config()["zero_shot"]["candidates"] is candidates

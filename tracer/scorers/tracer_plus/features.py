@@ -48,9 +48,13 @@ With ``zero_shot.candidates`` (:mod:`tracer.scorers.tracer_plus.zero_shot`) the 
 join the candidates too, and a ``fusion`` group closes each row: ``zs_score`` (the fused score), ``zs_rank``
 (log of the 1-based rank in the fusion) and ``zs_top`` (1 if that rank is at most m).
 
+With ``request`` (:mod:`tracer.scorers.tracer_plus.request`) the request's best BM25 matches join the
+candidates too, and a ``request`` group closes each row: ``req_bm25``, ``req_top``, ``req_name`` and
+``never_called`` (what the request asks, from its own words, and whether the logs hold any evidence).
+
 Feature groups (for ``features.drop``): ``member``, ``log_p``, ``log_r``, ``edge_cos``,
-``state`` (log_visits, log_children and every product with them), ``vector``, ``tool``, ``history``
-and ``fusion``; a product belongs to both factors' groups and goes when either is dropped.
+``state`` (log_visits, log_children and every product with them), ``vector``, ``tool``, ``history``,
+``fusion`` and ``request``; a product belongs to both factors' groups and goes when either is dropped.
 
 Arithmetic (one definition for the batched path, torch on any device, and the single-step path,
 numpy on the CPU): priors and cosines come from :meth:`ExecutionTrie.gather` /
@@ -65,12 +69,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from tracer.core.types import Step
 from tracer.learn import standardise
 from tracer.memory.keys import StateKey
 from tracer.scorers.tracer_plus.index import PlusIndex
+from tracer.scorers.tracer_plus.request import REQUEST_FEATURES, RequestInput
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",
@@ -81,21 +87,21 @@ HISTORY_FEATURES = ("hist_count", "in_turn", "is_last")
 GLOBAL_FEATURES = VECTOR_FEATURES + TOOL_FEATURES + HISTORY_FEATURES
 # the zero-shot fusion's score, log rank and top-m flag (zero_shot.candidates: after the global features)
 FUSION_FEATURES = ("zs_score", "zs_rank", "zs_top")
-GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history", "fusion")
+GROUPS = ("member", "log_p", "log_r", "edge_cos", "state", "vector", "tool", "history", "fusion", "request")
 NEUTRAL = {"member": 0.0, "log_p": 0.0, "log_r": 0.0, "edge_cos": 0.0}
 _STATE = ("log_visits", "log_children")
 
 
-def feature_names(keys: Sequence[StateKey], fusion: bool = False) -> tuple[str, ...]:
+def feature_names(keys: Sequence[StateKey], fusion: bool = False, request: bool = False) -> tuple[str, ...]:
     return (tuple(f"{k.label}.{f}" for k in keys for f in KEY_FEATURES) + GLOBAL_FEATURES
-            + (FUSION_FEATURES if fusion else ()))
+            + (FUSION_FEATURES if fusion else ()) + (REQUEST_FEATURES if request else ()))
 
 
 def feature_groups(name: str) -> set[str]:
     """The groups a feature belongs to (``features.drop`` removes a feature when any of them is dropped)."""
     base = name.rsplit(".", 1)[-1]
     for group, names in (("vector", VECTOR_FEATURES), ("tool", TOOL_FEATURES), ("history", HISTORY_FEATURES),
-                         ("fusion", FUSION_FEATURES)):
+                         ("fusion", FUSION_FEATURES), ("request", REQUEST_FEATURES)):
         if base in names:
             return {group}
     return {"state" if part in _STATE else part for part in base.split("*")}
@@ -106,9 +112,10 @@ def keep_mask(names: Sequence[str], drop: Sequence[str]) -> torch.Tensor:
     return standardise.keep_mask(names, drop, GROUPS, feature_groups)
 
 
-def n_features(n_keys: int, fusion: bool = False) -> int:
-    """F: the width of a feature row with ``n_keys`` keys (and the fusion's features)."""
-    return n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES) + (len(FUSION_FEATURES) if fusion else 0)
+def n_features(n_keys: int, fusion: bool = False, request: bool = False) -> int:
+    """F: the width of a feature row with ``n_keys`` keys (and the fusion's and the request's features)."""
+    return (n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES) + (len(FUSION_FEATURES) if fusion else 0)
+            + (len(REQUEST_FEATURES) if request else 0))
 
 
 @dataclass
@@ -161,7 +168,7 @@ def _ranks(scores: torch.Tensor) -> torch.Tensor:
 
 
 def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec: torch.Tensor,
-               m: int, zs: torch.Tensor | None = None) -> Candidates:
+               m: int, zs: torch.Tensor | None = None, req: RequestInput | None = None) -> Candidates:
     """Candidates and raw features of a batch (see the module docstring).
 
     Args:
@@ -172,6 +179,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         m: how many of the vector ranking's top tools join the candidates.
         zs: ``[B, N]`` the zero-shot fusion's scores (``zero_shot.candidates``): its top m join the candidates
             too, and its score, log rank and top-m flag are three more features; None: neither.
+        req: the steps' request evidence (``request``): its top BM25 matches join the candidates and its
+            features close each row (:meth:`RequestInput.rows`); None: neither.
     """
     tries, tables = idx.tries, idx.tables
     device = tries[0].device if tries else vec.device
@@ -189,6 +198,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         is_cand |= rank <= m
         if zrank is not None:
             is_cand |= zrank <= m
+    if req is not None:
+        is_cand |= torch.from_numpy(req.top).to(device)
     n_cand = is_cand.sum(1)                                                               # [B]
     width = max(int(n_cand.max()) if b else 0, 1)
     # candidate ids ascending: a stable sort puts the True columns first, in registry order
@@ -199,8 +210,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)
     pos.scatter_(1, torch.where(mask, tool, n), torch.arange(width, device=device).expand(b, width).clone())
     # [B, C+1, F], dump column
-    feats = torch.zeros(b, width + 1, n_features(len(tries), zs is not None), dtype=torch.float32,
-                        device=device)
+    feats = torch.zeros(b, width + 1, n_features(len(tries), zs is not None, req is not None),
+                        dtype=torch.float32, device=device)
     rows = torch.arange(b, device=device)[:, None]
     in_state = torch.zeros(b, len(tries), dtype=torch.bool, device=device)
     zero = torch.zeros(b, device=device)
@@ -240,6 +251,14 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         feats[:, :, g + 8] = zs.gather(1, tool)
         feats[:, :, g + 9] = torch.from_numpy(idx.log_ranks).to(device)[z_rank - 1]
         feats[:, :, g + 10] = (z_rank <= m).float()
+    if req is not None:  # one step at a time, as the live path (RequestInput.rows)
+        r0 = g + 8 + (len(FUSION_FEATURES) if zrank is not None else 0)
+        never = idx.tool_log_freq_np == 0                                                 # [N]
+        tool_np, n_np = tool.cpu().numpy(), n_cand.cpu().numpy()
+        block = np.zeros((b, width, len(REQUEST_FEATURES)), dtype=np.float32)             # [B, C, 4]
+        for i in range(b):
+            block[i, :n_np[i]] = req.rows(i, tool_np[i, :n_np[i]], never)
+        feats[:, :, r0:] = torch.from_numpy(block).to(device)
     feats = torch.where(mask[:, :, None], feats, 0.0)
     depth = cbs[0].depth if cbs else torch.full((b,), -1, dtype=torch.long, device=device)
     return Candidates(tool=tool, mask=mask, feats=feats, in_state=in_state, depth=depth)

@@ -27,6 +27,7 @@ from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer_plus.features import candidates, feature_names
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model
+from tracer.scorers.tracer_plus.request import RequestInput
 from tracer.scorers.tracer_plus.step import candidates_rows
 from tracer.scoring.resources import Resources, fallback_scores
 
@@ -75,8 +76,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
                           vec: torch.Tensor, keys, m: int, eps: float, names: Sequence[str], device,
                           inner_folds: int = 5, seed: int = 0, fold_view: FoldView | None = None,
                           approximate: bool = False,
-                          fusion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-                          ) -> CandidateData:
+                          fusion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                          request: RequestInput | None = None) -> CandidateData:
     """Candidates of every training step, each scored by tries built from the other inner folds only.
 
     ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
@@ -86,10 +87,12 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
     ``approximate``: ``vec`` comes from an approximate tool index (:func:`candidates_rows`).
     ``fusion(held, vec_held)``: the zero-shot fusion's scores ``[h, N]`` of the held rows from their vector
     scores (``zero_shot.candidates``: its top m join the candidates, with its features).
+    ``request``: every step's request evidence, row-aligned with ``steps`` (``request``: its top BM25
+    matches join the candidates, with its features).
     """
     groups = sorted({s.group for s in steps})
     if len(groups) < 2:  # nothing to hold out: no training data
-        n_feat = len(feature_names(keys, fusion is not None))
+        n_feat = len(feature_names(keys, fusion is not None, request is not None))
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
                              torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
     views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -107,7 +110,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
         mem, v = views.pop(f, (mem_ctx, vec))
         make = candidates_rows if approximate else candidates
         zs = None if fusion is None else fusion(held, v[held])                            # [h, N]
-        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs)
+        req = None if request is None else request.take(held.tolist())
+        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs, req)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
                              torch.full((len(held),), f))
 

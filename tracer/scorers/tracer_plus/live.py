@@ -45,7 +45,8 @@ class LiveStep:
         zs = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)          # [1, N]
               if self.zero.novel or self.zero.candidates else None)
         fused = zs[0] if self.zero.candidates else None                                      # [N]
-        one = candidates_one(self.index, step, mem, vec, self.m, order, fused)
+        req = self.request.inputs([step], self.res) if self.request else None
+        one = candidates_one(self.index, step, mem, vec, self.m, order, fused, req)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         if self.zero.novel:  # the k-th slot's claimants, as batched
             one.reserve = self.zero.reserve(zs, self.never_called)[0]

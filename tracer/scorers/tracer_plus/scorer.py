@@ -45,6 +45,7 @@ from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
 from tracer.scorers.tracer_plus.live import LiveStep
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
 from tracer.scorers.tracer_plus.persist import load_plus, save_plus
+from tracer.scorers.tracer_plus.request import RequestEvidence
 from tracer.scorers.tracer_plus.step import candidates_rows
 from tracer.scorers.tracer_plus.usage import UsageInput
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
@@ -78,6 +79,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             are allowed (cold start). ``None``: train on the fitted trajectories.
         zero_shot: what a cold index serves, and the guard that serves it in the model's place when the
             inner folds rank it better (:mod:`tracer.scorers.tracer_plus.zero_shot`); None: vector, no guard.
+        request: ``{candidates, bm25}``: what the request asks, from its own words, as candidates and features
+            (:mod:`tracer.scorers.tracer_plus.request`); None: neither (an index saved before them).
     """
 
     can_save = True
@@ -85,10 +88,11 @@ class TracerPlusScorer(LiveStep, ScorerBase):
     def __init__(self, *, name: str, keys: Sequence, vector_candidates: int, query_context: Mapping,
                  memory_context: Mapping, features: Mapping, model: str, eps: float, pad: bool,
                  successful_only: bool, head: Mapping, zero_shot: Mapping | None,
-                 transfer: str | None = None):
+                 transfer: str | None = None, request: Mapping | None = None):
         self.name, self.pad, self.eps, self.successful_only = name, pad, eps, successful_only
         self.transfer = str(transfer) if transfer else None
         self.zero = ZeroShot.from_config(zero_shot)
+        self.request = RequestEvidence.from_config(request)
         self.keys = tuple(parse_key(k) for k in keys)
         if not self.keys and vector_candidates <= 0:
             raise ValueError("tracer_plus needs at least one key or vector_candidates > 0")
@@ -98,7 +102,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         self.rendering = self.memory_rendering  # the step's context as compared with the edge memories
         self.drop, self.model_kind, self.head_cfg = (tuple((features or {}).get("drop") or ()), model,
                                                      dict(head))
-        self.feature_names = feature_names(self.keys, self.zero.candidates)
+        self.feature_names = feature_names(self.keys, self.zero.candidates, self.request is not None)
         self.keep = keep_mask(self.feature_names, self.drop)
         check_model(model, self.members)
         self.res: Resources | None = None
@@ -141,7 +145,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             [steps[i] for i in held.tolist()], v.cpu().numpy(), res, self.query_rendering)).to(v.device))
         inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
                         res.registry.names, res.device, seed=inner_seed(seed, 0), fold_view=view,
-                        approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None)
+                        approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None,
+                        request=self.request.inputs(steps, res) if self.request else None)
         guard = partial(self.zero.choose, transferred=bool(self.transfer))  # (scores, gold, zero-shot hits)
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
@@ -223,7 +228,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
     def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor,
                    zs: torch.Tensor | None = None) -> Candidates:
         make = candidates if self.res.tool_index.exact else candidates_rows  # an ANN: what it retrieved
-        return make(self.index, list(steps), mem, vec, self.m, zs)
+        req = self.request.inputs(steps, self.res) if self.request else None
+        return make(self.index, list(steps), mem, vec, self.m, zs, req)
 
     def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor,
                        query: torch.Tensor | None = None) -> Scores:
@@ -258,7 +264,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                 "memory_context": asdict(self.memory_rendering),
                 "features": {"drop": list(self.drop)}, "model": self.model_kind, "eps": self.eps,
                 "pad": self.pad, "successful_only": self.successful_only, "head": dict(self.head_cfg),
-                "transfer": self.transfer, "zero_shot": self.zero.config()}
+                "transfer": self.transfer, "zero_shot": self.zero.config(),
+                "request": self.request.config() if self.request else None}
 
     # ---- learning while serving (tracer.online) -------------------------------------------------------
     @property

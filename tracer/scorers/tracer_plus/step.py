@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from tracer.core.types import Step
-from tracer.scorers.tracer_plus.features import KEY_FEATURES, Candidates, n_features
+from tracer.scorers.tracer_plus.features import FUSION_FEATURES, KEY_FEATURES, Candidates, n_features
 from tracer.scorers.tracer_plus.index import PlusIndex
+from tracer.scorers.tracer_plus.request import RequestInput
 from tracer.scoring.single_step import children_one
 
 
@@ -53,7 +54,8 @@ def _fusion_rank(zs: np.ndarray, approx: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int,
-                   order: np.ndarray | None = None, zs: np.ndarray | None = None) -> OneCandidates:
+                   order: np.ndarray | None = None, zs: np.ndarray | None = None,
+                   req: RequestInput | None = None) -> OneCandidates:
     """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit.
 
     With ``order`` (the tools an approximate index retrieved, best first; ``vec`` is ``-inf`` for the
@@ -62,7 +64,8 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     knows, it scores at most that), the tool-memory cosine is taken for the candidates alone. This is the
     definition for approximate indexes; the batched path is this function row by row
     (:func:`candidates_rows`). ``zs [N]``: the zero-shot fusion (``zero_shot.candidates``), whose top m join
-    the candidates and give the fusion's three features.
+    the candidates and give the fusion's three features. ``req``: the step's request evidence (one row), whose
+    top BM25 matches join the candidates and whose features close each row.
     """
     tries, tables = idx.tries, idx.tables
     n = len(vec)
@@ -82,11 +85,13 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     if zs is not None:
         z_rank, z_score = _fusion_rank(zs, approx)
         is_cand[z_rank <= m] = True
+    if req is not None:
+        is_cand |= req.top[0]
     tool = np.flatnonzero(is_cand)                                                       # [C] ascending
     col_of = np.empty(n, dtype=np.int64)
     col_of[tool] = np.arange(len(tool))
     n_key = len(KEY_FEATURES)
-    feats = np.zeros((len(tool), n_features(len(tries), zs is not None)), dtype=np.float32)
+    feats = np.zeros((len(tool), n_features(len(tries), zs is not None, req is not None)), dtype=np.float32)
     for j, (ch, tab) in enumerate(zip(kids, tables)):
         base = j * n_key
         lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
@@ -134,21 +139,25 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
         feats[:, g + 8] = z_score[tool]
         feats[:, g + 9] = idx.log_ranks[z_rank[tool] - 1]
         feats[:, g + 10] = z_rank[tool] <= m
+    if req is not None:
+        r0 = g + 8 + (len(FUSION_FEATURES) if zs is not None else 0)
+        feats[:, r0:] = req.rows(0, tool, idx.tool_log_freq_np == 0)
     depth = len(states[0]) if kids and kids[0].node >= 0 else -1
     return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)
 
 
 def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int,
-                    zs: torch.Tensor | None = None) -> Candidates:
+                    zs: torch.Tensor | None = None, req: RequestInput | None = None) -> Candidates:
     """:func:`candidates` for an approximate index: :func:`candidates_one` row by row (``vec [B, N]`` with
     ``-inf`` for the tools not retrieved), stacked and padded; the live path's numbers by construction."""
     mem = mem_ctx.detach().cpu().numpy()                                                 # [B, d]
     v = vec.detach().cpu().numpy()                                                       # [B, N]
     z = None if zs is None else zs.detach().cpu().numpy()                                # [B, N]
-    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i]), None if z is None else z[i])
+    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i]), None if z is None else z[i],
+                           None if req is None else req.take([i]))
             for i, s in enumerate(steps)]
     width = max([len(o.tool) for o in ones] + [1])
-    b, f = len(ones), n_features(len(idx.tries), zs is not None)
+    b, f = len(ones), n_features(len(idx.tries), zs is not None, req is not None)
     tool = np.zeros((b, width), dtype=np.int64)
     mask = np.zeros((b, width), dtype=bool)
     feats = np.zeros((b, width, f), dtype=np.float32)

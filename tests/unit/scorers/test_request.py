@@ -1,0 +1,120 @@
+"""tracer_plus's request evidence (tracer/scorers/tracer_plus/request.py): features by hand, the request's
+BM25 key among the candidates, live rows equal to batched ones bit for bit, and the mechanism it exists for:
+a request that names a tool outranks a log habit of 10 to 1 for the following call."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from plus_hand import FAST, traj
+
+from tracer.build import build_scorer
+from tracer.core.steps import extract_all, extract_steps
+from tracer.encode.index import ToolIndex
+from tracer.scorers.bm25 import BM25Scorer
+from tracer.scorers.tracer_plus.request import REQUEST_FEATURES, RequestEvidence
+from tracer.scorers.tracer_plus.step import candidates_one, retrieved_order
+from tracer.scoring.ranking import finalize
+from tracer.scoring.resources import Resources, fallback_scores
+
+CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
+# after get_weather the logs send an email ten times and list the files once; other requests name their tools
+HABIT = ([traj(f"w{i}", (f"weather in city {i} then email it", ["get_weather", "send_email"]))
+          for i in range(10)]
+         + [traj("l", ("weather and then list the files", ["get_weather", "list_files"]))]
+         + [traj(f"n{i}", (text, [tool])) for i, (text, tool) in enumerate([
+             ("list my files", "list_files"), ("cancel the booking", "cancel_booking"),
+             ("search flights to Boston", "search_flights"), ("send an email to Bob", "send_email"),
+             ("book a flight", "book_flight"), ("list all files here", "list_files"),
+             ("cancel my booking now", "cancel_booking"), ("search flights tomorrow", "search_flights")])])
+
+
+def fitted(res, **cfg):
+    scorer = build_scorer("tracer_plus", keys=["prefix", "last_1+cross_turn"], vector_candidates=2,
+                          query_context=CONTEXT, memory_context=CONTEXT, head=FAST,
+                          zero_shot={"kind": "hybrid", "guard": False}, **cfg)
+    scorer.fit(HABIT, res)
+    return scorer
+
+
+def test_request_features_by_hand(tiny_resources):
+    res = tiny_resources
+    scorer = fitted(res, request={"candidates": 2})
+    step = extract_steps(traj("t", ("the weather then list the files", ["get_weather", "list_files"])))[1]
+    inp = scorer.request.inputs([step], res)
+    bm25 = BM25Scorer(name="bm25", context={"calls": "none", "join_users": True}, k1=1.5, b=0.75)
+    bm25.fit([], res)
+    want = bm25.query_scores(["weather", "list", "files"])                  # "the", "then": stopwords
+    assert np.array_equal(inp.bm25[0], want.astype(np.float32))
+    names = res.registry.names
+    top = [names[t] for t in np.flatnonzero(inp.top[0])]
+    assert set(top) == {names[t] for t in np.argsort(-want, kind="stable")[:2]} and "list_files" in top
+    tool = np.arange(len(names))
+    never = np.array([n == "book_flight" for n in names])
+    rows = dict(zip(names, inp.rows(0, tool, never).tolist()))
+    best = float(want.max())
+    for name in names:
+        i = names.index(name)
+        assert rows[name][0] == pytest.approx(float(want[i]) / best)
+    assert rows["list_files"][2] == 1.0 and rows["get_weather"][2] == 0.5 and rows["send_email"][2] == 0.0
+    assert rows["book_flight"][3] == 1.0 and rows["list_files"][3] == 0.0
+    assert scorer.feature_names[-4:] == REQUEST_FEATURES                            # they close each row
+    with pytest.raises(ValueError, match="request.candidates"):
+        RequestEvidence(candidates=-1)
+
+
+def test_a_request_naming_a_tool_outranks_a_log_habit_of_ten_to_one(tiny_resources):
+    res = tiny_resources
+    step = extract_steps(traj("t", ("weather in Rome then list the files", ["get_weather", "list_files"])))[1]
+    names = res.registry.names
+    first = {}
+    for request in ({"candidates": 10}, None):
+        scorer = fitted(res, request=request)
+        assert not scorer.zero_shot_only
+        ranking = finalize(scorer.score([step]), 1).ranking[0]
+        first[request is not None] = names[int(ranking[0])]
+        assert scorer.rank_one(step, scorer.embed([step]))[0] == ranking[0]                # live = batched
+    assert first == {True: "list_files", False: "send_email"}
+    weights = scorer_weights(fitted(res, request={"candidates": 10}))
+    assert weights["req_name"] > 0 or weights["req_bm25"] > 0
+
+
+def scorer_weights(scorer) -> dict:
+    return scorer.describe()["weights"]
+
+
+@pytest.mark.parametrize("index", ["exact", "hnsw"])
+def test_request_candidates_and_features_live_as_batched(tiny_registry, keyword_embedder, index, tmp_path):
+    exact = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    ann = ToolIndex(exact.tool_index.names, torch.from_numpy(exact.tool_index.vectors), "HNSW16,Flat",
+                    ann_k=3, ef_search=8)
+    res = exact if index == "exact" else replace(exact, tool_index=ann)
+    scorer = fitted(res)                                           # the default request config
+    assert scorer.config()["request"] == {"candidates": 10, "bm25": {"k1": 1.5, "b": 0.75}}
+    asked = traj("q", ("what is the forecast then list the files", ["get_weather", "list_files"]))
+    steps = extract_all([asked, *HABIT[10:14]])
+    mem, q = scorer.embed(steps)
+    vec = fallback_scores(res, q)                                                     # [B, N]
+    batch = scorer.candidates(steps, mem, vec)
+    assert batch.feats.shape[2] == len(scorer.feature_names) == 2 * 14 + 8 + 4
+    inp = scorer.request.inputs(steps, res)
+    for i, step in enumerate(steps):  # the live rows, bit for bit, and the request's top BM25 among them
+        one = candidates_one(scorer.index, step, mem[i].numpy(), vec[i].numpy(), 2,
+                             None if res.tool_index.exact else retrieved_order(vec[i].numpy()), None,
+                             inp.take([i]))
+        width = len(one.tool)
+        assert batch.tool[i, :width].tolist() == one.tool.tolist() and not batch.mask[i, width:].any()
+        assert torch.equal(batch.feats[i, :width], torch.from_numpy(one.feats)), i
+        assert set(np.flatnonzero(inp.top[i])) <= set(one.tool.tolist())
+    scores = scorer.score(steps)
+    presented = finalize(scores, 3, scorer.pad).presented
+    assert [scorer.select_one(s, (mem[i:i + 1], q[i:i + 1]), 3) for i, s in enumerate(steps)] == presented
+    if index == "exact":  # a saved index keeps the setting; one saved before it loads without it
+        loaded = type(scorer).load(scorer.save(tmp_path / "idx"), keyword_embedder, "cpu")
+        assert loaded.feature_names == scorer.feature_names
+        assert finalize(loaded.score(steps), 3, loaded.pad).presented == presented
+        old = build_scorer("tracer_plus", **{**scorer.config(), "request": None})
+        assert old.request is None and "never_called" not in old.feature_names
