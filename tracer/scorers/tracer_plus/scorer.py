@@ -157,10 +157,12 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                     scores = self.model.scores(data.feats, data.mask).cpu()                    # [S, C]
                 hist = guard(scores, data.gold, self.zero.hits(zero(), gold.numpy()))
             t2 = time.perf_counter()
-        elif not steps:  # no logs: untrained weights, unused while the index is cold (the first refit trains)
+        elif not steps:  # no logs: untrained weights, never served (the first refit trains them)
             self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]),
                                         self.keep, seed, self.members)
-            hist, t2 = {}, time.perf_counter()
+            # an online update gives the tries their first calls without a refit: the zero-shot ranking
+            # must go on serving until a fit has trained the weights and the guard has judged them
+            hist, t2 = {"serves": "zero_shot"}, time.perf_counter()
         else:
             data = inner(inner_folds=folds)
             t2 = time.perf_counter()
