@@ -1,15 +1,18 @@
 """What the gateway logs of a chat exchange once its answer has gone out, and when the outcome header applies.
 
 The conversation log (:mod:`tracer.serve.logging_sink`) is told each request's messages and, when the answer
-carried one, the assistant message: a plain JSON completion's ``choices[0].message``, or the message rebuilt
-from a streamed answer (:mod:`tracer.serve.stream_reply`) whose bytes passed through untouched while a copy
-was kept.
+carried one, the assistant message: a plain JSON completion's ``choices[0].message`` (:func:`answer_message`),
+or the message rebuilt from a streamed answer (:mod:`tracer.serve.stream_reply`) whose bytes passed through
+untouched while they were read. A compressed answer (``Content-Encoding: gzip`` or ``deflate``) reaches the
+client as the upstream sent it; the log reads it decoded, within a cap (:mod:`tracer.serve.content_coding`).
 
 ``X-Tracer-Outcome: success|failure`` finishes the conversation only when the answer went out whole: a
-200, and for a stream, one that ended by itself and said it was done (a finish reason or ``data: [DONE]``).
-An upstream error, a stream the client or the upstream cut, or a body that stopped early leaves the
-conversation pending with its request (finished later by the outcome endpoint, or as unreported): the
-outcome a client announced for a step whose answer it never got is not evidence of that step.
+200, and for a stream, one the protocol says went out whole (``data: [DONE]`` handed to the client, who may
+close its connection right after it, or a finish reason before the upstream's body ended by itself:
+:class:`~tracer.serve.stream_reply.StreamCopy`). An upstream error, a stream cut before that (by the client
+or the upstream), or a body that stopped early leaves the conversation pending with its request (finished
+later by the outcome endpoint, or as unreported): the outcome a client announced for a step whose answer it
+never got is not evidence of that step.
 
 An outcome that arrives while the conversation's streamed answer is still going out (a client reads
 ``data: [DONE]`` and posts ``/v1/tracer/outcome`` at once) waits for that stream (:class:`OutcomeGate`):
@@ -23,9 +26,10 @@ import logging
 import threading
 from typing import Any
 
+import orjson
 from starlette.responses import Response, StreamingResponse
 
-from tracer.serve.conversations import reply_message
+from tracer.serve.content_coding import decode_body
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.stream_reply import StreamCopy
 
@@ -70,18 +74,33 @@ class OutcomeGate:
         return self.sink.finish(conv, success, reward)
 
 
+def answer_message(response: Response, limit: int) -> dict[str, Any] | None:
+    """The assistant message of a plain JSON completion (``choices[0].message``, its body decoded when the
+    upstream compressed it, within ``limit`` decoded bytes), else None (a stream, an error, another shape)."""
+    if isinstance(response, StreamingResponse) or response.status_code != 200:
+        return None
+    body = decode_body(response.body, response.headers.get("content-encoding"), limit)
+    if body is None:
+        return None
+    try:
+        message = orjson.loads(body)["choices"][0]["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
 def log_exchange(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: list[str], response: Response,
                  outcome: str | None, max_copy_bytes: int) -> None:
     """Log a request and its answer (a streamed one once it has been sent: when its iterator ends).
 
     Args:
         outcome: the request's ``X-Tracer-Outcome`` header (None when absent).
-        max_copy_bytes: the most of a streamed answer copied to rebuild its message.
+        max_copy_bytes: the most of an answer decoded to read its message (a stream's, merged).
     """
     if isinstance(response, StreamingResponse) and response.status_code == 200:
         _log_stream(gate, conv, body, presented, response, outcome, max_copy_bytes)
         return
-    _observe(gate, conv, body, presented, reply_message(response),
+    _observe(gate, conv, body, presented, answer_message(response, max_copy_bytes),
              outcome if response.status_code == 200 else None)
 
 
@@ -89,18 +108,15 @@ def _log_stream(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: l
                 response: StreamingResponse, outcome: str | None, max_copy_bytes: int) -> None:
     # the request, whatever comes
     gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, None)
-    copy = StreamCopy(max_copy_bytes)
-    compressed = "content-encoding" in response.headers
+    copy = StreamCopy(max_copy_bytes, response.headers.get("content-encoding"))
 
-    def cut() -> None:
-        log.info("stream cut short; outcome not applied", extra={"event": "stream_cut", "conversation": conv})
-
-    def ended(complete: bool) -> None:  # on the event loop, as the stream's iterator ends
+    def ended(whole: bool) -> None:  # on the event loop, as the stream's iterator ends
         try:
-            if complete and (compressed or copy.finished()):
-                _observe(gate, conv, body, presented, None if compressed else copy.reply(), outcome)
+            if whole:
+                _observe(gate, conv, body, presented, copy.reply(), outcome)
             else:
-                cut()
+                log.info("stream cut short; outcome not applied",
+                         extra={"event": "stream_cut", "conversation": conv})
         finally:
             gate.stream_ended(conv)
     gate.stream_started(conv)
