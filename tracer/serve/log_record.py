@@ -14,7 +14,10 @@ before a record is written its messages are brought to the rules of :mod:`tracer
   encoding an object are written as ``"{}"`` and the raw text is kept in ``metadata.raw_arguments`` (by
   position, ``messages[i].tool_calls[j]``, its first :data:`RAW_CHARS` characters);
 - a tool message that answers no earlier call is left out;
-- a lone surrogate in a checked string becomes ``?``.
+- a lone surrogate in a checked string becomes ``?``;
+- an image, audio or file content part keeps a placeholder, not its bytes (:func:`without_media`, applied
+  as a request is observed, before it is sized or held): ranking reads only text parts, and a screenshot's
+  megabyte of base64 would otherwise make a vision conversation too large to log.
 
 What was changed is counted in ``metadata.normalised`` (by rule). :func:`valid_record` applies the same
 rules again after the redaction hook, and checks the record's own fields.
@@ -48,6 +51,55 @@ def _json_text(value: Any) -> str:
     return _text(json.dumps(value, default=str))
 
 
+# the field of each media part that carries its bytes (OpenAI chat content parts)
+MEDIA_FIELDS = {"image_url": "url", "input_audio": "data", "file": "file_data"}
+
+
+def _data_size(data: str) -> tuple[str | None, int]:
+    """(media type, decoded bytes) of a data: URL or bare base64 text (the size from the base64 length)."""
+    media = None
+    if data.startswith("data:"):
+        head, _, data = data.partition(",")
+        media = head[5:].split(";")[0] or None
+        if ";base64" not in head:
+            return media, len(data)
+    n = len(data.rstrip("="))
+    return media, n * 3 // 4
+
+
+def _placeholder(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A media part without its bytes: ``{"type", <type>: {its other fields}, "omitted": {"media_type",
+    "bytes"}}``; None when it carries none (a part of another type, an image by http URL, a file by id)."""
+    kind = part.get("type")
+    payload = part.get(kind) if isinstance(kind, str) else None
+    key = MEDIA_FIELDS.get(kind)
+    if key is None or not isinstance(payload, Mapping) or not isinstance(payload.get(key), str):
+        return None
+    data = payload[key]
+    if kind != "input_audio" and not data.startswith("data:"):
+        return None  # a reference (an image's URL), not the bytes
+    media, size = _data_size(data)
+    if kind == "input_audio":
+        fmt = payload.get("format")
+        media = f"audio/{fmt}" if isinstance(fmt, str) else "audio"
+    rest = {k: v for k, v in payload.items() if k != key}
+    return {**part, kind: rest, "omitted": {"media_type": media or "application/octet-stream", "bytes": size}}
+
+
+def without_media(messages: Sequence[Any]) -> list[Any]:
+    """``messages`` with each media part that carries bytes (a data: URL image, audio, a file's data) replaced
+    by its placeholder (:func:`_placeholder`); a message without one is passed through as it is."""
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if isinstance(content, list):
+            parts = [(_placeholder(p) if isinstance(p, Mapping) else None) or p for p in content]
+            if any(p is not q for p, q in zip(parts, content)):
+                m = {**m, "content": parts}
+        out.append(m)
+    return out
+
+
 def _content(content: Any, fixes: Counter) -> Any:
     if content is None:
         return None
@@ -66,6 +118,8 @@ def _content(content: Any, fixes: Counter) -> Any:
             parts.append({**part, "text": _json_text(part.get("text"))})
         else:
             parts.append({**part, "text": _text(part["text"])} if part["type"] == "text" else dict(part))
+            if isinstance(part.get("omitted"), Mapping):
+                fixes["media_omitted"] += 1
     return parts
 
 

@@ -15,7 +15,8 @@ successful trajectories (the default) ignores them.
 **What is written.** The messages of the conversation's last request plus the assistant message of its
 answer (a plain JSON completion's ``choices[0].message``, or the message rebuilt from a stream that ended:
 :mod:`tracer.serve.stream_reply`), ``metadata.called`` (the tools called, in order) and
-``metadata.presented``, brought to the loader's rules first (:mod:`tracer.serve.log_record`: what is
+``metadata.presented`` (an image, audio or file part as a placeholder with its media type and size, not its
+bytes), brought to the loader's rules first (:mod:`tracer.serve.log_record`: what is
 written is valid by construction). ``tools.json`` holds only the tools some written record calls, with the
 schema a request offered for it (a placeholder without description when none did: a name the model
 invented, listed in the record's ``metadata.unoffered``, which ``tracer update`` does not learn). The
@@ -52,7 +53,7 @@ from typing import Any
 import orjson
 
 from tracer.serve.log_files import LogFiles
-from tracer.serve.log_record import build_record, called_names, tool_schema, valid_record
+from tracer.serve.log_record import build_record, called_names, tool_schema, valid_record, without_media
 
 log = logging.getLogger("tracer.serve")
 Redactor = Callable[[dict[str, Any]], "dict[str, Any] | None"]
@@ -164,7 +165,7 @@ class ConversationLog:
                 presented: Sequence[str], reply: Mapping | None) -> None:
         """Remember the conversation's latest state (messages, the answer's message, the called tools'
         schemas)."""
-        msgs = [*messages, {"role": "assistant", **reply}] if reply else list(messages)
+        msgs = without_media([*messages, {"role": "assistant", **reply}] if reply else messages)
         body = _dumps(msgs)
         names = list(dict.fromkeys(called_names(msgs)))
         wanted = set(names)
