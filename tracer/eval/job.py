@@ -21,6 +21,8 @@ from tracer.build import (
 from tracer.core.folds import check_folds
 from tracer.core.validate import EVAL_INTS, check_config, check_int
 from tracer.eval import plots
+from tracer.eval.closed_loop import config_from
+from tracer.eval.closed_loop_report import closed_loop_job, summary
 from tracer.eval.metrics import METRICS, StepRecord, outcome_rates
 from tracer.eval.outputs import metrics_document, write_json, write_jsonl
 from tracer.eval.runner import EvalConfig, Evaluator
@@ -29,6 +31,8 @@ from tracer.scoring.resources import Resources
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:
+    if doc.get("regime") == "closed_loop":
+        return summary(doc)
     n, over = doc.get("folds"), doc.get("folds_in_mean", {})
     lines = [(f"{doc['dataset']} ({doc['registry_size']} tools) | scorer {doc['scorer']} | k={doc['k']} | "
               f"{doc['regime']} | executor {doc['executor']} | {doc['n_steps']} steps | "
@@ -74,6 +78,20 @@ def check_executor_errors(records: Sequence[StepRecord], max_rate: float, run_di
                               f"Outputs are in {run_dir}.")
 
 
+def check_closed_loop(cfg: Mapping[str, Any]) -> None:
+    """``regime=closed_loop``: its settings, and the options it has no use for refused by their override."""
+    config_from(cfg)
+    executor = str((cfg.get("executor") or {}).get("_target_", ""))
+    refused = {"train_trajectories": cfg.get("train_trajectories") is not None,
+               "holdout_tools": bool(cfg.get("holdout_tools")), "insight": bool(cfg.get("insight")),
+               "encoder_training": bool(cfg.get("encoder_training")),
+               "executor": not executor.endswith(".OracleExecutor")}
+    for key, bad in refused.items():
+        if bad:
+            raise ValueError(f"regime=closed_loop starts from no logs under the oracle: {key} (override "
+                             f"{key}=...) must stay at its default, got {cfg.get(key)!r}")
+
+
 def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     """Run the evaluation described by ``cfg`` (the composed ``configs/evaluate.yaml``) into ``run_dir``."""
     cfg = plain(cfg)
@@ -86,17 +104,22 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     if (cfg.get("regime") or {}).get("max_steps_per_turn") is not None:
         check_int(cfg["regime"]["max_steps_per_turn"],
                   "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
+    regime = cfg.get("regime") or {"name": "teacher_forcing"}
+    if regime["name"] == "closed_loop":
+        check_closed_loop(cfg)
     run_dir = Path(run_dir)
     ds = build_dataset(cfg["dataset"], cfg.get("registry"), cfg.get("seed", 0))
-    check_folds(cfg["folds"], ds.trajectories)
+    if regime["name"] != "closed_loop":  # one stream, no folds
+        check_folds(cfg["folds"], ds.trajectories)
     embedder = build_embedder(cfg["embedder"])
     executor = build_executor(cfg["executor"])
     res = Resources.build(ds.registry, embedder, device=cfg.get("device"), seed=cfg.get("seed", 0),
                           executor=None if getattr(executor, "is_oracle", False) else executor)
+    if regime["name"] == "closed_loop":
+        return closed_loop_job(cfg, ds, res, run_dir, f"{executor.name} (oracle: a presented gold is called)")
     scorer_cfg = cfg["scorer"]
     # insight=true: the memory of configs/scorer/insight.yaml's memory: node, a fresh one per outer fold
     insight_factory = build_insight_memory if cfg.get("insight") else None
-    regime = cfg.get("regime") or {"name": "teacher_forcing"}
     ecfg = EvalConfig(k=cfg["k"], folds=cfg["folds"], seed=cfg["seed"], regime=regime["name"],
                       max_steps_per_turn=regime.get("max_steps_per_turn", 20),
                       test_successful_only=cfg.get("test_successful_only", True),
