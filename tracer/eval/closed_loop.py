@@ -113,8 +113,9 @@ class LoggedConversation:
     conversation: int
     trajectory_id: str
     n_calls: int
-    cut_at: int | None            # index of the first call not presented (None: no cut)
+    cut_at: int | None            # index of the first call not presented (None: every call was presented)
     logged_messages: int          # messages of the logged trajectory
+    logged_calls: int             # its calls (``n_calls`` under ``full``, else ``cut_at`` when there is one)
     logged_success: bool
 
     def to_json(self) -> dict:
@@ -230,7 +231,7 @@ def run_closed_loop(dataset: Dataset, make_scorer: Callable[[], Scorer], res: Re
         scored.extend(known)
         logged, cut = presented_log(traj, [shown[i] for i in range(len(steps))], cfg.feedback)
         conversations.append(LoggedConversation(c, traj.id, len(steps), cut, len(logged.messages),
-                                                logged.success))
+                                                len(list(iter_calls(logged.messages))), logged.success))
         learner.learn(logged)     # after every step of the conversation was scored: prequential
         if c + 1 in schedule:
             learner.refit()

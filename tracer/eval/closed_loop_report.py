@@ -57,7 +57,7 @@ def stream_report(result: ClosedLoopResult, cfg: ClosedLoopConfig) -> dict:
     never = sorted(set(needed) - ever_presented)
     gaps = [w["gap_recall_at_k"] for w in windows]
     convs = result.conversations
-    cut = [c for c in convs if c.cut_at is not None]
+    cut = [c for c in convs if c.logged_calls < c.n_calls]
     return {
         "stream": figures(counted),
         "second_half": {"from": len(counted) // 2, **figures(counted[len(counted) // 2:])},
@@ -69,9 +69,10 @@ def stream_report(result: ClosedLoopResult, cfg: ClosedLoopConfig) -> dict:
                        "share": sum(needed.values()) / len(needed) if needed else None},
         "never_presented": {"tools": len(needed), "count": len(never),
                             "share": len(never) / len(needed) if needed else None, "names": never},
-        "logged": {"conversations": len(convs), "cut": len(cut), "cut_share": len(cut) / len(convs) if convs
-                   else None, "calls": sum(c.n_calls for c in convs),
-                   "calls_logged": sum(c.n_calls if c.cut_at is None else c.cut_at for c in convs),
+        "logged": {"conversations": len(convs),
+                   "unpresented": sum(c.cut_at is not None for c in convs),  # a call whose tool was not shown
+                   "cut": len(cut), "cut_share": len(cut) / len(convs) if convs else None,
+                   "calls": sum(c.n_calls for c in convs), "calls_logged": sum(c.logged_calls for c in convs),
                    "logged_failures": sum(not c.logged_success for c in convs)},
         "refit_counts": result.refit_counts, "refits": result.refits, "standin": result.standin,
     }
@@ -127,7 +128,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
          f"**{'yes' if z['never_below'] else 'no'}** (smallest gap {_f(z['min_window_gap'])})"),
         f"- tools presented at their first need: {fn['presented']} of {fn['tools']} ({_f(fn['share'])})",
         f"- tools never presented in the run: {nv['count']} of {nv['tools']} ({_f(nv['share'])}){never}",
-        (f"- logged: {lg['cut']} of {lg['conversations']} conversations cut ({_f(lg['cut_share'])}), "
+        (f"- logged: {lg['unpresented']} of {lg['conversations']} conversations called a tool not presented, "
+         f"{lg['cut']} cut ({_f(lg['cut_share'])}), "
          f"{lg['calls_logged']} of {lg['calls']} calls logged, {lg['logged_failures']} logged as failures"),
         f"- refits after {doc['refit_counts']} conversations: {_refits(doc)}",
     ]

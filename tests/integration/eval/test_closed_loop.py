@@ -82,6 +82,7 @@ def test_each_logged_conversation_is_cut_where_its_steps_say(res):
         missed = [s.step for s in steps if not s.hit]
         assert c.cut_at == (missed[0] if missed else None)
         assert c.logged_success is (c.cut_at is None)
+        assert c.logged_calls == (c.n_calls if c.cut_at is None else c.cut_at)
     assert any(c.cut_at is not None for c in out.conversations)
 
 
