@@ -256,9 +256,10 @@ class Retriever:
         the learned weights on :attr:`updater`'s schedule (``retriever.updater.refit_every = N``,
         or ``retriever.updater.refit()``). :meth:`save` writes the updated index.
 
-        Each trajectory is learned once: an id applied before (this index's ledger, saved with it:
-        :mod:`tracer.core.applied`) or repeated in the call is left out and counted in the returned
-        ``already_applied``, so applying a growing log again adds only its new trajectories."""
+        Each trajectory is learned once: one applied before with the same id and content (this index's
+        ledger, saved with it: :mod:`tracer.core.applied`) or repeated in the call is left out and counted in
+        the returned ``already_applied``, so applying a growing log again adds only its new trajectories; one
+        whose id was applied with other content is learned and counted in ``id_reused``."""
         return self.updater.update(trajectories, tools)
 
     # ---- persistence ---------------------------------------------------------------------------

@@ -80,21 +80,25 @@ class Updater:
     # ---- trajectories ------------------------------------------------------------------------
     def update(self, trajectories: Sequence[Trajectory], tools: Sequence[Tool] = ()) -> dict:
         """Register ``tools`` not yet known (a removed one comes back), add the successful steps of the
-        trajectories not applied before (by id: the ledger ``res.applied``, :mod:`tracer.core.applied`) to
-        every trie, and start a refit when the schedule says so. Returns what was done: ``trajectories``
-        applied now, ``already_applied`` (left out: applied before, or an id repeated in this call)."""
+        trajectories not applied before (by id and content: the ledger ``res.applied``,
+        :mod:`tracer.core.applied`) to every trie, and start a refit when the schedule says so. Returns what
+        was done: ``trajectories`` applied now, ``already_applied`` (left out: the same id and content applied
+        before, or repeated in this call), ``id_reused`` (applied now although their id was applied before
+        with other content: another trajectory under a reused id) and their ids, ``reused_ids``."""
         t0 = time.perf_counter()
         with self._lock:
-            fresh, n_seen = self.scorer.res.applied.split(trajectories)
+            split = self.scorer.res.applied.split(trajectories)
+            fresh = split.fresh
             res = grow_resources(self.scorer.res, tools)
             res = dataclasses.replace(res, removed=res.removed - {t.name for t in tools},
-                                      applied=res.applied.adding(t.id for t in fresh))
+                                      applied=res.applied.adding(fresh))
             n_new_tools = len(res.registry) - len(self.scorer.res.registry)
             n_steps = update_scorer(self.scorer, fresh, res)
             self.trajectories.extend(fresh)
             self.since_refit += len(fresh)
             due = self.refit_every is not None and self.since_refit >= self.refit_every
-        out = {"trajectories": len(fresh), "already_applied": n_seen, "steps": n_steps,
+        out = {"trajectories": len(fresh), "already_applied": split.already, "id_reused": len(split.reused),
+               "reused_ids": [t.id for t in split.reused], "steps": n_steps,
                "new_tools": n_new_tools, "seconds": time.perf_counter() - t0, "refit_started": False}
         if due and self.refits_anything:
             out["refit_started"] = self.refit(wait=not self.background)
