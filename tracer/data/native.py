@@ -10,6 +10,11 @@ empty registry or dataset is no error. A log the gateway rotated (:mod:`tracer.s
 ``trajectories-000001.jsonl``, ``trajectories-000002.jsonl``, ... before ``trajectories.jsonl``; they are read
 in that order (:func:`trajectory_files`).
 
+Reading is bounded (:mod:`tracer.core.lines`): only regular files (a device or a FIFO is a DataError naming
+it), and a line longer than ``max_line_bytes`` is a bad line, read past without being held
+(:data:`~tracer.core.lines.DATASET_LINE_BYTES` for datasets; ``tracer update`` passes the gateway's record
+cap).
+
 Writing (:func:`write_native`) replaces each file atomically and refuses a directory holding anything
 else (see docs/storage.md).
 """
@@ -25,6 +30,7 @@ from typing import Any
 
 from tracer.core.errors import DataError
 from tracer.core.io import atomic_write
+from tracer.core.lines import DATASET_LINE_BYTES, bounded_lines, open_regular
 from tracer.core.store import clean_stale
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.core.validate import InvalidField, check_messages, check_text
@@ -33,6 +39,7 @@ from tracer.data.base import Dataset, register_loader
 DATASET_FILES = ("tools.json", "trajectories.jsonl")
 SEGMENT = re.compile(r"trajectories-(\d+)\.jsonl")  # a rotated part of a log, numbered in write order
 Problems = list  # of DataError: where a lenient read puts what it skipped
+Where = dict  # trajectory id -> (file, line): where each trajectory of a read was found
 
 
 def trajectory_files(root: Path) -> list[Path]:
@@ -55,10 +62,12 @@ def decode_utf8(path: Path, data: bytes, start: int = 0) -> str:
 def read_json(path: str | Path) -> Any:
     """A JSON file's content; a missing file or bad JSON (with its line) is a DataError."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise DataError(path, "file not found")
+    with open_regular(path) as f:  # a device or a FIFO is refused by name: it may never end
+        data = f.read()
     try:
-        return json.loads(decode_utf8(path, path.read_bytes()))
+        return json.loads(decode_utf8(path, data))
     except json.JSONDecodeError as e:
         raise DataError(path, f"not valid JSON: {e.msg}", line=e.lineno) from None
 
@@ -126,18 +135,20 @@ def _tool(path: Path, i: int, obj: Any, seen: dict[str, int], source: str) -> To
     return Tool(name=name, description=fn.get("description", "") or "", parameters=params, source=own)
 
 
-def iter_jsonl(path: str | Path, missing: str = "file not found", problems: Problems | None = None
-               ) -> Iterator[tuple[int, dict]]:
+def iter_jsonl(path: str | Path, missing: str = "file not found", problems: Problems | None = None,
+               max_line_bytes: int = DATASET_LINE_BYTES) -> Iterator[tuple[int, dict]]:
     """(line number, object) for every non-blank line of a JSONL file; a bad line is a DataError naming the
-    line (with ``problems``, a list: put there, and the line skipped)."""
+    line (with ``problems``, a list: put there, and the line skipped). Bounded (:mod:`tracer.core.lines`):
+    only a regular file is read, and a line over ``max_line_bytes`` is a bad line, read past unheld."""
     path = Path(path)
     if not path.exists():
         raise DataError(path, missing)
-    offset = 0
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            start, offset = offset, offset + len(raw)
+    with open_regular(path) as f:
+        for lineno, start, raw, size in bounded_lines(f, max_line_bytes):
             try:
+                if raw is None:
+                    raise DataError(path, f"{size} bytes, over the line cap of {max_line_bytes} bytes: "
+                                          "not read", line=lineno)
                 obj = json_line(path, raw, lineno, start)
             except DataError as e:
                 if problems is None:
@@ -166,21 +177,23 @@ def json_line(path: str | Path, raw: bytes, lineno: int, start: int = 0) -> dict
     return obj
 
 
-def read_trajectories(path: str | Path, registry: Registry,
-                      problems: Problems | None = None) -> list[Trajectory]:
+def read_trajectories(path: str | Path, registry: Registry, problems: Problems | None = None, *,
+                      max_line_bytes: int = DATASET_LINE_BYTES, where: Where | None = None
+                      ) -> list[Trajectory]:
     """The trajectories of a JSONL file, every call naming a tool of ``registry``; with ``problems`` (a list),
-    a bad line is put there and skipped, and an empty file is no error."""
-    out = _read_file(Path(path), registry, problems, {})
+    a bad line is put there and skipped, and an empty file is no error. A line over ``max_line_bytes`` is a
+    bad line; ``where`` (a dict) is filled with each trajectory's file and line, by id."""
+    out = _read_file(Path(path), registry, problems, {} if where is None else where, max_line_bytes)
     if not out and problems is None:
         raise DataError(path, "empty dataset: no trajectories")
     return out
 
 
 def _read_file(path: Path, registry: Registry, problems: Problems | None,
-               ids: dict[str, tuple[Path, int]]) -> list[Trajectory]:
+               ids: dict[str, tuple[Path, int]], max_line_bytes: int) -> list[Trajectory]:
     """``ids``: the ids read so far and where, shared by the files of one log (an id repeated across them)."""
     out = []
-    for lineno, obj in iter_jsonl(path, problems=problems):
+    for lineno, obj in iter_jsonl(path, problems=problems, max_line_bytes=max_line_bytes):
         try:
             out.append(_trajectory(path, lineno, obj, registry, ids))
         except DataError as e:
@@ -223,17 +236,18 @@ def _trajectory(path: Path, lineno: int, obj: dict, registry: Registry, ids: dic
                       reward=float(reward), success=success, metadata=meta)
 
 
-def read_log_trajectories(root: Path, registry: Registry,
-                          problems: Problems | None = None) -> list[Trajectory]:
+def read_log_trajectories(root: Path, registry: Registry, problems: Problems | None = None, *,
+                          max_line_bytes: int = DATASET_LINE_BYTES, where: Where | None = None
+                          ) -> list[Trajectory]:
     """Every trajectory of a dataset directory's files (:func:`trajectory_files`, in write order), ids unique
-    across them; strict (``problems`` None) or lenient as :func:`read_trajectories`."""
-    ids: dict[str, tuple[Path, int]] = {}
+    across them; strict (``problems`` None) or lenient, bounded and located as :func:`read_trajectories`."""
+    ids: dict[str, tuple[Path, int]] = {} if where is None else where
     files = trajectory_files(root)
     out = []
     for p in files:
         if len(files) > 1 and p.name == "trajectories.jsonl" and not p.exists():
             continue  # rotated away, nothing written since
-        out.extend(_read_file(p, registry, problems, ids))
+        out.extend(_read_file(p, registry, problems, ids, max_line_bytes))
     if not out and problems is None:
         raise DataError(root / "trajectories.jsonl", "empty dataset: no trajectories")
     return out
