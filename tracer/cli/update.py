@@ -7,8 +7,19 @@ only offered to the model is not). ``--refit`` also refits the learned weights (
 on ``--history`` (the dataset the index was built from: a native dataset directory or a loader name; the
 index does not keep its trajectories) plus the log, before saving.
 
-Each logged trajectory is learned once: the index keeps the ids it applied (:mod:`tracer.core.applied`), so
-a growing log can be applied again and again; an update with nothing new saves nothing (``"saved": false``).
+Each logged trajectory is learned once: the index keeps the ids it applied with a digest of their content
+(:mod:`tracer.core.applied`), so a growing log can be applied again and again; an update with nothing new
+saves nothing (``"saved": false``). A line whose id the index applied with other content is another
+trajectory under a reused id: it is learned, and counted in ``id_reused`` with its ``file:line`` listed in
+``id_reused_at``.
+
+One update at a time: the update holds the index's writer lock (:func:`tracer.core.store.writer_lock`) from
+loading it to saving it, so a second ``tracer update`` of the same index waits (saying so on stderr) and then
+applies its log on top of what the first saved.
+
+The log is read bounded (:mod:`tracer.core.lines`): only regular files (a device such as ``/dev/zero`` or a
+FIFO is refused, exit 2), and a line longer than ``--max-line-bytes`` (default 1 MiB, the gateway's
+``--log-max-record-bytes``: the longest line it writes) is a bad line, read past without being held.
 
 A bad line (not JSON, a field that breaks the rules of :mod:`tracer.core.validate`, a call to a tool neither
 the index nor ``tools.json`` knows, a repeated id) is skipped, and so is a gateway record that calls a tool
@@ -17,6 +28,7 @@ invented; learning it would rank the invention among real tools) and listed in t
 field: problem``; the rest is applied. Exit status: 0 when the update ran (lines skipped or not), 1 when lines
 were skipped and none was valid (nothing learned, nothing saved: a wrong file, most likely), 2 on an error
 (no such log, a bad index or ``--history``; with ``--strict``, the first bad line, and nothing is applied).
+Every problem is located as ``file:line`` (a ``tools.json`` entry as ``file:#index``).
 """
 
 from __future__ import annotations
@@ -27,7 +39,9 @@ import sys
 from pathlib import Path
 
 from tracer.core.errors import DataError
+from tracer.core.lines import LOG_LINE_BYTES
 from tracer.core.steps import iter_calls
+from tracer.core.store import writer_lock
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import load_dataset, load_native
 from tracer.data.native import read_log_trajectories, read_tools, read_trajectories
@@ -37,17 +51,21 @@ SHOWN_PROBLEMS = 100  # the report lists this many skipped lines (and counts the
 PROBLEM_CHARS = 300
 
 
-def read_log(path: Path, registry: Registry,
-             problems: list[DataError] | None) -> tuple[list[Trajectory], list[Tool]]:
+def read_log(path: Path, registry: Registry, problems: list[DataError] | None,
+             max_line_bytes: int = LOG_LINE_BYTES, where: dict[str, tuple[Path, int]] | None = None
+             ) -> tuple[list[Trajectory], list[Tool]]:
     """(trajectories, tools to register) of a log file or dataset directory, validated against the index's
     registry extended by the directory's tools; ``problems`` (a list) collects the bad lines, which are
-    skipped (None: the first one raises)."""
+    skipped (None: the first one raises). ``where`` (a dict) is filled with each trajectory's file and
+    line."""
+    where = {} if where is None else where
     if not path.exists():
         raise DataError(path, "no such log file or dataset directory")
     if not path.is_dir():
-        return read_trajectories(path, registry, problems), []
+        return read_trajectories(path, registry, problems, max_line_bytes=max_line_bytes, where=where), []
     offered = [t for t in read_tools(path / "tools.json", problems=problems) if t.name not in registry]
-    trajectories = read_log_trajectories(path, registry.extend(offered), problems)
+    trajectories = read_log_trajectories(path, registry.extend(offered), problems,
+                                         max_line_bytes=max_line_bytes, where=where)
     # a name some record called with a request offering it is a real tool (registered now), wherever it is
     # called; one that no record's requests offered and the index lacks is an invention
     unoffered = {t.id: set(_names(t.metadata.get("unoffered"))) for t in trajectories}
@@ -56,9 +74,10 @@ def read_log(path: Path, registry: Registry,
                 for t in trajectories}
     for t in trajectories:
         if invented[t.id]:
-            e = DataError(path / "trajectories.jsonl",
-                          f"calls {', '.join(invented[t.id])}, which no request offered "
-                          "and the index lacks: not learned", record=t.id, field="metadata.unoffered")
+            file, line = where[t.id]
+            e = DataError(file, f"calls {', '.join(invented[t.id])}, which no request offered "
+                                "and the index lacks: not learned", line=line, record=t.id,
+                          field="metadata.unoffered")
             if problems is None:
                 raise e
             problems.append(e)
@@ -79,9 +98,20 @@ def problem_line(e: DataError) -> str:
 
 
 def update(args: argparse.Namespace) -> int:
+    """Apply the log under the index's writer lock: load, learn, save with no other update in between."""
+    def waiting() -> None:
+        print(f"tracer update: {args.index}: another update holds the index's lock; waiting for it",
+              file=sys.stderr, flush=True)
+
+    with writer_lock(args.index, on_wait=waiting):
+        return _update(args)
+
+
+def _update(args: argparse.Namespace) -> int:
     retriever = Retriever.load(args.index, cache_dir=args.cache_dir)
     problems: list[DataError] | None = None if args.strict else []
-    trajectories, tools = read_log(Path(args.log), retriever.registry, problems)
+    where: dict[str, tuple[Path, int]] = {}
+    trajectories, tools = read_log(Path(args.log), retriever.registry, problems, args.max_line_bytes, where)
     skipped = {"skipped": len(problems or ()),
                "problems": [problem_line(e) for e in (problems or ())[:SHOWN_PROBLEMS]]}
     if problems and not trajectories:
@@ -98,6 +128,8 @@ def update(args: argparse.Namespace) -> int:
         up.trajectories = list((load_native(history) if history.is_dir()
                                 else load_dataset(args.history)).trajectories)
     report = up.update(trajectories, tools)
+    reused = report.pop("reused_ids")
+    report["id_reused_at"] = [f"{where[i][0]}:{where[i][1]}: id {i!r}" for i in reused[:SHOWN_PROBLEMS]]
     if args.refit:
         report["refit"] = up.refit(wait=True)
     report["saved"] = bool(report["trajectories"] or report["new_tools"] or args.refit)
@@ -106,6 +138,9 @@ def update(args: argparse.Namespace) -> int:
     if problems:
         print(f"tracer update: {args.log}: skipped {len(problems)} bad lines (listed in the report)",
               file=sys.stderr)
+    if reused:
+        print(f"tracer update: {args.log}: {len(reused)} trajectories reuse an id the index applied with "
+              "other content; learned as new ones (listed in the report, id_reused_at)", file=sys.stderr)
     print(json.dumps({**{k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()},
                       **skipped}))
     return 0
@@ -120,6 +155,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
                    help="refuse the whole log at its first bad line (exit 2) instead of skipping bad lines")
     p.add_argument("--cache-dir", default=".cache/embeddings", help="embedding cache ('' for none)")
+    p.add_argument("--max-line-bytes", type=_positive, default=LOG_LINE_BYTES,
+                   help="a longer log line is skipped unread and reported (default: 1 MiB, the gateway's "
+                        "--log-max-record-bytes default; raise both together)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer of bytes, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer of bytes, got {value}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

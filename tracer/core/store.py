@@ -6,12 +6,15 @@ Layout of a saved index directory ``DIR`` (see docs/storage.md)::
     DIR/CURRENT                  "snapshots/<id>\\n", replaced atomically (temp + fsync + rename)
     DIR/snapshots/<id>/          one complete, never modified snapshot
     DIR/snapshots/<id>/MANIFEST.json   every file of the snapshot with its size and SHA-256
+    DIR/LOCK                     held (flock) by a writer that reads, changes and saves the index
 
 A save writes a fresh snapshot under a temporary name (``.tmp-<pid>-...``), fsyncs it, renames it to
 its id and then replaces ``CURRENT`` (the pattern of LevelDB's CURRENT file or a git ref). A reader
 resolves ``CURRENT`` once and reads only that snapshot, holding a shared ``flock`` on its manifest;
 garbage collection deletes a snapshot only under an exclusive non-blocking lock, so never one a
 reader or a publishing writer holds. Temporaries of a dead process are removed by the next save.
+A writer that loads the index, changes it and saves it (``tracer update``) holds :func:`writer_lock`
+throughout, so a second one waits and then loads what the first published, instead of saving over it.
 Nothing outside ``DIR/snapshots`` and our own pointer temporaries is ever deleted.
 """
 
@@ -23,7 +26,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +38,7 @@ MARKER = ".tracer-index"
 POINTER = "CURRENT"
 SNAPSHOTS = "snapshots"
 MANIFEST = "MANIFEST.json"
+LOCK = "LOCK"        # the writers' lock (the name LevelDB gives its own)
 TMP = ".tmp-"        # prefix of every temporary we create: .tmp-<pid>-<random>
 TRASH = ".del-"      # a snapshot being deleted
 Verify = Literal["sha256", "size", "none"]
@@ -298,3 +302,27 @@ def save_snapshot(root: str | Path, keep: int = 2) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     collect(root, keep)
+
+
+@contextmanager
+def writer_lock(root: str | Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """``with writer_lock(dir):`` load, change and save the index with no other writer in between.
+
+    An exclusive ``flock`` on ``DIR/LOCK`` (created, empty, where missing): a second writer blocks until the
+    first leaves the block (``on_wait`` is called first, to say so), then reads the snapshot the first
+    published. The kernel releases the lock when its process dies, so a crashed writer never leaves it held.
+    Readers (``Retriever.load``, servers) never take it. ``DIR`` must hold a saved index (its pointer)."""
+    root = Path(root)
+    if not (root / POINTER).is_file():
+        raise FileNotFoundError(f"{root}: no saved index here (no {POINTER} pointer)")
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)  # the umask applies
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
