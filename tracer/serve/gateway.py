@@ -25,10 +25,10 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections import Counter
 from dataclasses import dataclass
 
 import aiohttp
-import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -45,10 +45,16 @@ from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.reload import IndexHolder, refreeze_long_lived
 from tracer.serve.select_stage import SelectionStage
-from tracer.serve.selection import StickyPresenter, UnknownToolVectors
+from tracer.serve.selection import StickyPresenter, UnknownToolVectors, forwarded_body
 from tracer.serve.status import CountStatus
 from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
-from tracer.serve.validation import RequestError, check_conversation_id, openai_error, parse_chat_request
+from tracer.serve.validation import (
+    RequestError,
+    check_conversation_id,
+    dump_body,
+    openai_error,
+    parse_chat_request,
+)
 
 log = logging.getLogger("tracer.serve")
 
@@ -174,11 +180,13 @@ class Gateway:
     async def chat(self, request: Request) -> Response:
         try:
             raw = await self._read_body(request)
-            body, names = parse_chat_request(raw)
+            body, names = parse_chat_request(raw, lenient := Counter())
             header = check_conversation_id(request.headers.get("x-tracer-conversation"),
                                            "X-Tracer-Conversation")
         except RequestError as e:
             return openai_error(e.status, str(e), "invalid_request_error", e.param)
+        for kind, n in lenient.items():  # what the body's reading forgave (validation.py)
+            self.metrics.lenient.labels(kind).inc(n)
         messages, tools = body["messages"], body.get("tools") or []
         turn = self.conversations.assign(messages, request.headers.get("authorization"), header)
         conv = turn.id
@@ -188,21 +196,20 @@ class Gateway:
         if self.config.tools_from_index and body.get("tool_choice") != "none":  # the registry is held here
             tools, names = candidates(*self.index_tools.of(retriever), tools, names)
             body = {**body, "tools": tools}
-            raw = orjson.dumps(body) if len(tools) <= self.config.k else raw
+            raw = dump_body(body) if len(tools) <= self.config.k else raw
         presented, selection_s = names, 0.0
         if len(tools) > self.config.k:
             try:
                 with Stopwatch() as stage:
                     presented = await self.selection(retriever, conv, body, names)
                 selection_s = stage.seconds
-                by_name = dict(zip(names, tools))
-                raw = orjson.dumps({**body, "tools": [by_name[n] for n in presented]})
+                raw = dump_body(forwarded_body(body, names, presented))  # allowed_tools narrowed to them
             except Exception:
                 self.metrics.errors.labels("selection").inc()
                 log.exception("selection failed; forwarding every tool", extra={"event": "selection_failed",
                                                                                   "conversation": conv})
                 presented = names
-                raw = orjson.dumps(body) if own is not tools else raw
+                raw = dump_body(body) if own is not tools else raw
         if own is not tools:  # the log needs what was offered: the presented schemas and the request's own
             shown = set(presented)
             body = {**body, "tools": [t for t, n in zip(tools, names) if n in shown] + list(own)}

@@ -17,7 +17,14 @@ from typing import Any
 from tracer.encode.embedders import tool_style
 from tracer.retriever import Retriever
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
-from tracer.serve.selection import Keyed, StickyPresenter, UnknownToolVectors, choose_tools, forced_name
+from tracer.serve.selection import (
+    Keyed,
+    StickyPresenter,
+    UnknownToolVectors,
+    allowed_names,
+    choose_tools,
+    forced_name,
+)
 
 
 class SelectionStage:
@@ -36,19 +43,27 @@ class SelectionStage:
 
     async def __call__(self, retriever: Retriever, conv: str, body: dict[str, Any],
                        names: list[str]) -> list[str]:
-        """The names to present for this request."""
+        """The names to present for this request: among the tools its ``allowed_tools`` tool_choice
+        allows, when it has one and the request carries any of them
+        (:func:`~tracer.serve.selection.allowed_names`)."""
+        tools = body["tools"]
+        allowed = allowed_names(body.get("tool_choice"))
+        if allowed is not None and not set(allowed).isdisjoint(names):
+            keep = set(allowed)
+            tools = [t for t, n in zip(tools, names) if n in keep]
+            names = [n for n in names if n in keep]
         known = retriever.registry.positions
-        unknown = [t for t, n in zip(body["tools"], names) if n not in known]
+        unknown = [t for t, n in zip(tools, names) if n not in known]
         keyed = Keyed.of(unknown, tool_style(retriever.res.embedder)) if unknown else None
         if keyed is not None and self.unknown.missing(keyed):
             async with self._slots:
-                return await asyncio.to_thread(self._select, retriever, conv, body, names, keyed)
-        return self._select(retriever, conv, body, names, keyed)
+                return await asyncio.to_thread(self._select, retriever, conv, body, tools, names, keyed)
+        return self._select(retriever, conv, body, tools, names, keyed)
 
-    def _select(self, retriever: Retriever, conv: str, body: dict[str, Any],
+    def _select(self, retriever: Retriever, conv: str, body: dict[str, Any], tools: Sequence[dict[str, Any]],
                 names: Sequence[str], keyed: Keyed | None = None) -> list[str]:
         with Stopwatch() as sw:
-            choice = choose_tools(retriever, body["messages"], body["tools"], self.k, self.unknown,
+            choice = choose_tools(retriever, body["messages"], tools, self.k, self.unknown,
                                   forced_name(body.get("tool_choice")), names, keyed)
             presented = self.presenter.present(conv, choice.names, names)
         self.metrics.selection.observe(sw.seconds)

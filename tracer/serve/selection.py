@@ -11,7 +11,9 @@ cached, and compared by cosine with the conversation's context embedding. The ru
     vectors); the remaining slots go to the index's ranking of the known tools.
 
 So an index trained without a tool never hides it when the conversation plainly asks for it, and
-never lets untrained tools crowd out what it learned. A tool named by ``tool_choice`` is always kept.
+never lets untrained tools crowd out what it learned. A tool named by ``tool_choice`` is always kept; a
+``tool_choice`` of type ``allowed_tools`` makes the allowed tools the request carries the only candidates
+(:func:`allowed_names`).
 
 **Bounded work per request.** At most ``max_new`` (``--max-unknown-embed``, default 256) texts of unknown
 tools not yet cached are embedded per request, the first in the request's order; the others get no
@@ -43,7 +45,7 @@ import numpy as np
 
 from tracer.core.tool_text import tool_text
 from tracer.core.types import Message, Tool
-from tracer.core.validate import check_int
+from tracer.core.validate import InvalidField, check_int
 from tracer.encode.embedders import encode_tools, tool_style
 from tracer.retriever import Retriever
 
@@ -135,6 +137,73 @@ def forced_name(tool_choice: Any) -> str | None:
         name = tool_choice["function"].get("name")
         return name if isinstance(name, str) else None
     return None
+
+
+def _allowed_spec(tool_choice: Any) -> tuple[Mapping[str, Any], str] | None:
+    """(the object holding ``mode`` and ``tools``, its field path) of an ``allowed_tools`` tool_choice, else
+    None."""
+    if not isinstance(tool_choice, Mapping) or tool_choice.get("type") != "allowed_tools":
+        return None
+    if "allowed_tools" not in tool_choice:  # the flat shape
+        return tool_choice, "tool_choice"
+    inner = tool_choice["allowed_tools"]
+    if not isinstance(inner, Mapping):
+        raise InvalidField("tool_choice.allowed_tools", "must be an object with 'mode' and 'tools'")
+    return inner, "tool_choice.allowed_tools"
+
+
+def _ref_name(ref: Any) -> tuple[Any, str]:
+    """(the name a tool reference gives, the field that should hold it): ``{"type": "function", "function":
+    {"name": ...}}`` as Chat Completions writes it, or ``{"type": "function", "name": ...}``."""
+    if isinstance(ref, Mapping) and isinstance(ref.get("function"), Mapping):
+        return ref["function"].get("name"), "function.name"
+    return (ref.get("name") if isinstance(ref, Mapping) else None), "name"
+
+
+def allowed_names(tool_choice: Any) -> list[str] | None:
+    """The tools an ``allowed_tools`` tool_choice lets the model call, in its order; None for any other
+    tool_choice. OpenAI's shape is ``{"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required",
+    "tools": [{"type": "function", "function": {"name": ...}}, ...]}}``; the flat ``{"type": "allowed_tools",
+    "mode": ..., "tools": [...]}`` is read too. A malformed one is an :class:`InvalidField` naming the field.
+
+    The gateway chooses inside this set (:class:`~tracer.serve.select_stage.SelectionStage`: the allowed
+    tools the request carries are the candidates) and forwards the choice narrowed to what it presented
+    (:func:`forwarded_body`)."""
+    spec = _allowed_spec(tool_choice)
+    if spec is None:
+        return None
+    inner, at = spec
+    if inner.get("mode") not in ("auto", "required"):
+        raise InvalidField(f"{at}.mode", f"must be 'auto' or 'required', got {inner.get('mode')!r}")
+    refs = inner.get("tools")
+    if not isinstance(refs, list) or not refs:
+        raise InvalidField(f"{at}.tools", "must be a non-empty array of tool references "
+                                          "({'type': 'function', 'function': {'name': ...}})")
+    names = []
+    for i, ref in enumerate(refs):
+        name, field_name = _ref_name(ref)
+        if not isinstance(name, str) or not name:
+            raise InvalidField(f"{at}.tools[{i}].{field_name}", "a tool reference needs a function name")
+        names.append(name)
+    return names
+
+
+def forwarded_body(body: Mapping[str, Any], names: Sequence[str], presented: Sequence[str]) -> dict[str, Any]:
+    """The request to forward: ``body`` with only the ``presented`` tools (``names``: its tools' names, in
+    order), and an ``allowed_tools`` tool_choice narrowed to the presented tools it allows, in its shape, so
+    the upstream is never asked to allow a tool it was not given."""
+    by_name = dict(zip(names, body["tools"]))
+    out = {**body, "tools": [by_name[n] for n in presented]}
+    spec = _allowed_spec(body.get("tool_choice"))
+    if spec is not None:
+        inner, at = spec
+        shown = set(presented)
+        refs = [r for r in inner["tools"] if _ref_name(r)[0] in shown]
+        if refs:  # else none of the allowed was offered: the upstream answers that request itself
+            narrowed = {**inner, "tools": refs}
+            out["tool_choice"] = narrowed if at == "tool_choice" else {**body["tool_choice"],
+                                                                       "allowed_tools": narrowed}
+    return out
 
 
 @dataclass

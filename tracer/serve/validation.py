@@ -1,17 +1,30 @@
 """Checking a chat-completions request at the edge: a malformed one is a 400 naming the field.
 
-Only what the gateway reads is checked (``messages`` and ``tools``); everything else is the
-upstream's business and is forwarded untouched.
+Only what the gateway reads is checked (``messages``, ``tools`` and an ``allowed_tools`` ``tool_choice``);
+everything else is the upstream's business and is forwarded untouched.
+
+**Lone-surrogate escapes.** JavaScript's ``JSON.stringify`` writes a string holding half of a surrogate pair
+(an emoji sliced by ``substring``) as the escape ``\\ud83c``. That is valid JSON syntax, upstreams accept it,
+and orjson refuses it ("no low surrogate"). Such a body is read by the standard library's parser instead
+(counted as the leniency ``surrogate_escape``; ``NaN`` and ``Infinity`` still refused), ranked leniently
+(:mod:`tracer.core.live`: ``bad_unicode``) and forwarded with the same escapes (:func:`dump_body`).
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections import Counter
 from typing import Any
 
 import orjson
 from starlette.responses import JSONResponse
 
+from tracer.core.validate import InvalidField
 from tracer.serve.bounded import MESSAGE_CHARS, clip
+from tracer.serve.selection import allowed_names
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def openai_error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
@@ -80,15 +93,45 @@ def check_conversation_id(value: str | None, where: str) -> str | None:
     return value
 
 
-def parse_chat_request(raw: bytes) -> tuple[dict[str, Any], list[str]]:
-    """The request body as a dict and its tools' names (in order), or :class:`RequestError` naming the
-    first bad field."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(raw: bytes, lenient: Counter[str]) -> Any:
     try:
-        body = orjson.loads(raw)  # a 128-tool BFCL request is ~68 KB; orjson takes about half json's time
+        return orjson.loads(raw)  # a 128-tool BFCL request is ~68 KB; orjson takes about half json's time
     except orjson.JSONDecodeError as e:
-        raise RequestError(f"body is not valid JSON ({e})") from None
+        error = RequestError(f"body is not valid JSON ({e})")
+        if not _SURROGATE_ESCAPE.search(raw):
+            raise error from None
+    try:  # a lone-surrogate escape: valid JSON that orjson refuses (module docstring)
+        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise error from None
+    lenient["surrogate_escape"] += 1
+    return body
+
+
+def parse_chat_request(raw: bytes, lenient: Counter[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The request body as a dict and its tools' names (in order), or :class:`RequestError` naming the
+    first bad field. ``lenient`` counts what was read leniently (kind -> count)."""
+    body = _loads(raw, Counter() if lenient is None else lenient)
     if not isinstance(body, dict):
         raise RequestError("body must be a JSON object")
     _check_messages(body.get("messages"))
+    try:
+        allowed_names(body.get("tool_choice"))
+    except InvalidField as e:
+        raise RequestError(e.problem, e.field) from None
     tools = body.get("tools")
     return body, [] if tools is None else _check_tools(tools)
+
+
+def dump_body(body: Any) -> bytes:
+    """The JSON bytes of a request to forward. orjson cannot write a string holding a lone surrogate (a body
+    read leniently): the standard library's encoder writes that one, with the escape it came as
+    (``\\ud83c``) and the rest of its non-ASCII text as escapes too, the same JSON values."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
