@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.core.errors import DataError
-from tracer.core.io import atomic_new_dir, atomic_write_text
+from tracer.core.io import atomic_new_dir, atomic_write_text, chmod_created
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "tracer-artifact"
@@ -141,10 +141,21 @@ def reuse(out: str | Path) -> str | None:
 def new_artifact(out: str | Path, inputs: Mapping[str, Any]) -> Iterator[Path]:
     """``with new_artifact(out, inputs) as tmp:`` fill ``tmp``; it is sealed (its manifest written last) and
     renamed to ``out`` (:func:`tracer.core.io.atomic_new_dir`: an ``out`` another process finished meanwhile
-    is kept)."""
+    is kept). Every file and folder in it gets the mode the umask gives what we create (:func:`own_modes`)."""
     with atomic_new_dir(out) as tmp:
         yield tmp
+        own_modes(tmp)
         seal(tmp, inputs)
+
+
+def own_modes(folder: Path) -> None:
+    """Give every file (0666) and folder (0777) under ``folder`` the mode the umask allows, as
+    docs/storage.md promises for what tracer creates. The libraries that fill an artifact do not all
+    honour the umask: safetensors writes ``model.safetensors`` through a 0600 temporary (``mkstemp``), so a
+    model2vec table or a fine-tuned checkpoint would be unreadable to the group that reads the cache."""
+    for p in (folder, *folder.rglob("*")):
+        if not p.is_symlink():
+            chmod_created(p, directory=p.is_dir())
 
 
 @contextmanager
