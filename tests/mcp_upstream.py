@@ -4,7 +4,9 @@
 ``office`` serves get_weather, send_email and list_files (the tools of ``data/example``). Each tool
 answers ``"<server>.<tool>(<arguments as JSON>)"`` so a test can see which upstream ran it. With
 ``MCP_UPSTREAM_PIDFILE`` set it writes its process id there first (a test that kills it reads it), and
-with ``MCP_UPSTREAM_REFUSE`` naming a file that exists it exits at once (an upstream that cannot restart).
+with ``MCP_UPSTREAM_REFUSE`` naming a file that exists it exits at once (an upstream that cannot restart);
+with ``MCP_UPSTREAM_DIE_ON`` naming a tool, a call of that tool ends the process before it answers (an
+upstream that dies during a call).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ FAMILIES = {
 
 def make_tool(family: str, name: str):
     def tool(city: str = "", to: str = "", flight: str = "") -> str:
+        if os.environ.get("MCP_UPSTREAM_DIE_ON") == name:
+            os._exit(1)
         args = {k: v for k, v in (("city", city), ("to", to), ("flight", flight)) if v}
         return f"{family}.{name}({json.dumps(args, sort_keys=True)})"
     return tool

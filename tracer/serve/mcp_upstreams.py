@@ -128,7 +128,7 @@ class Upstream:
                                self.retries, _short(e))
                 delay = min(2 * delay, MAX_RETRY_DELAY_S)
         self.gave_up = True
-        logger.error("upstream %r: lost; %s", self.name, self.status())
+        logger.error("upstream %r: lost; %s", self.name, self.next_step())
 
     async def _serve(self, task_status: anyio.abc.TaskStatus[None] | None = None) -> None:
         """One connection: list the tools, then hold the client until it is lost."""
@@ -158,9 +158,12 @@ class Upstream:
             self._lost.set()
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """``tools/call`` through this upstream; an ``is_error`` result naming it when it is unavailable."""
+        """``tools/call`` through this upstream; when it cannot be made, an ``is_error`` result that names
+        the server, says what happened to it and what comes next."""
         client = self.client
-        if client is not None:
+        if client is None:
+            happened = "is not connected"
+        else:
             try:
                 return await client.call_tool(name, arguments)
             except MCPError as e:
@@ -168,19 +171,19 @@ class Upstream:
                     raise
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 pass
-            self.lose()
+            self.lose()  # the connection is still set until run() sees the loss: say what this call saw
+            happened = "closed its connection during the call"
         return types.CallToolResult(is_error=True, content=[types.TextContent(
-            type="text",
-            text=f"tool {name!r} is served by {self.name!r}, which is unavailable: {self.status()}")])
+            type="text", text=f"tool {name!r} was not called: upstream server {self.name!r} {happened}; "
+                              f"{self.next_step()}")])
 
-    def status(self) -> str:
-        if self.alive:
-            return "connected"
+    def next_step(self) -> str:
+        """What happens next to a lost upstream."""
         if self.retries == 0:
-            return "lost (reconnection is off)"
+            return "reconnection is off (--upstream-retries 0)"
         if self.gave_up:
-            return f"lost; gave up after {self.retries} attempts to reconnect"
-        return f"lost; reconnecting (attempt {self.attempts + 1} of {self.retries})"
+            return f"gave up after {self.retries} attempts to reconnect"
+        return f"reconnecting (attempt {self.attempts + 1} of {self.retries})"
 
 
 def _short(e: BaseException) -> str:
