@@ -25,9 +25,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu")
     caps = SessionCaps()
     p.add_argument("--max-sessions", type=int, default=caps.max_sessions,
-                   help="sessions kept (least recently used dropped; on HTTP new ones get 503 beyond it)")
+                   help="sessions kept in all, once used (least recently used dropped); as many HTTP "
+                        "sessions may be pending (opened, unused; the oldest ended first)")
+    p.add_argument("--max-tenant-sessions", type=int, default=caps.max_tenant_sessions,
+                   help="sessions kept per tenant (a credential; anonymous HTTP clients are one), its "
+                        "least recently used dropped")
     p.add_argument("--session-idle", type=float, default=caps.idle_s,
                    help="seconds after which an idle session is dropped (HTTP: the SDK ends it too)")
+    p.add_argument("--handshake-deadline", type=float, default=caps.handshake_s,
+                   help="seconds an HTTP session may stay opened and unused before it is ended")
     p.add_argument("--max-messages", type=int, default=caps.max_messages,
                    help="messages of a session's activity kept for ranking (the oldest dropped)")
     p.add_argument("--max-text", type=int, default=caps.max_text,
@@ -42,7 +48,8 @@ def build(args: argparse.Namespace) -> ToolRouter:
     if args.k < 1:
         raise SystemExit(f"--k {args.k}: must be at least 1")
     try:
-        caps = SessionCaps(max_sessions=args.max_sessions, idle_s=args.session_idle,
+        caps = SessionCaps(max_sessions=args.max_sessions, max_tenant_sessions=args.max_tenant_sessions,
+                           idle_s=args.session_idle, handshake_s=args.handshake_deadline,
                            max_messages=args.max_messages, max_text=args.max_text)
         if args.upstream_retries < 0 or not args.upstream_retry_delay > 0:
             raise ValueError("--upstream-retries must be >= 0 and --upstream-retry-delay > 0")

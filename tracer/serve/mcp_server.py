@@ -9,16 +9,17 @@ Upstream MCP servers are configured in a JSON file in the shape MCP hosts use::
 (``command``: stdio, launched by the SDK; ``url``: streamable HTTP.) Their tools are aggregated in
 canonical order (servers in file order, each server's own order); a name served twice is refused.
 
-Per session (a handshake-era connection: a streamable-HTTP ``Mcp-Session-Id``, a stdio or in-memory
-client; 2026-07-28 requests, which carry no session, share ``default``) the server keeps its recent
-activity, bounded and forgotten when the session ends (:mod:`tracer.serve.mcp_sessions`): the calls made
-through it (name, arguments, result text) and the queries, in order. A query comes from a ``find_tools``
-call (free text: it answers with the best tools' names and descriptions) or from ``tools/list``'s
-``_meta["io.tracer/query"]``. ``tools/list`` answers ``find_tools`` plus the k tools the index
-chooses for that activity (read as a chat: each query a user message, each call an assistant tool
+Per session (what a session and its tenant are, in each transport and protocol era, is
+:mod:`tracer.serve.mcp_tenants`'s job; no two tenants share one) the server keeps its recent activity,
+bounded, capped per tenant and forgotten when the session ends (:mod:`tracer.serve.mcp_sessions`): the
+calls made through it (name, arguments, result text) and the queries, in order. A query comes from a
+``find_tools`` call (free text: it answers with the best tools' names and descriptions) or from
+``tools/list``'s ``_meta["io.tracer/query"]``. ``tools/list`` answers ``find_tools`` plus the k tools
+the index chooses for that activity (read as a chat: each query a user message, each call an assistant tool
 call and its result; :func:`tracer.serve.selection.choose`), kept stable and appended to as the
 gateway does. When a call or a query changes that set the server sends ``notifications/tools/list_changed``
-(on handshake-era connections directly; on 2026-07-28 connections to ``subscriptions/listen`` streams).
+(on handshake-era connections directly; on 2026-07-28 connections to the session's own
+``subscriptions/listen`` streams).
 ``tools/call`` of any aggregated tool, presented or not, is proxied to the server that owns it. An
 upstream that is lost (its process exits, its connection fails) has its tools leave both lists, with a
 ``list_changed`` to every session, until it is reconnected (:mod:`tracer.serve.mcp_upstreams`); a call
@@ -37,10 +38,13 @@ from mcp import types
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from tracer.core.errors import DataError
 from tracer.data.native import read_json
+from tracer.serve.mcp_http import SessionGate, gated_app
 from tracer.serve.mcp_sessions import Activity, SessionCaps, Sessions
+from tracer.serve.mcp_tenants import LOCAL, LocalConnection, SessionKey, Tenants
 from tracer.serve.mcp_upstreams import Upstream
 from tracer.serve.reload import IndexHolder
 from tracer.serve.selection import UnknownToolVectors, choose
@@ -104,11 +108,15 @@ class ToolRouter:
         self.tools: dict[str, types.Tool] = {}  # the live upstreams' tools, in canonical order
         self.owner: dict[str, Upstream] = {}  # every tool ever listed, live or not: who serves it
         self.sessions = Sessions(self.caps, sticky, 4 * k)
-        self.bus = InMemorySubscriptionBus()
+        self.tenants = Tenants()
+        self.bus = InMemorySubscriptionBus()  # upstream changes, for listen streams of no session
+        self._listener = ListenHandler(self.bus)
+        self._gate: SessionGate | None = None  # on streamable HTTP: ends the HTTP sessions the table drops
         self._stack = contextlib.AsyncExitStack()
         self.server = _ListChangingServer("tracer", on_list_tools=self.list_tools,
                                           on_call_tool=self.call_tool,
-                                          on_subscriptions_listen=ListenHandler(self.bus))
+                                          on_subscriptions_listen=self.listen,
+                                          lifespan=self._connection)
 
     async def __aenter__(self) -> ToolRouter:  # noqa: PYI034
         self._stack = contextlib.AsyncExitStack()
@@ -127,9 +135,39 @@ class ToolRouter:
         await self._stack.aclose()
 
     def http_app(self, host: str = "127.0.0.1"):
-        """The streamable-HTTP app (path ``/mcp``), its SDK session limits set from :attr:`caps`."""
-        return self.server.streamable_http_app(host=host, session_idle_timeout=self.caps.idle_s,
-                                               max_sessions=self.caps.max_sessions)
+        """The streamable-HTTP app (path ``/mcp``): the SDK's session manager (built by the SDK, with its
+        transport security for ``host``) behind :class:`SessionGate`. The SDK's own session cap is a
+        backstop the gate keeps it under: held and pending sessions, ``max_sessions`` of each."""
+        self.server.streamable_http_app(host=host, session_idle_timeout=self.caps.idle_s,
+                                        max_sessions=2 * self.caps.max_sessions)
+        manager = self.server.session_manager
+        self._gate = SessionGate(manager, self.sessions, self.tenants)
+        return gated_app(manager, self._gate)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, _server):
+        """The server's lifespan: entered once per stdio or in-process connection (once in all on HTTP,
+        where requests say whose they are), so its object names the connection and its end ends the
+        session (:mod:`tracer.serve.mcp_tenants`)."""
+        connection = LocalConnection()
+        try:
+            yield connection
+        finally:
+            self.sessions.forget(SessionKey(LOCAL, connection.id))
+
+    async def _activity(self, ctx) -> Activity:
+        """The activity of the session ``ctx`` belongs to, marked as used; a request of no session gets one
+        of its own. Sessions the table drops to make room, and their HTTP sessions, end here."""
+        key = self.tenants.key_of(ctx)
+        if key is None:
+            return self.sessions.new_activity()
+        activity, dropped = self.sessions.get(key)
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            activity.peer = ctx.session  # its standalone channel reaches the session's client
+        for old in dropped:
+            if old.key.http_session is not None and self._gate is not None:
+                await self._gate.end(old.key.http_session)
+        return activity
 
     def _index_tools(self, strict: bool = False) -> None:
         """Rebuild :attr:`tools` and :attr:`owner` from the upstreams, in file order. A name served twice is
@@ -154,10 +192,11 @@ class ToolRouter:
     async def _upstreams_changed(self) -> None:
         """An upstream was lost or came back: relist, and tell every session its list may have changed."""
         self._index_tools()
-        await self.bus.publish(ToolsListChanged())  # 2026-07-28: listen streams
+        await self.bus.publish(ToolsListChanged())  # 2026-07-28: listen streams of no session
         for activity in self.sessions.activities():
-            if activity.connection is not None:  # handshake era; notify never raises
-                await activity.connection.send_tool_list_changed()
+            await activity.bus.publish(ToolsListChanged())  # 2026-07-28: the session's listen streams
+            if activity.peer is not None:  # handshake era; the standalone channel never raises
+                await activity.peer.send_tool_list_changed()
 
     # ---- selection -------------------------------------------------------------------------------
     async def _choose(self, activity: Activity, tools: dict[str, types.Tool]) -> list[str]:
@@ -171,14 +210,28 @@ class ToolRouter:
         changed, activity.presented = shown != activity.presented, shown
         return changed
 
-    async def _announce(self, ctx) -> None:
-        await self.bus.publish(ToolsListChanged())  # 2026-07-28: listen streams
-        with contextlib.suppress(Exception):  # handshake era: straight on the session
-            await ctx.session.send_tool_list_changed()
+    @staticmethod
+    async def _announce(activity: Activity) -> None:
+        """The session's presented tools changed: tell it, and no other session."""
+        if activity.key is None:
+            return  # a request's own activity: nobody to tell
+        await activity.bus.publish(ToolsListChanged())  # 2026-07-28: the session's listen streams
+        if activity.peer is not None:
+            with contextlib.suppress(Exception):  # handshake era: straight on the session
+                await activity.peer.send_tool_list_changed()
 
     # ---- handlers --------------------------------------------------------------------------------
+    async def listen(self, ctx, params: types.SubscriptionsListenRequestParams
+                     ) -> types.SubscriptionsListenResult:
+        """``subscriptions/listen`` (2026-07-28): the stream hears of its own session's changes and of the
+        upstreams'; a request of no session hears of the upstreams' only."""
+        if self.tenants.key_of(ctx) is None:
+            return await self._listener(ctx, params)
+        activity = await self._activity(ctx)
+        return await activity.listener(ctx, params)
+
     async def list_tools(self, ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        _, activity = self.sessions.get(ctx)
+        activity = await self._activity(ctx)
         query = (params.meta or {}).get(QUERY_META) if params is not None and params.meta else None
         if isinstance(query, str) and query.strip():
             activity.ask(query)
@@ -187,7 +240,7 @@ class ToolRouter:
                                                            if n in self.tools])
 
     async def call_tool(self, ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        _, activity = self.sessions.get(ctx)
+        activity = await self._activity(ctx)
         args = dict(params.arguments or {})
         if params.name == FIND_TOOLS.name:
             query = args.get("query")
@@ -209,7 +262,7 @@ class ToolRouter:
         else:
             return _error(f"unknown tool {params.name!r}; find_tools lists what is available")
         if await self._present(activity):
-            await self._announce(ctx)
+            await self._announce(activity)
         return result
 
 

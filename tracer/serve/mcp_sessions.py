@@ -1,4 +1,4 @@
-"""What ``tracer mcp`` remembers of each client session, and for how long.
+"""What ``tracer mcp`` remembers of each session, for how long, and how many sessions it keeps per tenant.
 
 A session's activity is read by the index as a chat (each query a user message, each call an assistant
 tool call and its result), so only its recent part matters for ranking: a session keeps its last
@@ -7,59 +7,75 @@ tool call and its result), so only its recent part matters for ranking: a sessio
 start of what it is given, so a cut query ranks as the whole one). Arguments whose JSON is longer are
 replaced by ``{}``: a cut JSON text would be a malformed call.
 
-Sessions are kept in a table that forgets one when its connection ends (the SDK unwinds the connection's
-``exit_stack`` on a streamable-HTTP DELETE, its idle timeout, a stdio or in-memory transport closing), and
-that also holds at most ``max_sessions`` (least recently used dropped first) and drops a session idle for
-``idle_s`` seconds. So what the table holds is at most ``max_sessions * max_messages * max_text``
-characters of client text. A 2026-07-28 request carries no session: those share the ``default`` one.
+Sessions are keyed as :mod:`tracer.serve.mcp_tenants` says. A session counts once it has *done something*
+(a ``tools/list``, a ``tools/call``, a ``subscriptions/listen``): from then on it is kept until it ends (its
+connection closes, its HTTP session is deleted), until it is idle for ``idle_s`` seconds, or until it is
+the least recently used one when its tenant holds ``max_tenant_sessions`` or the server ``max_sessions``.
+So what the table holds is at most ``max_sessions * max_messages * max_text`` characters of client text,
+and a tenant that opens sessions without end only ever drops its own.
+
+An HTTP session that has only been opened (``initialize``, nothing since) is *pending*: it holds no state
+and counts against no cap. At most ``max_sessions`` are pending; the oldest is ended first when room is
+needed, and any is ended ``handshake_s`` seconds after it opened (:mod:`tracer.serve.mcp_http` ends
+them). So bare ``initialize`` requests, however many, never keep a client out.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp.server.connection import Connection
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
+from tracer.serve.mcp_tenants import SessionKey
 from tracer.serve.selection import StickyPresenter
 
-SESSION_STATE = "io.tracer/session"  # the key of a connection's activity, in Connection.state
+MAX_LISTEN_STREAMS = 8  # a session's open subscriptions/listen streams
 
 
 @dataclass(frozen=True)
 class SessionCaps:
-    """Bounds on what the server keeps per session (flags of ``tracer mcp``; defaults in docs/gateway.md)."""
+    """Bounds on what the server keeps per session and tenant (flags of ``tracer mcp``; docs/gateway.md)."""
 
     max_sessions: int = 1000
+    max_tenant_sessions: int = 100
     idle_s: float = 1800.0  # the SDK's own default idle timeout for a streamable-HTTP session
+    handshake_s: float = 30.0
     max_messages: int = 32
     max_text: int = 2048
 
     def __post_init__(self):
-        for name in ("max_sessions", "max_messages", "max_text"):
+        for name in ("max_sessions", "max_tenant_sessions", "max_messages", "max_text"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not self.idle_s > 0:
-            raise ValueError(f"idle_s must be positive, got {self.idle_s}")
+        for name in ("idle_s", "handshake_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
-@dataclass
+@dataclass(eq=False)
 class Activity:
-    """One session: its chat (bounded as the module docstring says), its presented tools and, for a
-    handshake-era connection, the connection (to tell it when an upstream's tools come or go)."""
+    """One session: its chat (bounded as the module docstring says), its presented tools, its listen streams
+    (2026-07-28: ``subscriptions/listen`` hears of this session's changes only) and, for a handshake-era
+    session, ``peer``: the SDK's ``ServerSession`` of its latest request, whose standalone channel tells it
+    when an upstream's tools come or go."""
 
     caps: SessionCaps
     presenter: StickyPresenter
-    connection: Connection | None = None
+    key: SessionKey | None = None  # None: a request's own activity, kept for no other
+    peer: Any = None
     chat: list[dict[str, Any]] = field(default_factory=list)
     presented: list[str] = field(default_factory=list)
     calls: int = 0  # call ids stay unique as old messages are dropped
+    bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus)
+    listener: ListenHandler = field(init=False)
+
+    def __post_init__(self):
+        self.listener = ListenHandler(self.bus, max_subscriptions=MAX_LISTEN_STREAMS)
 
     def ask(self, query: str) -> None:
         self._add({"role": "user", "content": query[:self.caps.max_text]})
@@ -89,13 +105,30 @@ class Activity:
                    + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls", ()))
                    for m in self.chat)
 
+    def close(self) -> None:
+        """The session ended: end its listen streams."""
+        self.listener.close()
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An HTTP session opened and not used yet: its tenant and when it opened."""
+
+    tenant: str
+    opened: float
+
 
 class Sessions:
-    """The activities by session key: forgotten when the session ends, LRU-capped, expired when idle."""
+    """The activities by :class:`SessionKey`, capped per tenant and in all (least recently used dropped
+    first), expired when idle; and the pending HTTP sessions (see the module docstring)."""
 
     def __init__(self, caps: SessionCaps, sticky: bool, max_presented: int, clock=time.monotonic):
         self.caps, self.sticky, self.max_presented, self.clock = caps, sticky, max_presented, clock
-        self._table: OrderedDict[str, tuple[Activity, float]] = OrderedDict()  # least recently used first
+        # least recently used first
+        self._table: OrderedDict[SessionKey, tuple[Activity, float]] = OrderedDict()
+        self._tenants: dict[str, OrderedDict[SessionKey, None]] = {}  # each tenant's keys, same order
+        self._pending: OrderedDict[str, Pending] = OrderedDict()  # by Mcp-Session-Id, oldest first
+        self._http: dict[str, SessionKey] = {}  # Mcp-Session-Id -> the session it carries, once used
 
     def __len__(self) -> int:
         return len(self._table)
@@ -103,47 +136,85 @@ class Sessions:
     def activities(self) -> list[Activity]:
         return [a for a, _ in self._table.values()]
 
+    def tenants(self) -> dict[str, int]:
+        """Sessions held per tenant."""
+        return {tenant: len(keys) for tenant, keys in self._tenants.items()}
+
     def held(self) -> tuple[int, int]:
         """(messages, characters of client text) held over all sessions: the router's own accounting."""
         return sum(len(a.chat) for a in self.activities()), sum(a.chars() for a in self.activities())
 
-    def get(self, ctx) -> tuple[str, Activity]:
-        """The activity of the session ``ctx`` belongs to (made on its first request), marked as used now."""
-        key, connection = session_of(ctx, self.forget)
+    def new_activity(self, key: SessionKey | None = None) -> Activity:
+        return Activity(self.caps, StickyPresenter(self.sticky, self.max_presented, max_conversations=1), key)
+
+    def get(self, key: SessionKey) -> tuple[Activity, list[Activity]]:
+        """The activity of session ``key`` (made on its first use), marked as used now, and the activities
+        this dropped to make room or because they were idle (the caller ends their HTTP sessions)."""
         now = self.clock()
-        activity = self._table.pop(key, (None, 0.0))[0] or Activity(
-            self.caps, StickyPresenter(self.sticky, self.max_presented, max_conversations=1), connection)
+        if key.http_session is not None:
+            self._pending.pop(key.http_session, None)
+            self._http.setdefault(key.http_session, key)
+        found = self._table.pop(key, None)
+        activity = found[0] if found else self.new_activity(key)
         self._table[key] = (activity, now)
+        tenant = self._tenants.setdefault(key.tenant, OrderedDict())
+        tenant.pop(key, None)
+        tenant[key] = None
+        dropped = []
+        while len(tenant) > self.caps.max_tenant_sessions:
+            dropped.append(self._drop(next(iter(tenant))))
         while len(self._table) > self.caps.max_sessions:
-            self._table.popitem(last=False)
+            dropped.append(self._drop(next(iter(self._table))))
         while next(iter(self._table.values()))[1] < now - self.caps.idle_s:  # the current one is not
-            self._table.popitem(last=False)
-        return key, activity
+            dropped.append(self._drop(next(iter(self._table))))
+        return activity, dropped
 
-    def forget(self, key: str) -> None:
-        self._table.pop(key, None)
+    def _drop(self, key: SessionKey) -> Activity:
+        activity, _ = self._table.pop(key)
+        if key.http_session is not None and self._http.get(key.http_session) == key:
+            del self._http[key.http_session]
+        tenant = self._tenants[key.tenant]
+        del tenant[key]
+        if not tenant:
+            del self._tenants[key.tenant]
+        activity.close()
+        return activity
 
+    def forget(self, key: SessionKey) -> None:
+        """Session ``key`` ended."""
+        if key in self._table:
+            self._drop(key)
 
-def connection_of(ctx) -> Connection | None:
-    """The request's :class:`Connection`. mcp 2.3 gives lowlevel handlers no public route to it: its runner
-    builds each request's ``ServerSession`` around it (``ServerRequestContext`` is to carry it after the SDK's
-    context rework). Without it a session has no end hook, and only the LRU cap and idle expiry bound it."""
-    connection = getattr(ctx, "connection", None) or getattr(ctx.session, "_connection", None)
-    return connection if isinstance(connection, Connection) else None
+    def forget_http(self, http_session: str) -> None:
+        """The HTTP session ``http_session`` ended: its pending entry or its activity goes."""
+        self._pending.pop(http_session, None)
+        key = self._http.get(http_session)
+        if key is not None:
+            self._drop(key)
 
+    # ---- pending HTTP sessions -------------------------------------------------------------------
+    def opened(self, http_session: str, tenant: str) -> None:
+        self._pending[http_session] = Pending(tenant, self.clock())
 
-def session_of(ctx, on_end) -> tuple[str, Connection | None]:
-    """The session key of a request, and the connection to notify (handshake era only).
+    def pending(self) -> int:
+        return len(self._pending)
 
-    A handshake-era connection is a session: keyed by its streamable-HTTP session id (or a fresh id on
-    stdio and in memory), with ``on_end(key)`` pushed on its ``exit_stack`` the first time it is seen. A
-    2026-07-28 connection lives for one request, so those requests share ``default``."""
-    connection = connection_of(ctx)
-    if connection is None or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        headers = getattr(ctx.request, "headers", None)
-        return (headers.get("mcp-session-id") if headers is not None else None) or "default", None
-    key = connection.state.get(SESSION_STATE)
-    if key is None:
-        key = connection.state[SESSION_STATE] = connection.session_id or uuid.uuid4().hex
-        connection.exit_stack.callback(on_end, key)
-    return key, connection
+    def owner(self, http_session: str) -> str | None:
+        """The tenant that opened ``http_session``, when it is pending or held."""
+        if http_session in self._pending:
+            return self._pending[http_session].tenant
+        key = self._http.get(http_session)
+        return key.tenant if key is not None else None
+
+    def expired_pending(self) -> list[str]:
+        """Pending sessions past their handshake deadline, oldest first."""
+        deadline = self.clock() - self.caps.handshake_s
+        return [s for s, p in self._pending.items() if p.opened < deadline]
+
+    def to_make_room(self, opening: int) -> list[str]:
+        """Pending sessions to end so that one more can open while ``opening`` others are being opened:
+        the expired ones, then the oldest while the pending and opening ones fill ``max_sessions``."""
+        expired = self.expired_pending()
+        live = list(self._pending)[len(expired):]  # oldest first, as the expired ones before them
+        excess = len(live) + opening + 1 - self.caps.max_sessions
+        return expired + live[:max(excess, 0)]
