@@ -173,24 +173,12 @@ class ReplyBuilder:
                 **({"tool_calls": calls} if calls else {})}
 
 
-def _built(stream: bytes) -> ReplyBuilder:
+def assemble_reply(stream: bytes) -> dict[str, Any] | None:
+    """The assistant message of choice 0 of a whole streamed chat completion; None when no delta came."""
     builder = ReplyBuilder()
     for data in sse_data(stream):
         builder.add(data)
-    return builder
-
-
-def assemble_reply(stream: bytes) -> dict[str, Any] | None:
-    """The assistant message of choice 0 of a streamed chat completion; None when no delta came."""
-    return _built(stream).reply()
-
-
-def stream_finished(stream: bytes) -> bool:
-    """Whether a streamed chat completion said it was done: a ``data: [DONE]`` event, or a finish reason on
-    choice 0 (a server may end without ``[DONE]``). A body that merely stopped (a close-delimited answer
-    whose upstream died) has neither."""
-    built = _built(stream)
-    return built.done or built.finish_reason
+    return builder.reply()
 
 
 class StreamCopy:
