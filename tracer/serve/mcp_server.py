@@ -116,7 +116,7 @@ class ToolRouter:
         self.server = _ListChangingServer("tracer", on_list_tools=self.list_tools,
                                           on_call_tool=self.call_tool,
                                           on_subscriptions_listen=self.listen,
-                                          lifespan=self._connection)
+                                          lifespan=self._lifespan)
 
     async def __aenter__(self) -> ToolRouter:  # noqa: PYI034
         self._stack = contextlib.AsyncExitStack()
@@ -145,7 +145,7 @@ class ToolRouter:
         return gated_app(manager, self._gate)
 
     @contextlib.asynccontextmanager
-    async def _connection(self, _server):
+    async def _lifespan(self, _server):
         """The server's lifespan: entered once per stdio or in-process connection (once in all on HTTP,
         where requests say whose they are), so its object names the connection and its end ends the
         session (:mod:`tracer.serve.mcp_tenants`)."""

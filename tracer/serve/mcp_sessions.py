@@ -12,7 +12,8 @@ Sessions are keyed as :mod:`tracer.serve.mcp_tenants` says. A session counts onc
 connection closes, its HTTP session is deleted), until it is idle for ``idle_s`` seconds, or until it is
 the least recently used one when its tenant holds ``max_tenant_sessions`` or the server ``max_sessions``.
 So what the table holds is at most ``max_sessions * max_messages * max_text`` characters of client text,
-and a tenant that opens sessions without end only ever drops its own.
+and (``max_tenant_sessions`` being below ``max_sessions``) one tenant that opens sessions without end only
+ever drops its own.
 
 An HTTP session that has only been opened (``initialize``, nothing since) is *pending*: it holds no state
 and counts against no cap. At most ``max_sessions`` are pending; the oldest is ended first when room is
