@@ -109,8 +109,7 @@ class Gateway:
         self.selection = SelectionStage(config.k, presenter, unknown, self.metrics)
         self.index_tools = IndexTools()  # the registry as OpenAI objects, for tools_from_index
         self.conversations = ConversationIds()
-        self.upstream = Upstream(config.upstream, config.upstream_timeout_s,
-                                 lambda: self.metrics.errors.labels("upstream_disconnect_retried").inc())
+        self.upstream = Upstream(config.upstream, config.upstream_timeout_s)
         self._reload = CoalescedReload(self._load_fresh)  # SIGHUP, the poll and the endpoint share one
         self.gate = None if sink is None else OutcomeGate(sink)  # outcomes wait for a stream going out
         self.admin = Admin(config.admin_token, self.gate, self._reload, lambda: self.holder.reloads,

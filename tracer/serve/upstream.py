@@ -10,8 +10,14 @@ Latency). What the gateway needs of the client, all kept:
   5 s keep-alive ends it under us);
 - a deadline: the response's headers within ``timeout_s`` of sending, and then each read of its body
   within ``timeout_s`` (a stream may last long, each chunk may not wait longer);
-- one retry when the upstream closed a kept-alive connection without answering (the request never
-  reached it: the race between reusing an idle connection and the server closing it);
+- **no retry of a request that may have reached the upstream.** A chat completion is not idempotent: an
+  upstream that read it and then closed the connection may have run it (and billed it), so sending it again
+  could run it twice. The gateway retries nothing itself; aiohttp's own rule (RFC 9112, 9.3.1.1) is the
+  whole policy: a connection that cannot be opened fails before any byte is sent (a 502, the client may
+  retry), and a kept-alive connection found closed is retried once on a fresh one only for an idempotent
+  method (``GET``, ``DELETE``, ...), never for ``POST``. The race between reusing an idle connection and
+  the server closing it is made rare instead: idle connections are dropped after ``keepalive_s``, well
+  before a server's usual 5 s keep-alive ends them;
 - bytes pass through as they are: no decompression, no header added that the caller did not send
   beyond ``Host``, ``Content-Length`` and aiohttp's defaults for ``Accept``, ``Accept-Encoding`` and
   ``User-Agent`` when the caller sent none;
@@ -23,7 +29,7 @@ Latency). What the gateway needs of the client, all kept:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 from yarl import URL
@@ -52,17 +58,15 @@ class Upstream:
     Args:
         base_url: the upstream's OpenAI base URL (``http://host:port/v1``).
         timeout_s: the deadline (see the module docstring).
-        on_retry: called when a request is sent again after a dropped kept-alive connection.
         keepalive_s: how long an idle connection is kept.
     """
 
-    def __init__(self, base_url: str, timeout_s: float, on_retry: Callable[[], None] = lambda: None,
-                 keepalive_s: float = 2.0):
+    def __init__(self, base_url: str, timeout_s: float, keepalive_s: float = 2.0):
         url = URL(base_url)
         auth = aiohttp.BasicAuth.from_url(url)
         self.auth_header = None if auth is None else auth.encode()  # "Basic <base64 user:password>"
         self.base_url = str(url.with_user(None)).rstrip("/")
-        self.timeout_s, self.on_retry, self.keepalive_s = timeout_s, on_retry, keepalive_s
+        self.timeout_s, self.keepalive_s = timeout_s, keepalive_s
         self._session: aiohttp.ClientSession | None = None
 
     def start(self) -> None:
@@ -96,11 +100,8 @@ class Upstream:
         if self.auth_header is not None:
             headers = [(k, v) for k, v in headers if k.lower() != "authorization"]
             headers.append(("Authorization", self.auth_header))
-        try:
-            return await self._session.request(method, url, headers=headers, data=data, allow_redirects=False)
-        except aiohttp.ServerDisconnectedError:
-            self.on_retry()
-            return await self._session.request(method, url, headers=headers, data=data, allow_redirects=False)
+        # sent once: aiohttp retries a dropped kept-alive connection only for idempotent methods
+        return await self._session.request(method, url, headers=headers, data=data, allow_redirects=False)
 
 
 async def read_all(response: aiohttp.ClientResponse) -> bytes:
