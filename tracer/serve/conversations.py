@@ -1,13 +1,23 @@
-"""Which conversation a chat request continues, without asking the client for a header.
+"""Which conversation a chat request belongs to, and whose it is.
+
+**Tenants.** Every conversation belongs to the credential that sent it: its tenant is a keyed digest of
+the request's credential (:func:`credential_of`: ``Authorization``, ``api-key``, ``x-api-key``; the key
+is random per process, the credential itself is never stored or logged). A request without a credential
+belongs to the anonymous tenant, apart from every key. Every piece of per-conversation state (the sticky
+presentation list, the pending log, the outcome token) is kept under a :class:`ConversationKey`, the tenant
+and the id together, so two API keys that send the same ``X-Tracer-Conversation`` (``1``, ``2``, ...), or
+one key that sends another's continuation id, never share a conversation.
+
+**Which conversation, without asking the client for a header.**
 
 An agent resends its whole conversation at every step: the messages it sent last time, the assistant
 message the gateway returned, then what happened since (tool results, a new user message). So a request
 continues the conversation whose remembered prefix it extends. The rule (:class:`ConversationIds`):
 
-- ``X-Tracer-Conversation``, when sent, is the id (authoritative; nothing is remembered for it).
-- Else the messages are hashed as a chain, ``h[i] = H(h[i-1], message i)``, starting from a hash of the
-  client's ``Authorization`` value (two API keys never share a conversation; the credential itself is never
-  stored or logged: only a keyed digest, whose key is random per process, is kept).
+- ``X-Tracer-Conversation``, when sent, is the id within the request's tenant (authoritative; nothing is
+  remembered for it).
+- Else the messages are hashed as a chain, ``h[i] = H(h[i-1], message i)``, starting from the tenant's
+  digest (two API keys never continue each other's conversations).
 - Each conversation remembers two points: the hash of the last request's messages and, when the answer
   was a plain JSON completion, of those messages plus the assistant message returned. A request continues
   the conversation of the longest remembered point that is a *proper* prefix of its messages (it adds at
@@ -39,14 +49,45 @@ from starlette.responses import Response, StreamingResponse
 
 from tracer.core.types import Message
 
+CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")  # OpenAI's, Azure OpenAI's, Anthropic's
+
+
+def credential_of(headers: Mapping[str, str]) -> str | None:
+    """The request's credential (its credential headers' values, in order), or None without one."""
+    sent = [f"{h}: {headers[h]}" for h in CREDENTIAL_HEADERS if headers.get(h)]
+    return "\n".join(sent) if sent else None
+
+
+class ConversationKey(str):
+    """A conversation's key in every per-conversation store: ``"<tenant>/<id>"``.
+
+    ``tenant`` is the 32-hex-digit keyed digest of the credential (:meth:`ConversationIds.tenant`), ``id``
+    the id the client knows (the answer's ``X-Tracer-Conversation``, the logged record's ``group``). As a
+    string it is the two together, so any dict keyed by it keeps tenants apart."""
+
+    tenant: str
+    id: str
+
+    def __new__(cls, tenant: str, id: str) -> ConversationKey:  # noqa: PYI034 (no typing.Self on 3.10)
+        key = super().__new__(cls, f"{tenant}/{id}")
+        key.tenant, key.id = tenant, id
+        return key
+
+
+def conversation_id(key: str) -> str:
+    """The id the client knows of ``key`` (a :class:`ConversationKey`; a plain string is its own id)."""
+    return key.id if isinstance(key, ConversationKey) else key
+
 
 @dataclass(frozen=True)
 class Turn:
-    """A request's conversation id, how it was found (``header``, ``continued``, ``new``) and its point."""
+    """A request's conversation id, how it was found (``header``, ``continued``, ``new``), its point and
+    its key (the tenant and the id: what per-conversation state is kept under)."""
 
     id: str
     how: str
     point: bytes | None = None
+    key: ConversationKey | None = None
 
 
 def _canonical(m: Any) -> bytes:
@@ -79,21 +120,27 @@ class ConversationIds:
             out.append(h)
         return out
 
-    def assign(self, messages: Sequence[Message], authorization: str | None = None,
+    def tenant(self, credential: str | None) -> str:
+        """The tenant of a credential (:func:`credential_of`): 32 hex digits, the same for the process's
+        lifetime; None (no credential) is the anonymous tenant."""
+        sent = b"" if credential is None else b"\x01" + credential.encode("utf-8", "replace")
+        return hashlib.blake2b(sent, digest_size=16, key=self._key, person=b"tracer-auth").hexdigest()
+
+    def assign(self, messages: Sequence[Message], credential: str | None = None,
                header: str | None = None) -> Turn:
-        """The conversation of a request (its messages, the client's ``Authorization`` value, the header)."""
+        """The conversation of a request (its messages, its credential (:func:`credential_of`), the
+        ``X-Tracer-Conversation`` header)."""
+        tenant = self.tenant(credential)
         if header:
-            return Turn(header, "header")
-        start = hashlib.blake2b((authorization or "").encode("utf-8", "replace"), digest_size=16,
-                                key=self._key, person=b"tracer-auth").digest()
-        chain = self._chain(start, messages)
+            return Turn(header, "header", key=ConversationKey(tenant, header))
+        chain = self._chain(bytes.fromhex(tenant), messages)
         with self._lock:
             conv = next((q[0] for h in reversed(chain[:-1]) if (q := self._points.get(h))), None)
             how = "new" if conv is None else "continued"
             if conv is None:
                 conv = secrets.token_hex(16)
             self._remember(conv, [chain[-1]] if chain else [])
-        return Turn(conv, how, chain[-1] if chain else None)
+        return Turn(conv, how, chain[-1] if chain else None, ConversationKey(tenant, conv))
 
     def answered(self, turn: Turn, reply: Mapping[str, Any] | None) -> None:
         """Remember the point after the assistant message ``reply`` returned for ``turn`` (when known)."""

@@ -16,7 +16,12 @@ past the upstream deadline. A failure of the selection itself forwards the reque
 (fail open) and counts ``tracer_errors{kind="selection"}``.
 
 Also: ``GET /health``, ``GET /metrics`` (Prometheus), ``POST /v1/tracer/outcome`` and ``POST
-/v1/tracer/reload`` (who may call them: :mod:`tracer.serve.admin`).
+/v1/tracer/reload`` (who may call them: :mod:`tracer.serve.admin`); anything else under ``/v1/tracer`` is
+answered here (404/405), never forwarded.
+
+Per-conversation state (the sticky list, the pending log, the outcome token) is kept per tenant, the
+request's credential (:mod:`tracer.serve.conversations`): two keys sending one ``X-Tracer-Conversation``
+share nothing.
 """
 
 from __future__ import annotations
@@ -35,11 +40,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tracer.serve.admin import Admin, CoalescedReload
+from tracer.serve.admin import IGNORED, OUTCOME_IGNORED_HEADER, Admin, CoalescedReload, outcome_header
 from tracer.serve.bounded import safe_url
-from tracer.serve.conversations import ConversationIds, reply_message
+from tracer.serve.conversations import ConversationIds, credential_of, reply_message
 from tracer.serve.exchange_log import OutcomeGate, log_exchange
-from tracer.serve.guards import ClientGone, passthrough_path, read_body
+from tracer.serve.guards import ClientGone, passthrough_path, read_body, refusal, refuse_admin_token
 from tracer.serve.held import IndexTools, candidates
 from tracer.serve.logging_sink import ConversationLog
 from tracer.serve.metrics import GatewayMetrics, Stopwatch
@@ -57,6 +62,7 @@ from tracer.serve.validation import (
 )
 
 log = logging.getLogger("tracer.serve")
+ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 @dataclass
@@ -114,13 +120,15 @@ class Gateway:
         self.gate = None if sink is None else OutcomeGate(sink)  # outcomes wait for a stream going out
         self.admin = Admin(config.admin_token, self.gate, self._reload, lambda: self.holder.reloads,
                            lambda r: self._read_body(r, config.max_admin_body_bytes),
-                           config.reload_min_interval_s)
+                           config.reload_min_interval_s, self.conversations.tenant(None))
         self.app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.render_metrics, methods=["GET"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/tracer/outcome", self.admin.outcome, methods=["POST"]),
             Route("/v1/tracer/reload", self.admin.reload, methods=["POST"]),
+            Route("/v1/tracer", self.admin.unrouted, methods=ANY_METHOD),  # answered here, never forwarded
+            Route("/v1/tracer/{rest:path}", self.admin.unrouted, methods=ANY_METHOD),
             Route("/v1/{path:path}", self.passthrough, methods=["GET", "POST", "DELETE"]),
         ], lifespan=self._lifespan, middleware=[Middleware(CountStatus, counter=self.metrics.requests)])
 
@@ -178,17 +186,18 @@ class Gateway:
     # ---- chat completions ----------------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
         try:
+            refuse_admin_token(request.headers.raw, self.admin.token)
             raw = await self._read_body(request)
             body, names = parse_chat_request(raw, lenient := Counter())
             header = check_conversation_id(request.headers.get("x-tracer-conversation"),
                                            "X-Tracer-Conversation")
         except RequestError as e:
-            return openai_error(e.status, str(e), "invalid_request_error", e.param)
+            return refusal(e)
         for kind, n in lenient.items():  # what the body's reading forgave (validation.py)
             self.metrics.lenient.labels(kind).inc(n)
         messages, tools = body["messages"], body.get("tools") or []
-        turn = self.conversations.assign(messages, request.headers.get("authorization"), header)
-        conv = turn.id
+        turn = self.conversations.assign(messages, credential_of(request.headers), header)
+        conv = turn.key  # what per-conversation state is kept under: the tenant and the id
         self.metrics.conversations.labels(turn.how).inc()
         retriever, version = self.holder.served  # one index for the whole request, named in its answer
         own = tools
@@ -212,16 +221,18 @@ class Gateway:
         if own is not tools:  # the log needs what was offered: the presented schemas and the request's own
             shown = set(presented)
             body = {**body, "tools": [t for t, n in zip(tools, names) if n in shown] + list(own)}
-        extra = [(b"x-tracer-conversation", conv.encode("latin-1")),
+        extra = [(b"x-tracer-conversation", turn.id.encode("latin-1")),
                  (b"x-tracer-selection-ms", f"{selection_s * 1e3:.3f}".encode()),
                  *([(b"x-tracer-index", version.encode())] if version else []),
                  *self.admin.outcome_headers(conv)]
         response = await self._forward(request, "/chat/completions", raw, bool(body.get("stream")), extra)
         self.conversations.answered(turn, reply_message(response))
+        outcome = self._outcome(request.headers.get("x-tracer-outcome"), response)
         if self.sink is not None:
-            self._observe(conv, body, presented, response, request.headers.get("x-tracer-outcome"))
+            self._observe(conv, body, presented, response, outcome)
         if log.isEnabledFor(logging.INFO):
-            log.info("chat", extra={"event": "chat", "conversation": conv, "status": response.status_code,
+            log.info("chat", extra={"event": "chat", "conversation": turn.id, "tenant": conv.tenant,
+                                    "status": response.status_code,
                                     "tools_in": len(tools), "presented": len(presented),
                                     "selection_ms": round(selection_s * 1e3, 3)})
         return response
@@ -229,9 +240,10 @@ class Gateway:
     async def passthrough(self, request: Request) -> Response:
         try:
             path = passthrough_path(request.scope["raw_path"])
+            refuse_admin_token(request.headers.raw, self.admin.token)
             raw = await self._read_body(request) if request.method == "POST" else b""
         except RequestError as e:
-            return openai_error(e.status, str(e), "invalid_request_error", e.param)
+            return refusal(e)
         return await self._forward(request, path, raw, False, [])
 
     async def _read_body(self, request: Request, limit: int | None = None) -> bytes:
@@ -275,6 +287,16 @@ class Gateway:
         self.metrics.errors.labels(kind).inc()
         log.warning(message, extra={"event": kind, "error": detail})
         return openai_error(status, message, kind)
+
+    def _outcome(self, value: str | None, response: Response) -> str | None:
+        """The ``X-Tracer-Outcome`` to apply (``success``/``failure``) or None; one that cannot apply is
+        named in the answer's ``X-Tracer-Outcome-Ignored`` and counted (:func:`.admin.outcome_header`)."""
+        success, ignored = outcome_header(value, self.sink is not None, response.status_code)
+        if ignored is not None:
+            self.metrics.outcome_ignored.labels(ignored).inc()
+            why = f"{ignored}: {IGNORED[ignored]}"
+            response.raw_headers.append((OUTCOME_IGNORED_HEADER.encode(), why.encode()))
+        return None if success is None else "success" if success else "failure"
 
     def _observe(self, conv: str, body: dict, presented: list[str], response: Response,
                  outcome: str | None) -> None:

@@ -7,18 +7,26 @@ the upstream client (yarl) resolves ``..`` segments, so a path such as ``/v1/%2e
 ``{upstream}/admin`` carrying the client's ``Authorization``. The check runs on the path as the client
 sent it (``raw_path``), segment by segment after decoding, and the path is forwarded as it was encoded,
 never the decoded form (a decoded ``%3F`` would turn into a query).
+
+The gateway's own secrets never travel upstream: ``/v1/tracer/...`` is the gateway's admin surface,
+answered locally (:mod:`tracer.serve.admin`), and a path that reads as it once empty segments are dropped
+and case is folded (``/v1//tracer/reload``, ``/v1/Tracer/reload``) is refused here rather than forwarded;
+a request that carries the admin token in any header is never forwarded (:func:`refuse_admin_token`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 from urllib.parse import unquote
 
 from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse
 
-from tracer.serve.validation import RequestError
+from tracer.serve.validation import RequestError, openai_error
 
 _PREFIX = "/v1/"
+_ADMIN = "tracer"  # /v1/tracer/...: the gateway's own endpoints
 _BAD_IN_SEGMENT = ("/", "\\", "\x00")
 
 
@@ -32,12 +40,38 @@ def passthrough_path(raw_path: bytes) -> str:
     if not path.startswith(_PREFIX):
         raise RequestError("must start with /v1/ as sent, not percent-encoded", "path")
     rest = path[len(_PREFIX) - 1:]
-    for segment in rest.split("/")[1:]:
-        decoded = unquote(segment, errors="replace")
-        if decoded in (".", "..") or any(c in decoded for c in _BAD_IN_SEGMENT):
+    decoded = [unquote(segment, errors="replace") for segment in rest.split("/")[1:]]
+    for segment in decoded:
+        if segment in (".", "..") or any(c in segment for c in _BAD_IN_SEGMENT):
             raise RequestError("segments '.' and '..', encoded slashes, backslashes and NUL are refused",
                                "path")
+    if [s.casefold() for s in decoded if s][:1] == [_ADMIN]:
+        raise RequestError("/v1/tracer/... is the gateway's own admin surface (POST /v1/tracer/outcome, "
+                           "POST /v1/tracer/reload); it is never forwarded", "path", status=404)
     return rest
+
+
+def refusal(e: RequestError) -> JSONResponse:
+    """The OpenAI-shaped answer to a refused request (a 403 is a ``permission_error``)."""
+    return openai_error(e.status, str(e), "permission_error" if e.status == 403 else "invalid_request_error",
+                        e.param)
+
+
+def refuse_admin_token(headers: list[tuple[bytes, bytes]], token: bytes | None) -> None:
+    """:class:`RequestError` (403) if a header of a request to forward (ASGI's raw pairs; ``x-tracer-*``
+    are never forwarded) carries the admin ``token``: as its whole value, what follows its scheme
+    (``Bearer TOKEN``), or a whitespace- or comma-separated word of it. The gateway's own secret never
+    reaches the upstream, whatever the path. Each candidate is compared in constant time."""
+    if token is None:
+        return
+    for name, value in headers:
+        if name.startswith(b"x-tracer-"):
+            continue
+        words = [value.strip(), value.strip().partition(b" ")[2].strip(), *value.replace(b",", b" ").split()]
+        for word in words:
+            if hmac.compare_digest(word, token):
+                raise RequestError("the gateway's admin token is never forwarded to the upstream; send the "
+                                   "upstream's own credential", "authorization", status=403)
 
 
 class ClientGone(RequestError):

@@ -52,6 +52,7 @@ from typing import Any
 
 import orjson
 
+from tracer.serve.conversations import conversation_id
 from tracer.serve.log_files import LogFiles
 from tracer.serve.log_record import build_record, called_names, tool_schema, valid_record, without_media
 
@@ -288,7 +289,8 @@ class ConversationLog:
     def _line(self, f: _Finished) -> tuple[bytes, dict[str, dict]] | None:
         """(the record's line, the tools.json entries of the tools it calls); None when redacted away."""
         unoffered = [n for n, schema in f.rec.tools.items() if schema is None]
-        record: dict[str, Any] | None = build_record(f.conversation, json.loads(f.rec.messages),
+        group = conversation_id(f.conversation)  # the id the client knows, without its tenant
+        record: dict[str, Any] | None = build_record(group, json.loads(f.rec.messages),
                                                      f.rec.presented, f.success, f.reward, f.outcome,
                                                      self.domain, unoffered)
         if self.redact is not None:

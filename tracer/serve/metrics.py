@@ -45,6 +45,9 @@ class GatewayMetrics:
                                      ["fate"], registry=self.registry)
         self.conversations = Counter("tracer_conversations", "Chat requests by how their conversation was "
                                      "found: header, continued, new", ["how"], registry=self.registry)
+        self.outcome_ignored = Counter("tracer_outcome_ignored", "X-Tracer-Outcome headers not applied, by "
+                                       "reason: invalid, logging_off, status", ["reason"],
+                                       registry=self.registry)
 
     def watch_log(self, stats: Callable[[], Mapping[str, Any]]) -> None:
         """Export the conversation log's own accounting (:meth:`ConversationLog.stats`) at each scrape."""

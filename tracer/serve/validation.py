@@ -74,6 +74,10 @@ def _check_tools(tools: Any) -> list[str]:
         if name in seen:
             raise RequestError(f"duplicate tool name (first at tools[{seen[name]}]): {name!r}",
                                f"tools[{i}].function.name")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):  # ranked, logged and sent on as a schema
+            raise RequestError(f"must be a JSON Schema object, got {type(params).__name__}",
+                               f"tools[{i}].function.parameters")
         seen[name] = i
     return list(seen)
 
