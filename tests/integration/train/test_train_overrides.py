@@ -57,7 +57,7 @@ def test_train_k_zero_is_named_before_any_work_and_leaves_no_run_directory(tmp_p
     ("train", "+regime.max_steps_per_turn=0",
      r"regime.max_steps_per_turn \(override regime.max_steps_per_turn=...\) must be an int >= 1, got 0"),
     ("evaluate", "progress=yes", r"progress \(override progress=...\) must be true or false, got 'yes'"),
-    ("evaluate", "train_trajectories=-1",
+    ("train", "+train_trajectories=-1",
      r"train_trajectories \(override train_trajectories=...\) must be an int >= 0, got -1"),
 ])
 def test_every_plain_override_is_named_before_any_work(tmp_path, script, override, message):
