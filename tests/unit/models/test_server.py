@@ -1,0 +1,91 @@
+"""The model server's launcher: the health wait against a stub HTTP server run as the process (slow to
+start, dying at start, never answering), the llama_cpp command line, and llama.cpp's timings read back."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tracer.models import ServerError, get_model, start_server, timings
+from tracer.models.server import free_port, server_command
+
+# a stand-in for llama_cpp.server: answers GET /v1/models with 200 after `delay` seconds (404 elsewhere)
+STUB = """
+import sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port, delay = int(sys.argv[1]), float(sys.argv[2])
+print("loading the model", flush=True)
+time.sleep(delay)
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.path == "/v1/models"
+        self.send_response(200 if ok else 404)
+        self.end_headers()
+        self.wfile.write(b'{"data": []}' if ok else b"")
+    def log_message(self, *a):
+        pass
+try:
+    HTTPServer(("127.0.0.1", port), H).serve_forever()
+except KeyboardInterrupt:
+    print("stopped", flush=True)
+"""
+
+SPEC = get_model("smollm2")
+
+
+def launch(tmp_path: Path, *argv: str, timeout_s: float = 30, port: int | None = None):
+    port = port or free_port()
+    return start_server(SPEC, Path(sys.executable), tmp_path / "w.gguf", port=port, root=tmp_path,
+                        timeout_s=timeout_s, command=[sys.executable, "-c", *argv] if argv else None)
+
+
+def test_the_launcher_waits_until_the_server_answers_then_stops_it(tmp_path):
+    port = free_port()
+    with launch(tmp_path, STUB, str(port), "1.0", port=port) as server:
+        assert server.url == f"http://127.0.0.1:{port}/v1" and server.model == "smollm2"
+        assert server.started_s >= 1.0 and server.process.poll() is None
+    assert server.process.returncode is not None
+    assert server.log == tmp_path / "logs" / f"smollm2-{port}.log"
+    assert server.log.read_text().splitlines() == ["loading the model", "stopped"]  # SIGINT: a clean stop
+
+
+def test_a_server_that_exits_while_starting_is_reported_with_its_log(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(ServerError, match=r"(?s)exited \(3\) before answering.*no such model file"):
+        launch(tmp_path, "import sys; print('error: no such model file'); sys.exit(3)")
+    assert time.monotonic() - start < 10  # not the whole deadline
+
+
+def test_a_server_that_never_answers_is_killed_at_the_deadline(tmp_path):
+    with pytest.raises(ServerError, match=r"(?s)did not answer at .* within 1 s.*loading"):
+        launch(tmp_path, "import time; print('loading', flush=True); time.sleep(60)", timeout_s=1)
+
+
+def test_the_command_line_carries_the_models_chat_format_and_context():
+    smol = server_command(SPEC, Path("py"), Path("w.gguf"), 8001, threads=2)
+    assert smol[:3] == ["py", "-m", "llama_cpp.server"]
+    assert smol[smol.index("--chat_format") + 1] == "chatml-function-calling"
+    assert smol[smol.index("--host") + 1] == "127.0.0.1" and smol[smol.index("--n_ctx") + 1] == "2048"
+    assert smol[smol.index("--model_alias") + 1] == "smollm2"
+    qwen = server_command(get_model("qwen-coder"), Path("py"), Path("w.gguf"), 8001, n_ctx=8192)
+    assert "--chat_format" not in qwen and qwen[qwen.index("--n_ctx") + 1] == "8192"  # the GGUF's template
+
+
+def test_timings_are_read_from_llama_cpps_perf_lines():
+    perf = "llama_perf_context_print: "
+    log = "\n".join([
+        'INFO: 127.0.0.1 - "POST /v1/chat/completions HTTP/1.1" 200',
+        perf + "       load time =     120.00 ms",
+        perf + "prompt eval time =    2000.00 ms /   400 tokens (    5.00 ms per token,   200.00 tokens/s)",
+        perf + "       eval time =    1000.00 ms /    19 runs   (   52.63 ms per token,    19.00 tokens/s)",
+        perf + "      total time =    3100.00 ms /   419 tokens",
+        perf + "prompt eval time =       0.00 ms /     0 tokens (    -nan ms per token,     -nan tokens/s)",
+        perf + "       eval time =     500.00 ms /    10 runs   (   50.00 ms per token,    20.00 tokens/s)"])
+    assert timings(log) == [
+        {"prompt_tokens": 400, "prompt_ms": 2000.0, "generated_tokens": 19, "generation_ms": 1000.0,
+         "prompt_tps": 200.0, "generation_tps": 19.0},
+        {"prompt_tokens": 0, "prompt_ms": 0.0, "generated_tokens": 10, "generation_ms": 500.0,
+         "prompt_tps": 0.0, "generation_tps": 20.0}]
