@@ -32,6 +32,12 @@ Decisions:
     * a call without a name, or whose arguments are not a JSON object -> ``Decision(call=None,
       malformed=True)``, with the name and the raw argument text kept in ``raw``; empty arguments
       (``""`` or null) are ``{}``;
+    * ``calls_in_text=True``: a reply without ``tool_calls`` whose text holds calls (Qwen's
+      ``<tool_call>{...}</tool_call>``, a bare JSON object, ...: read by
+      :func:`tracer.executors.vllm.parse_tool_calls`) is taken as if the server had parsed them
+      (``raw["calls_in_text"] = True``), for a server without a tool-call parser such as
+      llama_cpp.server on a model's own chat template (docs/evaluation.md, "A local model"); text that
+      tries a call and fails to parse is malformed;
     * a call naming a tool that was not presented is still a call (the evaluation counts it as an
       unpresented call, never a correct selection); it is flagged ``raw["not_presented"] = True``;
     * connection errors, deadline overruns, HTTP 429 and 5xx are retried with exponential back-off
@@ -58,6 +64,7 @@ from tracer.core.types import ToolCall
 from tracer.executors.base import Decision, Request
 from tracer.executors.completion_schema import Completion, ValidationError, describe_error
 from tracer.executors.openai_reply import _causes, _clip, _error_detail, _parse_arguments, _retry_after
+from tracer.executors.vllm import parse_tool_calls
 
 
 class ExecutorError(RuntimeError):
@@ -88,6 +95,7 @@ class OpenAIExecutor:
         max_response_bytes: a longer reply is an error (not retried).
         extra_body: extra JSON fields merged into every request body last (e.g. ``seed``,
             ``top_p``, vLLM's ``chat_template_kwargs``); they override the fields above.
+        calls_in_text: read calls written in the reply's text when it carries no ``tool_calls``.
     """
 
     name = "openai"
@@ -96,7 +104,8 @@ class OpenAIExecutor:
     def __init__(self, base_url: str, model: str, api_key_env: str | None = "OPENAI_API_KEY",
                  tool_choice: Any = "auto", temperature: float = 0.0, max_tokens: int = 512,
                  timeout_s: float = 60, max_retries: int = 4, concurrency: int = 8, backoff_s: float = 0.5,
-                 max_response_bytes: int = 8_000_000, extra_body: Mapping[str, Any] | None = None, **_: Any):
+                 max_response_bytes: int = 8_000_000, extra_body: Mapping[str, Any] | None = None,
+                 calls_in_text: bool = False, **_: Any):
         if not base_url or not model:
             raise ValueError("OpenAIExecutor needs base_url and model "
                              "(e.g. executor.model=Qwen/Qwen2.5-7B-Instruct)")
@@ -118,6 +127,7 @@ class OpenAIExecutor:
         self.backoff_s = backoff_s
         self.max_response_bytes = max_response_bytes
         self.extra_body = dict(extra_body or {})
+        self.calls_in_text = calls_in_text
         self.tokenizer_name = f"server:{model}"  # prompt tokens are the server's own count (usage)
         api_key = os.environ.get(api_key_env) if api_key_env else None
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -239,6 +249,8 @@ class OpenAIExecutor:
         if message.reasoning_content:
             out["reasoning"] = message.reasoning_content
         if not message.tool_calls:
+            if self.calls_in_text and text:
+                return self._decision_from_text(text, tools, out, usage)
             return Decision(call=None, text=text, raw=out, **usage)
         out["n_tool_calls"] = len(message.tool_calls)
         first = message.tool_calls[0]
@@ -252,6 +264,18 @@ class OpenAIExecutor:
             out["not_presented"] = True
         return Decision(call=ToolCall(name=name, arguments=parsed, id=first.id or ""), text=text, raw=out,
                         **usage)
+
+    def _decision_from_text(self, text: str, tools: Sequence[Mapping[str, Any]], out: dict[str, Any],
+                            usage: dict[str, int | None]) -> Decision:
+        calls, malformed = parse_tool_calls(text)
+        if not calls:
+            if malformed:
+                self._count(n_malformed=1)
+            return Decision(call=None, text=text, malformed=malformed, raw=out, **usage)
+        out.update(calls_in_text=True, n_tool_calls=len(calls))
+        if calls[0].name not in {t["function"]["name"] for t in tools}:
+            out["not_presented"] = True
+        return Decision(call=calls[0], text=text, raw=out, **usage)
 
     # -- counters --------------------------------------------------------------------------------
 

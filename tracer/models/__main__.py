@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from tracer.models.catalogue import MODELS, get_model, models_dir
-from tracer.models.engine import build_engine, engine_python
+from tracer.models.engine import find_or_build_engine
 from tracer.models.launch import serve
 from tracer.models.weights import fetch
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         path = fetch(get_model(args.model))
         print(json.dumps({"model": args.model, "weights": str(path), "bytes": path.stat().st_size}))
     elif args.command == "build":
-        python = engine_python() or build_engine()
+        python = find_or_build_engine()
         print(json.dumps({"engine": str(python)}))
     elif args.command == "bench":
         print(json.dumps(_bench(args), indent=1))

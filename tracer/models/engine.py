@@ -9,6 +9,7 @@ seconds are written to ``engine-venv/tracer-build.json``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -70,5 +71,13 @@ def build_engine(root: Path | None = None, requirement: str = ENGINE_REQUIREMENT
 
 
 def find_or_build_engine(root: Path | None = None) -> Path:
-    """The engine's Python, built first when it is missing."""
-    return engine_python(root) or build_engine(root)
+    """The engine's Python, built first when it is missing. Two processes asking at once build it once:
+    the second waits on ``engine-venv.lock`` and then finds the first one's build."""
+    python = engine_python(root)
+    if python is not None:
+        return python
+    lock = engine_dir(root).with_name("engine-venv.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        return engine_python(root) or build_engine(root)
