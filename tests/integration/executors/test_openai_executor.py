@@ -258,3 +258,20 @@ def test_openai_executor_satisfies_protocol(stub):
 def test_needs_base_url_and_model():
     with pytest.raises(ValueError, match="model"):
         OpenAIExecutor(base_url="http://127.0.0.1:1/v1", model="")
+
+
+def test_calls_written_in_the_text_are_read_only_when_asked():
+    """llama_cpp.server on Qwen's own chat template returns its <tool_call> block as the message's text."""
+    texts = iter(['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'] * 2
+                 + ['{"name": "teleport", "arguments": {}}', '{"name": "get_weather", "arguments": {"ci',
+                    "It is sunny."])
+    with StubOpenAIServer(policy=lambda body: {"content": next(texts), "tool_calls": None}) as server:
+        plain, reading = client(server), client(server, calls_in_text=True)
+        [off] = plain.choose([Request(messages=user("weather"), tools=TOOLS)])
+        [on, invented, cut, prose] = [reading.choose([Request(messages=user("weather"), tools=TOOLS)])[0]
+                                      for _ in range(4)]
+    assert off.call is None and off.text.startswith("<tool_call>") and not off.malformed
+    assert on.call == ToolCall("get_weather", {"city": "Oslo"}) and on.raw["calls_in_text"]
+    assert invented.call.name == "teleport" and invented.raw["not_presented"]
+    assert cut.call is None and cut.malformed and reading.n_malformed == 1
+    assert prose.call is None and prose.text == "It is sunny." and not prose.malformed
