@@ -48,11 +48,12 @@ def test_the_cascade_preset_pairs_the_cascade_scorer_with_its_two_encoders():
 def test_the_cold_start_preset_is_tracer_plus_with_the_novel_slots_over_the_general_encoder():
     cfg = evaluate("experiment=preset/cold_start", "dataset=tau2")
     assert cfg.scorer == evaluate("scorer=tracer_plus", "scorer.zero_shot.novel=3",
-                                  "scorer.zero_shot.slots=2", "scorer.zero_shot.candidates=true",
-                                  "scorer.zero_shot.usage=null").scorer
+                                  "scorer.zero_shot.slots=2", "scorer.zero_shot.novel_from=zero_shot",
+                                  "scorer.zero_shot.candidates=true", "scorer.zero_shot.usage=null").scorer
     sc = build_scorer(cfg.scorer)
     assert (sc.zero.novel, sc.zero.slots, sc.zero.candidates, sc.zero.usage) == (3, 2, True, None)
-    assert sc.feature_names[-3:] == ("zs_score", "zs_rank", "zs_top")  # the fusion's features
+    assert sc.feature_names[-7:-4] == ("zs_score", "zs_rank", "zs_top")  # the fusion's features
+    assert sc.feature_names[-4:] == ("req_bm25", "req_top", "req_name", "never_called")  # the request's
     # trained without the dataset under test (leave-one-dataset-out); nothing trained per fold
     assert cfg.embedder == evaluate("embedder=general", "dataset=tau2").embedder
     assert cfg.embedder.exclude == "tau2" and cfg.get("encoder_training") is None

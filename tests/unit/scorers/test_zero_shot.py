@@ -147,15 +147,18 @@ FLIGHTS = [one_call(f"f{i}", "book a flight", "book_flight") for i in range(4)] 
     one_call(f"s{i}", "search flights", "search_flights") for i in range(4)]
 
 
-@pytest.mark.parametrize("novel", [0, 2])
+@pytest.mark.parametrize("novel, novel_from", [(0, "zero_shot"), (2, "zero_shot"), (2, "vector")])
 def test_a_never_called_tool_the_zero_shot_ranking_puts_first_takes_the_last_slot(tiny_registry,
-                                                                                  keyword_embedder, novel):
+                                                                                  keyword_embedder, novel,
+                                                                                  novel_from):
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
     scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
                           memory_context=CONTEXT, head=FAST, request=None,  # the trie's candidates alone
-                          zero_shot={"kind": "hybrid", "guard": False, "novel": novel})
+                          zero_shot={"kind": "hybrid", "guard": False, "novel": novel,
+                                     "novel_from": novel_from})
     scorer.fit(FLIGHTS, res)
     assert not scorer.zero_shot_only
+    assert scorer.zero_shot_wanted is (novel_from == "zero_shot" and novel > 0)  # a fusion only if read
     names = tiny_registry.names
     assert [names[t] for t in np.flatnonzero(scorer.never_called)] == [
         "cancel_booking", "get_weather", "send_email", "list_files"]
@@ -255,6 +258,8 @@ def test_two_novel_slots_take_the_last_two_places_live_as_batched(tiny_registry,
     assert live == presented
     with pytest.raises(ValueError, match="zero_shot.slots"):
         ZeroShot("hybrid", novel=2, slots=0)
+    with pytest.raises(ValueError, match="zero_shot.novel_from"):
+        ZeroShot("hybrid", novel=2, novel_from="bm25")
 
 
 @pytest.mark.parametrize("index", ["exact", "hnsw"])

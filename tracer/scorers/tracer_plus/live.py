@@ -22,7 +22,7 @@ class LiveStep:
     def zero_shot_wanted(self) -> bool:
         """Whether scoring needs the zero-shot ranking: it is served, or it fills the novel slots or proposes
         candidates."""
-        return self.zero_shot_only or bool(self.zero.novel) or self.zero.candidates
+        return self.zero_shot_only or self.zero.novel_needs_fusion or self.zero.candidates
 
     def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
         """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
@@ -43,13 +43,14 @@ class LiveStep:
             return (OneCandidates(np.zeros(0, np.int64), np.zeros((0, f), np.float32),
                                   np.zeros(len(self.tries), bool), -1, order), np.zeros(0, np.float32), vec)
         zs = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)          # [1, N]
-              if self.zero.novel or self.zero.candidates else None)
+              if self.zero.novel_needs_fusion or self.zero.candidates else None)
         fused = zs[0] if self.zero.candidates else None                                      # [N]
         req = self.request.inputs([step], self.res) if self.request else None
         one = candidates_one(self.index, step, mem, vec, self.m, order, fused, req)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
-        if self.zero.novel:  # the k-th slot's claimants, as batched
-            one.reserve = self.zero.reserve(zs, self.never_called)[0]
+        if self.zero.novel:  # the last slots' claimants, as batched
+            one.reserve = self.zero.reserve(zs if self.zero.novel_needs_fusion else vec[None],
+                                            self.never_called)[0]
         return one, s, vec
 
     def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:

@@ -45,6 +45,7 @@ def load_plus(cls, directory: str | Path, embedder, device: str | None = None, v
         cfg = saved_config(meta["scorer"], "tracer_plus")
         if "zero_shot" not in meta["scorer"]:  # written before the guard: served the model, vector when cold
             cfg["zero_shot"] = {"kind": "vector", "guard": False}
+        cfg.setdefault("request", None)  # written before the request evidence: none
         obj = cls(**cfg)
         if list(obj.feature_names) != meta["features"]:
             raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; "

@@ -87,8 +87,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
 
     def __init__(self, *, name: str, keys: Sequence, vector_candidates: int, query_context: Mapping,
                  memory_context: Mapping, features: Mapping, model: str, eps: float, pad: bool,
-                 successful_only: bool, head: Mapping, zero_shot: Mapping | None,
-                 transfer: str | None = None, request: Mapping | None = None):
+                 successful_only: bool, head: Mapping, zero_shot: Mapping | None, request: Mapping | None,
+                 transfer: str | None = None):
         self.name, self.pad, self.eps, self.successful_only = name, pad, eps, successful_only
         self.transfer = str(transfer) if transfer else None
         self.zero = ZeroShot.from_config(zero_shot)
@@ -247,6 +247,10 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
         has = cand.mask.any(1)                                                  # [B]
+        reserve = None  # the novel slots' claimants: never-called tools of the vector or the fusion's top j
+        if self.zero.novel and not self.zero_shot_only:
+            source = zero if self.zero.novel_needs_fusion else vec.cpu().numpy()         # [B, N]
+            reserve = self.zero.reserve(source, self.never_called)
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
             fallback=torch.from_numpy(zero) if self.zero_shot_only else vec,
@@ -254,8 +258,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
                          "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
                          "in_candidates": coverage(self.res.registry, steps, cand.tool, cand.mask)},
-            reserve=self.zero.reserve(zero, self.never_called) if self.zero.novel and not self.zero_shot_only
-            else None,
+            reserve=reserve,
             reserve_slots=self.zero.slots,
         )
 
