@@ -212,7 +212,8 @@ class Evaluator:
                 fell_back=None if in_trie is None else bool(sc.fell_back[i]),
                 kappa=None if kappa is None else round(float(kappa[i]), 6),
                 selected=dec.call.name if dec.call else None,
-                hit_at_k=rank_i is not None and rank_i <= self.cfg.k,
+                # the gold among the tools the model is shown (reserved slots included), not the ranking's
+                hit_at_k=gold is not None and gold.name in presented,
                 prompt_tokens=dec.prompt_tokens if dec.prompt_tokens is not None else local,
                 prompt_tokens_local=local, full_registry_tokens=full,
                 prompt_tokens_by="server" if dec.prompt_tokens is not None else "local",

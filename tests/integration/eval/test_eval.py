@@ -286,3 +286,26 @@ def test_free_running_through_an_openai_endpoint(bfcl_small, bfcl_res):
 def test_free_running_refused_without_an_environment(tiny_trajs, tiny_resources):
     with pytest.raises(ValueError, match="teacher_forcing only"):
         _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer(), regime="free_running")
+
+
+class ReservingScorer(ScriptedScorer):
+    """Registry order, with the last registry tool (list_files) claiming a reserved slot at every step."""
+
+    def score(self, steps):
+        out = super().score(steps)
+        out.reserve, out.reserve_slots = [(len(self.res.registry) - 1,)] * len(steps), 1
+        return out
+
+
+def test_recall_counts_the_tools_presented_reserved_slots_included(tiny_trajs, tiny_resources):
+    # list_files (t4's only step, rank 6 in registry order) is presented in the reserved last slot: a hit,
+    # though the ranking's top 2 misses it; every other step keeps its first slot, so recall@2 is recall@1
+    plain = _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer())
+    res = _tiny_eval(tiny_trajs, tiny_resources, ReservingScorer())
+    for r in res.records:
+        assert r.presented[-1] == "list_files" and r.hit_at_k == (r.gold in r.presented)
+    files = [r for r in res.records if r.gold == "list_files"]
+    assert files and all(r.hit_at_k and r.gold_rank == 6 for r in files)
+    assert [r.hit_at_k for r in plain.records if r.gold == "list_files"] == [False] * len(files)
+    assert res.mean["mrr"] == plain.mean["mrr"]                            # a ranking metric: unchanged
+    assert res.mean["recall_at_k"] == pytest.approx(res.mean["selection_accuracy"])
