@@ -7,6 +7,7 @@ path.
         [--novel]           # also tracer_plus with the cold-start preset's zero-shot settings
         [--zs-candidates]   # also tracer_plus with the zero-shot fusion proposing its candidates
         [--usage]           # also tracer_plus with two novel slots, without and with usage vectors
+        [--request]         # also tracer_plus without its request evidence (request: null), the cost of it
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
 (through ``.cache/embeddings``). For each scorer and step, thread CPU time (one torch and one BLAS
@@ -49,6 +50,8 @@ def main() -> None:
                     help="also tracer_plus with zero_shot.candidates (the fusion among the candidates)")
     ap.add_argument("--usage", action="store_true",
                     help="also tracer_plus with novel slots (a fusion every step), zero_shot.usage off, 1")
+    ap.add_argument("--request", action="store_true",
+                    help="also tracer_plus without its request evidence (request: null)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
@@ -71,6 +74,8 @@ def main() -> None:
     if a.usage:
         runs += [(f"tracer_plus, novel slots 3x2, usage {u}",
                   {"zero_shot": {"novel": 3, "slots": 2, "usage": u}}) for u in (None, 1.0)]
+    if a.request:
+        runs.append(("tracer_plus, no request evidence", {"request": None}))
     for name, overrides in runs:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)
