@@ -27,6 +27,7 @@ from benchmarks.loopback import free_port, wait_ready
 from benchmarks.soak.constants import DATA, ROOT, MiB
 from benchmarks.soak.index import build_index, check_index, index_key
 from benchmarks.soak.load import Soak
+from benchmarks.soak.mcp_load import McpLoad, write_config
 from benchmarks.soak.readings import help_flags
 from benchmarks.soak.report import markdown
 from benchmarks.soak.results import analyze_log, result, run_update
@@ -45,6 +46,12 @@ def main() -> int:
     p.add_argument("--original", type=Path, default=None, help="(--role check) the index before the update")
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--tenants", type=int, default=4,
+                   help="API keys the clients share out (client i: tenant i mod N), each reusing the same "
+                        "X-Tracer-Conversation ids 1, 2, ...; 0: one key, ids unique per episode")
+    p.add_argument("--mcp-clients", type=int, default=4,
+                   help="MCP SDK clients against tracer mcp --transport http meanwhile, half of them in the "
+                        "legacy handshake mode (0: no tracer mcp)")
     p.add_argument("--think-ms", type=float, default=250.0, help="mean pause of an agent between requests")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--max-presented", type=int, default=None, help="passed to the gateway (default: its 4 k)")
@@ -83,6 +90,10 @@ def main() -> int:
         return 0
     if not 0.05 <= args.minutes <= 120 or not 1 <= args.clients <= 256:
         p.error("--minutes in [0.05, 120], --clients in [1, 256]")
+    if not 0 <= args.mcp_clients <= 64:
+        p.error("--mcp-clients in [0, 64]")
+    if not 0 <= args.tenants <= 8:
+        p.error("--tenants in [0, 8]")
     if args.extra_tools > 60:
         p.error("--extra-tools: at most 60")
     if args.kinds and not set(args.kinds) <= set(KINDS):
@@ -143,11 +154,27 @@ def soak(args: argparse.Namespace) -> int:
         with open(stderr_path, "wb") as gw_err:
             gateway = subprocess.Popen(gw_cmd, env=env, cwd=gw_cwd, stdout=gw_err, stderr=subprocess.STDOUT)
         procs.append(gateway)
+        mcp_proc = None
+        if args.mcp_clients:
+            shutil.copytree(original, work / "mcp_index", symlinks=True)
+            mcp_port = free_port()
+            mcp_cmd = [*cli, "mcp", "--transport", "http", "--host", "127.0.0.1", "--port", str(mcp_port),
+                       "--config", str(write_config(work / "servers.json", sys.executable)),
+                       "--index", str(work / "mcp_index")]
+            with open(args.out / "mcp.stderr.log", "wb") as mcp_err:
+                mcp_proc = subprocess.Popen(mcp_cmd, env=env, cwd=gw_cwd, stdout=mcp_err,
+                                            stderr=subprocess.STDOUT)
+            procs.append(mcp_proc)
         wait_ready(f"http://127.0.0.1:{stub_port}/health", procs[0])
         wait_ready(f"http://127.0.0.1:{gw_port}/health", gateway)
-        print(f"gateway up ({' '.join(gw_cmd[1:])}); {args.clients} clients for {args.minutes:g} min",
-              flush=True)
+        if mcp_proc is not None:
+            wait_ready(f"http://127.0.0.1:{mcp_port}/mcp", mcp_proc)
+        print(f"gateway up ({' '.join(gw_cmd[1:])}); {args.clients} clients for {args.minutes:g} min"
+              + (f", {args.mcp_clients} MCP clients" if mcp_proc is not None else ""), flush=True)
         soak_ = Soak(args, gw_port, stub_port, gateway, log_dir, gw_cwd / ".cache")
+        if mcp_proc is not None:
+            soak_.mcp = McpLoad(f"http://127.0.0.1:{mcp_port}/mcp", args.mcp_clients, args.tenants, args.seed)
+            soak_.mcp_proc = mcp_proc
         asyncio.run(soak_.run())
         stub_view = _stub_records(stub_port)
         metrics_end = soak_.samples[-1].get("metrics", {}) if soak_.samples else {}

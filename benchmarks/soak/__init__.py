@@ -47,6 +47,28 @@ upstream. Episodes, each classified in advance:
   ``X-Tracer-Outcome: success`` must not log a success), ``cut_wait`` (the client gives up while the
   upstream is still thinking).
 
+**Tenants** (``--tenants``, 4 by default; issue 56): client i sends tenant i mod N's API key, and each
+tenant numbers its ``X-Tracer-Conversation`` ids 1, 2, ... itself, so the tenants use the same ids at about
+the same time. Tenant t has a family of 12 tools of its own (``<company>_<verb>_<noun>``, nouns no other
+family has); every agent carries every family (one product's registry), each conversation opens with a turn
+of its tenant's business that wants a tool of its family, and every message it writes is marked
+``[<company>]`` (the stub's calls and arguments too; the stub never calls another tenant's tool). A leak is
+then visible as: a first request of a conversation that reaches the stub with more than k tools (only a
+sticky list from elsewhere adds to the fresh top k); an ``allowed`` request (``tool_choice`` of the
+``allowed_tools`` type: the 6 indexed tools and the tenant's family) that presents a tool outside that set
+or lists one it did not present; ``cross_token`` (hostile: another tenant's outcome token for another id,
+this tenant's credential with another's id and tenant, this tenant's token for another's id) answered 200
+or 404 instead of 403; a logged record whose messages carry two tenants' markers; a record finished by a
+report that only another tenant made for that id. **Duplicates**: the stub counts POSTs per request id
+(``x-soak-id``, unique per request; the clients never retry). **Compression and streams**: the stub
+compresses a third of the answers with gzip and a third with deflate (plain and SSE), half the aiohttp
+streams drop their connection right at ``data: [DONE]``, and ``sdk_stream`` reads streams with the official
+``openai`` client (``stream=True``). ``normal`` sends a lone surrogate escape in a quarter of its
+conversations, ``content_parts`` an image part (a ``data:`` URL: the log must hold no image bytes).
+**Completed** conversations (an outcome the client reported and the gateway took) must be logged exactly
+once, with the final answer. **MCP** (``--mcp-clients``, 4 by default): :mod:`.mcp_load` runs SDK clients
+of both protocol modes against ``tracer mcp --transport http`` meanwhile, with their own leak checks.
+
 **Errors** are valid requests answered non-2xx or with an exception, or with a body that is not a chat
 completion. **Fallbacks**: a valid request with more than k tools that reached the stub with more than
 the sticky cap (``4 k``, or ``--max-presented``), counted at the upstream by the request id header the
@@ -63,15 +85,17 @@ least-squares line over the samples after the warm-up, in MB per minute.
 (lines, outcomes, duplicates, non-finite rewards, what ``tools.json`` registered), then ``tracer update
 --index IDX --log DIR`` runs twice (the second must apply nothing new) and ``--role check`` loads the
 updated index and ranks probe contexts with it and with the original. Written to ``--out``:
-``soak.json`` (everything), ``soak.md`` (the summary), ``gateway.stderr.log``. Exit status 1 when a
-valid request errored or fell back, or the gateway died; everything else the run saw (hostile 5xx,
-stalls, growth, log or update trouble) is listed under Findings. ``--kinds a,b`` draws only those
-episodes (a check of the script, not a soak).
+``soak.json`` (everything), ``soak.md`` (the summary), ``gateway.stderr.log`` (and ``mcp.stderr.log``).
+Exit status 1 when a valid request errored or fell back, the gateway died, a leak across tenants (gateway
+or MCP) or a duplicate upstream POST was counted, or a completed conversation was logged other than once;
+everything else the run saw (hostile 5xx, stalls, growth, log or update trouble) is listed under
+Findings. ``--kinds a,b`` draws only those episodes (a check of the script, not a soak).
 
 **The parts**: ``benchmarks/soak_gateway.py`` (the entry: starts the processes, runs the roles),
 :mod:`.traffic` (the episode kinds, conversations and tools), :mod:`.stub` (the stub upstream),
-:mod:`.index` (the index's key, build and check), the load generator built up in four steps
-(:mod:`.recorder` the bookkeeping, :mod:`.requester` one request, :mod:`.agents` the episodes, :mod:`.load`
-the run with its sampler and prober), :mod:`.readings` (/proc, directory sizes, /metrics), :mod:`.stats`,
-:mod:`.results` (the log, the updates, the stderr, the result dict) and :mod:`.report` (``soak.md``).
+:mod:`.index` (the index's key, build and check), :mod:`.mcp_load` (the MCP clients), the load generator
+built up in four steps (:mod:`.recorder` the bookkeeping, :mod:`.requester` one request, :mod:`.agents`
+the episodes, :mod:`.load` the run with its sampler and prober), :mod:`.readings` (/proc, directory sizes,
+/metrics), :mod:`.stats`, :mod:`.results` (the log, the updates, the stderr, the result dict) and
+:mod:`.report` (``soak.md``).
 """

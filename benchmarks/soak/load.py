@@ -22,6 +22,9 @@ class Soak(Agents):
         if self.gateway.poll() is None:
             with contextlib.suppress(OSError, ValueError):
                 s.update(proc_status(self.gateway.pid))
+        if self.mcp_proc is not None and self.mcp_proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                s["mcp_rss_mb"] = proc_status(self.mcp_proc.pid)["rss_mb"]
         s["log_bytes"], s["log_disk_bytes"], s["log_files"] = dir_bytes(self.log_dir)
         s["cache_bytes"], s["cache_disk_bytes"], s["cache_files"] = dir_bytes(self.cache_dir)
         try:
@@ -71,10 +74,14 @@ class Soak(Agents):
                        for c in range(self.args.clients)]
             watchers = [asyncio.ensure_future(self.sampler(observer, deadline)),
                         asyncio.ensure_future(self.prober(observer, deadline))]
+            if self.mcp is not None:
+                clients.append(asyncio.ensure_future(self.mcp.run(deadline)))
             # every episode is bounded (a few requests, each within 120 s): the last ones end soon after the
             # deadline
             _, pending = await asyncio.wait(clients, timeout=duration + 300)
             self.stop = True
+            if self.mcp is not None:
+                self.mcp.stop = True
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, *watchers, return_exceptions=True)

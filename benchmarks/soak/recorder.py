@@ -33,11 +33,16 @@ class Recorder:
         self.unexpected_samples: list[dict[str, Any]] = []
         self.samples: list[dict[str, Any]] = []
         self.health: list[tuple[float, float, int | None]] = []
-        # conversation -> (kind, success) reported by the client
-        self.reported: dict[str, tuple[str, bool]] = {}
-        self.unreported: set[str] = set()
-        self.cut_conversations: set[str] = set()
+        # (tenant or None, conversation) -> (kind, success) reported by the client
+        self.reported: dict[tuple[int | None, str], tuple[str, bool]] = {}
+        self.unreported: set[tuple[int | None, str]] = set()
+        self.cut_conversations: set[tuple[int | None, str]] = set()
         self.conv_kind: dict[str, str] = {}
+        self.conv_counter: dict[int, int] = {}   # tenant -> its last X-Tracer-Conversation number
+        self.tokens: dict[int, Any] = {}         # tenant -> its recent (conversation, outcome token)
+        self.cross_token_accepted = 0
+        self.mcp: Any = None       # benchmarks.soak.mcp_load.McpLoad, with --mcp-clients
+        self.mcp_proc: subprocess.Popen | None = None
         self.want_hits = Counter()
         self.extra_headers_seen: Counter[str] = Counter()
         self.n = 0

@@ -30,11 +30,13 @@ def markdown(res: dict[str, Any]) -> str:
     out = [f"# Soak of `tracer serve --log`: {cfg['minutes']:g} min, {cfg['clients']} clients\n",
            f"Command: `{res['command']}`  ",
            f"Gateway: `{res['gateway_command']}`  ",
+           source_line(res.get("source")),
            (f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; load average (1/5/15 min) at start "
             f"{' / '.join(f'{x:.2f}' for x in res['load_start'])}, at end "
             f"{' / '.join(f'{x:.2f}' for x in res['load_end'])}  "),
            (f"Index: `{cfg['scorer']}` on data/example (6 tools), k = {cfg['k']}, sticky cap {res['cap']}; "
-            f"each agent carries the 6 indexed tools + {cfg['extra_tools']} of its own; pause "
+            f"each agent carries the 6 indexed tools + {cfg['extra_tools']} of its own"
+            + (f" + every tenant's family ({cfg['tenants']} x 12)" if cfg.get("tenants") else "") + "; pause "
             f"{cfg['think_ms']:g} ms (x U[0.5, 1.5]); started {res['started']}\n")]
     tot = res["totals"]
     verdict = "PASS" if res["passed"] else "FAIL"
@@ -47,6 +49,7 @@ def markdown(res: dict[str, Any]) -> str:
                f"{tot['hostile']['server_errors']}); disconnects {tot['disconnect']['requests']}; gateway "
                f"{'died at ' + fmt(res['died_at']) + ' s' if res['died_at'] is not None else 'up throughout'}"
                f". Wanted tool presented: {res['want_presented']}.\n")
+    out += tenancy_lines(res)
     out.append("| class | kind | requests | statuses | exceptions | errors / unexpected | fell back | "
                "selection p50 / max (ms) | latency p50 / p99 / max (ms) |")
     out.append("|---|---|---:|---|---|---:|---:|---:|---:|")
@@ -62,15 +65,18 @@ def markdown(res: dict[str, Any]) -> str:
                f"over the samples from then on, {r['samples_fitted']} samples every {cfg['sample_every']:g} s"
                + ("; a window this short says little about a slope" if not r["slopes_meaningful"] else "")
                + "):\n")
-    out.append("| | start | end | max | slope per minute |")
-    out.append("|---|---:|---:|---:|---:|")
+    out.append("| | start | end | max | slope per minute | slope per 10 minutes |")
+    out.append("|---|---:|---:|---:|---:|---:|")
     for label, key, unit in (("gateway RSS (MB)", "rss_mb", 1), ("log dir (MB)", "log_bytes", MiB),
+                             ("log dir on disk (MB)", "log_disk_bytes", MiB),
                              ("gateway .cache (MB)", "cache_bytes", MiB),
                              ("gateway .cache files", "cache_files", 1),
-                             ("gateway open fds", "fds", 1), ("gateway threads", "threads", 1)):
-        row = r[key]
+                             ("gateway open fds", "fds", 1), ("gateway threads", "threads", 1),
+                             ("tracer mcp RSS (MB)", "mcp_rss_mb", 1)):
+        row = r.get(key) or {"start": None, "end": None, "max": None, "slope": None}
+        per10 = None if row["slope"] is None else row["slope"] * 10
         out.append(f"| {label} | {fmt(row['start'], 2)} | {fmt(row['end'], 2)} | {fmt(row['max'], 2)} | "
-                   f"{fmt(row['slope'], 3)} |")
+                   f"{fmt(row['slope'], 3)} | {fmt(per10, 2)} |")
     h = res["health"]
     out.append(
         f"\nGateway CPU: {fmt(r['cpu_ms_per_request'], 2)} ms per request. `/health` every second: "
@@ -138,9 +144,95 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def source_line(src: dict[str, Any] | None) -> str:
+    if not src:
+        return ""
+    dirty = src.get("tracer_modified") or []
+    return (f"Source: commit {src['commit']}"
+            + (f", with others' uncommitted changes under tracer/ ({', '.join(dirty[:12])})" if dirty else "")
+            + "  ")
+
+
+def tenancy_lines(res: dict[str, Any]) -> list[str]:
+    """The multi-tenant checks: leaks across tenants, duplicate upstream POSTs, completed conversations
+    logged once."""
+    t = res.get("tenancy")
+    if not t:
+        return []
+    lg = res["log"]
+    once = lg.get("completed") or {}
+    leaks = (f"**Tenants** ({t['tenants']} API keys; requests at the upstream by tenant "
+             f"{counts(t['requests_by_tenant'])}): cross-tenant leaks **{t['leaks']}** = first requests of a "
+             "conversation presented more than k tools (a sticky list from elsewhere) "
+             f"{t['first_over_k']} of "
+             f"{t['first_requests']} + `allowed_tools` requests presented a tool outside the tenant's "
+             f"allowed set {t['allowed_violations']} of {t['allowed_requests']} + another tenant's token or "
+             f"credential accepted by `/v1/tracer/outcome` {t['cross_token_accepted']} + logged records "
+             f"mixing two tenants' messages {t['log_mixed']} + records finished by another tenant's report "
+             f"{t['log_cross_finished']}. Tools of another tenant's family presented (every family rides in "
+             "every request; chosen on the ranking's own merits, not a leak by itself): "
+             f"{t['foreign_family_presented']}. Later requests presented more than k tools (their own "
+             "sticky list grown: what a leaked one would show on a first request): "
+             f"{t.get('later_over_k')}.\n")
+    upstream = (f"**Upstream**: duplicate POSTs of one request id **{t['duplicate_posts']}**; answers by "
+                f"coding {counts(t['encodings'])}.\n")
+    out = [leaks, upstream]
+    if once:
+        out.append(f"**Completed conversations** (an outcome the client reported and the gateway took): "
+                   f"{once['completed']}, logged exactly once **{once['logged_once']}**, missing "
+                   f"**{once['missing']}**, more than once **{once['twice']}**, logged without the final "
+                   f"answer {once['without_answer']}; records finished but never reported by their tenant "
+                   f"{lg.get('finished_unreported', 0)}, finished with another outcome than reported "
+                   f"{lg.get('outcome_mismatched', 0)}; image bytes (`data:image/`) in the log "
+                   f"{lg.get('media_logged', 0)}. Disconnects whose own `X-Tracer-Outcome` was applied "
+                   "although the client had given up (a 200 the gateway sent after the client left: "
+                   f"not a leak): {counts(lg.get('disconnected_finished') or {})}.\n")
+    m = res.get("mcp")
+    if m:
+        out.append(f"**MCP** (`tracer mcp --transport http`, {m['clients']} SDK clients, half current "
+                   f"protocol, half `mode=\"legacy\"`): episodes {counts(m['episodes'])}, tool calls "
+                   f"{m['calls']}; leaks **{m['leaks']}** = first listings of a session new to its tenant "
+                   f"off the fresh list {m['not_fresh']} of {m['fresh_checked']} + another tenant's "
+                   f"legacy session id served {m['borrowed_served']} of {m['borrowed_probes']} (statuses "
+                   f"{counts(m['borrowed_status'])}); errors {m['error_count']} ({counts(m['errors'])}); "
+                   f"episode p50 / max {fmt(m['episode_ms_p50'], 0)} / {fmt(m['episode_ms_max'], 0)} ms; "
+                   f"listings after the episode's calls that differ from the fresh list (what a session "
+                   f"served to another would show): {m.get('grown_after_calls')}.\n")
+        out += [f"- MCP error: `{e}`" for e in m["error_samples"][:5]]
+        out += [f"- MCP not fresh: `{json.dumps(x)[:300]}`" for x in m["not_fresh_samples"][:5]]
+    for label, items in (("first requests over k", t["first_over_k_samples"]),
+                         ("allowed_tools violations", t["allowed_samples"]),
+                         ("duplicate POSTs", t["duplicate_samples"]),
+                         ("mixed records", lg.get("mixed_samples") or []),
+                         ("cross-tenant finishes", lg.get("cross_samples") or []),
+                         ("completed but missing", once.get("missing_samples") or [])):
+        if items:
+            out.append(f"- {label}: " + "; ".join(f"`{json.dumps(x)[:300]}`" for x in items[:5]))
+    return out
+
+
 def findings(res: dict[str, Any]) -> list[str]:
     out = []
     tot, lg = res["totals"], res["log"]
+    t = res.get("tenancy") or {}
+    if t.get("leaks"):
+        out.append(f"{t['leaks']} cross-tenant leaks")
+    if t.get("duplicate_posts"):
+        out.append(f"{t['duplicate_posts']} duplicate upstream POSTs")
+    if (res.get("mcp") or {}).get("leaks"):
+        out.append(f"{res['mcp']['leaks']} MCP cross-tenant leaks")
+    if (res.get("mcp") or {}).get("error_count"):
+        out.append(f"{res['mcp']['error_count']} MCP client errors")
+    once = lg.get("completed") or {}
+    if once.get("missing") or once.get("twice") or once.get("without_answer"):
+        out.append(f"completed conversations: {once.get('missing')} missing from the log, "
+                   f"{once.get('twice')} logged more than once, {once.get('without_answer')} logged without "
+                   "their answer")
+    if lg.get("media_logged"):
+        out.append(f"{lg['media_logged']} log lines hold image bytes")
+    if lg.get("finished_unreported") or lg.get("outcome_mismatched"):
+        out.append(f"{lg.get('finished_unreported')} records finished without their tenant's report, "
+                   f"{lg.get('outcome_mismatched')} with another outcome than reported")
     if tot["valid"]["errors"]:
         out.append(f"{tot['valid']['errors']} valid requests errored")
     if res["fallbacks"]["total"]:

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import re
 import time
 from typing import Any
 
 from benchmarks.soak.recorder import Recorder
+from benchmarks.soak.traffic import tenant_key
+
+# the tenant of the agent whose task sends a request (set once per agent task: see Agents.client)
+TENANT: contextvars.ContextVar[int | None] = contextvars.ContextVar("soak_tenant", default=None)
 
 
 def assemble_sse(raw: bytes) -> dict[str, Any] | None:
@@ -50,9 +55,20 @@ def assemble_sse(raw: bytes) -> dict[str, Any] | None:
 class Requester(Recorder):
     # ---- one chat request ------------------------------------------------------------------------
     def headers(self, kind: str, rid: str, want: str | None, final: bool, conv: str | None,
-                outcome: str | None) -> dict[str, str]:
-        h = {"content-type": "application/json", "authorization": "Bearer soak-client-key",
-             "x-soak-id": rid, "x-soak-kind": kind}
+                outcome: str | None, *, first: bool = False, encoding: str | None = None,
+                allowed: bool = False) -> dict[str, str]:
+        tenant = TENANT.get()
+        key = "soak-client-key" if tenant is None else tenant_key(tenant)
+        h = {"content-type": "application/json", "authorization": f"Bearer {key}",
+             "x-soak-id": rid, "x-soak-kind": kind, "x-soak-k": str(self.k)}
+        if tenant is not None:
+            h["x-soak-tenant"] = str(tenant)
+        if first:
+            h["x-soak-first"] = "1"
+        if encoding:
+            h["x-soak-encoding"] = encoding
+        if allowed:
+            h["x-soak-allowed"] = "1"
         if want:
             h["x-soak-want"] = want
         if final:
@@ -65,13 +81,20 @@ class Requester(Recorder):
 
     async def chat(self, session, kind: str, messages: list[dict], tools: list[dict], *, stream: bool = False,
                    want: str | None = None, final: bool = False, conv: str | None = None,
-                   outcome: str | None = None, sdk=None) -> dict[str, Any] | None:
-        """Send one chat request; the reply's message, conversation id and extra headers, or None."""
+                   outcome: str | None = None, sdk=None, first: bool = False, encoding: str | None = None,
+                   tool_choice: dict | None = None, close_at_done: bool = False) -> dict[str, Any] | None:
+        """Send one chat request; the reply's message, conversation id and extra headers, or None.
+
+        ``encoding``: the stub compresses its answer so; ``close_at_done``: a stream is read up to its
+        ``data: [DONE]`` line and the connection dropped right there."""
         import aiohttp
 
         rid = self.next_id()
-        hdrs = self.headers(kind, rid, want, final, conv, outcome)
+        hdrs = self.headers(kind, rid, want, final, conv, outcome, first=first, encoding=encoding,
+                            allowed=tool_choice is not None)
         body = {"model": "stub-model", "messages": messages, "tools": tools}
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
         if stream:
             body["stream"] = True
         if sdk is not None:
@@ -80,7 +103,17 @@ class Requester(Recorder):
         try:
             async with session.post(f"{self.gw}/v1/chat/completions", data=json.dumps(body).encode(),
                                     headers=hdrs) as r:
-                raw = await r.read()
+                if stream and close_at_done and r.status == 200:
+                    lines = []
+                    while True:
+                        line = await asyncio.wait_for(r.content.readline(), 60)
+                        lines.append(line)
+                        if not line or line.strip() == b"data: [DONE]":
+                            break
+                    raw = b"".join(lines)
+                    r.close()  # drop the connection at [DONE], before the body's end
+                else:
+                    raw = await r.read()
                 status, rh = r.status, r.headers
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             self.record(kind, rid, None, type(e).__name__, detail=str(e))
@@ -110,14 +143,39 @@ class Requester(Recorder):
                        hdrs: dict[str, str]) -> dict[str, Any] | None:
         import openai
 
-        extra_headers = {k: v for k, v in hdrs.items() if k not in ("content-type", "authorization")}
+        extra_headers = {("Authorization" if k == "authorization" else k): v for k, v in hdrs.items()
+                         if k != "content-type"}
         t0 = time.perf_counter()
         try:
-            raw = await sdk.chat.completions.with_raw_response.create(
-                model=body["model"], messages=body["messages"], tools=body["tools"],
-                extra_headers=extra_headers)
-            completion_ = raw.parse()
-            message = completion_.choices[0].message.model_dump(exclude_none=True)
+            if body.get("stream"):  # the client reads the chunks up to [DONE] and closes the stream
+                raw = await sdk.chat.completions.with_raw_response.create(
+                    model=body["model"], messages=body["messages"], tools=body["tools"], stream=True,
+                    extra_headers=extra_headers)
+                stream = raw.parse()
+                merged: dict[str, Any] = {"role": "assistant", "content": None}
+                calls: dict[int, dict[str, Any]] = {}
+                async with stream:
+                    async for chunk in stream:
+                        for choice in chunk.choices:
+                            d = choice.delta
+                            if d.content:
+                                merged["content"] = (merged["content"] or "") + d.content
+                            for c in d.tool_calls or []:
+                                acc = calls.setdefault(c.index, {"id": "", "type": "function",
+                                                                 "function": {"name": "", "arguments": ""}})
+                                acc["id"] += c.id or ""
+                                if c.function:
+                                    acc["function"]["name"] += c.function.name or ""
+                                    acc["function"]["arguments"] += c.function.arguments or ""
+                if calls:
+                    merged["tool_calls"] = [calls[i] for i in sorted(calls)]
+                message = merged if (merged["content"] or calls) else None
+            else:
+                raw = await sdk.chat.completions.with_raw_response.create(
+                    model=body["model"], messages=body["messages"], tools=body["tools"],
+                    extra_headers=extra_headers)
+                completion_ = raw.parse()
+                message = completion_.choices[0].message.model_dump(exclude_none=True)
             status = raw.status_code
         except openai.APIStatusError as e:
             self.record(kind, rid, e.status_code, detail=str(e))
@@ -127,9 +185,11 @@ class Requester(Recorder):
             return None
         sel = raw.headers.get("x-tracer-selection-ms")
         self.record(kind, rid, status, n_tools=len(body["tools"]), sel_ms=float(sel) if sel else None,
-                    latency_ms=(time.perf_counter() - t0) * 1e3)
+                    latency_ms=(time.perf_counter() - t0) * 1e3, bad_reply=message is None)
         extra = {k.lower(): v for k, v in raw.headers.items() if k.lower().startswith("x-tracer-")
                  and k.lower() not in ("x-tracer-conversation", "x-tracer-selection-ms")}
+        for k in extra:
+            self.extra_headers_seen[k] += 1
         return {"message": message, "conversation": raw.headers.get("x-tracer-conversation"), "extra": extra}
 
     async def post_outcome(self, session, kind: str, payload: bytes, extra: dict[str, str]) -> int | None:

@@ -21,7 +21,7 @@ from benchmarks.soak.load import Soak
 from benchmarks.soak.readings import machine
 from benchmarks.soak.report import findings
 from benchmarks.soak.stats import percentile
-from benchmarks.soak.traffic import DISCONNECT, HOSTILE, VALID
+from benchmarks.soak.traffic import COMPANIES, DISCONNECT, HOSTILE, VALID, tenant_of_text
 
 
 def analyze_log(log_dir: Path, soak: Soak) -> dict[str, Any]:
@@ -29,10 +29,14 @@ def analyze_log(log_dir: Path, soak: Soak) -> dict[str, Any]:
     out: dict[str, Any] = {"exists": path.exists()}
     if not path.exists():
         return out
-    lines = unparsable = nonfinite = 0
+    lines = unparsable = nonfinite = media_logged = 0
     outcome: Counter[str] = Counter()
-    groups: Counter[str] = Counter()
-    success_groups: set[str] = set()
+    # (tenant by the markers of its messages, or None; the group: the id as the client knows it)
+    groups: Counter[tuple[int | None, str]] = Counter()
+    success_groups: set[tuple[int | None, str]] = set()
+    finished: dict[tuple[int | None, str], list] = {}  # key -> [success, the answer logged] of each report
+    mixed: list[dict[str, Any]] = []
+    tenants = soak.args.tenants
     called: set[str] = set()
     roles: Counter[str] = Counter()
     max_line = 0
@@ -40,6 +44,7 @@ def analyze_log(log_dir: Path, soak: Soak) -> dict[str, Any]:
         for line in f:
             lines += 1
             max_line = max(max_line, len(line))
+            media_logged += b"data:image/" in line
             try:
                 rec = json.loads(line)
             except ValueError:
@@ -53,10 +58,19 @@ def analyze_log(log_dir: Path, soak: Soak) -> dict[str, Any]:
                 nonfinite += 1
             meta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
             outcome[f"{meta.get('outcome')}/{'success' if rec.get('success') else 'failure'}"] += 1
-            group = str(rec.get("group"))
-            groups[group] += 1
+            msgs = rec.get("messages") if isinstance(rec.get("messages"), list) else []
+            owners = tenant_of_text(json.dumps(msgs), tenants) if tenants else set()
+            if len(owners) > 1:
+                mixed.append({"group": rec.get("group"), "tenants": sorted(COMPANIES[t] for t in owners)})
+            key = (next(iter(owners)) if len(owners) == 1 else None, str(rec.get("group")))
+            groups[key] += 1
+            if meta.get("outcome") != "unreported":
+                last = msgs[-1] if msgs and isinstance(msgs[-1], dict) else {}
+                answered = (last.get("role") == "assistant"
+                            and str(last.get("content") or "").startswith("Done:"))
+                finished.setdefault(key, []).append([bool(rec.get("success")), answered])
             if rec.get("success"):
-                success_groups.add(group)
+                success_groups.add(key)
             called.update(c for c in meta.get("called") or [] if isinstance(c, str))
             for m in rec.get("messages") or []:
                 if isinstance(m, dict):
@@ -67,11 +81,47 @@ def analyze_log(log_dir: Path, soak: Soak) -> dict[str, Any]:
         registered = [t["function"]["name"] for t in json.loads(tools_json.read_text())]
     reported_success = {c for c, (_, s) in soak.reported.items() if s}
     reported = set(soak.reported)
+    # a report finishes its own tenant's conversation, once, with the answer whole
+    cross_finished = finished_unreported = mismatched = 0
+    cross_samples: list[str] = []
+    finished_disconnected: Counter[str] = Counter()
+    for key, runs in finished.items():
+        if key in soak.reported:
+            mismatched += sum(1 for ok, _ in runs if ok != soak.reported[key][1])
+            continue
+        own_kind = soak.conv_kind.get(key)
+        if own_kind in ("cut_wait", "cut_stream"):  # its own X-Tracer-Outcome, on an answer it gave up on
+            finished_disconnected[own_kind] += len(runs)
+            continue
+        others = [t for t, g in soak.reported if g == key[1] and t != key[0]]
+        if others:
+            cross_finished += len(runs)
+            if len(cross_samples) < 10:
+                cross_samples.append(f"{key} ({own_kind}): finished, reported only by tenant(s) {others}")
+        else:
+            finished_unreported += len(runs)
+    once = {"completed": len(reported), "logged_once": 0, "missing": 0, "twice": 0,
+            "without_answer": 0, "missing_samples": []}
+    for key in reported:
+        n = groups.get(key, 0)
+        if n == 0:
+            once["missing"] += 1
+            if len(once["missing_samples"]) < 10:
+                once["missing_samples"].append(f"{key} ({soak.reported[key][0]})")
+        elif n == 1:
+            once["logged_once"] += 1
+        else:
+            once["twice"] += 1
+        once["without_answer"] += sum(1 for _, answered in finished.get(key, []) if not answered)
     return {
         "exists": True, "lines": lines, "bytes": path.stat().st_size, "max_line_bytes": max_line,
         "bytes_per_line": round(path.stat().st_size / max(lines, 1)), "unparsable_lines": unparsable,
         "nonfinite_rewards": nonfinite, "by_outcome": dict(outcome), "roles": dict(roles),
         "conversations": len(groups), "conversations_logged_twice": sum(1 for n in groups.values() if n > 1),
+        "media_logged": media_logged, "mixed_tenants": len(mixed), "mixed_samples": mixed[:10],
+        "cross_tenant_finished": cross_finished, "cross_samples": cross_samples,
+        "finished_unreported": finished_unreported, "outcome_mismatched": mismatched, "completed": once,
+        "disconnected_finished": dict(finished_disconnected),
         "reported_by_clients": len(reported), "reported_missing_from_log": len(reported - set(groups)),
         "reported_success_logged_as_success": len(reported_success & success_groups),
         "reported_success": len(reported_success),
@@ -140,6 +190,21 @@ def analyze_stderr(path: Path) -> dict[str, Any]:
             "tracebacks": tracebacks, "samples": samples}
 
 
+def source() -> dict[str, Any]:
+    """The commit the run started from and the files under ``tracer/`` that differed from it (the working
+    tree may be shared)."""
+    from benchmarks.soak.constants import ROOT
+
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], check=False, cwd=ROOT, capture_output=True, text=True,
+                                  timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    return {"commit": git("rev-parse", "--short", "HEAD").strip(),
+            "tracer_modified": [line[3:] for line in git("status", "--porcelain", "tracer/").splitlines()]}
+
+
 def fit_slope(samples: list[dict], key: str, after: float, scale: float = 1.0) -> float | None:
     """Least-squares slope of ``key`` (divided by ``scale``) per minute over samples at t >= ``after``."""
     pts = [(s["t"] / 60, s[key] / scale) for s in samples if s["t"] >= after and key in s]
@@ -185,8 +250,8 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
     after = [s for s in samples if s["t"] >= warmup]
     resources: dict[str, Any] = {"warmup_s": warmup, "samples_fitted": len(after),
                                  "slopes_meaningful": duration - warmup >= 180}
-    for key, scale in (("rss_mb", 1), ("log_bytes", MiB), ("cache_bytes", MiB), ("cache_files", 1),
-                       ("fds", 1), ("threads", 1)):
+    for key, scale in (("rss_mb", 1), ("log_bytes", MiB), ("log_disk_bytes", MiB), ("cache_bytes", MiB),
+                       ("cache_files", 1), ("fds", 1), ("threads", 1), ("mcp_rss_mb", 1)):
         vals = [s[key] / scale for s in after if key in s]
         allv = [s[key] / scale for s in samples if key in s]
         resources[key] = {"start": vals[0] if vals else None, "end": vals[-1] if vals else None,
@@ -197,10 +262,30 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
         cpu[-1]["requests"] - cpu[0]["requests"], 1)) if len(cpu) > 1 else None
     lat = [ms for _, ms, _ in soak_.health]
     hits = soak_.want_hits
+    ten = stub_view.get("tenancy") or {}
+    log_leaks = log_report.get("mixed_tenants", 0) + log_report.get("cross_tenant_finished", 0)
+    tenancy = {
+        "tenants": args.tenants, "requests_by_tenant": ten.get("by_tenant", {}),
+        "first_requests": ten.get("first_requests", 0), "first_over_k": ten.get("first_over_k", 0),
+        "later_over_k": ten.get("later_over_k", 0),
+        "first_over_k_samples": ten.get("first_over_k_samples", []),
+        "allowed_requests": ten.get("allowed_requests", 0),
+        "allowed_violations": ten.get("allowed_violations", 0),
+        "allowed_samples": ten.get("allowed_samples", []),
+        "cross_token_accepted": soak_.cross_token_accepted,
+        "log_mixed": log_report.get("mixed_tenants", 0),
+        "log_cross_finished": log_report.get("cross_tenant_finished", 0),
+        "foreign_family_presented": ten.get("foreign_presented", 0),
+        "duplicate_posts": stub_view.get("duplicate_posts", 0),
+        "duplicate_samples": ten.get("duplicates", []),
+        "encodings": stub_view.get("encodings", {}),
+    }
+    tenancy["leaks"] = (tenancy["first_over_k"] + tenancy["allowed_violations"]
+                        + tenancy["cross_token_accepted"] + log_leaks)
     res: dict[str, Any] = {
         "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
         "gateway_command": " ".join(shlex.quote(str(a)) for a in ["python", *gw_cmd[1:]]),
-        "started": started, "machine": machine(), "load_start": list(load_start),
+        "started": started, "machine": machine(), "load_start": list(load_start), "source": source(),
         "load_end": list(os.getloadavg()),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "cap": soak_.cap, "requests": n_req,
@@ -213,7 +298,8 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
                            f"{sum(hits.values())} tool-call turns"),
         "outside_v1": stub_view.get("outside_count", 0), "outside_paths": stub_view.get("outside", [])[:20],
         "stub_by_kind": stub_view.get("by_kind", {}), "stub_error": stub_view.get("error"),
-        "extra_answer_headers": dict(soak_.extra_headers_seen),
+        "extra_answer_headers": dict(soak_.extra_headers_seen), "tenancy": tenancy,
+        "mcp": soak_.mcp.report() if soak_.mcp is not None else None,
         "died_at": soak_.died_at, "shutdown": shutdown, "resources": resources,
         "health": {"probes": len(lat), "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
                    "max_ms": max(lat) if lat else None, "over_1s": sum(x > 1000 for x in lat),
@@ -223,6 +309,9 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
         "slow": soak_.slow, "samples": samples, "health_probes": soak_.health,
     }
     res["findings"] = findings(res)
+    once = log_report.get("completed") or {}
     res["passed"] = (totals[VALID]["errors"] == 0 and not fell and soak_.died_at is None
-                     and totals[VALID]["requests"] > 0)
+                     and totals[VALID]["requests"] > 0 and tenancy["leaks"] == 0
+                     and not tenancy["duplicate_posts"] and not once.get("missing") and not once.get("twice")
+                     and not (res["mcp"] or {}).get("leaks"))
     return res

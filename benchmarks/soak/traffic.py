@@ -26,6 +26,8 @@ KINDS: dict[str, tuple[str, float, frozenset[int]]] = {
     "many_unknown": (VALID, 2.5, frozenset()),
     "novel_unknown": (VALID, 0.4, frozenset()),
     "odd_upstream": (VALID, 3, frozenset()),
+    "sdk_stream": (VALID, 6, frozenset()),
+    "allowed": (VALID, 5, frozenset()),
     "bad_json": (HOSTILE, 3, frozenset({400})),
     "wrong_types": (HOSTILE, 3, frozenset({400})),
     "traversal": (HOSTILE, 2, frozenset({400, 404})),
@@ -34,6 +36,7 @@ KINDS: dict[str, tuple[str, float, frozenset[int]]] = {
     "outcome_bad": (HOSTILE, 1.5, frozenset({400, 401, 403, 404, 413, 422})),
     "nan_reward": (HOSTILE, 1, frozenset({400, 401, 403, 422})),
     "reload": (HOSTILE, 0.2, frozenset({401, 403, 404, 405})),
+    "cross_token": (HOSTILE, 1.5, frozenset({403})),
     "cut_body": (DISCONNECT, 2, frozenset()),
     "cut_stream": (DISCONNECT, 2, frozenset()),
     "cut_wait": (DISCONNECT, 1, frozenset()),
@@ -90,3 +93,37 @@ def known_tools() -> list[dict[str, Any]]:
 
 def fill(text: str, rng: random.Random) -> str:
     return re.sub(r"\{(\w+)\}", lambda m: rng.choice(SLOTS[m.group(1)]), text)
+
+
+# tenants: each one its own API key and company, whose name marks its messages and prefixes its tool family
+COMPANIES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka"]
+FAMILY_VERBS = ["create", "update", "get", "close"]
+
+
+def tenant_key(tenant: int) -> str:
+    return f"soak-{COMPANIES[tenant]}-key"
+
+
+def family(tenant: int) -> list[dict[str, Any]]:
+    """The tenant's own tools (12): ``<company>_<verb>_<noun>``, three nouns no other tenant's family has.
+    Every tenant's agents carry every family, so a presentation list that one tenant's conversation made
+    sticky could be shown to another (see :mod:`benchmarks.soak`); only tenant ``t``'s conversations ask
+    for family ``t``."""
+    co = COMPANIES[tenant]
+    return [tool_def(f"{co}_{v}_{n}", f"{v.capitalize()} a {n.replace('_', ' ')} in the {co.capitalize()} "
+                                      f"{SYSTEMS[(tenant + j) % len(SYSTEMS)]} account")
+            for j, n in enumerate(NOUNS[3 * tenant:3 * tenant + 3]) for v in FAMILY_VERBS]
+
+
+def family_turn(tenant: int, rng: random.Random) -> tuple[str, list[str]]:
+    """A user turn of the tenant's own business, wanting one tool of its family."""
+    co = COMPANIES[tenant]
+    noun = rng.choice(NOUNS[3 * tenant:3 * tenant + 3])
+    verb = rng.choice(FAMILY_VERBS)
+    text = f"{verb.capitalize()} the {noun.replace('_', ' ')} #{rng.randrange(1000)} for {co.capitalize()}"
+    return text, [f"{co}_{verb}_{noun}"]
+
+
+def tenant_of_text(text: str, tenants: int) -> set[int]:
+    """The tenants whose marker (``[<company>]``) or tools a text names."""
+    return {t for t in range(tenants) if f"[{COMPANIES[t]}]" in text or f"{COMPANIES[t]}_" in text}
