@@ -56,7 +56,7 @@ BENCH_REQUEST = {
 def _bench(args: argparse.Namespace) -> dict:
     body = json.loads(Path(args.request).read_text()) if args.request else dict(BENCH_REQUEST)
     results = []
-    with serve(args.model, port=args.port, build=False, n_ctx=args.n_ctx) as server:
+    with serve(args.model, port=args.port, build=False, n_ctx=args.n_ctx, threads=args.threads) as server:
         body["model"] = server.model
         for _ in range(args.repeat):
             start = time.monotonic()
@@ -69,7 +69,7 @@ def _bench(args: argparse.Namespace) -> dict:
         rates = server.timings()
     return {"model": args.model, "server_start_s": round(server.started_s, 1), "requests": results,
             "llama_cpp_timings": rates, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
-            "tools": len(body.get("tools", []))}
+            "tools": len(body.get("tools", [])), "threads": args.threads or os.cpu_count()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--port", type=int, default=None,
                            help="default: 8000 for serve, a free one for bench")
             p.add_argument("--n-ctx", type=int, default=None, help="context tokens (default: the model's)")
+            p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: every CPU)")
     sub.add_parser("build")
     bench = sub.choices["bench"]
     bench.add_argument("--request", help="a chat-completions body as JSON (default: 5 file-system tools)")
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "bench":
         print(json.dumps(_bench(args), indent=1))
     else:
-        server = serve(args.model, port=args.port or 8000, build=True, n_ctx=args.n_ctx)
+        server = serve(args.model, port=args.port or 8000, build=True, n_ctx=args.n_ctx, threads=args.threads)
         print(f"{args.model} at {server.url} (log: {server.log}; cache: {models_dir()}); Ctrl-C stops it\n"
               f"  tracer serve --index DIR --upstream {server.url} --k 5", flush=True)
         try:
