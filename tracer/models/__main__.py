@@ -61,6 +61,9 @@ def _bench(args: argparse.Namespace) -> dict:
         for _ in range(args.repeat):
             start = time.monotonic()
             reply = httpx.post(f"{server.url}/chat/completions", json=body, timeout=args.timeout).json()
+            if "choices" not in reply:
+                results.append({"seconds": round(time.monotonic() - start, 2), "error": reply})
+                continue
             message = reply["choices"][0]["message"]
             results.append({"seconds": round(time.monotonic() - start, 2), "usage": reply.get("usage"),
                             "tool_calls": message.get("tool_calls"),

@@ -1,17 +1,17 @@
 """Start a model's OpenAI-compatible server (``llama_cpp.server``) on 127.0.0.1 and wait until it answers.
 
-:func:`start_server` runs the engine's Python on the verified GGUF file, the model's chat format and
-context, with stdout and stderr in ``<models_dir>/logs/NAME-PORT.log``, and returns a :class:`ModelServer`
-once ``GET /v1/models`` answers 200. A server that exits while starting, or is not answering by the
-deadline, is reported with the tail of its log (and stopped). llama.cpp prints its timings for each
-completion to that log; :func:`timings` reads them back.
+:func:`start_server` runs the engine's Python on the verified GGUF file (llama_cpp.server through
+``llama_shim.py``, which lets a message's content be null, as OpenAI's format does), the model's chat
+format and context, with stdout and stderr in ``<models_dir>/logs/NAME-PORT.log``, and returns a
+:class:`ModelServer` once ``GET /v1/models`` answers 200. A server that exits while starting, or is not
+answering by the deadline, is reported with the tail of its log (and stopped). llama.cpp prints its
+timings for each completion to that log; :func:`timings` reads them back.
 
 llama.cpp's OpenMP threads spin while they wait for each other; on a machine whose cores are shared
 (2 cores, load average 5) a spinning thread holds a core another one needs, and 2 threads ran slower
 than 1 (SmolLM2's prompt: 22 against 56 tokens/s). The server therefore runs with
 ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it (2 threads then: 99 tokens/s).
 """
-
 from __future__ import annotations
 
 import os
@@ -28,6 +28,9 @@ from typing import Self
 import httpx
 
 from tracer.models.catalogue import ModelSpec, models_dir
+
+# llama_cpp.server behind a middleware that accepts null message content (see llama_shim.py)
+SHIM = Path(__file__).with_name("llama_shim.py")
 
 
 class ServerError(RuntimeError):
@@ -106,9 +109,9 @@ class ModelServer:
 
 def server_command(spec: ModelSpec, python: Path, weights: Path, port: int, n_ctx: int | None = None,
                    threads: int | None = None, extra_args: Sequence[str] = ()) -> list[str]:
-    """The ``llama_cpp.server`` command line for ``spec`` on 127.0.0.1:``port``."""
+    """The ``llama_cpp.server`` command line (through :data:`SHIM`) for ``spec`` on 127.0.0.1:``port``."""
     threads = threads or os.cpu_count() or 1
-    command = [str(python), "-m", "llama_cpp.server", "--model", str(weights), "--model_alias", spec.name,
+    command = [str(python), str(SHIM), "--model", str(weights), "--model_alias", spec.name,
                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx or spec.n_ctx),
                "--n_threads", str(threads), "--n_threads_batch", str(threads),
                # logits for the last token only: the server never returns prompt logprobs here

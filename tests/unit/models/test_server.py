@@ -3,6 +3,8 @@ start, dying at start, never answering), the llama_cpp command line, and llama.c
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -10,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tracer.models import ServerError, get_model, start_server, timings
-from tracer.models.server import free_port, server_command
+from tracer.models.llama_shim import FillContent, fill_content
+from tracer.models.server import SHIM, free_port, server_command
 
 # a stand-in for llama_cpp.server: answers GET /v1/models with 200 after `delay` seconds (404 elsewhere)
 STUB = """
@@ -66,7 +69,7 @@ def test_a_server_that_never_answers_is_killed_at_the_deadline(tmp_path):
 
 def test_the_command_line_carries_the_models_chat_format_and_context():
     smol = server_command(SPEC, Path("py"), Path("w.gguf"), 8001, threads=2)
-    assert smol[:3] == ["py", "-m", "llama_cpp.server"]
+    assert smol[:2] == ["py", str(SHIM)]
     assert smol[smol.index("--chat_format") + 1] == "chatml-function-calling"
     assert smol[smol.index("--host") + 1] == "127.0.0.1" and smol[smol.index("--n_ctx") + 1] == "2048"
     assert smol[smol.index("--model_alias") + 1] == "smollm2"
@@ -89,3 +92,42 @@ def test_timings_are_read_from_llama_cpps_perf_lines():
          "prompt_tps": 200.0, "generation_tps": 19.0},
         {"prompt_tokens": 0, "prompt_ms": 0.0, "generated_tokens": 10, "generation_ms": 500.0,
          "prompt_tps": 0.0, "generation_tps": 20.0}]
+
+
+def test_the_shim_fills_null_content_of_assistant_and_tool_messages_only():
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": None}, {"role": "assistant", "tool_calls": [{"id": "a"}]},
+        {"role": "assistant", "content": None}, {"role": "tool", "tool_call_id": "a", "content": None},
+        {"role": "assistant", "content": "kept"}]}
+    filled = json.loads(fill_content(json.dumps(body).encode()))
+    assert [m.get("content") for m in filled["messages"]] == [None, "", "", "", "kept"]
+    assert filled["messages"][1]["tool_calls"] == [{"id": "a"}] and filled["model"] == "m"
+    for untouched in (b"not json", b'{"messages": "x"}',
+                      b'{"messages": [{"role": "user", "content": "hi"}]}'):
+        assert fill_content(untouched) == untouched
+
+
+def test_the_shim_rewrites_chat_bodies_sent_in_chunks_with_their_length():
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append((scope["path"], dict(scope["headers"]), (await receive())["body"]))
+
+    def call(path: str, chunks: list[bytes]):
+        queue = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+                 for i, c in enumerate(chunks)]
+
+        async def receive():
+            return queue.pop(0)
+
+        scope = {"type": "http", "method": "POST", "path": path,
+                 "headers": [(b"content-length", str(sum(map(len, chunks))).encode())]}
+        asyncio.run(FillContent(app)(scope, receive, None))
+
+    raw = b'{"messages": [{"role": "assistant", "content": null}]}'
+    call("/v1/chat/completions", [raw[:10], raw[10:]])
+    call("/v1/completions", [raw])
+    (_, headers, body), (_, other_headers, other) = seen
+    assert json.loads(body) == {"messages": [{"role": "assistant", "content": ""}]}
+    assert headers[b"content-length"] == str(len(body)).encode() and other == raw
+    assert other_headers[b"content-length"] == str(len(raw)).encode()
