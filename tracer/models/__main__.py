@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         server = serve(args.model, port=args.port or 8000, build=True, n_ctx=args.n_ctx, threads=args.threads)
         print(f"{args.model} at {server.url} (log: {server.log}; cache: {models_dir()}); Ctrl-C stops it\n"
               f"  tracer serve --index DIR --upstream {server.url} --k 5", flush=True)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the server too
         try:
             server.process.wait()
         except KeyboardInterrupt:

@@ -89,8 +89,10 @@ class ModelServer:
         return self.spec.name
 
     def stop(self, timeout_s: float = 30) -> None:
+        """SIGTERM (uvicorn's graceful stop; SIGINT is ignored by a process started in the background),
+        then SIGKILL after ``timeout_s``."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:

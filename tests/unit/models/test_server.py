@@ -17,8 +17,9 @@ from tracer.models.server import SHIM, free_port, server_command
 
 # a stand-in for llama_cpp.server: answers GET /v1/models with 200 after `delay` seconds (404 elsewhere)
 STUB = """
-import sys, time
+import signal, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+signal.signal(signal.SIGTERM, signal.default_int_handler)
 port, delay = int(sys.argv[1]), float(sys.argv[2])
 print("loading the model", flush=True)
 time.sleep(delay)
@@ -52,7 +53,7 @@ def test_the_launcher_waits_until_the_server_answers_then_stops_it(tmp_path):
         assert server.started_s >= 1.0 and server.process.poll() is None
     assert server.process.returncode is not None
     assert server.log == tmp_path / "logs" / f"smollm2-{port}.log"
-    assert server.log.read_text().splitlines() == ["loading the model", "stopped"]  # SIGINT: a clean stop
+    assert server.log.read_text().splitlines() == ["loading the model", "stopped"]  # SIGTERM: a clean stop
 
 
 def test_a_server_that_exits_while_starting_is_reported_with_its_log(tmp_path):
