@@ -23,6 +23,7 @@ def test_third_party_info_lines_are_off_unless_asked_for(name):
     cfg = compose(name, return_hydra_config=True)
     assert cfg.hydra.job_logging.root.level == "WARNING"
     assert cfg.hydra.hydra_logging.root.level == "WARNING"
+    assert cfg.hydra.job_logging.loggers.bm25s.level == "WARNING"       # it sets DEBUG on itself
     assert cfg.hydra.job_logging.root.handlers  # Hydra's own handlers are kept: only the level changes
     loud = compose(name, overrides=["hydra.job_logging.root.level=INFO"], return_hydra_config=True)
     assert loud.hydra.job_logging.root.level == "INFO"
