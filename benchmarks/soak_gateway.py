@@ -30,7 +30,7 @@ from benchmarks.soak.load import Soak
 from benchmarks.soak.mcp_load import McpLoad, write_config
 from benchmarks.soak.readings import help_flags
 from benchmarks.soak.report import markdown
-from benchmarks.soak.results import analyze_log, result, run_update
+from benchmarks.soak.results import analyze_log, result, run_update, source
 from benchmarks.soak.stub import stub_app
 from benchmarks.soak.traffic import KINDS
 
@@ -108,6 +108,7 @@ def soak(args: argparse.Namespace) -> int:
     cli = [sys.executable, "-m", module]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    source_start = source()  # the working tree may be shared: what the run started from
     load_start = os.getloadavg()
     flags = help_flags([*cli, "serve"], env)  # fails here, before any build, when tracer does not import
     original = cached_index(args.scorer, env)
@@ -205,6 +206,7 @@ def soak(args: argparse.Namespace) -> int:
             check = {"loads": False, "error": repr(e)}
         res = result(args, soak_, stub_view, metrics_end, shutdown, log_report, updates, check, gw_cmd,
                      started, load_start, stderr_path)
+        res["source"] = source_start
     except KeyboardInterrupt:
         print("interrupted: stopping the gateway and the stub", file=sys.stderr)
         return 130

@@ -65,8 +65,9 @@ def markdown(res: dict[str, Any]) -> str:
                f"over the samples from then on, {r['samples_fitted']} samples every {cfg['sample_every']:g} s"
                + ("; a window this short says little about a slope" if not r["slopes_meaningful"] else "")
                + "):\n")
-    out.append("| | start | end | max | slope per minute | slope per 10 minutes |")
-    out.append("|---|---:|---:|---:|---:|---:|")
+    out.append("| | start | end | max | slope per minute | slope per 10 minutes | per 10 minutes, "
+               "second half |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
     for label, key, unit in (("gateway RSS (MB)", "rss_mb", 1), ("log dir (MB)", "log_bytes", MiB),
                              ("log dir on disk (MB)", "log_disk_bytes", MiB),
                              ("gateway .cache (MB)", "cache_bytes", MiB),
@@ -75,8 +76,10 @@ def markdown(res: dict[str, Any]) -> str:
                              ("tracer mcp RSS (MB)", "mcp_rss_mb", 1)):
         row = r.get(key) or {"start": None, "end": None, "max": None, "slope": None}
         per10 = None if row["slope"] is None else row["slope"] * 10
+        late = row.get("slope_second_half")
+        late = None if late is None else late * 10
         out.append(f"| {label} | {fmt(row['start'], 2)} | {fmt(row['end'], 2)} | {fmt(row['max'], 2)} | "
-                   f"{fmt(row['slope'], 3)} | {fmt(per10, 2)} |")
+                   f"{fmt(row['slope'], 3)} | {fmt(per10, 2)} | {fmt(late, 2)} |")
     h = res["health"]
     out.append(
         f"\nGateway CPU: {fmt(r['cpu_ms_per_request'], 2)} ms per request. `/health` every second: "
@@ -277,7 +280,9 @@ def findings(res: dict[str, Any]) -> list[str]:
                               ("fds", "open fds", 1.0), ("threads", "threads", 1.0)):
         slope = res["resources"][key]["slope"]
         if res["resources"]["slopes_meaningful"] and slope is not None and slope > limit:
-            out.append(f"{label} grows by {slope:.3f} per minute after the warm-up")
+            late = res["resources"][key].get("slope_second_half")
+            out.append(f"{label} grows by {slope:.3f} per minute after the warm-up"
+                       + (f" ({late:.3f} over the second half)" if late is not None else ""))
     if res["stderr"]["tracebacks"]:
         out.append(f"{res['stderr']['tracebacks']} tracebacks in the gateway's stderr")
     return out

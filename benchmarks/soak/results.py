@@ -255,7 +255,8 @@ def result(args, soak_: Soak, stub_view: dict, metrics_end: dict, shutdown: dict
         vals = [s[key] / scale for s in after if key in s]
         allv = [s[key] / scale for s in samples if key in s]
         resources[key] = {"start": vals[0] if vals else None, "end": vals[-1] if vals else None,
-                          "max": max(allv) if allv else None, "slope": fit_slope(samples, key, warmup, scale)}
+                          "max": max(allv) if allv else None, "slope": fit_slope(samples, key, warmup, scale),
+                          "slope_second_half": fit_slope(samples, key, duration / 2, scale)}
     cpu = [s for s in samples if "cpu_s" in s]
     n_req = sum(st.requests for st in soak_.stats.values())
     resources["cpu_ms_per_request"] = ((cpu[-1]["cpu_s"] - cpu[0]["cpu_s"]) * 1e3 / max(
