@@ -29,8 +29,9 @@ by the batched builder and once by the live step, so the two agree bit for bit. 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from tracer.scorers.bm25 import BM25Scorer, query_text, tokens
 from tracer.scorers.tracer_plus.zero_shot import top_ids
 
 REQUEST_FEATURES = ("req_bm25", "req_top", "req_name", "never_called")
+CACHE_BYTES = 16 * 2**20  # what the cached requests' evidence may hold (at most 4,096 requests)
 # the request alone: the latest run of user messages, no calls or results (their names would match the tools
 # already called, which the history features already say)
 REQUEST_RENDERING = ContextRendering(window="since_user", calls="none", results="none", join_users=True)
@@ -99,23 +101,36 @@ class RequestEvidence:
     def config(self) -> dict:
         return {"candidates": self.m, "bm25": dict(self.bm25_cfg)}
 
-    def _registry(self, res) -> tuple[BM25Scorer, list[frozenset[str]]]:
+    def _registry(self, res) -> tuple[Callable[[str], tuple], list[frozenset[str]]]:
+        """(one request text's evidence, cached; the words of each tool's name) for ``res``'s registry."""
         if self._lexical is None or self._lexical[0] is not res.registry:
             scorer = BM25Scorer(name="bm25", context=vars(REQUEST_RENDERING), **self.bm25_cfg)
             scorer.fit([], res)
             names = [frozenset(tokens(t.name)) for t in res.registry]
-            self._lexical = (res.registry, scorer, names)
+            # every step of a turn reads the same request (no call names in its rendering): one BM25 pass a
+            # request, not a step, on the live path and in a fit alike
+            size = max(16, min(4096, CACHE_BYTES // (5 * max(len(res.registry), 1))))  # 5 bytes a tool
+            one = lru_cache(maxsize=size)(partial(self._evidence, scorer))
+            self._lexical = (res.registry, one, names)
         return self._lexical[1], self._lexical[2]
+
+    def _evidence(self, scorer: BM25Scorer, text: str) -> tuple[np.ndarray, np.ndarray, frozenset[str]]:
+        """(BM25 scores [N] float32, top-m flags [N] bool, words) of one request text; read-only, shared by
+        the cache."""
+        words = tokens(text)
+        scores = scorer.query_scores(words).astype(np.float32)                           # [N]
+        top = np.zeros(len(scores), dtype=bool)                                           # [N]
+        ids = top_ids(scores, self.m)
+        top[ids[scores[ids] > 0]] = True
+        scores.flags.writeable = top.flags.writeable = False
+        return scores, top, frozenset(words)
 
     def inputs(self, steps: Sequence[Step], res) -> RequestInput:
         """BM25 scores, top-m flags and words of each step's request."""
-        scorer, names = self._registry(res)
+        one, names = self._registry(res)
         n = len(res.registry)
-        words = [tokens(query_text(REQUEST_RENDERING, s)) for s in steps]
-        bm25 = (np.stack([scorer.query_scores(w) for w in words]).astype(np.float32) if words
-                else np.zeros((0, n), np.float32))                                        # [B, N]
-        top = np.zeros(bm25.shape, dtype=bool)                                            # [B, N]
-        for row, scores in zip(top, bm25):
-            ids = top_ids(scores, self.m)
-            row[ids[scores[ids] > 0]] = True
-        return RequestInput(bm25, top, [frozenset(w) for w in words], names)
+        parts = [one(query_text(REQUEST_RENDERING, s)) for s in steps]
+        if not parts:
+            return RequestInput(np.zeros((0, n), np.float32), np.zeros((0, n), bool), [], names)
+        return RequestInput(np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]),        # [B, N]
+                            [p[2] for p in parts], names)
