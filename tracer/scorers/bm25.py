@@ -13,6 +13,7 @@ in registry order.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -30,6 +31,10 @@ from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.ranking import no_proposal
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources
+
+# bm25s sets its own logger to DEBUG when imported, so every index build prints "Building index from tokens"
+# whatever level the application chose; NOTSET hands the decision back to the application's logging config
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[A-Za-z0-9]+")
