@@ -16,7 +16,8 @@ Arithmetic: cosines are accumulated in float64 from float32 vectors and rounded 
 paths, which makes them independent of the kernel's summation order (see :mod:`tracer.memory.trie`).
 Scorers expose it through one declared signature, ``select_one(step, contexts, k, pad)`` /
 ``rank_one(step, contexts, top)`` (:class:`tracer.scoring.protocol.Scorer`);
-``tests/test_scorer_conformance.py`` checks every scorer's against its batched ranking on BFCL.
+``tests/integration/scorers/test_scorer_conformance.py`` checks every scorer's against its batched ranking
+on BFCL.
 """
 
 from __future__ import annotations

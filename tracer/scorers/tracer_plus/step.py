@@ -1,5 +1,6 @@
 """One live step's candidates in numpy: :func:`tracer.scorers.tracer_plus.features.candidates` for a batch of
-one, row for row and bit for bit (tracer_plus's single-step path; tests/test_tracer_plus.py holds them equal).
+one, row for row and bit for bit (tracer_plus's single-step path; tests/unit/scorers/test_tracer_plus.py holds
+them equal).
 
 It lives beside the batched builder rather than in :mod:`tracer.scoring.single_step` because it reads
 tracer_plus's feature layout, which belongs to the learn layer.
