@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -117,8 +116,6 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, model: str | None = None, batch_size: int = 64, device: str | None = None,
                  progress: int = 2000, name: str | None = None, tool_text: str | None = None):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
         self.packaged = model in (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
@@ -129,7 +126,8 @@ class SentenceTransformerEmbedder:
         # before loading: a damaged checkpoint is named as such, not met as whatever torch makes of its bytes
         self.fingerprint = fingerprint(path) if Path(path).is_dir() else ""
         self.device = device or default_device()
-        self.model = SentenceTransformer(str(path), device=self.device)
+        # local_files_only: a name that is not a folder here is an error, never a download
+        self.model = SentenceTransformer(str(path), device=self.device, local_files_only=True)
         self.name = name or ("all-MiniLM-L6-v2"
                              if model in (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
                              else str(model))

@@ -22,7 +22,6 @@ Attention nodes (activations quantised on the fly).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -126,8 +125,9 @@ def exported(model: str | Path | None = None, encoder_dir: str | Path = DEFAULT_
         return out, digest
     with new_artifact(out, {"kind": "onnx", "key": key}) as tmp:
         # eager attention: the exported graph then has the pattern the optimizer fuses (SDPA's has not)
-        net = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
-        tok = AutoTokenizer.from_pretrained(str(folder))
+        net = AutoModel.from_pretrained(str(folder), attn_implementation="eager",
+                                        local_files_only=True).eval()
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         sample = tok(["an example text", "a second, longer example text"], padding=True, return_tensors="pt")
         args = tuple(sample[k] for k in _INPUTS)
         dyn = {k: {0: "batch", 1: "seq"} for k in _INPUTS} | {"last_hidden_state": {0: "batch", 1: "seq"}}
@@ -180,7 +180,6 @@ class OnnxEmbedder:
             raise ValueError(f"OnnxEmbedder variant must be one of {VARIANTS}, got {variant!r}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"OnnxEmbedder batch_size must be an integer >= 1, got {batch_size!r}")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         # the export's manifest digest: what the embedding cache keys these vectors by, beside the name
         ready = (model is not None and (Path(model) / "source.json").is_file()
                  and (Path(model) / f"{variant}.onnx").is_file())
@@ -194,7 +193,7 @@ class OnnxEmbedder:
         self.max_seq_length = int(meta["max_seq_length"])
         self.tool_text = check_tool_text(meta.get("tool_text", "name_description") if tool_text is None
                                          else tool_text, "OnnxEmbedder tool_text")
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.dir / "tokenizer"))
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.dir / "tokenizer"), local_files_only=True)
         # the Rust tokenizer under it, truncating and padding as the Hugging Face call does (truncation=True,
         # max_length, padding=True), without that call's per-text Python, which the fast preset's step notices
         self.fast_tokenizer = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())

@@ -39,7 +39,7 @@ class TokenCounter:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.tok = AutoTokenizer.from_pretrained(str(minilm_path()))
+            self.tok = AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
         self.tok.model_max_length = 10**9  # counting, not encoding: no truncation warnings
         self._text: dict[str, int] = {}
         self._msg: dict[int, tuple[Any, int]] = {}

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -170,7 +169,6 @@ def main() -> None:
     ap.add_argument("--corpora", nargs="+", default=list(DEFAULT_CORPORA), choices=list(CORPORA),
                     help="the public corpora it reads (docs/data.md)")
     a = ap.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder, counts = build(a.exclude, a.mirrors, a.datasets, a.per_source, encoder_dir=a.encoder_dir,
                            log=print_progress(), tool_text=a.tool_text, corpora=a.corpora)
     info = train_info(folder)

@@ -19,7 +19,6 @@ the manifest written with it (a damaged one is moved aside and trained again, :m
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -86,7 +85,7 @@ def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, 
 
     device = device or default_device()
     torch.manual_seed(cfg.seed)
-    model = SentenceTransformer(str(model_folder(base_model)), device=device)
+    model = SentenceTransformer(str(model_folder(base_model)), device=device, local_files_only=True)
     if cfg.layers:
         keep_layers(model, cfg.layers)
     own_length = model.max_seq_length
@@ -165,7 +164,6 @@ def finetuned(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = No
     # a damaged or unfinished one is moved aside and trained again (once: the writer checks first)
     if distributed.writer_first(lambda: reuse(out)) is not None:
         return out
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     teacher = (finetuned(pairs, cfg.teacher(), base_model, encoder_dir, device, log) if cfg.needs_teacher
                else None)
     model, info = train(pairs, cfg, teacher if teacher is not None else base_model, device, log)
