@@ -99,7 +99,8 @@ class StaticEmbedder:
     def __init__(self, model: str | Path | None = None, pca_dims: int | None = 256,
                  encoder_dir: str | Path = DEFAULT_CACHE):
         # a folder that is a static model already (a trained one, tracer/learn/encoders/static.py) loads as
-        # it is (verified against its manifest: with no source here, a damaged one is an error naming the file)
+        # it is (verified against its manifest: with no source here, a damaged one is an error naming the
+        # file)
         ready = model is not None and (Path(model) / "source.json").is_file()
         self.dir, self.fingerprint = ((Path(model), fingerprint(model)) if ready
                                       else _distilled(model, pca_dims, encoder_dir))
