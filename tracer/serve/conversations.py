@@ -36,10 +36,11 @@ points each. After a restart, or on another replica, a conversation's next reque
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import secrets
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response, StreamingResponse
 
+from tracer.core.lru import LRU
 from tracer.core.types import Message
 
 CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")  # OpenAI's, Azure OpenAI's, Anthropic's
@@ -110,7 +112,9 @@ class ConversationIds:
         self.max_conversations = max_conversations
         self._key = secrets.token_bytes(32)                 # digests mean nothing outside this process
         self._points: dict[bytes, deque[str]] = {}          # point -> conversations holding it, oldest first
-        self._held: OrderedDict[str, list[bytes]] = OrderedDict()  # conversation -> its points, LRU order
+        # conversation -> its points; the least recently used one's points are forgotten to make room
+        # (a function of the points alone, not a method: what this holds never refers back to the lock)
+        self._held = LRU(max_conversations, on_evict=functools.partial(_unlink, self._points))
         self._lock = threading.Lock()
 
     def _chain(self, start: bytes, messages: Sequence[Message]) -> list[bytes]:
@@ -148,7 +152,7 @@ class ConversationIds:
             return
         point = self._chain(turn.point, [reply])[0]
         with self._lock:
-            held = self._held.get(turn.id)
+            held = self._held.peek(turn.id)  # an answer does not make its conversation recent
             if held is not None and turn.point in held and point not in held:
                 held.append(point)
                 self._points.setdefault(point, deque()).append(turn.id)
@@ -158,21 +162,22 @@ class ConversationIds:
 
     def _remember(self, conv: str, points: list[bytes]) -> None:
         """``conv`` now holds ``points`` only (under the lock)."""
-        self._forget(conv)
-        self._held[conv] = points
+        _unlink(self._points, conv, self._held.pop(conv, ()))
         for p in points:
             self._points.setdefault(p, deque()).append(conv)
-        while len(self._held) > self.max_conversations:
-            self._forget(next(iter(self._held)))
+        self._held[conv] = points  # evicts the least recently used conversation when full
 
-    def _forget(self, conv: str) -> None:
-        for p in self._held.pop(conv, ()):
-            q = self._points.get(p)
-            if q is not None:
-                with contextlib.suppress(ValueError):
-                    q.remove(conv)
-                if not q:
-                    del self._points[p]
+
+def _unlink(index: dict[bytes, deque[str]], conv: str, points: Sequence[bytes]) -> None:
+    """``conv`` no longer holds ``points`` in ``index`` (point -> conversations): it was given new ones, or
+    evicted (under the owner's lock)."""
+    for p in points:
+        q = index.get(p)
+        if q is not None:
+            with contextlib.suppress(ValueError):
+                q.remove(conv)
+            if not q:
+                del index[p]
 
 
 def reply_message(response: Response) -> dict[str, Any] | None:

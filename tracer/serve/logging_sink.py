@@ -41,10 +41,11 @@ import importlib
 import json
 import logging
 import math
+import operator
 import queue
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ from typing import Any
 
 import orjson
 
+from tracer.core.lru import LRU
 from tracer.serve.conversations import conversation_id
 from tracer.serve.log_files import LogFiles
 from tracer.serve.log_record import build_record, called_names, tool_schema, valid_record, without_media
@@ -143,8 +145,11 @@ class ConversationLog:
         self.files = LogFiles(directory, self.limits.max_bytes, self.limits.segment_bytes)
         self.directory, self.path = self.files.directory, self.files.active
         self.redact, self.idle_s, self.domain = redact, idle_s, domain
-        self._pending: OrderedDict[str, _Pending] = OrderedDict()  # least recently seen first
-        self.pending_bytes = 0
+        # conversation -> its pending record, popped and set again at each request, so iterated least
+        # recently seen first (tracer.core.lru); over either cap the least recently seen is evicted
+        self._pending = LRU(self.limits.max_pending_bytes, getsizeof=operator.attrgetter("size"),
+                            max_items=self.limits.max_pending,
+                            on_evict=lambda conversation, rec: self._drop("evicted", conversation, rec.size))
         self.queued_bytes = 0
         self.written = 0
         self.dropped: Counter[str] = Counter()
@@ -153,6 +158,11 @@ class ConversationLog:
         self._queue: queue.Queue[_Finished | None] = queue.Queue()
         self._thread = threading.Thread(target=self._write_loop, name="tracer-log", daemon=True)
         self._thread.start()
+
+    @property
+    def pending_bytes(self) -> int:
+        """What the pending records hold (their JSON bytes, the cap's measure)."""
+        return self._pending.currsize
 
     def stats(self) -> dict[str, Any]:
         """What the log holds and has dropped (its own accounting: JSON bytes, not the process's memory)."""
@@ -173,8 +183,6 @@ class ConversationLog:
         offered = {t["function"]["name"]: t for t in tools if t["function"]["name"] in wanted}
         with self._lock:
             old = self._pending.pop(conversation, None)
-            if old is not None:
-                self.pending_bytes -= old.size
             schemas = {n: offered.get(n) or (old.tools.get(n) if old else None) for n in names}
             shown = list(dict.fromkeys([*(old.presented if old else ()), *presented]))
             size = (len(body) + sum(len(_dumps(s)) for s in schemas.values() if s)
@@ -183,12 +191,6 @@ class ConversationLog:
                 self._drop("oversized", conversation, size)
                 return
             self._pending[conversation] = _Pending(body, schemas, shown, time.monotonic(), size)
-            self.pending_bytes += size
-            while (len(self._pending) > self.limits.max_pending
-                   or self.pending_bytes > self.limits.max_pending_bytes):
-                victim, rec = self._pending.popitem(last=False)
-                self.pending_bytes -= rec.size
-                self._drop("evicted", victim, rec.size)
 
     def pending(self, conversation: str) -> bool:
         with self._lock:
@@ -203,7 +205,6 @@ class ConversationLog:
             rec = self._pending.pop(conversation, None)
             if rec is None:
                 return False
-            self.pending_bytes -= rec.size
             if self.queued_bytes + rec.size > self.limits.max_pending_bytes:
                 self._drop("backlog", conversation, rec.size)
                 return False

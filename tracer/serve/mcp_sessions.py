@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
+from tracer.core.lru import LRU
 from tracer.serve.mcp_tenants import SessionKey
 from tracer.serve.selection import StickyPresenter
 
@@ -125,10 +125,13 @@ class Sessions:
 
     def __init__(self, caps: SessionCaps, sticky: bool, max_presented: int, clock=time.monotonic):
         self.caps, self.sticky, self.max_presented, self.clock = caps, sticky, max_presented, clock
-        # least recently used first
-        self._table: OrderedDict[SessionKey, tuple[Activity, float]] = OrderedDict()
-        self._tenants: dict[str, OrderedDict[SessionKey, None]] = {}  # each tenant's keys, same order
-        self._pending: OrderedDict[str, Pending] = OrderedDict()  # by Mcp-Session-Id, oldest first
+        # key -> (its activity, when last used), popped and set again at each use; each tenant's keys in
+        # an LRU of their own. Either one full drops its least recently used session (_evicted), which
+        # goes from both.
+        self._table = LRU(caps.max_sessions, on_evict=self._evicted)
+        self._tenants: dict[str, LRU] = {}
+        self._dropped: list[Activity] = []  # what the current get() evicted
+        self._pending: dict[str, Pending] = {}  # by Mcp-Session-Id, oldest first
         self._http: dict[str, SessionKey] = {}  # Mcp-Session-Id -> the session it carries, once used
 
     def __len__(self) -> int:
@@ -157,27 +160,37 @@ class Sessions:
             self._http.setdefault(key.http_session, key)
         found = self._table.pop(key, None)
         activity = found[0] if found else self.new_activity(key)
-        self._table[key] = (activity, now)
-        tenant = self._tenants.setdefault(key.tenant, OrderedDict())
-        tenant.pop(key, None)
+        # the tenant's cap first, then the server's: a tenant at its cap makes room from its own sessions
+        tenant = self._tenants.get(key.tenant)
+        if tenant is None:
+            tenant = LRU(self.caps.max_tenant_sessions, on_evict=self._evicted)
         tenant[key] = None
-        dropped = []
-        while len(tenant) > self.caps.max_tenant_sessions:
-            dropped.append(self._drop(next(iter(tenant))))
-        while len(self._table) > self.caps.max_sessions:
-            dropped.append(self._drop(next(iter(self._table))))
-        while next(iter(self._table.values()))[1] < now - self.caps.idle_s:  # the current one is not
-            dropped.append(self._drop(next(iter(self._table))))
+        self._tenants[key.tenant] = tenant  # again: evicting its only other session may have removed it
+        self._table[key] = (activity, now)
+        while True:  # popped and set at each use: the table's first entry is the least recently used
+            oldest, (_, used) = self._table.first()
+            if used >= now - self.caps.idle_s:  # (the current one is not idle: the table never empties)
+                break
+            self._dropped.append(self._drop(oldest))
+        dropped, self._dropped = self._dropped, []
         return activity, dropped
 
-    def _drop(self, key: SessionKey) -> Activity:
-        activity, _ = self._table.pop(key)
+    def _evicted(self, key: SessionKey, entry: tuple[Activity, float] | None) -> None:
+        """An LRU dropped ``key`` to make room (the table, with its entry; a tenant's, with None): it goes
+        from the other too."""
+        self._dropped.append(self._drop(key, entry))
+
+    def _drop(self, key: SessionKey, evicted: tuple[Activity, float] | None = None) -> Activity:
+        """Session ``key`` goes from the table, its tenant and its HTTP session, and is ended (``evicted``:
+        its table entry, when the table has dropped it already)."""
+        activity, _ = self._table.pop(key, evicted)
         if key.http_session is not None and self._http.get(key.http_session) == key:
             del self._http[key.http_session]
-        tenant = self._tenants[key.tenant]
-        del tenant[key]
-        if not tenant:
-            del self._tenants[key.tenant]
+        tenant = self._tenants.get(key.tenant)
+        if tenant is not None:
+            tenant.pop(key, None)
+            if not tenant:
+                del self._tenants[key.tenant]
         activity.close()
         return activity
 

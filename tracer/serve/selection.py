@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from tracer.core.lru import LRU
 from tracer.core.tool_text import tool_text
 from tracer.core.types import Message, Tool
 from tracer.core.validate import InvalidField, check_int
@@ -85,7 +85,7 @@ class UnknownToolVectors:
         if max_new is not None:
             check_int(max_new, "max_new (tracer serve --max-unknown-embed)", 0)
         self.max_size, self.max_new = max_size, max_new
-        self._vecs: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._vecs: LRU = LRU(max_size)  # digest -> [d] float32
         self._lock = threading.Lock()
 
     def missing(self, keyed: Keyed) -> bool:
@@ -111,17 +111,15 @@ class UnknownToolVectors:
         else:
             got = {}
         with self._lock:
-            self._vecs.update(got)
             rows, have = [], []
             for i, k in enumerate(keys):
                 v = got.get(k)
-                if v is None and (v := self._vecs.get(k)) is not None:
-                    self._vecs.move_to_end(k)
+                if v is None:
+                    v = self._vecs.get(k)  # a hit is now recently used, so storing the new ones keeps it
                 if v is not None:
                     rows.append(v)
                     have.append(i)
-            while len(self._vecs) > self.max_size:
-                self._vecs.popitem(last=False)
+            self._vecs.update(got)
         dim = retriever.res.embedder.dim
         return (np.stack(rows) if rows else np.zeros((0, dim), np.float32)), have, len(todo)
 
@@ -276,7 +274,7 @@ class StickyPresenter:
         self.sticky = sticky
         self.max_presented = max_presented
         self.max_conversations = max_conversations
-        self._state: OrderedDict[str, list[str]] = OrderedDict()
+        self._state: LRU = LRU(max_conversations)  # conversation -> its presented names
         self._lock = threading.Lock()
 
     def present(self, conversation: str, chosen: Sequence[str], canonical: Sequence[str]) -> list[str]:
@@ -292,6 +290,4 @@ class StickyPresenter:
             if self.max_presented is not None and len(shown) > self.max_presented:
                 shown = sorted(chosen, key=position.__getitem__)
             self._state[conversation] = shown
-            while len(self._state) > self.max_conversations:
-                self._state.popitem(last=False)
         return shown

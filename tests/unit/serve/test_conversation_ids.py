@@ -55,3 +55,14 @@ def test_memory_holds_at_most_max_conversations():
     assert len(ids) == 3
     old = ids.assign([{"role": "user", "content": "task 0"}, call("x")], "Bearer k")
     assert old.how == "new"                                             # forgotten: a new id
+
+
+def test_the_least_recently_assigned_is_forgotten_first_and_an_answer_does_not_renew_it():
+    ids = ConversationIds(max_conversations=2)
+    task = [[{"role": "user", "content": f"task {i}"}] for i in range(3)]
+    first, second = ids.assign(task[0], "Bearer k"), ids.assign(task[1], "Bearer k")
+    ids.answered(first, call("x", 0))             # remembered, but the conversation is still the oldest
+    ids.assign(task[2], "Bearer k")               # full: the first goes, its answered point with it
+    assert ids.assign(task[1] + [call("y", 1), result(1)], "Bearer k").id == second.id
+    assert ids.assign(task[0] + [call("x", 0), result(0)], "Bearer k").how == "new"
+    assert len(ids) == 2
