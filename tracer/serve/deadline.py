@@ -1,6 +1,18 @@
 """A deadline on reading each request, for uvicorn (which has none: a client that sends its headers
 one byte at a time holds its connection, a task and a parser for as long as it likes).
 
+**Why a subclass, and not a uvicorn setting.** uvicorn (checked on :data:`CHECKED_UVICORN`) bounds a
+connection only *between* requests: ``timeout_keep_alive`` is armed when an answer completes and
+cancelled by the next request's first byte, so neither a connection that sends nothing nor one that
+drips its headers is ever timed out. Its other limits bound how much, not how long
+(``h11_max_incomplete_event_size`` is the h11 parser's header size; we run httptools),
+``limit_concurrency`` answers 503 past a number of connections and tasks, and the other ``timeout_*``
+settings concern the server's own life (workers, shutdown). So the deadline hooks the httptools parser's
+callbacks, the smallest place that sees a request's first and last byte. It relies on uvicorn internals
+(``HttpToolsProtocol``'s callbacks, ``cycle``, ``loop``, ``transport``): tests/unit/serve/test_deadline_pin.py
+fails when the installed uvicorn is another minor version or grows a setting of this kind, and
+tests/integration/serve/test_gateway_slow_clients.py checks the behaviour on a real server.
+
 :func:`deadline_protocol` makes a subclass of uvicorn's httptools protocol, passed as
 ``uvicorn.Config(http=...)``. Each request must arrive, headers and body, within ``timeout_s`` of its
 first byte (of the connection's opening, for the first request). When the deadline passes:
@@ -25,6 +37,9 @@ from collections.abc import Callable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("tracer.serve")
+
+# the uvicorn (major, minor) whose internals and settings this module was checked against
+CHECKED_UVICORN = (0, 55)
 
 
 def deadline_protocol(timeout_s: float, on_expired: Callable[[str], None] = lambda kind: None) -> type:
