@@ -10,8 +10,8 @@ A version that fails to load is remembered (:attr:`IndexHolder.failure`, shown b
 loaded again by a poll until the token changes: a snapshot is immutable, so a corrupt one
 (:class:`~tracer.core.errors.DataError`: a checksum, a file that does not parse) stays corrupt, and every
 try would hash the whole index again. Any other failure (an ``OSError``, memory) may pass: that version
-is tried again after 1 s, then 2, 4, ... up to 5 minutes. A forced reload (SIGHUP, the admin endpoint)
-always tries.
+is tried again after 1 s, then 2, 4, ... up to 5 minutes (:func:`tracer.core.backoff.backoff_s`). A forced
+reload (SIGHUP, the admin endpoint) always tries.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracer.core.backoff import backoff_s
 from tracer.core.errors import DataError
 from tracer.retriever import Retriever
 from tracer.serve.bounded import MESSAGE_CHARS, clip
@@ -165,7 +166,7 @@ class IndexHolder:
     def _failed(self, token: tuple[int, bytes] | None, e: Exception) -> None:
         same = self.failure is not None and self.failure.token == token
         attempts = self.failure.attempts + 1 if same else 1
-        backoff = math.inf if isinstance(e, DataError) else min(MAX_BACKOFF_S, 2.0 ** (attempts - 1))
+        backoff = math.inf if isinstance(e, DataError) else backoff_s(1.0, attempts, cap=MAX_BACKOFF_S)
         self.failure = LoadFailure(token, clip(repr(e), MESSAGE_CHARS), attempts, self._clock() + backoff)
         self.failed_loads += 1
         log.error("index reload failed; still serving the previous index",
