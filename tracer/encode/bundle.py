@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from tracer.core.store import CorruptIndex, inside
 from tracer.encode.manifest import MANIFEST, ArtifactMismatch, seal, sha256_file, verify
@@ -37,6 +37,19 @@ class Served(NamedTuple):
     config: dict[str, Any]
 
 
+@runtime_checkable
+class Carried(Protocol):
+    """An embedder that runs on files: ``fingerprint`` is their content hash (an artifact's manifest digest or
+    a folder's hash, :mod:`tracer.encode.manifest`; "" when it has none), which the embedding cache keys its
+    vectors by, and ``served()`` says which files a saved index carries (None: nothing to carry, as for the
+    MiniLM packaged with tracer). An embedder that is not :class:`Carried` is keyed by its name alone and
+    carries nothing."""
+
+    fingerprint: str
+
+    def served(self) -> Served | None: ...
+
+
 def every_file(folder: Path) -> tuple[str, ...]:
     """Every file of ``folder`` but its artifact manifest, relative and sorted."""
     return tuple(
@@ -48,16 +61,15 @@ def every_file(folder: Path) -> tuple[str, ...]:
     )
 
 
-def carry(embedder: Any, snap: Path, current: Path | None = None) -> tuple[str, dict[str, Any]] | None:
+def carry(embedder: object, snap: Path, current: Path | None = None) -> tuple[str, dict[str, Any]] | None:
     """Put the files ``embedder`` runs on into the snapshot being written at ``snap``; returns the folder's
     path relative to ``snap`` and the config overrides that rebuild the embedder from it, or None when it has
-    nothing to carry (the packaged MiniLM, an embedder without ``served``). ``current``: the index's current
-    snapshot, whose copy of the same encoder is hard-linked when it has one."""
-    served = getattr(embedder, "served", None)
-    spec: Served | None = served() if served is not None else None
+    nothing to carry (the packaged MiniLM, an embedder that is not :class:`Carried`). ``current``: the index's
+    current snapshot, whose copy of the same encoder is hard-linked when it has one."""
+    spec = embedder.served() if isinstance(embedder, Carried) else None
     if spec is None:
         return None
-    fp = str(getattr(embedder, "fingerprint", "") or "")
+    fp = embedder.fingerprint
     if current is not None and fp and (old := current / ENCODERS / fp[:16]).is_dir():
         dest = snap / ENCODERS / fp[:16]
         try:

@@ -1,6 +1,19 @@
 """Text embedders: a Protocol, the offline MiniLM default and a content-addressed disk cache.
 
 Every embedder returns L2-normalised float32 rows, so inner product is cosine everywhere.
+
+An embedder is anything with ``name``, ``dim`` and ``encode`` (:class:`Embedder`). What some embedders can do
+besides is declared as a protocol of its own, checked with ``isinstance``, and has a default for an embedder
+without it; nothing is probed with ``getattr``:
+
+- :class:`ToolSide`: ``encode_tools``, a second encoder for tool texts into the same space (default: tool
+  texts go through ``encode``);
+- :class:`ReadsTools`: ``tool_text``, how the model was trained to read tools (default: name and
+  description);
+- :class:`tracer.encode.bundle.Carried`: ``fingerprint`` and ``served()``, the files it runs on, which key the
+  embedding cache and which a saved index carries (default: keyed by name, nothing carried);
+- :class:`BuiltEmbedder`: ``loads_as``, the plain config that loads what a builder made (default: the config
+  that built it).
 """
 
 from __future__ import annotations
@@ -18,7 +31,7 @@ import torch
 
 from tracer.core.tool_text import check_tool_text, tool_text
 from tracer.core.types import Tool
-from tracer.encode.bundle import Served, every_file
+from tracer.encode.bundle import Carried, Served, every_file
 from tracer.encode.manifest import fingerprint
 from tracer.encode.shards import read_shards, write_shard
 
@@ -45,6 +58,8 @@ def default_device() -> str:
 
 @runtime_checkable
 class Embedder(Protocol):
+    """What every embedder has; its optional capabilities are the protocols below (module docstring)."""
+
     name: str
     dim: int
 
@@ -53,18 +68,41 @@ class Embedder(Protocol):
         ...
 
 
+@runtime_checkable
+class ToolSide(Protocol):
+    """An embedder with a tool side: ``encode_tools`` embeds tool texts (a second encoder into the space of
+    ``encode``'s contexts, or a cache around an embedder, :class:`CachedEmbedder`)."""
+
+    def encode_tools(self, texts: Sequence[str]) -> torch.Tensor:
+        """Tool texts' normalised rows, ``Tensor[N, dim]`` (float32, CPU)."""
+        ...
+
+
+@runtime_checkable
+class ReadsTools(Protocol):
+    """An embedder that states how it reads tools: one of :data:`tracer.core.tool_text.TOOL_TEXTS`."""
+
+    tool_text: str
+
+
+@runtime_checkable
+class BuiltEmbedder(Protocol):
+    """An embedder a builder made (the general encoder, trained on first use): ``loads_as`` is the plain
+    embedder config that loads what was built, or None where the config that built it loads it again."""
+
+    loads_as: dict | None
+
+
 def encode_tools(embedder: Embedder, texts: Sequence[str]) -> torch.Tensor:
-    """Tool texts' rows, ``[N, d]``: the embedder's tool side where it has one (an ``encode_tools`` method: a
-    second encoder for tool texts in the same space, or a cache around such an embedder), else its
+    """Tool texts' rows, ``[N, d]``: the embedder's tool side where it has one (:class:`ToolSide`), else its
     ``encode``."""
-    side = getattr(embedder, "encode_tools", None)
-    return side(texts) if side is not None else embedder.encode(texts)
+    return embedder.encode_tools(texts) if isinstance(embedder, ToolSide) else embedder.encode(texts)
 
 
 def tool_style(embedder: Embedder) -> str:
-    """How ``embedder`` reads tools (:mod:`tracer.core.tool_text`): its ``tool_text``, else name and
-    description."""
-    return getattr(embedder, "tool_text", None) or "name_description"
+    """How ``embedder`` reads tools (:mod:`tracer.core.tool_text`): its ``tool_text`` (:class:`ReadsTools`),
+    else name and description."""
+    return embedder.tool_text if isinstance(embedder, ReadsTools) else "name_description"
 
 
 def recorded_tool_text(folder: str | Path) -> str:
@@ -131,6 +169,8 @@ class SentenceTransformerEmbedder:
         self.name = name or ("all-MiniLM-L6-v2"
                              if model in (None, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
                              else str(model))
+        # a library version, not an embedder, is asked here: sentence-transformers 6 renamed the method (the
+        # old name warns) and the 3.x-5.x versions pyproject allows may have only the old one
         get_dim = (getattr(self.model, "get_embedding_dimension", None)
                    or self.model.get_sentence_embedding_dimension)
         self.dim = int(get_dim())
@@ -186,7 +226,7 @@ class CachedEmbedder:
         self.name = inner.name
         self.dim = inner.dim
         self.tool_text = tool_style(inner)
-        self.fingerprint = str(getattr(inner, "fingerprint", "") or "")
+        self.fingerprint = inner.fingerprint if isinstance(inner, Carried) else ""
         self.persist_contexts = persist_contexts
         self.max_entries = max_entries
         self.n_encoded = 0
@@ -212,7 +252,7 @@ class CachedEmbedder:
         return self._cached(texts, b"", self.inner.encode, self.persist_contexts)
 
     def encode_tools(self, texts: Sequence[str]) -> torch.Tensor:
-        if getattr(self.inner, "encode_tools", None) is None:  # one encoder for both: one entry per text
+        if not isinstance(self.inner, ToolSide):  # one encoder for both: one entry per text
             return self._cached(texts, b"", self.inner.encode, True)
         return self._cached(texts, b"\0tools", self.inner.encode_tools, True)
 
