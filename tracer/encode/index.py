@@ -49,6 +49,7 @@ def _maybe_gpu(index: faiss.Index, use_gpu: bool | None) -> faiss.Index:
     if not isinstance(index, faiss.IndexFlat):
         return index  # only an exact index moves (FAISS has no GPU HNSW)
     want = torch.cuda.is_available() if use_gpu is None else use_gpu
+    # the installed FAISS build is asked, not an index: faiss-cpu has no StandardGpuResources
     if want and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
         return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
     return index
@@ -90,7 +91,7 @@ class ToolIndex:
         self.index = _maybe_gpu(cpu, use_gpu)
 
     def _tune(self) -> None:
-        if hasattr(self._cpu, "hnsw"):
+        if isinstance(self._cpu, faiss.IndexHNSW):  # every "HNSW..." factory string's index
             self._cpu.hnsw.efSearch = self.ef_search
 
     @classmethod

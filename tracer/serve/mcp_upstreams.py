@@ -49,7 +49,10 @@ class _EndSignalling:
         self.inner, self.on_end = inner, on_end
 
     @property
-    def last_context(self):  # the SDK reads a sender's context off a stream that has one
+    def last_context(self):
+        # the SDK reads a sender's context off a stream that has one, and its ReadStream protocol
+        # (mcp.shared._stream_protocols) states that contract as getattr(stream, "last_context", None):
+        # this wrapper passes the inner stream's on under the SDK's own rule
         return getattr(self.inner, "last_context", None)
 
     async def receive(self):
@@ -188,6 +191,8 @@ class Upstream:
 
 def _short(e: BaseException) -> str:
     """One line for the log: an exception group's first leaf, type and message, at most 300 characters."""
-    while getattr(e, "exceptions", None):  # an exception group
+    # an exception group: BaseExceptionGroup from Python 3.11, the exceptiongroup backport's class on the 3.10
+    # pyproject allows; both hold their leaves in .exceptions
+    while getattr(e, "exceptions", None):
         e = e.exceptions[0]
     return f"{type(e).__name__}: {e}"[:300]

@@ -18,6 +18,8 @@ def keep_layers(model: SentenceTransformer, layers: Sequence[int]) -> None:
     """Cut the model down to the given transformer layers, in place (their order kept; the saved config then
     says ``num_hidden_layers = len(layers)``)."""
     net = model[0].auto_model
+    # a Hugging Face model's architecture is read, not a tracer contract: BERT, RoBERTa, MPNet and their kin
+    # share no base class that declares encoder.layer, so the stack is looked for and its absence refused
     stack = getattr(getattr(net, "encoder", None), "layer", None)
     if not isinstance(stack, torch.nn.ModuleList):
         raise TypeError(f"encoder_training.layers: the base model ({type(net).__name__}) has no BERT-style "

@@ -103,6 +103,7 @@ def train(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None, 
     # under torchrun each rank embeds a shard of every batch (tracer.learn.distributed),
     # with dropout of its own
     world = distributed.world_size()
+    # the library's version is asked, as in SentenceTransformerEmbedder: the method was renamed in 6.x
     dim = (getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()
     if distributed.rank() > 0:
         torch.manual_seed(distributed.rank_seed(cfg.seed))
