@@ -8,7 +8,7 @@ Example::
     r = Retriever.from_dataset("path/to/native_dataset")   # or "bfcl", or a Dataset
     tools = r.select(messages, k=5)      # OpenAI tool objects to offer the model for its next call
     names = r.rank(messages)             # the whole registry, best first
-    r.save("indexes/my_index")           # a new verified snapshot; tracer family only (docs/storage.md)
+    r.save("indexes/my_index")           # a new verified snapshot; scorers with can_save (docs/storage.md)
     r = Retriever.load("indexes/my_index")
 
 ``messages`` is the conversation so far as OpenAI chat dicts; the model is about to make its next
@@ -16,8 +16,8 @@ tool call. The turn-local prefix (calls since the last user message) and the his
 are read off the messages leniently (:func:`tracer.core.live.read_live`: a live conversation is ranked,
 not refused, when it holds a ``developer`` message, calls of tools the index does not know, a tool message
 whose call was trimmed or malformed arguments; :meth:`Retriever.read` also reports what it forgave). Any
-registered scorer works for selection (the default is ``tracer_plus``); saving needs a scorer that
-declares ``can_save`` (``tracer_plus``, ``tracer``, ``tracer_fixed``, ``tracer_g``). A live step goes through
+registered scorer works for selection (the default is ``tracer_plus``); saving needs a scorer whose class
+declares ``can_save`` (:func:`saveable_scorers` names them). A live step goes through
 the scorer's declared ``select_one`` / ``rank_one`` (:class:`tracer.scoring.protocol.Scorer`): the single-step
 path for the tracer family, the batched path with a batch of one for the others.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.build import build_embedder, build_fold_encoders, build_scorer, load_preset, node
+from tracer.build import build_embedder, build_fold_encoders, build_scorer, load_preset, names, node
 from tracer.core.errors import DataError
 from tracer.core.live import LiveStep, read_live
 from tracer.core.locate import locate
@@ -48,7 +48,7 @@ from tracer.scoring.ranking import finalize, present_without, without
 from tracer.scoring.resources import Resources
 
 MINILM = "all-MiniLM-L6-v2"
-__all__ = ["Retriever", "step_from_messages"]
+__all__ = ["Retriever", "saveable_scorers", "step_from_messages"]
 
 
 def _dataset(data: Dataset | str | Path, options: Mapping[str, Any]) -> Dataset:
@@ -92,6 +92,12 @@ def _on_device(cfg: Mapping[str, Any], device: str | None) -> dict[str, Any]:
     encoder runs is this machine's choice, not the saved one."""
     return {k: _on_device(v, device) if isinstance(v, Mapping) else device if k == "device" else v
             for k, v in cfg.items()}
+
+
+def saveable_scorers() -> list[str]:
+    """The scorer configs (``tracer/configs/scorer/``) whose class declares ``can_save``, sorted: the scorers
+    :meth:`Retriever.save` can write. Read off the classes, so the list names what ``can_save`` says."""
+    return [name for name in names("scorer") if locate(node("scorer", name)["_target_"]).can_save]
 
 
 class Retriever:
@@ -264,11 +270,12 @@ class Retriever:
 
     # ---- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
-        """Write the fitted index to ``directory`` atomically (tracer family only)."""
+        """Write the fitted index to ``directory`` atomically (a scorer whose class declares ``can_save``:
+        :func:`saveable_scorers`)."""
         if not self.scorer.can_save:
             raise TypeError(f"scorer {self.scorer.name!r} ({type(self.scorer).__name__}) cannot be saved: "
-                            "only scorers with can_save can (tracer_plus, tracer, tracer_fixed, tracer_g, "
-                            "cascade); rebuild this one with Retriever.from_dataset")
+                            f"only scorers with can_save can ({', '.join(saveable_scorers())}); rebuild this "
+                            "one with Retriever.from_dataset")
         return self.scorer.save(directory)
 
     @classmethod

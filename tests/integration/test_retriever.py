@@ -12,7 +12,7 @@ from tracer.core.errors import DataError
 from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
 from tracer.data import write_native
-from tracer.retriever import Retriever, step_from_messages
+from tracer.retriever import Retriever, saveable_scorers, step_from_messages
 
 
 # ---- steps from live messages ------------------------------------------------------------------------
@@ -121,8 +121,16 @@ def test_scorers_without_save_select_but_refuse_to_save(tiny_dir, minilm, tmp_pa
     vector = Retriever.from_dataset(tiny_dir, "vector", embedder=minilm, device="cpu")
     assert vector.select(conversation(request="what's the weather in Paris"), k=1)[0]["function"]["name"] == \
         "get_weather"
-    with pytest.raises(TypeError, match="cannot be saved: only scorers with can_save"):
+    refused = (r"scorer 'vector' \(VectorScorer\) cannot be saved: only scorers with can_save can "
+               r"\(cascade, tracer, tracer_fixed, tracer_g, tracer_plus\)")
+    with pytest.raises(TypeError, match=refused):
         vector.save(tmp_path / "index")
+
+
+def test_the_scorers_that_save_are_read_off_their_classes():
+    """Every scorer config whose class declares can_save (the tracer family and the cascade over
+    tracer_plus), none other."""
+    assert saveable_scorers() == ["cascade", "tracer", "tracer_fixed", "tracer_g", "tracer_plus"]
 
 
 def test_from_dataset_refuses_what_is_not_a_dataset(minilm, tmp_path):
@@ -166,11 +174,12 @@ def test_a_preset_builds_what_train_py_builds(tiny_dir, tmp_path, monkeypatch):
     overrides still reach its scorer. A preset of our own, beside the shipped configs, so nothing trains."""
     import tracer.build as build_module
 
-    for group in ("scorer", "embedder", "encoder_training", "paths"):
-        (tmp_path / group).symlink_to(build_module.CONFIG_DIR / group)
+    for entry in build_module.CONFIG_DIR.iterdir():  # train.yaml and the groups it composes
+        if entry.name != "experiment":
+            (tmp_path / entry.name).symlink_to(entry)
     (tmp_path / "experiment" / "preset").mkdir(parents=True)
     (tmp_path / "experiment" / "preset" / "fixed.yaml").write_text(
-        "defaults:\n  - override /scorer: tracer_fixed\n  - override /embedder: minilm\n"
+        "# @package _global_\ndefaults:\n  - override /scorer: tracer_fixed\n  - override /embedder: minilm\n"
         "  - override /encoder_training: null\nscorer:\n  tau: 0.35\n")
     monkeypatch.setattr(build_module, "CONFIG_DIR", tmp_path)
     preset = Retriever.from_dataset(tiny_dir, preset="fixed", device="cpu", cache_dir=None)

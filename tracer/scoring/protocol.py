@@ -16,7 +16,9 @@ changes:
 - ``select_one`` / ``rank_one``: one live step from its embedded contexts (``embed([step])``). The
   default is the batched path with a batch of one; the tracer family overrides them with the
   single-step path of :mod:`tracer.scoring.single_step` (tested equal to the batched one).
-- ``can_save``: whether ``save(directory)`` / ``cls.load(directory, embedder)`` exist for it.
+- ``can_save``: whether ``save(directory)`` / ``cls.load(directory, embedder)`` exist for it: declared once,
+  on the class, and held to the class's own ``save`` when the class is defined (:class:`ScorerBase`);
+  :func:`tracer.retriever.saveable_scorers` reads the scorer configs that can save off their classes.
 - ``describe() -> dict``: the configuration and what fitting produced, for reports.
 - Learning while serving (:mod:`tracer.online`): ``memory_tables()`` (the tries and transition tables the
   scorer reads, which logged steps are added to), ``memory_contexts(steps, res)`` (the ``[S, d]`` contexts its
@@ -107,6 +109,11 @@ class ScorerBase:
         super().__init_subclass__(**kw)
         if cls.score is ScorerBase.score and cls.score_embedded is ScorerBase.score_embedded:
             raise TypeError(f"{cls.__name__} must implement score or score_embedded")
+        # can_save is the one statement of whether a scorer saves: it must agree with the class's save
+        if cls.can_save != (cls.save is not ScorerBase.save):
+            raise TypeError(f"{cls.__name__} declares can_save = {cls.can_save} but "
+                            f"{'inherits' if cls.save is ScorerBase.save else 'implements'} save: "
+                            "declare can_save = True exactly when the class implements save and load")
 
     def _check_fitted(self) -> None:
         if self.res is None:
@@ -157,5 +164,5 @@ class ScorerBase:
 
     def save(self, directory: str | Path) -> Path:
         raise TypeError(f"scorer {self.name!r} ({type(self).__name__}) cannot be saved: only scorers "
-                        "with can_save (tracer_plus, tracer, tracer_fixed, tracer_g, cascade) can; rebuild "
-                        "this one from its data")
+                        "with can_save can (tracer.retriever.saveable_scorers() names them); rebuild this "
+                        "one from its data")
