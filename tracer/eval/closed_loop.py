@@ -160,7 +160,7 @@ class Learner:
         try:
             self.scorer.fit([], res)
         except ValueError:  # nothing to fit on (transition counts): the vector ranking over its rendering
-            rendering = getattr(self.scorer, "rendering", None)
+            rendering = self.scorer.rendering
             self.standin = build_scorer("vector", **({"context": dataclasses.asdict(rendering)}
                                                      if rendering is not None else {}))
             self.standin.fit([], res)
@@ -178,7 +178,7 @@ class Learner:
         self.logs.append(traj)
         if self.updater is not None:
             self.updater.update([traj])
-        elif training_steps(self.logs, self.res.registry, getattr(self.scorer, "successful_only", True)):
+        elif training_steps(self.logs, self.res.registry, self.scorer.successful_only):
             self.scorer.fit(self.logs, self.res)
             self.updater, self.standin = Updater(self.scorer, background=False, history=self.logs), None
 

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tracer.core.errors import DataError
 from tracer.core.store import MANIFEST, Verify, open_snapshot, save_snapshot
 from tracer.core.types import Step, Trajectory
 from tracer.encode.bundle import ENCODERS
@@ -268,7 +269,7 @@ class CascadeScorer(ScorerBase):
                     except ValueError as e:  # name the saved file, not its link in the view
                         e.args = tuple(str(a).replace(f"{Path(view) / stage}/", f"{snap}/{stage}.")
                                        for a in e.args)
-                        if hasattr(e, "path"):
+                        if isinstance(e, DataError):
                             e.path = e.path.replace(f"{Path(view) / stage}/", f"{snap}/{stage}.")
                         raise
             obj = cls(**meta["scorer"], **stages)

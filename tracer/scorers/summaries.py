@@ -24,15 +24,15 @@ from typing import Any
 
 from tracer.core.steps import iter_calls
 from tracer.core.types import Message, Trajectory
+from tracer.scoring.resources import Resources
 
 _ERROR = re.compile(r"error|fail|exception|invalid|not found|denied", re.IGNORECASE)
 SKIP = "SKIP"
 
 
-def has_model(res: Any) -> bool:
+def has_model(res: Resources) -> bool:
     """Whether the resources carry an executor that can write free text (not the oracle)."""
-    ex = getattr(res, "executor", None)
-    return ex is not None and not getattr(ex, "is_oracle", False)
+    return res.executor is not None and not res.executor.is_oracle
 
 
 def _text(m: Message) -> str:
@@ -133,7 +133,7 @@ class Summarizer:
         self.model_calls = 0
         self._cache: dict[tuple[str, str], str] = {}
 
-    def bind(self, res: Any) -> Summarizer:
+    def bind(self, res: Resources) -> Summarizer:
         if self.source == "model" and not has_model(res):
             raise ValueError("summarizer: model needs a non-oracle executor in Resources (res.executor)")
         self.executor = res.executor if self.source != "offline" and has_model(res) else None
@@ -149,7 +149,7 @@ class Summarizer:
         if not self.bound and self.source != "offline":
             return (f"summarizer {self.source}: model summaries when an executor is configured, "
                     "else offline digest")
-        return f"model summaries ({getattr(self.executor, 'name', 'executor')})" if self.uses_model \
+        return f"model summaries ({self.executor.name})" if self.uses_model \
             else "offline digest (no model)"
 
     def digest(self, messages: Sequence[Message]) -> str:

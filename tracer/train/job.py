@@ -27,6 +27,7 @@ from tracer.core.store import read_json
 from tracer.core.validate import TRAIN_INTS, check_config
 from tracer.eval.job import run_job as evaluate
 from tracer.retriever import Retriever
+from tracer.scorers.tracer import TracerScorer
 from tracer.scoring.resources import Resources
 from tracer.train.blend_report import blend_head_report
 from tracer.train.summary import index_size, report_markdown
@@ -101,9 +102,8 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
         "index": index_size(index) | {"path": str(index)} if index is not None else None,
         "heldout": None,
     }
-    if (
-        getattr(scorer, "head", None) is not None and fit.data is not None
-    ):  # scorer=tracer: the paper's blend head
+    if isinstance(scorer, TracerScorer) and scorer.head is not None and fit.data is not None:
+        # scorer=tracer: the paper's blend head (tracer_fixed has none)
         report["blend_head"] = blend_head_report(c, ds, res, scorer, fit, out, logger)
     if c["folds"]:
         heldout_cfg = {k: v for k, v in c.items() if k not in TRAIN_ONLY} | {"logger": None}
