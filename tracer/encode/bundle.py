@@ -38,14 +38,19 @@ class Served(NamedTuple):
 
 
 @runtime_checkable
-class Carried(Protocol):
-    """An embedder that runs on files: ``fingerprint`` is their content hash (an artifact's manifest digest or
-    a folder's hash, :mod:`tracer.encode.manifest`; "" when it has none), which the embedding cache keys its
-    vectors by, and ``served()`` says which files a saved index carries (None: nothing to carry, as for the
-    MiniLM packaged with tracer). An embedder that is not :class:`Carried` is keyed by its name alone and
-    carries nothing."""
+class Fingerprinted(Protocol):
+    """An embedder whose ``fingerprint`` is the content hash of the files it is built from (an artifact's
+    manifest digest or a folder's hash, :mod:`tracer.encode.manifest`; "" when it has none): the embedding
+    cache keys its vectors by it, so vectors of other weights are never served under the same name. An
+    embedder that is not :class:`Fingerprinted` is keyed by its name alone."""
 
     fingerprint: str
+
+
+@runtime_checkable
+class Carried(Protocol):
+    """An embedder whose ``served()`` names the files a saved index carries for it (None: nothing to carry, as
+    for the MiniLM packaged with tracer). An embedder that is not :class:`Carried` carries nothing."""
 
     def served(self) -> Served | None: ...
 
@@ -65,11 +70,12 @@ def carry(embedder: object, snap: Path, current: Path | None = None) -> tuple[st
     """Put the files ``embedder`` runs on into the snapshot being written at ``snap``; returns the folder's
     path relative to ``snap`` and the config overrides that rebuild the embedder from it, or None when it has
     nothing to carry (the packaged MiniLM, an embedder that is not :class:`Carried`). ``current``: the index's
-    current snapshot, whose copy of the same encoder is hard-linked when it has one."""
+    current snapshot, whose copy of the same encoder (by the embedder's fingerprint, :class:`Fingerprinted`)
+    is hard-linked when it has one."""
     spec = embedder.served() if isinstance(embedder, Carried) else None
     if spec is None:
         return None
-    fp = embedder.fingerprint
+    fp = embedder.fingerprint if isinstance(embedder, Fingerprinted) else ""
     if current is not None and fp and (old := current / ENCODERS / fp[:16]).is_dir():
         dest = snap / ENCODERS / fp[:16]
         try:
