@@ -6,8 +6,9 @@ transport in the SDK's sense wrapped around the SDK's own), when its connection 
 server that stopped answering fails the SDK client's task group), or when a call through it finds the
 connection closed. Its tools then leave the router's list (:attr:`Upstream.tools` is kept, so a call to
 one can name the server that served it), and the upstream is connected again after ``retry_delay_s``
-seconds, doubling up to :data:`MAX_RETRY_DELAY_S`, at most ``retries`` times in a row; a connection that
-lists its tools resets the count. After that it stays lost until ``tracer mcp`` restarts.
+seconds, doubling up to :data:`MAX_RETRY_DELAY_S` (:func:`tracer.core.backoff.backoff_s`), at most
+``retries`` times in a row; a connection that lists its tools resets the count. After that it stays lost
+until ``tracer mcp`` restarts.
 
 The SDK's client holds task groups that must be left by the task that entered them, so each
 :class:`Upstream` keeps its client inside :meth:`Upstream.run`, one task of the router's task group.
@@ -27,6 +28,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
+
+from tracer.core.backoff import backoff_s
 
 logger = logging.getLogger(__name__)
 
@@ -119,17 +122,14 @@ class Upstream:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect (a failure here is raised: the router does not start), serve, then reconnect as above."""
         await self._serve(task_status)
-        delay = self.retry_delay_s
         while self.attempts < self.retries:
-            await anyio.sleep(delay)
+            await anyio.sleep(backoff_s(self.retry_delay_s, self.attempts + 1, cap=MAX_RETRY_DELAY_S))
             self.attempts += 1
             try:
-                await self._serve()
-                delay = self.retry_delay_s
+                await self._serve()  # connected (the count is back to 0), then lost
             except Exception as e:  # noqa: BLE001 - any failure to connect is one failed attempt
                 logger.warning("upstream %r: reconnection %d of %d failed: %s", self.name, self.attempts,
                                self.retries, _short(e))
-                delay = min(2 * delay, MAX_RETRY_DELAY_S)
         self.gave_up = True
         logger.error("upstream %r: lost; %s", self.name, self.next_step())
 
