@@ -81,10 +81,13 @@ def finalize(scores: Scores, k: int, pad: bool = True) -> Selection:
 def reserved(top: Sequence[int], reserve: Sequence[int], k: int, slots: int = 1) -> tuple[int, ...]:
     """``top`` (a step's first k, or fewer without padding) with its last ``slots`` slots given to the first
     ids of ``reserve`` not presented before those slots, in ``reserve``'s order, after what is left of ``top``
-    (appended where ``top`` is short); fewer such ids take fewer slots, none leaves ``top`` as it is."""
+    (appended where ``top`` is short); fewer such ids take fewer slots, none leaves ``top`` as it is. The
+    first slot is always ``top``'s own (at most ``k - 1`` slots are reserved; none at k = 1), so a reserved
+    slot never moves recall@1 and a step never presents more than k tools."""
+    slots = min(slots, k - 1)
     head = tuple(top[:max(k - slots, 0)])
-    new = tuple(r for r in reserve if r not in head)[:slots]
-    if not new or k < 1:
+    new = tuple(r for r in reserve if r not in head)[:max(slots, 0)]
+    if not new:
         return tuple(top)
     rest = tuple(t for t in top[len(head):] if t not in new)[:max(k - len(head) - len(new), 0)]
     return head + rest + new

@@ -15,7 +15,12 @@ from tracer.build import build_scorer
 from tracer.core.steps import extract_all, extract_steps
 from tracer.encode.index import ToolIndex
 from tracer.scorers.bm25 import BM25Scorer
-from tracer.scorers.tracer_plus.request import REQUEST_FEATURES, RequestEvidence
+from tracer.scorers.tracer_plus.request import (
+    REQUEST_FEATURES,
+    SEMANTIC_FEATURES,
+    RequestEvidence,
+    RequestInput,
+)
 from tracer.scorers.tracer_plus.step import candidates_one, retrieved_order
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, fallback_scores
@@ -33,16 +38,18 @@ HABIT = ([traj(f"w{i}", (f"weather in city {i} then email it", ["get_weather", "
 
 
 def fitted(res, **cfg):
+    cfg.setdefault("zero_shot", {"kind": "hybrid", "guard": False})
+    cfg.setdefault("query_context", CONTEXT)
+    cfg.setdefault("memory_context", CONTEXT)
     scorer = build_scorer("tracer_plus", keys=["prefix", "last_1+cross_turn"], vector_candidates=2,
-                          query_context=CONTEXT, memory_context=CONTEXT, head=FAST,
-                          zero_shot={"kind": "hybrid", "guard": False}, **cfg)
+                          head=FAST, **cfg)
     scorer.fit(HABIT, res)
     return scorer
 
 
 def test_request_features_by_hand(tiny_resources):
     res = tiny_resources
-    scorer = fitted(res, request={"candidates": 2})
+    scorer = fitted(res, request={"candidates": 2, "semantic": False, "open_slot": False})
     step = extract_steps(traj("t", ("the weather then list the files", ["get_weather", "list_files"])))[1]
     inp = scorer.request.inputs([step], res)
     bm25 = BM25Scorer(name="bm25", context={"calls": "none", "join_users": True}, k1=1.5, b=0.75)
@@ -64,6 +71,36 @@ def test_request_features_by_hand(tiny_resources):
     assert scorer.feature_names[-4:] == REQUEST_FEATURES                            # they close each row
     with pytest.raises(ValueError, match="request.candidates"):
         RequestEvidence(candidates=-1)
+    with pytest.raises(ValueError, match="request.clause_top"):
+        RequestEvidence(clause_top=True)
+    with pytest.raises(TypeError, match="request.semantic"):
+        RequestEvidence(semantic="yes")
+
+
+def test_semantic_request_features_by_hand(tiny_resources):
+    # the keyword embedder: "the weather" is the weather axis, "list the files" the file axis, the whole
+    # request both, (weather + file) / sqrt(2); get_weather's text is the weather axis, list_files' the
+    # file axis
+    res = tiny_resources
+    scorer = fitted(res, request={"candidates": 0, "semantic": True, "clause_top": 2})
+    asked = traj("t", ("the weather then list the files", ["get_weather", "list_files"]))
+    first, second = extract_steps(asked)
+    inp = scorer.request.inputs([first, second], res)
+    assert inp.features == REQUEST_FEATURES + SEMANTIC_FEATURES == scorer.feature_names[-7:]
+    names = res.registry.names
+    half = np.float32(1 / np.sqrt(2))
+    sem = {name: inp.sem[:, names.index(name)].tolist() for name in names}      # [2 steps][3 features]
+    for i in range(2):  # the request alone: the same before and after the first call
+        assert sem["get_weather"][i][0] == pytest.approx(half)
+        assert sem["list_files"][i][0] == pytest.approx(half)
+        assert sem["book_flight"][i][0] == 0.0
+    # before any call both parts are open; once get_weather is called, only "list the files" is
+    assert sem["get_weather"][0][1:] == [pytest.approx(1.0), 1.0] and sem["list_files"][0][1:] == [1.0, 1.0]
+    assert sem["get_weather"][1][1:] == [0.0, 0.0]
+    assert sem["list_files"][1][1:] == [pytest.approx(1.0), 1.0]
+    # top matches must match: the tools tied at cosine 0 are not flagged, whatever their registry order
+    assert [names[t] for t in np.flatnonzero(inp.top[1])] == ["list_files"]
+    assert {name for name in names if sem[name][0][2]} == {"get_weather", "list_files"}
 
 
 def test_a_request_naming_a_tool_outranks_a_log_habit_of_ten_to_one(tiny_resources):
@@ -93,13 +130,14 @@ def test_request_candidates_and_features_live_as_batched(tiny_registry, keyword_
                     ann_k=3, ef_search=8)
     res = exact if index == "exact" else replace(exact, tool_index=ann)
     scorer = fitted(res)                                           # the default request config
-    assert scorer.config()["request"] == {"candidates": 10, "bm25": {"k1": 1.5, "b": 0.75}}
+    assert scorer.config()["request"] == {"candidates": 10, "bm25": {"k1": 1.5, "b": 0.75}, "semantic": True,
+                                          "clause_top": 2, "open_slot": True}
     asked = traj("q", ("what is the forecast then list the files", ["get_weather", "list_files"]))
     steps = extract_all([asked, *HABIT[10:14]])
     mem, q = scorer.embed(steps)
     vec = fallback_scores(res, q)                                                     # [B, N]
     batch = scorer.candidates(steps, mem, vec)
-    assert batch.feats.shape[2] == len(scorer.feature_names) == 2 * 14 + 8 + 4
+    assert batch.feats.shape[2] == len(scorer.feature_names) == 2 * 14 + 8 + 4 + 3
     inp = scorer.request.inputs(steps, res)
     for i, step in enumerate(steps):  # the live rows, bit for bit, and the request's top BM25 among them
         one = candidates_one(scorer.index, step, mem[i].numpy(), vec[i].numpy(), 2,
@@ -118,3 +156,46 @@ def test_request_candidates_and_features_live_as_batched(tiny_registry, keyword_
         assert finalize(loaded.score(steps), 3, loaded.pad).presented == presented
         old = build_scorer("tracer_plus", **{**scorer.config(), "request": None})
         assert old.request is None and "never_called" not in old.feature_names
+        # saved before the semantic evidence: its request config has no `semantic`, and it reads as off
+        saved = {"candidates": 10, "bm25": {"k1": 1.5, "b": 0.75}}
+        lexical = type(scorer)(**{**scorer.config(), "request": saved})
+        assert lexical.feature_names[-4:] == REQUEST_FEATURES and "req_cos" not in lexical.feature_names
+
+
+def test_the_open_part_of_the_request_claims_a_slot_after_the_first_call(tiny_resources):
+    res = tiny_resources
+    names = res.registry.names
+    asked = traj("t", ("get the weather in Rome then list the files", ["get_weather", "list_files"]))
+    first, second = extract_steps(asked)
+    presented = {}
+    for open_slot in (True, False):
+        # a model that reads only the last message and drops the request's features follows the habit:
+        # get_weather, then send_email
+        last = {"window": "last_n", "n": 1, "calls": "names", "results": "none"}
+        scorer = fitted(res, request={"candidates": 0, "semantic": True, "open_slot": open_slot},
+                        zero_shot={"kind": "vector", "guard": False, "novel": 0},
+                        features={"drop": ["request"]}, query_context=last, memory_context=last)
+        inp = scorer.request.inputs([first, second], res)
+        # before any call nothing is done and nothing claims; after get_weather, "list the files" is open
+        assert inp.claims == ([(), (names.index("list_files"),)] if open_slot else None)
+        presented[open_slot] = finalize(scorer.score([first, second]), 2, scorer.pad).presented
+        live = [scorer.select_one(s, scorer.embed([s]), 2) for s in (first, second)]
+        assert live == presented[open_slot]                                              # live = batched
+    # the first slot stays the model's (the habit's send_email); the open part's best match takes the last
+    assert [[names[t] for t in p] for p in presented[False]] == [["get_weather", "list_files"],
+                                                                 ["send_email", "search_flights"]]
+    assert [[names[t] for t in p] for p in presented[True]] == [["get_weather", "list_files"],
+                                                                ["send_email", "list_files"]]
+    with pytest.raises(ValueError, match="open_slot needs request.semantic"):
+        RequestEvidence(semantic=False, open_slot=True)
+
+
+def test_reserve_puts_the_open_parts_first_then_the_novel_claimants():
+    inp = RequestEvidence(candidates=0)  # the merge alone: claims as inputs() leaves them
+    req = RequestInput(np.zeros((2, 3), np.float32), np.zeros((2, 3), bool), [frozenset()] * 2, [], None,
+                       [(), (2,)])
+    assert req.reserve([(1,), (2, 0)]) == [(1,), (2, 0)]
+    assert req.reserve(None) == [(), (2,)]
+    assert replace(req, claims=None).reserve([(1,)]) == [(1,)]
+    assert replace(req, claims=None).reserve(None) is None
+    assert inp.config()["open_slot"] is False

@@ -42,6 +42,7 @@ from tracer.scorers.tracer_plus.fit import (
     train_model,
 )
 from tracer.scorers.tracer_plus.model import CandidateModel
+from tracer.scorers.tracer_plus.request import RequestEvidence
 from tracer.scorers.tracer_plus.step import candidates_one
 from tracer.scoring.resources import fallback_scores, training_steps
 from tracer.scoring.single_step import dense_scores_one
@@ -112,10 +113,12 @@ def test_feature_groups_and_keys():
     fused = feature_names(keys, fusion=True)
     assert fused[:len(names)] == names and fused[len(names):] == ("zs_score", "zs_rank", "zs_top")
     assert set().union(*(feature_groups(n) for n in fused)) == set(GROUPS) - {"request"}
-    # request: its four features close the row, after the fusion's
-    both = feature_names(keys, fusion=True, request=True)
+    # request: its features close the row, after the fusion's; the semantic ones are in the request group
+    both = feature_names(keys, fusion=True, request=RequestEvidence(semantic=True).features)
     assert both[:len(fused)] == fused
-    assert both[len(fused):] == ("req_bm25", "req_top", "req_name", "never_called")
+    assert both[len(fused):] == ("req_bm25", "req_top", "req_name", "never_called", "req_cos", "req_open",
+                                 "req_open_top")
+    assert {g for n in both[len(fused):] for g in feature_groups(n)} == {"request"}
     assert set().union(*(feature_groups(n) for n in both)) == set(GROUPS)
     keep = keep_mask(names, ["state"])
     dropped = {n for n, k in zip(names, keep.tolist()) if k == 0}

@@ -140,6 +140,10 @@ def test_reserved_gives_the_kth_slot_to_the_first_claimant_not_presented():
     assert reserved((4, 1, 2, 5, 6), (8,), 5, 2) == (4, 1, 2, 5, 8)   # one claimant takes one slot
     assert reserved((4, 1, 2, 5, 6), (6, 8), 5, 2) == (4, 1, 2, 6, 8)
     assert reserved((4,), (7, 8), 3, 2) == (4, 7, 8)
+    # the first slot is always the ranking's: at most k - 1 reserved slots, none at k = 1, never more than k
+    assert reserved((4, 1, 2), (7, 8), 1, 2) == (4, 1, 2)
+    assert reserved((4, 1), (7, 8), 2, 2) == (4, 7)
+    assert reserved((4,), (7,), 1) == (4,)
 
 
 # flights only, over and over: the model serves (no guard), and its candidates are the flight tools

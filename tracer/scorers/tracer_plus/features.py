@@ -76,7 +76,7 @@ from tracer.core.types import Step
 from tracer.learn import standardise
 from tracer.memory.keys import StateKey
 from tracer.scorers.tracer_plus.index import PlusIndex
-from tracer.scorers.tracer_plus.request import REQUEST_FEATURES, RequestInput
+from tracer.scorers.tracer_plus.request import REQUEST_FEATURES, SEMANTIC_FEATURES, RequestInput
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",
@@ -92,16 +92,19 @@ NEUTRAL = {"member": 0.0, "log_p": 0.0, "log_r": 0.0, "edge_cos": 0.0}
 _STATE = ("log_visits", "log_children")
 
 
-def feature_names(keys: Sequence[StateKey], fusion: bool = False, request: bool = False) -> tuple[str, ...]:
+def feature_names(keys: Sequence[StateKey], fusion: bool = False,
+                  request: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every column's name: the keys', the global ones, the fusion's, then ``request``'s (the request
+    evidence's columns, :attr:`tracer.scorers.tracer_plus.request.RequestEvidence.features`)."""
     return (tuple(f"{k.label}.{f}" for k in keys for f in KEY_FEATURES) + GLOBAL_FEATURES
-            + (FUSION_FEATURES if fusion else ()) + (REQUEST_FEATURES if request else ()))
+            + (FUSION_FEATURES if fusion else ()) + tuple(request))
 
 
 def feature_groups(name: str) -> set[str]:
     """The groups a feature belongs to (``features.drop`` removes a feature when any of them is dropped)."""
     base = name.rsplit(".", 1)[-1]
     for group, names in (("vector", VECTOR_FEATURES), ("tool", TOOL_FEATURES), ("history", HISTORY_FEATURES),
-                         ("fusion", FUSION_FEATURES), ("request", REQUEST_FEATURES)):
+                         ("fusion", FUSION_FEATURES), ("request", REQUEST_FEATURES + SEMANTIC_FEATURES)):
         if base in names:
             return {group}
     return {"state" if part in _STATE else part for part in base.split("*")}
@@ -112,10 +115,11 @@ def keep_mask(names: Sequence[str], drop: Sequence[str]) -> torch.Tensor:
     return standardise.keep_mask(names, drop, GROUPS, feature_groups)
 
 
-def n_features(n_keys: int, fusion: bool = False, request: bool = False) -> int:
-    """F: the width of a feature row with ``n_keys`` keys (and the fusion's and the request's features)."""
-    return (n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES) + (len(FUSION_FEATURES) if fusion else 0)
-            + (len(REQUEST_FEATURES) if request else 0))
+def n_features(n_keys: int, fusion: bool = False, n_request: int = 0) -> int:
+    """F: the width of a feature row with ``n_keys`` keys (and the fusion's and ``n_request`` request
+    features)."""
+    fused = len(FUSION_FEATURES) if fusion else 0
+    return n_keys * len(KEY_FEATURES) + len(GLOBAL_FEATURES) + fused + n_request
 
 
 @dataclass
@@ -210,7 +214,8 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
     pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)
     pos.scatter_(1, torch.where(mask, tool, n), torch.arange(width, device=device).expand(b, width).clone())
     # [B, C+1, F], dump column
-    feats = torch.zeros(b, width + 1, n_features(len(tries), zs is not None, req is not None),
+    n_request = len(req.features) if req is not None else 0
+    feats = torch.zeros(b, width + 1, n_features(len(tries), zs is not None, n_request),
                         dtype=torch.float32, device=device)
     rows = torch.arange(b, device=device)[:, None]
     in_state = torch.zeros(b, len(tries), dtype=torch.bool, device=device)
@@ -255,7 +260,7 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
         r0 = g + 8 + (len(FUSION_FEATURES) if zrank is not None else 0)
         never = idx.tool_log_freq_np == 0                                                 # [N]
         tool_np, n_np = tool.cpu().numpy(), n_cand.cpu().numpy()
-        block = np.zeros((b, width, len(REQUEST_FEATURES)), dtype=np.float32)             # [B, C, 4]
+        block = np.zeros((b, width, len(req.features)), dtype=np.float32)                # [B, C, R]
         for i in range(b):
             block[i, :n_np[i]] = req.rows(i, tool_np[i, :n_np[i]], never)
         feats[:, :, r0:] = torch.from_numpy(block).to(device)

@@ -33,7 +33,7 @@ from tracer.scoring.resources import Resources, fallback_scores
 
 # held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never
 # saw them
-FoldView = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+FoldView = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, RequestInput | None]]
 
 
 # ---- training data -------------------------------------------------------------------------------
@@ -82,8 +82,9 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
 
     ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
     seeded); ``mem_ctx [S, d]``, ``vec [S, N]`` and ``gold_ids [S]`` are row-aligned with them.
-    ``fold_view(held)``, when given, returns ``(mem_ctx, vec)`` of every step under an encoder that never
-    saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold).
+    ``fold_view(held)``, when given, returns ``(mem_ctx, vec, request)`` of every step under an encoder that
+    never saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold); its
+    ``request`` is the request evidence under that encoder (the semantic part reads it).
     ``approximate``: ``vec`` comes from an approximate tool index (:func:`candidates_rows`).
     ``fusion(held, vec_held)``: the zero-shot fusion's scores ``[h, N]`` of the held rows from their vector
     scores (``zero_shot.candidates``: its top m join the candidates, with its features).
@@ -92,10 +93,11 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
     """
     groups = sorted({s.group for s in steps})
     if len(groups) < 2:  # nothing to hold out: no training data
-        n_feat = len(feature_names(keys, fusion is not None, request is not None))
+        columns = feature_names(keys, fusion is not None, request.features if request is not None else ())
+        n_feat = len(columns)
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
                              torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
-    views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    views: dict[int, tuple[torch.Tensor, torch.Tensor, RequestInput | None]] = {}
 
     def build(seen: torch.Tensor, f: int) -> PlusIndex:
         if fold_view is not None:  # held = every row not seen (the folds partition the rows)
@@ -107,10 +109,10 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
                            names, eps, device)
 
     def score(idx: PlusIndex, held: torch.Tensor, f: int) -> CandidateData:
-        mem, v = views.pop(f, (mem_ctx, vec))
+        mem, v, evidence = views.pop(f, (mem_ctx, vec, request))
         make = candidates_rows if approximate else candidates
         zs = None if fusion is None else fusion(held, v[held])                            # [h, N]
-        req = None if request is None else request.take(held.tolist())
+        req = None if evidence is None else evidence.take(held.tolist())
         cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs, req)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
                              torch.full((len(held),), f))
@@ -119,17 +121,18 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
 
 
 def clean_fold_view(res: Resources, steps: Sequence[Step],
-                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]]) -> FoldView | None:
+                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]],
+                    request: Callable[[Resources], RequestInput] | None = None) -> FoldView | None:
     """The :data:`FoldView` of a fine-tuned encoder (``res.without`` set), else None. ``embed(r)`` is the
     scorer's ``(memory, query)`` contexts of ``steps`` under ``r``; the vector scores come from ``r``'s tool
-    index."""
+    index; ``request(r)`` the steps' request evidence under ``r`` (None: no request evidence)."""
     if res.without is None:
         return None
 
     def view(held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r = res.without(frozenset(steps[i].group for i in held.tolist()))
         mem, q = embed(r)                                                                   # [S, d] each
-        return mem, fallback_scores(r, q)                                                   # [S, N]
+        return mem, fallback_scores(r, q), None if request is None else request(r)          # [S, N]
     return view
 
 

@@ -48,9 +48,12 @@ class LiveStep:
         req = self.request.inputs([step], self.res) if self.request else None
         one = candidates_one(self.index, step, mem, vec, self.m, order, fused, req)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
+        novel = None
         if self.zero.novel:  # the last slots' claimants, as batched
-            one.reserve = self.zero.reserve(zs if self.zero.novel_needs_fusion else vec[None],
-                                            self.never_called)[0]
+            novel = self.zero.reserve(zs if self.zero.novel_needs_fusion else vec[None], self.never_called)
+        claimants = novel if req is None else req.reserve(novel)
+        if claimants is not None:
+            one.reserve = claimants[0]
         return one, s, vec
 
     def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
@@ -69,13 +72,13 @@ class LiveStep:
         if not len(one.tool) or self.zero_shot_only:
             # fewer ranked tools than k (an approximate index): the rest by registry position, as batched
             order = one.order if len(one.order) >= k else np.argsort(-vec, kind="stable")
-            return reserved(tuple(order[:k].tolist()), one.reserve, k, self.zero.slots)
+            return reserved(tuple(order[:k].tolist()), one.reserve, k, self.reserve_slots)
         head = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
         if len(head) == k or not pad:
-            return reserved(tuple(head.tolist()), one.reserve, k, self.zero.slots)
+            return reserved(tuple(head.tolist()), one.reserve, k, self.reserve_slots)
         rest = one.order[:k + len(head)]
         return reserved(tuple(head.tolist()) + tuple(rest[~np.isin(rest, head)][:k - len(head)].tolist()),
-                        one.reserve, k, self.zero.slots)
+                        one.reserve, k, self.reserve_slots)
 
     def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
         """The ranking of one step, registry ids best first (the first ``top`` only when given)."""

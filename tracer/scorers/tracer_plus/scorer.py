@@ -45,7 +45,7 @@ from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
 from tracer.scorers.tracer_plus.live import LiveStep
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
 from tracer.scorers.tracer_plus.persist import load_plus, save_plus
-from tracer.scorers.tracer_plus.request import RequestEvidence
+from tracer.scorers.tracer_plus.request import RequestEvidence, RequestInput
 from tracer.scorers.tracer_plus.step import candidates_rows
 from tracer.scorers.tracer_plus.usage import UsageInput
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
@@ -102,7 +102,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         self.rendering = self.memory_rendering  # the step's context as compared with the edge memories
         self.drop, self.model_kind, self.head_cfg = (tuple((features or {}).get("drop") or ()), model,
                                                      dict(head))
-        self.feature_names = feature_names(self.keys, self.zero.candidates, self.request is not None)
+        self.feature_names = feature_names(self.keys, self.zero.candidates,
+                                           self.request.features if self.request else ())
         self.keep = keep_mask(self.feature_names, self.drop)
         check_model(model, self.members)
         self.res: Resources | None = None
@@ -133,7 +134,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         gold = res.tool_ids([s.gold for s in steps])                            # [S]
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
-        view = clean_fold_view(res, steps, lambda r: self.embed(steps, r))
+        evidence = (lambda r: self.request.inputs(steps, r)) if self.request else None
+        view = clean_fold_view(res, steps, lambda r: self.embed(steps, r), evidence)
         folds = int(cfg["inner_folds"])  # a transferred model's guard may see fewer groups than that
         folds = max(2, min(folds, len({s.group for s in steps}))) if self.transfer else folds
         # [S, N] the training steps' zero-shot scores, computed once for the guard and the fusion candidates
@@ -146,7 +148,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
                         res.registry.names, res.device, seed=inner_seed(seed, 0), fold_view=view,
                         approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None,
-                        request=self.request.inputs(steps, res) if self.request else None)
+                        request=evidence(res) if evidence else None)
         guard = partial(self.zero.choose, transferred=bool(self.transfer))  # (scores, gold, zero-shot hits)
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
@@ -217,6 +219,12 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         return self.cold or self.history.get("serves") == "zero_shot"
 
     @property
+    def reserve_slots(self) -> int:
+        """How many of the last slots the claimants may take: the novel slots', or one for the request's
+        open parts alone."""
+        return self.zero.slots if self.zero.novel else 1
+
+    @property
     def never_called(self) -> np.ndarray:
         """``[N]`` bool: tools no training or logged step has called (no trie evidence)."""
         return self.index.tool_log_freq_np == 0
@@ -228,9 +236,12 @@ class TracerPlusScorer(LiveStep, ScorerBase):
 
     # ---- scoring (batched) -------------------------------------------------------------------
     def candidates(self, steps: Sequence[Step], mem: torch.Tensor, vec: torch.Tensor,
-                   zs: torch.Tensor | None = None) -> Candidates:
+                   zs: torch.Tensor | None = None, req: RequestInput | None = None) -> Candidates:
+        """The steps' candidates and features; ``req``: their request evidence, computed here when not
+        given."""
         make = candidates if self.res.tool_index.exact else candidates_rows  # an ANN: what it retrieved
-        req = self.request.inputs(steps, self.res) if self.request else None
+        if req is None and self.request:
+            req = self.request.inputs(steps, self.res)
         return make(self.index, list(steps), mem, vec, self.m, zs, req)
 
     def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor,
@@ -244,13 +255,17 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         zero = (self.zero.scores(steps, self.usage.scores(vec, query, self).numpy(), self.res,
                                  self.query_rendering)
                 if self.zero_shot_wanted else None)                                            # [B, N]
-        cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None)
+        req = self.request.inputs(steps, self.res) if self.request else None
+        cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None, req)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
         has = cand.mask.any(1)                                                  # [B]
-        reserve = None  # the novel slots' claimants: never-called tools of the vector or the fusion's top j
-        if self.zero.novel and not self.zero_shot_only:
-            source = zero if self.zero.novel_needs_fusion else vec.cpu().numpy()         # [B, N]
-            reserve = self.zero.reserve(source, self.never_called)
+        reserve = None  # the reserved slots' claimants: the request's open parts', then the novel slots'
+        if not self.zero_shot_only:
+            novel = None
+            if self.zero.novel:  # never-called tools of the vector or the fusion's top j
+                source = zero if self.zero.novel_needs_fusion else vec.cpu().numpy()     # [B, N]
+                novel = self.zero.reserve(source, self.never_called)
+            reserve = novel if req is None else req.reserve(novel)
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
             fallback=torch.from_numpy(zero) if self.zero_shot_only else vec,
@@ -259,7 +274,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                          "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
                          "in_candidates": coverage(self.res.registry, steps, cand.tool, cand.mask)},
             reserve=reserve,
-            reserve_slots=self.zero.slots,
+            reserve_slots=self.reserve_slots,
         )
 
     # ---- persistence -------------------------------------------------------------------------

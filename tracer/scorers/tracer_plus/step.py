@@ -92,7 +92,8 @@ def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndar
     col_of = np.empty(n, dtype=np.int64)
     col_of[tool] = np.arange(len(tool))
     n_key = len(KEY_FEATURES)
-    feats = np.zeros((len(tool), n_features(len(tries), zs is not None, req is not None)), dtype=np.float32)
+    n_request = len(req.features) if req is not None else 0
+    feats = np.zeros((len(tool), n_features(len(tries), zs is not None, n_request)), dtype=np.float32)
     for j, (ch, tab) in enumerate(zip(kids, tables)):
         base = j * n_key
         lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
@@ -158,7 +159,8 @@ def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, ve
                            None if req is None else req.take([i]))
             for i, s in enumerate(steps)]
     width = max([len(o.tool) for o in ones] + [1])
-    b, f = len(ones), n_features(len(idx.tries), zs is not None, req is not None)
+    n_request = len(req.features) if req is not None else 0
+    b, f = len(ones), n_features(len(idx.tries), zs is not None, n_request)
     tool = np.zeros((b, width), dtype=np.int64)
     mask = np.zeros((b, width), dtype=bool)
     feats = np.zeros((b, width, f), dtype=np.float32)
