@@ -3,6 +3,10 @@ without Hydra (tracer.build.load_preset, what Retriever.from_dataset(preset=...)
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -10,6 +14,14 @@ from omegaconf import OmegaConf
 
 from tracer.build import CONFIG_DIR, PRESET_GROUPS, build_scorer, load_config, load_preset, names
 from tracer.learn.encoders.general import DATASETS, sources_without
+
+# every preset and every config option as tracer.build composes them from the configs of commit 6519e62 with
+# its defaults-list merger written by hand, kept to show that replacing it by Hydra's compose API (issue 57)
+# changes none of them. After a deliberate change of a config, rewrite it with
+# `python tests/unit/configs/test_presets.py` and read the diff.
+COMPOSED = Path(__file__).with_name("composed_configs.json")
+# dataset=jsonl also overrides the registry group: it composes only inside evaluate.yaml or train.yaml
+ENTRY_ONLY = {("dataset", "jsonl")}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,3 +102,28 @@ def test_a_preset_that_sets_a_group_it_does_not_choose_is_refused(tmp_path, monk
     monkeypatch.setattr(build_module, "CONFIG_DIR", tmp_path)
     with pytest.raises(ValueError, match=r"bad.yaml: encoder_training is null but the file sets \['lr'\]"):
         load_preset("bad")
+
+
+def composed_now() -> dict:
+    """What tracer.build composes from plain Python: each preset (``load_preset``, seed 3) per group, and each
+    option of every group but experiment (``load_config``; a recipe with seed 3, as a run passes it)."""
+    presets = {name: {group: None if cfg is None else OmegaConf.to_container(cfg)
+                      for group, cfg in load_preset(name, seed=3).items()}
+               for name in names("experiment/preset")}
+    groups = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "experiment")
+    options = {f"{group}/{option}": OmegaConf.to_container(
+                   load_config(group, option, **({"seed": 3} if group == "encoder_training" else {})))
+               for group in groups for option in names(group) if (group, option) not in ENTRY_ONLY}
+    return {"presets": presets, "options": options}
+
+
+def test_every_preset_and_option_composes_to_its_reference(monkeypatch):
+    monkeypatch.delenv("TRACER_MIRRORS", raising=False)  # paths.mirrors: its default, data/mirrors
+    reference = json.loads(COMPOSED.read_text())
+    assert sorted(reference["presets"]) == ["best", "cascade", "cold_start", "fast", "fastest", "zero_shot"]
+    assert composed_now() == reference
+
+
+if __name__ == "__main__":
+    os.environ.pop("TRACER_MIRRORS", None)
+    COMPOSED.write_text(json.dumps(composed_now(), indent=2) + "\n")
