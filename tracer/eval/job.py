@@ -25,6 +25,7 @@ from tracer.eval.closed_loop import config_from
 from tracer.eval.closed_loop_report import closed_loop_job, summary
 from tracer.eval.metrics import METRICS, StepRecord, outcome_rates
 from tracer.eval.outputs import metrics_document, write_json, write_jsonl
+from tracer.eval.pooled import pooled_lines, pooled_outcomes
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.eval.tokens import LOCAL_TOKENIZER
 from tracer.scoring.resources import Resources
@@ -49,6 +50,8 @@ def summary_table(doc: Mapping[str, Any]) -> str:
                  f"{'–' if v['recall_at_k'] is None else format(v['recall_at_k'], '.4f')}"
                  for k, v in seen.items()]
         lines.append(f"  {'recall_at_k by gold tool':<26} {', '.join(parts)} (pooled)")
+    if doc.get("pooled"):
+        lines.extend(pooled_lines(doc["pooled"]))
     return "\n".join(lines)
 
 
@@ -104,6 +107,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     if (cfg.get("regime") or {}).get("max_steps_per_turn") is not None:
         check_int(cfg["regime"]["max_steps_per_turn"],
                   "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
+    if (cfg.get("regime") or {}).get("steps") is not None:  # regime=selection's sample
+        check_int(cfg["regime"]["steps"], "regime.steps (override regime.steps=...)", 1)
     regime = cfg.get("regime") or {"name": "teacher_forcing"}
     if regime["name"] == "closed_loop":
         check_closed_loop(cfg)
@@ -125,7 +130,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                       test_successful_only=cfg.get("test_successful_only", True),
                       latency_sample=cfg.get("latency_sample", 50), progress=cfg.get("progress", True),
                       train_trajectories=cfg.get("train_trajectories"),
-                      holdout_tools=cfg.get("holdout_tools", False))
+                      holdout_tools=cfg.get("holdout_tools", False),
+                      sample_steps=regime.get("steps") if regime["name"] == "selection" else None)
     logger = build_logger(cfg.get("logger"), run_dir, f"{ds.name}-{scorer_cfg['name']}-k{cfg['k']}")
     logger.log_config(cfg)
     # encoder_training: each outer fold fine-tunes its own encoder on its training trajectories only
@@ -142,6 +148,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                                       else "")
     doc = metrics_document(dataset=ds.name, registry_size=len(ds.registry), scorer=scorer_label, k=cfg["k"],
                            regime=ecfg.regime, executor=executor_label, result=result)
+    if ecfg.regime == "selection":  # a sample of a few dozen steps: shares over all of them, with intervals
+        doc["pooled"] = pooled_outcomes(result.records)
     if doc["folds_without_test_steps"]:
         warnings.warn(f"folds {doc['folds_without_test_steps']} had no test steps: the means are over "
                       f"{doc['folds'] - len(doc['folds_without_test_steps'])} of {doc['folds']} folds",

@@ -54,6 +54,7 @@ class StepRecord:
     prompt_tokens_by: str = "local"  # who counted prompt_tokens: "server" (its usage) or "local"
     # gold_seen: the gold tool was called in the fold's training trajectories (None: no gold)
     gold_seen: bool | None = None
+    executor_seconds: float | None = None  # the model request's wall time (None: the oracle, no request)
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -6,6 +6,9 @@ training groups' trajectories and scores the held-out groups' steps.
 
 - teacher-forcing: every step's context is the benchmark's gold history; a wrong selection never
   corrupts the next step. Steps are scored in batches.
+- selection: teacher forcing on a seeded sample of ``sample_steps`` of all folds' test steps, for a real
+  model whose every step costs seconds to minutes. The sample depends only on the folds, the seed and
+  the dataset, so every scorer and k run with the same seed is asked about the same steps (paired).
 - free-running: the executor's own calls are executed by the dataset's environment
   (:mod:`tracer.envs`; BFCL: on BFCL's backends from the task's ``initial_config``) and carried
   forward; the trie state follows the executed calls. The benchmark's rules (turn ends, step cap,
@@ -59,6 +62,8 @@ class EvalConfig:
     train_trajectories: int | None = None
     # tools held out: fold f's training drops every trajectory calling one of fold f's tools (tool_folds)
     holdout_tools: bool = False
+    # regime "selection": how many of all folds' test steps to ask about (seeded); None: every one
+    sample_steps: int | None = None
 
 
 @dataclass
@@ -120,13 +125,15 @@ class Evaluator:
         return train, test
 
     def run(self) -> EvalResult:
-        if self.cfg.regime not in ("teacher_forcing", "free_running"):
-            raise ValueError(f"regime must be teacher_forcing or free_running, got {self.cfg.regime!r}")
+        if self.cfg.regime not in ("teacher_forcing", "selection", "free_running"):
+            raise ValueError(f"regime must be teacher_forcing, selection or free_running, "
+                             f"got {self.cfg.regime!r}")
         if self.cfg.regime == "free_running" and self.environment is None:
             raise ValueError(f"dataset {self.ds.name!r} has no executable environment: "
                              "it runs teacher_forcing only")
         per_fold, records, tasks, fit_s, infos = [], [], [], [], []
         trie_based = False
+        sampled = self.sample() if self.cfg.regime == "selection" else None
         folds = range(self.cfg.folds)
         for fold in tqdm(folds, desc="folds", disable=not self.cfg.progress):
             train, test = self.split(fold)
@@ -140,8 +147,8 @@ class Evaluator:
                 insight.fit(train, self.res)
             fit_s.append(time.perf_counter() - t0)
             infos.append(scorer.describe())
-            if self.cfg.regime == "teacher_forcing":
-                recs, fold_tasks = self.teacher_forcing(fold, scorer, insight, test), None
+            if self.cfg.regime != "free_running":
+                recs, fold_tasks = self.teacher_forcing(fold, scorer, insight, test, sampled), None
             else:
                 recs, fold_tasks = self.free_running(fold, scorer, insight, test)
                 tasks.extend(fold_tasks)
@@ -157,6 +164,20 @@ class Evaluator:
         mean, sd = aggregate(per_fold)
         return EvalResult(per_fold, mean, sd, records, tasks, recall_curve(records), len(records), trie_based,
                           fit_s, infos)
+
+    def test_steps(self, test: Sequence[Trajectory]) -> list[Step]:
+        """The teacher-forced steps of held-out trajectories: those whose gold tool is in the registry."""
+        return [s for s in extract_all(test) if s.gold in self.registry]
+
+    def sample(self) -> frozenset[tuple[str, int]]:
+        """The ``selection`` regime's steps, as (trajectory id, step index): ``sample_steps`` of all folds'
+        test steps, drawn with the run's seed (all of them when there are no more)."""
+        keys = [(s.trajectory_id, s.index) for fold in range(self.cfg.folds)
+                for s in self.test_steps(self.split(fold)[1])]
+        n = self.cfg.sample_steps
+        if n is None or n >= len(keys):
+            return frozenset(keys)
+        return frozenset(random.Random(self.cfg.seed).sample(keys, n))
 
     # ---- one batch of steps ----------------------------------------------------------------------
     def select(self, scorer: Scorer, insight, steps: Sequence[Step]):
@@ -217,14 +238,18 @@ class Evaluator:
                 prompt_tokens=dec.prompt_tokens if dec.prompt_tokens is not None else local,
                 prompt_tokens_local=local, full_registry_tokens=full,
                 prompt_tokens_by="server" if dec.prompt_tokens is not None else "local",
+                executor_seconds=dec.seconds,
                 extra={k: round(float(v[i]), 6) for k, v in extra.items()}, **outcome,
             ))
         return out, decisions
 
     # ---- regimes -------------------------------------------------------------------------------
-    def teacher_forcing(self, fold: int, scorer: Scorer, insight,
-                        test: Sequence[Trajectory]) -> list[StepRecord]:
-        steps = [s for s in extract_all(test) if s.gold in self.registry]
+    def teacher_forcing(self, fold: int, scorer: Scorer, insight, test: Sequence[Trajectory],
+                        sampled: frozenset[tuple[str, int]] | None = None) -> list[StepRecord]:
+        """Every test step, or only those in ``sampled`` (the selection regime's)."""
+        steps = self.test_steps(test)
+        if sampled is not None:
+            steps = [s for s in steps if (s.trajectory_id, s.index) in sampled]
         out = []
         bar = tqdm(total=len(steps), desc=f"fold {fold} steps", disable=not self.cfg.progress, leave=False)
         for lo in range(0, len(steps), self.cfg.batch_size):

@@ -24,6 +24,8 @@ class Decision:
         prompt_tokens, completion_tokens: as reported by the model server (None for the oracle).
         malformed: the model emitted a tool call that could not be parsed (counted separately).
         error: transport or server error text after retries (the step counts as no call).
+        seconds: wall seconds of the request, from sending it to its reply's last byte (retries
+            included; not the time waiting for a free slot under ``concurrency``); None for the oracle.
     """
 
     call: ToolCall | None
@@ -33,6 +35,7 @@ class Decision:
     malformed: bool = False
     error: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)

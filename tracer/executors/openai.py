@@ -44,6 +44,8 @@ Decisions:
       (``backoff_s * 2**k``, or the server's ``Retry-After`` when that is longer); other 4xx, an
       oversized reply and a wrong-shaped one are not. A request that still fails is
       ``Decision(call=None, error=...)``.
+    * every decision carries ``seconds``, the request's wall time (a local server that answers one
+      request at a time, as llama_cpp.server does, needs ``concurrency=1`` for it to be a step's own).
 
 Counters (thread-safe, cumulative over the executor's life): ``n_requests`` (logical requests: decisions and
 completions, not HTTP attempts), ``n_retries`` (extra attempts), ``n_errors`` (requests that ended in an
@@ -55,7 +57,9 @@ import asyncio
 import json
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -175,11 +179,13 @@ class OpenAIExecutor:
                                      limits=httpx.Limits(max_connections=self.concurrency)) as http:
             async def one(payload: dict, presented: Sequence[Mapping[str, Any]]) -> Decision:
                 async with limit:
+                    start = time.perf_counter()  # once a slot is free: the server's time, not our queue's
                     body, error = await self._post(http, payload)
+                    seconds = round(time.perf_counter() - start, 4)
                 if error is not None:
                     self._count(n_errors=1)
-                    return Decision(call=None, error=error)
-                return self._decision(body, presented)
+                    return Decision(call=None, error=error, seconds=seconds)
+                return replace(self._decision(body, presented), seconds=seconds)
 
             return list(await asyncio.gather(*(one(p, t) for p, t in zip(payloads, tools))))
 
