@@ -1,0 +1,93 @@
+"""python -m experiments.real_model.table OUT: the table of experiments/real_model/runs.sh's runs.
+
+Reads OUT/<scorer>_k<k>/metrics.json ("pooled", regime=selection) and steps.jsonl, checks that every run
+asked about the same steps, and prints one Markdown row per run: the model's selection accuracy and the
+oracle's (the gold among the presented tools, recall@k on the same steps), each with its Wilson 95% interval,
+the outcome shares, the server's prompt tokens and the wall seconds per step; then the paired comparisons
+(steps one run got right and the other wrong, with the exact McNemar p-value) and the load average during the
+runs (OUT/load.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from scipy.stats import binomtest
+
+RUNS = ("tracer_plus_k3", "tracer_plus_k5", "vector_k5")
+PAIRS = (("tracer_plus_k5", "vector_k5"), ("tracer_plus_k3", "tracer_plus_k5"),
+         ("tracer_plus_k3", "vector_k5"))
+
+
+def share(s: dict) -> str:
+    low, high = s["wilson95"]
+    return f"{s['rate']:.2f} [{low:.2f}, {high:.2f}] ({s['successes']}/{s['n']})"
+
+
+def load_runs(out: Path) -> dict[str, tuple[dict, list[dict]]]:
+    runs = {}
+    for name in RUNS:
+        if not (out / name / "metrics.json").exists():
+            continue
+        doc = json.loads((out / name / "metrics.json").read_text())
+        steps = [json.loads(line) for line in (out / name / "steps.jsonl").read_text().splitlines()]
+        runs[name] = (doc, sorted(steps, key=lambda s: (s["trajectory_id"], s["step"])))
+    keys = {name: [(s["trajectory_id"], s["step"]) for s in steps] for name, (_, steps) in runs.items()}
+    if len({tuple(k) for k in keys.values()}) > 1:
+        raise SystemExit(f"the runs in {out} were not asked about the same steps: {keys}")
+    return runs
+
+
+def rows(runs: dict[str, tuple[dict, list[dict]]]) -> list[str]:
+    head = ("| scorer | k | steps | Qwen: gold called | oracle (gold presented) | unpresented call | "
+            "malformed | no call | prompt tokens (mean) | wall s per step (mean / median) |")
+    out = [head, "|---|---:|---:|---|---|---|---|---|---:|---|"]
+    for doc, _ in runs.values():
+        p = doc["pooled"]
+        secs = p["executor_seconds"]
+        shares = [share(p[key]) for key in ("selection_accuracy", "recall_at_k", "unpresented_call_rate",
+                                            "malformed_rate", "no_call_rate")]
+        out.append(f"| {doc['scorer']} | {doc['k']} | {p['n_steps']} | {' | '.join(shares)} | "
+                   f"{p['prompt_tokens']['mean']:.0f} | {secs['mean']:.0f} / {secs['median']:.0f} |")
+    return out
+
+
+def paired(runs: dict[str, tuple[dict, list[dict]]]) -> list[str]:
+    out = []
+    for a, b in PAIRS:
+        if a not in runs or b not in runs:
+            continue
+        pairs = list(zip(runs[a][1], runs[b][1]))
+        only_a = sum(bool(x["correct"]) and not y["correct"] for x, y in pairs)
+        only_b = sum(bool(y["correct"]) and not x["correct"] for x, y in pairs)
+        p = binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
+        out.append(f"- {a} against {b}: {only_a} steps right only with {a}, {only_b} only with {b} "
+                   f"(exact McNemar p = {p:.2f})")
+    return out
+
+
+def load_line(out: Path) -> str:
+    path = out / "load.txt"
+    if not path.exists():
+        return "load average: not recorded"
+    one_minute = [float(line.split()[1]) for line in path.read_text().splitlines() if line.strip()]
+    mean = sum(one_minute) / len(one_minute)
+    return (f"1-minute load average over {len(one_minute)} samples (one a minute): "
+            f"min {min(one_minute):.1f}, mean {mean:.1f}, max {max(one_minute):.1f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="the OUT directory of runs.sh")
+    args = parser.parse_args(argv)
+    runs = load_runs(args.out)
+    if not runs:
+        raise SystemExit(f"no run under {args.out} (looked for {', '.join(RUNS)})")
+    print("\n".join([*rows(runs), "", *paired(runs), "", load_line(args.out)]))
+
+
+if __name__ == "__main__":
+    main()
