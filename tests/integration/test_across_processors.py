@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from builders import ROOT, tiny_bert
 
 # fits a 2-member ensemble on seeded random candidates and prints a digest of its float32 weights
@@ -87,15 +88,18 @@ def run_under(pins: dict, tiny: Path, encoders: Path) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def levels(tmp_path_factory) -> list[dict[str, list[str]]]:
-    """What each level printed, the host's best first (three interpreters in turn, ~25 s)."""
+    """What each level printed, the host's best first, no vector extension last (an interpreter each, in
+    turn). On a host whose best is AVX2 the host's level is the AVX2 level, so it runs once."""
     tmp = tmp_path_factory.mktemp("levels")
-    tiny = tiny_bert(tmp / "tiny", vocab=30522)  # the whole vocabulary: 490k distilled entries to compare
-    return [run_under(pins, tiny, tmp / f"encoders{i}") for i, pins in enumerate(LEVELS)]
+    # 4,000 word pieces: 64k distilled entries to compare (in float32 ~3% of them moved: thousands)
+    tiny = tiny_bert(tmp / "tiny")
+    pinned = LEVELS[1:] if torch.backends.cpu.get_cpu_capability() == "AVX2" else LEVELS
+    return [run_under(pins, tiny, tmp / f"encoders{i}") for i, pins in enumerate(pinned)]
 
 
 def same_under_every_level(levels: list[dict[str, list[str]]], part: str) -> None:
     capabilities = [run[part][0] for run in levels]
-    assert capabilities[2] == "DEFAULT", capabilities
+    assert capabilities[-1] == "DEFAULT", capabilities
     if len(set(capabilities)) < 2:
         pytest.skip(f"this processor offers no vector extension to hold back ({capabilities})")
     assert len({tuple(run[part][1:]) for run in levels}) == 1, [run[part] for run in levels]
