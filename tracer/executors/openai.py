@@ -40,10 +40,10 @@ Decisions:
       tries a call and fails to parse is malformed;
     * a call naming a tool that was not presented is still a call (the evaluation counts it as an
       unpresented call, never a correct selection); it is flagged ``raw["not_presented"] = True``;
-    * connection errors, deadline overruns, HTTP 429 and 5xx are retried with exponential back-off
-      (``backoff_s * 2**k``, or the server's ``Retry-After`` when that is longer); other 4xx, an
-      oversized reply and a wrong-shaped one are not. A request that still fails is
-      ``Decision(call=None, error=...)``.
+    * connection errors, deadline overruns, HTTP 429 and 5xx are retried (by tenacity) with exponential
+      back-off (``backoff_s * 2**k``: :func:`tracer.core.backoff.backoff_s`, or the server's
+      ``Retry-After`` when that is longer); other 4xx, an oversized reply and a wrong-shaped one are
+      not. A request that still fails is ``Decision(call=None, error=...)``.
     * every decision carries ``seconds``, the request's wall time (a local server that answers one
       request at a time, as llama_cpp.server does, needs ``concurrency=1`` for it to be a step's own).
 
@@ -63,7 +63,9 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
+from tracer.core.backoff import backoff_s
 from tracer.core.types import ToolCall
 from tracer.executors.base import Decision, Request
 from tracer.executors.completion_schema import Completion, ValidationError, describe_error
@@ -191,26 +193,37 @@ class OpenAIExecutor:
 
     async def _post(self, http: httpx.AsyncClient,
                     payload: Mapping[str, Any]) -> tuple[bytes | None, str | None]:
-        """POST with retries. Returns ``(raw reply, None)`` or ``(None, error text)``."""
+        """POST with retries (which, how many and how long apart: the module docstring). Returns ``(raw
+        reply, None)`` or ``(None, error text)``."""
         self._count(n_requests=1)
         data = json.dumps(payload).encode("utf-8")
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    return await self._attempt(http, data), None
-            except _Retryable as e:
-                last, retry_after = str(e), e.retry_after
-            except TimeoutError:
-                last, retry_after = f"no complete reply from {self.url} within {self.timeout_s:g} s", 0.0
-            except httpx.TransportError as e:  # refused, reset, cut short
-                last, retry_after = f"{type(e).__name__} talking to {self.url}: {_causes(e)}", 0.0
-            except ExecutorError as e:  # not worth another try
-                return None, str(e)
-            if attempt < self.max_retries:
-                self._count(n_retries=1)
-                await asyncio.sleep(max(self.backoff_s * 2**attempt, retry_after))
-        return None, f"gave up after {self.max_retries + 1} attempts: {last}"
+        retrying = AsyncRetrying(stop=stop_after_attempt(self.max_retries + 1),
+                                 retry=retry_if_exception_type(_Retryable), wait=self._wait,
+                                 before_sleep=lambda _: self._count(n_retries=1), reraise=True)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    reply = await self._attempt_in_time(http, data)
+        except _Retryable as e:
+            return None, f"gave up after {self.max_retries + 1} attempts: {e}"
+        except ExecutorError as e:  # not worth another try
+            return None, str(e)
+        return reply, None
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Seconds before retry ``state.attempt_number``: ``backoff_s * 2**(n - 1)``, or the server's
+        ``Retry-After`` when that is longer."""
+        return max(backoff_s(self.backoff_s, state.attempt_number), state.outcome.exception().retry_after)
+
+    async def _attempt_in_time(self, http: httpx.AsyncClient, data: bytes) -> bytes:
+        """:meth:`_attempt` within ``timeout_s``; running out of time or a failed connection is retryable."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._attempt(http, data)
+        except TimeoutError:
+            raise _Retryable(f"no complete reply from {self.url} within {self.timeout_s:g} s") from None
+        except httpx.TransportError as e:  # refused, reset, cut short
+            raise _Retryable(f"{type(e).__name__} talking to {self.url}: {_causes(e)}") from e
 
     async def _attempt(self, http: httpx.AsyncClient, data: bytes) -> bytes:
         """One HTTP attempt: the reply's bytes, read up to ``max_response_bytes``."""
