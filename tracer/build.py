@@ -3,7 +3,7 @@
 
 Hydra stays at the edges: ``evaluate.py`` and ``train.py`` compose a config and call these helpers;
 the layers below never import Hydra. The YAML is the one place for tuned values, so plain-Python
-use builds from the same files::
+use builds from the same files, composed by Hydra's compose API (:func:`load_config`, :func:`load_preset`)::
 
     scorer = build_scorer("tracer_plus", head={"max_epochs": 50})   # tracer/configs/scorer/tracer_plus.yaml
 
@@ -14,11 +14,15 @@ logger gets the run's directory and name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from functools import partial
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.utils import JobRuntime
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -61,42 +65,22 @@ def names(group: str) -> list[str]:
 
 
 def load_config(group: str, name: str, /, **overrides: Any) -> DictConfig:
-    """``tracer/configs/<group>/<name>.yaml`` without Hydra, ``${paths.*}`` resolved from
-    ``paths/default.yaml``, ``overrides`` merged in (nested mappings merge key by key, as
-    ``scorer.head.max_epochs=1`` does on the command line; lists are replaced). A ``seed`` override also
-    stands at the root, as in Hydra's composed config, so a nested ``${seed}`` (a cascade's ``slow`` recipe)
-    resolves to it."""
-    root = OmegaConf.create({"paths": OmegaConf.load(CONFIG_DIR / "paths" / "default.yaml"),
-                             **({"seed": overrides["seed"]} if "seed" in overrides else {}),
-                             group: OmegaConf.merge(_composed(group, name), overrides)})
-    return OmegaConf.create(OmegaConf.to_container(root, resolve=True)[group])
-
-
-def _composed(group: str, name: str) -> DictConfig:
-    """A group's YAML with its defaults list applied as Hydra applies it: each named config of the same
-    group merged in order, the file's own keys at ``_self_`` (last when not listed); ``embedder/fast.yaml``
-    is ``onnx_int8`` this way, ``encoder_training/mnrl_int8.yaml`` is ``mnrl`` plus ``serve_as``; ``name@key``
-    puts a config under ``key`` (:func:`_placed`)."""
-    path = CONFIG_DIR / group / f"{name}.yaml"
-    if not path.is_file():
+    """``tracer/configs/<group>/<name>.yaml`` as Hydra composes it (its defaults list applied:
+    ``embedder/fast.yaml`` is ``onnx_int8``, ``scorer/cascade.yaml`` puts ``tracer_plus`` under ``fast`` and
+    ``slow``), ``${paths.*}`` resolved from ``paths/default.yaml``, ``overrides`` merged in (nested mappings
+    merge key by key, as ``scorer.head.max_epochs=1`` does on the command line; lists are replaced). A
+    ``seed`` override also stands at the root, as in Hydra's composed config, so a nested ``${seed}`` (a
+    cascade's ``slow`` recipe) resolves to it. No dataset is under test: ``embedder/general.yaml``'s
+    ``exclude`` is null."""
+    if name not in names(group):
         raise KeyError(f"unknown {group} {name!r}; valid names: {', '.join(names(group))}")
-    own = OmegaConf.load(path)
-    defaults = list(own.pop("defaults", None) or [])
-    if "_self_" not in defaults:
-        defaults.append("_self_")
-    for d in defaults:
-        if not isinstance(d, str):
-            raise TypeError(f"{path}: defaults: only names of {group} configs (``name`` or ``name@key``) are "
-                            f"supported here, got {d!r}")
-    return OmegaConf.merge(*(own if d == "_self_" else _placed(group, d) for d in defaults))
-
-
-def _placed(group: str, entry: str) -> DictConfig:
-    """A defaults entry of a group config: ``name`` merged at the top, ``name@key`` under ``key`` (Hydra's
-    package override, relative to the including config: ``scorer/cascade.yaml``'s ``tracer_plus@fast``)."""
-    name, _, key = entry.partition("@")
-    cfg = _composed(group, name)
-    return OmegaConf.create({key: cfg}) if key else cfg
+    # each group once: the paths every config resolves against, and the config asked for
+    chosen = {"paths": "default", group: name}
+    root = OmegaConf.create(_composed(str(CONFIG_DIR), None, tuple(f"+{g}={n}" for g, n in chosen.items())))
+    if "seed" in overrides:
+        root.seed = overrides["seed"]
+    root[group] = OmegaConf.merge(root[group], overrides)
+    return OmegaConf.create(plain(root)[group])
 
 
 # the groups a preset (tracer/configs/experiment/preset/*.yaml) chooses
@@ -104,28 +88,41 @@ PRESET_GROUPS = ("scorer", "embedder", "encoder_training")
 
 
 def load_preset(name: str, /, seed: int = 0) -> dict[str, DictConfig | None]:
-    """A preset of ``tracer/configs/experiment/preset/`` without Hydra, as ``train.py experiment=preset/NAME``
-    composes it: per group of :data:`PRESET_GROUPS`, the config its ``override /group: NAME`` names with the
-    file's own keys for that group merged in (``None`` for ``null``); a recipe gets ``seed``."""
-    path = CONFIG_DIR / "experiment" / "preset" / f"{name}.yaml"
-    if not path.is_file():
+    """A preset of ``tracer/configs/experiment/preset/`` as ``train.py experiment=preset/NAME seed=SEED``
+    composes it (a machine-local ``local/default.yaml`` included, as there), with no dataset under test
+    (``embedder/general.yaml``'s ``exclude`` is null: every source trains it): per group of
+    :data:`PRESET_GROUPS` its node, interpolations resolved; ``None`` where the preset chooses ``null``."""
+    if name not in names("experiment/preset"):
         raise KeyError(f"unknown preset {name!r}; valid names: {', '.join(names('experiment/preset'))}")
-    own = OmegaConf.load(path)
-    chosen = {}
-    for entry in own.pop("defaults", None) or []:
-        ((key, value),) = OmegaConf.to_container(entry).items()
-        chosen[key.removeprefix("override").strip().lstrip("/")] = value
-    if set(chosen) != set(PRESET_GROUPS) or set(own) - set(PRESET_GROUPS):
-        raise ValueError(f"{path}: a preset overrides exactly {', '.join(PRESET_GROUPS)} and sets only their "
-                         f"keys, got overrides {sorted(chosen)} and keys {sorted(own)}")
-    keys = {group: plain(own.get(group)) or {} for group in PRESET_GROUPS}
-    for group in PRESET_GROUPS:
-        if chosen[group] is None and keys[group]:
-            raise ValueError(f"{path}: {group} is null but the file sets {sorted(keys[group])}")
-    return {group: None if chosen[group] is None else
-            load_config(group, chosen[group], **keys[group], **({"seed": seed} if group == "encoder_training"
-                                                                 else {}))
+    overrides = (f"experiment=preset/{name}", f"seed={seed}", "~dataset")
+    cfg = plain(OmegaConf.create(_composed(str(CONFIG_DIR), "train", overrides)))
+    return {group: None if cfg.get(group) is None else OmegaConf.create(cfg[group])
             for group in PRESET_GROUPS}
+
+
+@cache
+def _composed(config_dir: str, config_name: str | None, overrides: tuple[str, ...]) -> dict:
+    """Hydra's composition of ``config_dir``'s ``config_name`` (``None``: an empty primary config, the groups
+    chosen by ``+group=name`` overrides) as a plain container, interpolations kept unresolved (each caller
+    builds its own node from it). Composed once per process: a config file edited meanwhile is read by the
+    next process."""
+    with _hydra_at(config_dir):
+        return OmegaConf.to_container(compose(config_name, overrides=list(overrides)))
+
+
+@contextmanager
+def _hydra_at(config_dir: str) -> Iterator[None]:
+    """Hydra initialised at ``config_dir`` for the ``compose`` calls inside. Hydra holds one initialisation
+    per process: the one already there (train.py's or evaluate.py's app, a test's ``initialize_config_dir``)
+    is set aside and put back after, and the job keeps its name (a sweep names each job's log by it)."""
+    outer = GlobalHydra.instance().hydra
+    job_name = JobRuntime.instance().get("name")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir, job_name=job_name, version_base="1.3"):
+            yield
+    finally:
+        GlobalHydra.instance().hydra = outer
 
 
 def node(group: str, cfg: str | Mapping, /, **overrides: Any) -> DictConfig:

@@ -109,14 +109,14 @@ def test_every_option_composes(group, option):
 
 
 # options whose defaults list names other configs of their own group (dataset=jsonl's overrides another group:
-# it is a Hydra-only config)
+# it composes only inside evaluate.yaml or train.yaml)
 WITH_DEFAULTS = [(g, o) for g, o in OPTIONS
                  if all(isinstance(d, str)
                         for d in OmegaConf.load(CONFIG_DIR / g / f"{o}.yaml").get("defaults", [0]))]
 
 
 @pytest.mark.parametrize("group,option", WITH_DEFAULTS, ids=[f"{g}={o}" for g, o in WITH_DEFAULTS])
-def test_plain_python_loading_applies_a_defaults_list_as_hydra_does(group, option):
+def test_plain_python_loading_is_the_node_evaluate_py_composes(group, option):
     cfg = evaluate(f"{group}={option}")
     node = OmegaConf.to_container(cfg[group], resolve=True)
     assert load_config(group, option, **({"seed": cfg.seed} if "seed" in node else {})) == node

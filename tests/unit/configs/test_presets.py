@@ -1,10 +1,13 @@
 """The presets (tracer/configs/experiment/preset/): what each composes to under Hydra, and the same
-without Hydra (tracer.build.load_preset, what Retriever.from_dataset(preset=...) builds)."""
+from plain Python (tracer.build.load_preset, what Retriever.from_dataset(preset=...) builds)."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,9 +18,9 @@ from omegaconf import OmegaConf
 from tracer.build import CONFIG_DIR, PRESET_GROUPS, build_scorer, load_config, load_preset, names
 from tracer.learn.encoders.general import DATASETS, sources_without
 
-# every preset and every config option as tracer.build composes them from the configs of commit 6519e62 with
-# its defaults-list merger written by hand, kept to show that replacing it by Hydra's compose API (issue 57)
-# changes none of them. After a deliberate change of a config, rewrite it with
+# every preset and every config option as tracer.build composed them from the configs of commit 6519e62 with
+# its defaults-list merger written by hand, before Hydra's compose API replaced it (issue 57): the
+# replacement gave the same file, byte for byte. After a deliberate change of a config, rewrite it with
 # `python tests/unit/configs/test_presets.py` and read the diff.
 COMPOSED = Path(__file__).with_name("composed_configs.json")
 # dataset=jsonl also overrides the registry group: it composes only inside evaluate.yaml or train.yaml
@@ -74,7 +77,7 @@ def test_the_cold_start_preset_is_tracer_plus_with_the_novel_slots_over_the_gene
 
 
 @pytest.mark.parametrize("preset", names("experiment/preset"))
-def test_a_preset_loads_without_hydra_as_train_py_composes_it(preset):
+def test_a_preset_loads_from_plain_python_as_train_py_composes_it(preset):
     cfg = compose("train", overrides=[f"experiment=preset/{preset}", "dataset=jsonl", "seed=3"])
     got = load_preset(preset, seed=3)
     for group in PRESET_GROUPS:
@@ -82,26 +85,57 @@ def test_a_preset_loads_without_hydra_as_train_py_composes_it(preset):
         have = OmegaConf.to_container(got[group]) if got[group] is not None else None
         if group == "embedder" and "exclude" in want:
             # train.py's dataset under test, here a directory of yours (no source of the general encoder's);
-            # without Hydra there is none: neither leaves a source out
+            # from plain Python there is none: neither leaves a source out
             assert (want.pop("exclude"), have.pop("exclude")) == ("jsonl", None)
             corpora = want["corpora"]
             assert sources_without("jsonl", corpora) == sources_without(None, corpora)
             assert sources_without(None, corpora) == (*corpora, *DATASETS)
         assert have == want, group
-    with pytest.raises(KeyError, match="unknown preset 'nope'; valid names: best, cascade, cold_start"):
+
+
+@pytest.mark.parametrize("preset", names("experiment/preset"))
+def test_a_preset_changes_only_the_groups_load_preset_returns(preset):
+    """load_preset returns the nodes of PRESET_GROUPS: a preset that set anything else (k, folds, the
+    registry) would run differently under train.py than under Retriever.from_dataset(preset=...)."""
+    cfg = compose("train", overrides=[f"experiment=preset/{preset}"])
+    plain_train = compose("train", overrides=["~experiment"])
+    assert {key: cfg[key] for key in cfg if key not in PRESET_GROUPS} == {
+        key: plain_train[key] for key in plain_train if key not in PRESET_GROUPS}
+
+
+# an app as train.py and evaluate.py are: each job of a sweep composes the scorer of a preset and a config
+EVALUATE_LIKE = textwrap.dedent("""
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from tracer.build import CONFIG_DIR, load_config, load_preset
+
+    @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
+    def main(cfg):
+        app = GlobalHydra.instance().hydra
+        best, fast = load_preset("best")["scorer"], load_config("embedder", "fast")
+        print(cfg.k, best.head.members, fast.variant, HydraConfig.get().job.name,
+              GlobalHydra.instance().hydra is app)
+
+    main()
+""")
+
+
+def test_presets_load_inside_a_hydra_app_and_leave_its_initialisation_as_it_was(tmp_path):
+    """Hydra holds one initialisation per process; inside train.py's or evaluate.py's app load_preset and
+    load_config compose at tracer/configs and put the app's back, its job name kept for the next job."""
+    script = tmp_path / "evaluate_like.py"
+    script.write_text(EVALUATE_LIKE)
+    sweep = [sys.executable, str(script), "-m", "k=3,5", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    run = subprocess.run(sweep, capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines()[-2:] == ["3 10 int8 evaluate_like True", "5 10 int8 evaluate_like True"]
+
+
+def test_an_unknown_preset_is_named_with_the_valid_ones():
+    with pytest.raises(KeyError) as err:
         load_preset("nope")
-
-
-def test_a_preset_that_sets_a_group_it_does_not_choose_is_refused(tmp_path, monkeypatch):
-    import tracer.build as build_module
-
-    (tmp_path / "experiment" / "preset").mkdir(parents=True)
-    bad = tmp_path / "experiment" / "preset" / "bad.yaml"
-    bad.write_text("defaults:\n  - override /scorer: tracer_plus\n  - override /embedder: minilm\n"
-                   "  - override /encoder_training: null\nencoder_training:\n  lr: 0.1\n")
-    monkeypatch.setattr(build_module, "CONFIG_DIR", tmp_path)
-    with pytest.raises(ValueError, match=r"bad.yaml: encoder_training is null but the file sets \['lr'\]"):
-        load_preset("bad")
+    valid = "best, cascade, cold_start, fast, fastest, zero_shot"
+    assert err.value.args == (f"unknown preset 'nope'; valid names: {valid}",)
 
 
 def composed_now() -> dict:
