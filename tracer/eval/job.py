@@ -119,7 +119,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     embedder = build_embedder(cfg["embedder"])
     executor = build_executor(cfg["executor"])
     res = Resources.build(ds.registry, embedder, device=cfg.get("device"), seed=cfg.get("seed", 0),
-                          executor=None if getattr(executor, "is_oracle", False) else executor)
+                          executor=None if executor.is_oracle else executor)
     if regime["name"] == "closed_loop":
         return closed_loop_job(cfg, ds, res, run_dir, f"{executor.name} (oracle: a presented gold is called)")
     scorer_cfg = cfg["scorer"]
@@ -161,7 +161,7 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
     write_json(run_dir / "run_info.json", {
         "config": cfg, "recall_curve": result.recall_curve, "fit_seconds": result.fit_seconds,
         "tokenizer": tokenizer_label(result.records, executor.tokenizer_name),
-        "embeddings_encoded": getattr(embedder, "n_encoded", None), "skipped": dict(ds.skipped),
+        "embeddings_encoded": embedder.n_encoded, "skipped": dict(ds.skipped),
         "scorer_info": result.scorer_info,
         "encoder_training": [{k: v for k, v in h.items() if k != "trajectory_ids"}
                              for h in (fold_encoders.history if fold_encoders else [])],

@@ -36,6 +36,7 @@ from tracer.core.steps import extract_all, extract_steps, iter_calls, step_from_
 from tracer.core.threads import one_thread
 from tracer.core.types import Step, ToolCall, Trajectory
 from tracer.data import Dataset
+from tracer.encode.embedders import CachedEmbedder
 from tracer.envs.base import Environment
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, recall_curve, step_outcome
 from tracer.eval.tokens import TokenCounter
@@ -294,7 +295,8 @@ class Evaluator:
             return []
         sample = random.Random(self.cfg.seed * 1000 + fold).sample(list(steps), n)
         cached = self.res.embedder
-        self.res.embedder = getattr(cached, "inner", cached)  # measure the real encode, not a cache hit
+        # measure the real encode, not a cache hit
+        self.res.embedder = cached.inner if isinstance(cached, CachedEmbedder) else cached
         # one thread: a single short encode gains nothing from a second one, and on a shared machine a
         # second thread waiting for a busy core made the figure 10-20x noisier
         try:

@@ -10,6 +10,7 @@ import torch
 
 from tracer.core.steps import extract_steps, gold_turns, step_from_messages
 from tracer.data import Dataset
+from tracer.encode.embedders import CachedEmbedder
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, paired_test
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
@@ -122,6 +123,41 @@ def test_steps_whose_gold_the_folds_training_never_called_are_unseen(tiny_trajs,
     assert (split["unseen"]
             == {"n_steps": 3, "recall_at_k": 0.0, "mrr": pytest.approx((1 / 3 + 1 / 5 + 1 / 6) / 3)})
     assert split["seen"] == {"n_steps": 7, "recall_at_k": pytest.approx(5 / 7), "mrr": pytest.approx(4.5 / 7)}
+
+
+class EncodesGold(ScriptedScorer):
+    """The scripted scorer that also embeds each step's gold name through its resources' embedder."""
+
+    def score(self, steps):
+        self.res.embedder.encode([s.gold for s in steps])
+        return super().score(steps)
+
+
+def test_latency_is_measured_past_the_embedding_cache(tiny_trajs, tiny_registry, keyword_embedder):
+    """Each sampled step is encoded by the embedder inside the cache, though the cache holds its text, and
+    the cache is the resources' embedder again afterwards."""
+
+    class Counting(type(keyword_embedder)):
+        texts = 0
+
+        def encode(self, texts):
+            Counting.texts += len(texts)
+            return super().encode(texts)
+
+    cached = CachedEmbedder(Counting())
+    res = Resources.build(tiny_registry, cached, device="cpu", seed=0)
+    scorer = EncodesGold()
+    scorer.fit([], res)
+    steps = [s for t in tiny_trajs for s in extract_steps(t)]
+    scorer.score(steps)  # every gold name is in the cache now
+    before = Counting.texts
+    scorer.score(steps)
+    assert Counting.texts == before  # served by the cache
+    ds = Dataset("tiny", tiny_registry, tuple(tiny_trajs))
+    cfg = EvalConfig(k=2, folds=2, seed=0, latency_sample=3, progress=False)
+    times = Evaluator(ds, lambda: scorer, res, OracleExecutor(), cfg).latencies(scorer, None, steps, fold=0)
+    assert len(times) == 3 and Counting.texts == before + 3  # one text a step, each encoded for real
+    assert res.embedder is cached
 
 
 def test_folds_are_identical_across_scorers(tiny_trajs, tiny_resources):
