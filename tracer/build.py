@@ -30,7 +30,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from tracer.core.loggers import MetricLogger, NullLogger
 from tracer.core.types import Registry
 from tracer.data import Dataset
-from tracer.encode.embedders import CachedEmbedder
+from tracer.encode.embedders import BuiltEmbedder, CachedEmbedder
 from tracer.executors import Executor
 from tracer.learn.encoders import EncoderRecipe, FoldEncoders
 from tracer.scoring.protocol import Scorer
@@ -166,7 +166,8 @@ def build_embedder(embedder: str | Mapping = "minilm", /, *, persist_contexts: b
     cfg = dict(plain(node("embedder", embedder, **overrides)))
     cache_dir = cfg.pop("cache_dir")
     inner = build(cfg)
-    return CachedEmbedder(inner, cache_dir, config=getattr(inner, "loads_as", None) or cfg,
+    loads_as = inner.loads_as if isinstance(inner, BuiltEmbedder) else None
+    return CachedEmbedder(inner, cache_dir, config=loads_as or cfg,
                           persist_contexts=persist_contexts)
 
 
