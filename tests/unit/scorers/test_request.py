@@ -190,12 +190,13 @@ def test_the_open_part_of_the_request_claims_a_slot_after_the_first_call(tiny_re
         RequestEvidence(semantic=False, open_slot=True)
 
 
-def test_reserve_puts_the_open_parts_first_then_the_novel_claimants():
+def test_reserve_takes_novel_and_open_part_claimants_in_turn():
     inp = RequestEvidence(candidates=0)  # the merge alone: claims as inputs() leaves them
-    req = RequestInput(np.zeros((2, 3), np.float32), np.zeros((2, 3), bool), [frozenset()] * 2, [], None,
-                       [(), (2,)])
-    assert req.reserve([(1,), (2, 0)]) == [(1,), (2, 0)]
-    assert req.reserve(None) == [(), (2,)]
+    req = RequestInput(np.zeros((3, 4), np.float32), np.zeros((3, 4), bool), [frozenset()] * 3, [], None,
+                       [(), (2,), (3, 1)])
+    # a novel claimant, then an open part's, then the next novel one; an id claimed twice counts once
+    assert req.reserve([(1,), (2, 0), (0, 2)]) == [(1,), (2, 0), (0, 3, 2, 1)]
+    assert req.reserve(None) == [(), (2,), (3, 1)]
     assert replace(req, claims=None).reserve([(1,)]) == [(1,)]
     assert replace(req, claims=None).reserve(None) is None
     assert inp.config()["open_slot"] is False

@@ -28,9 +28,9 @@ vector key), and with ``semantic`` the best matches of the open parts join it to
 model can choose the request's best match even where neither the tries nor the vector search proposed it.
 
 With ``open_slot`` (and ``semantic``), once the turn has made a call, the best match of each part of the
-request still open claims a reserved slot, first part first, before the novel slots' claimants (the last
-slots, :func:`tracer.scoring.ranking.reserved`): what the request still asks is shown even where the logs'
-habit after the last call ranks it low. The first slots stay the model's, so recall@1 does not move.
+request still open claims a reserved slot, first part first, in turn with the novel slots' claimants (the
+last slots, :func:`tracer.scoring.ranking.reserved`): what the request still asks is shown even where the
+logs' habit after the last call ranks it low. The first slots stay the model's, so recall@1 does not move.
 
 One definition for both paths: :meth:`RequestInput.rows` fills one step's rows in numpy, called row by row
 by the batched builder and once by the live step, so the two agree bit for bit given the same embeddings
@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from itertools import zip_longest
 
 import numpy as np
 
@@ -80,13 +81,16 @@ class RequestInput:
                             None if self.claims is None else [self.claims[i] for i in rows])
 
     def reserve(self, novel: Sequence[tuple[int, ...]] | None) -> list[tuple[int, ...]] | None:
-        """Per step, the ids claiming the reserved slots: the open parts' best matches, then the novel
-        claimants ``novel`` (None: no novel slots) not among them; None when neither claims."""
+        """Per step, the ids claiming the reserved slots: the novel claimants ``novel`` (None: no novel
+        slots) and the open parts' best matches taken in turn, a novel one first, each id once; None when
+        neither claims. Neither kind of exploration crowds the other out of the slots: with two slots and
+        claimants of both kinds, each kind has one."""
         if self.claims is None:
             return None if novel is None else list(novel)
         if novel is None:
             return list(self.claims)
-        return [c + tuple(t for t in n if t not in c) for c, n in zip(self.claims, novel)]
+        return [tuple(dict.fromkeys(t for pair in zip_longest(n, c) for t in pair if t is not None))
+                for c, n in zip(self.claims, novel)]
 
     def __len__(self) -> int:
         return len(self.words)
