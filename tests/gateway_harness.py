@@ -1,21 +1,27 @@
 """Serving an ASGI app on a loopback port from a test (uvicorn in a thread, stopped on exit), the
 gateway the tests serve: a small real index (MiniLM, ``tracer_fixed`` on ``data/example``), what the tests
 send it (the tiny tools, a weather request, a minimal chat body, the official ``openai`` client), and raw
-sockets: :func:`raw_request`, a request sent as given, and :func:`drip`, clients that send a request one
-byte at a time."""
+sockets: :func:`raw_request`, a request sent as given, :func:`drip`, clients that send a request one byte
+at a time, and :class:`RawUpstream`, an upstream that answers as no framework would. :func:`metric` reads
+the gateway's ``/metrics``; :func:`mcp_served` serves ``tracer mcp``'s HTTP app in a test's event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
+import httpx
 import openai
 import uvicorn
 from builders import TINY_TOOLS
+from prometheus_client.parser import text_string_to_metric_families
 
 from tracer.retriever import Retriever
 from tracer.serve.gateway import Gateway, GatewayConfig
@@ -109,3 +115,66 @@ def raw_request(url: str, head: bytes, body: bytes = b"", timeout: float = 10.0)
             data += chunk
     status = int(data.split(b" ", 2)[1])
     return status, data.partition(b"\r\n\r\n")[2]
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """The sample ``name`` with exactly ``labels`` on the gateway at ``url`` (``/metrics``); 0 if absent."""
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+class RawUpstream:
+    """An upstream on a raw asyncio socket server in a thread of its own (``with RawUpstream() as up:``,
+    ``up.url`` its ``/v1`` root), for answers no framework gives: a subclass writes ``_connection``."""
+
+    def __init__(self):
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    async def read_request(reader: asyncio.StreamReader) -> bytes:
+        """One request read whole (its body by Content-Length); its head. A closed connection raises
+        ``asyncio.IncompleteReadError``."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        await reader.readexactly(int(length.group(1)) if length else 0)
+        return head
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._connection, sock=sock))
+        self._ready.set()
+        self._loop.run_forever()
+
+    def __enter__(self):
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@contextlib.asynccontextmanager
+async def mcp_served(router) -> AsyncIterator[str]:
+    """``tracer mcp``'s streamable-HTTP app (:meth:`ToolRouter.http_app`) on a loopback port, uvicorn in this
+    event loop; yields the /mcp URL."""
+    server = uvicorn.Server(uvicorn.Config(router.http_app(), host="127.0.0.1", port=0, log_level="warning"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(20):
+            while not server.started:
+                await anyio.sleep(0.02)
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/mcp"
+        server.should_exit = True

@@ -1,12 +1,22 @@
-"""Fixtures of the gateway tests: the index they serve (:func:`gateway_harness.save_test_index`), saved
-once per test module."""
+"""Fixtures of the gateway tests: the index they serve (:func:`gateway_harness.save_test_index`), fitted and
+saved once per worker, and a copy of it for each test module (what a module's tests write, a reload or what
+they learn, stays in its own copy)."""
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 from gateway_harness import save_test_index
 
 
+@pytest.fixture(scope="session")
+def saved_index(tmp_path_factory, minilm) -> Path:
+    """The index as saved once; tests take copies (:func:`index_dir`, or ``shutil.copytree`` of their own)."""
+    return save_test_index(tmp_path_factory.mktemp("gateway-saved") / "index", minilm)
+
+
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("gateway") / "index", minilm)
+def index_dir(tmp_path_factory, saved_index) -> Path:
+    return Path(shutil.copytree(saved_index, tmp_path_factory.mktemp("gateway") / "index"))

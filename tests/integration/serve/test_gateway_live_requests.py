@@ -15,8 +15,7 @@ import httpx
 import openai
 import pytest
 from builders import TINY_TOOLS, call, result
-from gateway_harness import make_gateway, save_test_index, serving
-from prometheus_client.parser import text_string_to_metric_families
+from gateway_harness import make_gateway, metric, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.core.tool_text import tool_text
@@ -39,25 +38,12 @@ STOCK = {"type": "function", "function": {"name": "get_stock_price",
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("live") / "index", minilm)
-
-
-@pytest.fixture(scope="module")
 def reference(index_dir, minilm):
     return Retriever.load(index_dir, embedder=minilm, device="cpu")
 
 
 def client(url: str, key: str = "sk-test") -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return sample.value
-    return 0.0
 
 
 def presented(request: dict) -> list[str]:

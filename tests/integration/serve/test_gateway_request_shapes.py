@@ -15,8 +15,7 @@ import httpx
 import openai
 import pytest
 from builders import TINY_TOOLS
-from gateway_harness import make_gateway, save_test_index, serving
-from prometheus_client.parser import text_string_to_metric_families
+from gateway_harness import make_gateway, metric, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
@@ -26,21 +25,8 @@ TOOLS = [t.to_openai() for t in TINY_TOOLS]
 WEATHER = [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"}]
 
 
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("request-shapes") / "index", minilm)
-
-
 def client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, timeout=30)
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return sample.value
-    return 0.0
 
 
 def allowed_tools(names: list[str], mode: str, shape: str) -> dict:

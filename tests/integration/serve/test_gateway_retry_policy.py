@@ -5,53 +5,29 @@ connection without answering may have run it, so the client gets a 502 and the u
 from __future__ import annotations
 
 import asyncio
-import re
-import socket
-import threading
 
 import httpx
 import openai
 import pytest
-from gateway_harness import CHAT, TOOLS, make_gateway, serving
+from gateway_harness import CHAT, TOOLS, RawUpstream, make_gateway, serving
 
 
-class ReadAndDrop:
+class ReadAndDrop(RawUpstream):
     """A raw-socket upstream that reads each request whole, counts it by method, and closes the
     connection without a byte of answer (what a crashing or overloaded server does after reading)."""
 
     def __init__(self):
+        super().__init__()
         self.methods: list[str] = []
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = re.search(rb"(?i)content-length: *(\d+)", head)
-            await reader.readexactly(int(length.group(1)) if length else 0)
+            head = await self.read_request(reader)
             self.methods.append(head.split(b" ", 1)[0].decode())
         except asyncio.IncompleteReadError:
             pass
         writer.close()
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._connection, sock=sock))
-        self._ready.set()
-        self._loop.run_forever()
-
-    def __enter__(self) -> ReadAndDrop:  # noqa: PYI034 (no typing.Self on 3.10)
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._server.close)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
 
 def test_a_chat_completion_the_upstream_read_and_dropped_is_sent_once(index_dir, minilm):

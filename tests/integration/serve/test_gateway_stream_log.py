@@ -11,9 +11,8 @@ import time
 
 import httpx
 import openai
-import pytest
 from builders import TINY_TOOLS
-from gateway_harness import make_gateway, save_test_index, serving
+from gateway_harness import make_gateway, serving
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -63,11 +62,6 @@ def streaming_upstream() -> Starlette:
         return StreamingResponse(body(), media_type="text/event-stream")
 
     return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("gateway") / "index", minilm)
 
 
 def test_a_streamed_answer_is_logged_with_its_reassembled_tool_calls(index_dir, minilm, tmp_path):

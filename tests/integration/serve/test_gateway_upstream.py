@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import re
 import socket
-import threading
 
 import httpx
-import pytest
-from gateway_harness import make_gateway, save_test_index, serving
+from gateway_harness import RawUpstream, make_gateway, serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,11 +17,6 @@ from starlette.routing import Route
 
 ANSWER = b'{"id": "c", "object": "chat.completion", "choices": []}'
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("gateway") / "index", minilm)
 
 
 def upstream_app() -> Starlette:
@@ -63,25 +55,21 @@ def test_answers_pass_through_byte_for_byte_compressed_with_repeated_headers(ind
         assert httpx.get(url + "/v1/models/m?a=1&b=two").text == "/v1/models/m?a=1&b=two"
 
 
-class DroppingUpstream:
+class DroppingUpstream(RawUpstream):
     """An upstream that answers the first request of each connection and keeps it alive, then closes it
     on the second request without answering: the race between reusing an idle kept-alive connection and
     the server closing it, made to happen every time (a raw socket server: no framework closes this way)."""
 
     def __init__(self):
+        super().__init__()
         self.answered = self.dropped = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         for n in range(2):
             try:
-                head = await reader.readuntil(b"\r\n\r\n")
+                await self.read_request(reader)
             except asyncio.IncompleteReadError:
                 break
-            length = re.search(rb"(?i)content-length: *(\d+)", head)
-            await reader.readexactly(int(length.group(1)) if length else 0)
             if n == 1:
                 self.dropped += 1
                 break
@@ -91,23 +79,6 @@ class DroppingUpstream:
             self.answered += 1
         writer.close()
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._connection, sock=sock))
-        self._ready.set()
-        self._loop.run_forever()
-
-    def __enter__(self) -> DroppingUpstream:  # noqa: PYI034
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._server.close)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
 
 def test_a_kept_alive_connection_the_upstream_dropped_is_retried_only_for_an_idempotent_method(index_dir,

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 from builders import TINY_TOOLS
-from gateway_harness import make_gateway, save_test_index, serving
+from gateway_harness import make_gateway, serving
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from scripted_upstream import ScriptedUpstream
 from stub_openai_server import StubOpenAIServer
@@ -30,11 +30,6 @@ WEATHER_CALL = {"id": "call_0", "type": "function",
                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 EMAIL_CALL = {"id": "call_1", "type": "function",
               "function": {"name": "send_email", "arguments": '{"to": "bob", "body": "sunny"}'}}
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("whole-answers") / "index", minilm)
 
 
 def fresh_client(url: str) -> openai.OpenAI:

@@ -6,9 +6,8 @@ records what it received, a MiniLM index."""
 from __future__ import annotations
 
 import openai
-import pytest
 from builders import call, result
-from gateway_harness import make_gateway, save_test_index, serving
+from gateway_harness import make_gateway, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
@@ -28,11 +27,6 @@ ARCHIVE = {
         },
     },
 }
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("held") / "index", minilm)
 
 
 def held(index_dir, minilm, upstream: str, sink=None):

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 from builders import TINY_TOOLS
-from gateway_harness import make_gateway, save_test_index, serving
+from gateway_harness import make_gateway, serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -31,11 +31,6 @@ from tracer.serve.logging_sink import ConversationLog, LogLimits
 TOOLS = [t.to_openai() for t in TINY_TOOLS]
 OFFERED = TOOLS + [{"type": "function", "function": {"name": f"offered_{i}", "description": "never called"}}
                    for i in range(300)]
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("learning-log") / "index", minilm)
 
 
 def chat(url: str, messages: list, conversation: str, tools=None, outcome: str | None = None, **body):

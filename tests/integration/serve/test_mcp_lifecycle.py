@@ -13,10 +13,8 @@ import sys
 from pathlib import Path
 
 import anyio
-import pytest
-import uvicorn
 from builders import TESTS
-from gateway_harness import save_test_index, serving
+from gateway_harness import mcp_served, serving
 from mcp import Client, types
 from mcp_upstream import FAMILIES, build
 
@@ -27,11 +25,6 @@ from tracer.serve.reload import IndexHolder
 
 UPSTREAM = str(TESTS / "mcp_upstream.py")
 TRAVEL, OFFICE = list(FAMILIES["travel"]), list(FAMILIES["office"])
-
-
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    return save_test_index(tmp_path_factory.mktemp("mcp_lifecycle") / "index", minilm)
 
 
 def holder(index_dir, minilm) -> IndexHolder:
@@ -56,20 +49,6 @@ def top(reference: Retriever, messages: list[dict], among: list[str], k: int = 2
     return [n for n in reference.rank(messages) if n in among][:k]
 
 
-@contextlib.asynccontextmanager
-async def http_served(router: ToolRouter):
-    """The router's streamable-HTTP app on a loopback port (uvicorn in this event loop); yields the /mcp
-    URL."""
-    server = uvicorn.Server(uvicorn.Config(router.http_app(), host="127.0.0.1", port=0, log_level="warning"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(20):
-            while not server.started:
-                await anyio.sleep(0.02)
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/mcp"
-        server.should_exit = True
-
-
 async def until(condition, timeout_s: float = 20.0) -> None:
     with anyio.fail_after(timeout_s):
         while not condition():
@@ -83,7 +62,7 @@ def test_a_session_is_forgotten_when_it_ends(index_dir, minilm, tmp_path):
     big = "what is the weather " * 20_000  # 400 KB
 
     async def scenario() -> None:
-        async with ToolRouter(config, holder(index_dir, minilm), k=2) as router, http_served(router) as url:
+        async with ToolRouter(config, holder(index_dir, minilm), k=2) as router, mcp_served(router) as url:
             for _ in range(4):
                 async with Client(url, mode="legacy") as client:
                     await client.call_tool("find_tools", {"query": big})

@@ -23,13 +23,6 @@ NAMES = [t.name for t in TINY_TOOLS]  # travel's three, then office's three: the
 UPSTREAM = str(TESTS / "mcp_upstream.py")
 
 
-@pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, minilm):
-    path = tmp_path_factory.mktemp("mcp") / "index"
-    Retriever.from_dataset("data/example", "tracer_fixed", embedder=minilm, device="cpu").save(path)
-    return path
-
-
 def write_config(path: Path, office: dict) -> Path:
     path.write_text(json.dumps({"mcpServers": {
         "travel": {"command": sys.executable, "args": [UPSTREAM, "travel"]}, "office": office}}))

@@ -16,8 +16,8 @@ import anyio
 import httpx
 import httpx2
 import pytest
-import uvicorn
 from builders import TESTS
+from gateway_harness import mcp_served
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp_upstream import FAMILIES
@@ -55,19 +55,6 @@ def router_of(index_dir, minilm, config, **options) -> ToolRouter:
     return ToolRouter(config, holder, k=2, **options)
 
 
-@contextlib.asynccontextmanager
-async def http_served(router: ToolRouter):
-    """``tracer mcp``'s HTTP app (:meth:`ToolRouter.http_app`) on a loopback port; yields the /mcp URL."""
-    server = uvicorn.Server(uvicorn.Config(router.http_app(), host="127.0.0.1", port=0, log_level="warning"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(20):
-            while not server.started:
-                await anyio.sleep(0.02)
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/mcp"
-        server.should_exit = True
-
-
 def client(url: str, credential: str | None = None, mode: str = "auto", on_response=None) -> Client:
     """The SDK's client of ``url``, sending ``Authorization: <credential>`` when given."""
     http = httpx2.AsyncClient(headers={"authorization": credential} if credential else None,
@@ -83,7 +70,7 @@ def test_current_protocol_clients_share_nothing_across_tenants(index_dir, minilm
     config = write_config(tmp_path, office=stdio("office"), travel=stdio("travel"))
 
     async def scenario() -> None:
-        async with router_of(index_dir, minilm, config) as router, http_served(router) as url:
+        async with router_of(index_dir, minilm, config) as router, mcp_served(router) as url:
             async with client(url) as fresh:
                 assert fresh.protocol_version == "2026-07-28"
                 first = names(await fresh.list_tools())
@@ -126,7 +113,7 @@ def test_legacy_sessions_are_their_own_and_bound_to_their_credential(index_dir, 
             seen.append(sid)
 
     async def scenario() -> None:
-        async with router_of(index_dir, minilm, config) as router, http_served(router) as url:
+        async with router_of(index_dir, minilm, config) as router, mcp_served(router) as url:
             async with client(url, "Bearer alice", LEGACY, on_response=remember) as alice, \
                     client(url, "Bearer bob", LEGACY) as bob, client(url, mode=LEGACY) as anonymous:
                 assert alice.protocol_version == "2025-11-25"
@@ -158,7 +145,7 @@ def test_a_tenant_flooding_sessions_only_drops_its_own(index_dir, minilm, tmp_pa
     caps = SessionCaps(max_sessions=5, max_tenant_sessions=2)
 
     async def scenario() -> None:
-        async with router_of(index_dir, minilm, config, caps=caps) as router, http_served(router) as url, \
+        async with router_of(index_dir, minilm, config, caps=caps) as router, mcp_served(router) as url, \
                 client(url, "Bearer alice") as alice, client(url, "Bearer mallory") as mallory:
             first = names(await alice.list_tools())
             await alice.call_tool("get_weather", {"city": "Oslo"})
@@ -191,7 +178,7 @@ def test_bare_initialize_posts_do_not_lock_clients_out(index_dir, tmp_path):
                               "http", "--max-sessions", "5", "--handshake-deadline", "1"])
 
     async def scenario() -> None:
-        async with mcp_cli.build(args) as router, http_served(router) as url, \
+        async with mcp_cli.build(args) as router, mcp_served(router) as url, \
                 httpx.AsyncClient(timeout=30) as probe:
             opened = []
             for _ in range(40):
@@ -231,7 +218,7 @@ def test_a_call_to_an_upstream_that_dies_during_it_says_what_happened(index_dir,
 
     async def scenario() -> None:
         async with router_of(index_dir, minilm, config, retries=2, retry_delay_s=1.0) as router, \
-                http_served(router) as url:
+                mcp_served(router) as url:
             travel = router.upstreams["travel"]
             for mode in (LEGACY, "auto"):
                 await until(lambda: travel.alive)  # back after the first death

@@ -8,6 +8,7 @@ client, and ``python -m tracer.cli update`` as a subprocess."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import httpx
 import openai
 import pytest
 from builders import TINY_TOOLS
-from gateway_harness import make_gateway, save_test_index, serving
+from gateway_harness import make_gateway, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.cli import main as tracer_cli
@@ -90,8 +91,8 @@ def update(index: Path, log: Path, cache: Path) -> tuple[int, dict, str]:
 
 
 @pytest.mark.heavy(seconds=30)
-def test_traffic_is_filtered_logged_learned_once_and_ranked(minilm, tmp_path, capsys):
-    index = save_test_index(tmp_path / "index", minilm)
+def test_traffic_is_filtered_logged_learned_once_and_ranked(minilm, saved_index, tmp_path, capsys):
+    index = Path(shutil.copytree(saved_index, tmp_path / "index"))
     sink = ConversationLog(tmp_path / "log")
     with (StubOpenAIServer(policy=policy) as stub,
           serving(make_gateway(index, minilm, stub.url, sink=sink, k=K).app) as url):

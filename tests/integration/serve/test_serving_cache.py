@@ -6,10 +6,12 @@ never evicted)."""
 from __future__ import annotations
 
 import argparse
+import shutil
+from pathlib import Path
 
 import openai
 from builders import TINY_TOOLS
-from gateway_harness import save_test_index, serving
+from gateway_harness import serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.cli import serve
@@ -21,8 +23,9 @@ def _files(root):
     return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
 
 
-def test_a_served_index_persists_no_vector_and_its_memory_stays_at_its_bound(minilm, tmp_path, monkeypatch):
-    index = save_test_index(tmp_path / "index", minilm)
+def test_a_served_index_persists_no_vector_and_its_memory_stays_at_its_bound(saved_index, tmp_path,
+                                                                           monkeypatch):
+    index = Path(shutil.copytree(saved_index, tmp_path / "index"))
     work = tmp_path / "work"
     work.mkdir()
     # where the cache once landed: the working directory
