@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from tracer.build import CONFIG_DIR, PRESET_GROUPS, build_scorer, load_config, load_preset, names
 from tracer.learn.encoders.general import DATASETS, sources_without
 
-# every preset and every config option as tracer.build composed them from the configs of commit 6519e62 with
+# every preset and every config option as tracer.build composed them from the configs of commit 1625619 with
 # its defaults-list merger written by hand, before Hydra's compose API replaced it (issue 57): the
 # replacement gave the same file, byte for byte. After a deliberate change of a config, rewrite it with
 # `python tests/unit/configs/test_presets.py` and read the diff.
