@@ -67,8 +67,10 @@ def test_the_cold_start_preset_is_tracer_plus_with_the_novel_slots_over_the_gene
                                   "scorer.zero_shot.candidates=true", "scorer.zero_shot.usage=null").scorer
     sc = build_scorer(cfg.scorer)
     assert (sc.zero.novel, sc.zero.slots, sc.zero.candidates, sc.zero.usage) == (3, 2, True, None)
-    assert sc.feature_names[-7:-4] == ("zs_score", "zs_rank", "zs_top")  # the fusion's features
-    assert sc.feature_names[-4:] == ("req_bm25", "req_top", "req_name", "never_called")  # the request's
+    request = sc.request.features  # the request's features close the row, after the fusion's
+    assert request == ("req_bm25", "req_top", "req_name", "never_called",
+                       "req_cos", "req_open", "req_open_top")
+    assert sc.feature_names[-len(request) - 3:] == ("zs_score", "zs_rank", "zs_top", *request)
     # trained without the dataset under test (leave-one-dataset-out); nothing trained per fold
     assert cfg.embedder == evaluate("embedder=general", "dataset=tau2").embedder
     assert cfg.embedder.exclude == "tau2" and cfg.get("encoder_training") is None
