@@ -1,6 +1,6 @@
 """The native dataset format: ``tools.json`` plus ``trajectories.jsonl`` (see docs/data.md).
 
-Reading validates at the edge (the rules of :mod:`tracer.core.validate`): a malformed line, a missing
+Reading validates at the edge (the message model of :mod:`tracer.core.messages`): a malformed line, a missing
 field, a call naming an unknown tool, duplicate names, bytes that are not UTF-8 (with their byte
 offset) or an empty dataset each raise :class:`DataError` naming file, line and field.
 
@@ -31,9 +31,10 @@ from typing import Any
 from tracer.core.errors import DataError
 from tracer.core.io import atomic_write
 from tracer.core.lines import DATASET_LINE_BYTES, bounded_lines, open_regular
+from tracer.core.messages import check_messages, check_text
 from tracer.core.store import clean_stale
 from tracer.core.types import Registry, Tool, Trajectory
-from tracer.core.validate import InvalidField, check_messages, check_text
+from tracer.core.validate import InvalidField
 from tracer.data.base import Dataset, register_loader
 
 DATASET_FILES = ("tools.json", "trajectories.jsonl")
