@@ -3,12 +3,14 @@
 A live request is not a training record: clients send ``developer`` messages, content that is a number,
 arguments that are not JSON, tool messages whose call was trimmed from the history. The gateway forwards
 them as they came, but the log is read back by :func:`tracer.data.load_native` and ``tracer update``, so
-before a record is written its messages are brought to the rules of :mod:`tracer.core.validate`:
+before a record is written its messages are brought to the rules of the message model
+(:mod:`tracer.core.messages`, which names what breaks one):
 
 - a ``developer`` message is a system message; a message that is not an object, or whose role is none of
   system/user/assistant/tool, is left out;
 - ``content`` that is not a string, null or a list of content parts is written as its JSON text; a content
-  part that is not ``{"type": ...}`` (or a text part whose ``text`` is not a string) likewise;
+  part that is not ``{"type": ...}`` likewise, and a part's ``text`` that is not a string (a text part's
+  missing one included);
 - a tool call without a function name is left out, and so is ``tool_calls`` on a message that is not the
   assistant's; ``arguments`` given as an object is written as its JSON text; arguments that are not JSON
   encoding an object are written as ``"{}"`` and the raw text is kept in ``metadata.raw_arguments`` (by
@@ -32,23 +34,14 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from tracer.core.validate import ROLES
+from tracer.core.messages import Problem, find_problems, replace_at, valid_unicode, value_at
 
 RAW_CHARS = 1000
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
 
-def _text(s: str) -> str:
-    """``s`` as valid Unicode (a lone surrogate, which UTF-8 cannot encode, becomes ``?``)."""
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "replace").decode("utf-8")
-
-
 def _json_text(value: Any) -> str:
-    return _text(json.dumps(value, default=str))
+    return valid_unicode(json.dumps(value, default=str))
 
 
 # the field of each media part that carries its bytes (OpenAI chat content parts)
@@ -100,90 +93,102 @@ def without_media(messages: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _content(content: Any, fixes: Counter) -> Any:
-    if content is None:
-        return None
-    if isinstance(content, str):
-        return _text(content)
-    if not isinstance(content, list):
-        fixes["content_as_text"] += 1
-        return _json_text(content)
-    parts = []
-    for part in content:
-        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
-            fixes["content_part_as_text"] += 1
-            parts.append({"type": "text", "text": _json_text(part)})
-        elif part["type"] == "text" and not isinstance(part.get("text"), str):
-            fixes["content_part_as_text"] += 1
-            parts.append({**part, "text": _json_text(part.get("text"))})
-        else:
-            parts.append({**part, "text": _text(part["text"])} if part["type"] == "text" else dict(part))
-            if isinstance(part.get("omitted"), Mapping):
-                fixes["media_omitted"] += 1
-    return parts
-
-
-def _arguments(args: Any, fixes: Counter) -> tuple[Any, str | None]:
-    """(arguments as the rules want them, the raw text when it was replaced by ``"{}"``)."""
-    if args is None or args == "":
-        return args, None
-    if isinstance(args, Mapping):
-        fixes["arguments_object_as_text"] += 1
-        return _json_text(args), None
-    raw = _text(args) if isinstance(args, str) else _json_text(args)
-    try:
-        if isinstance(args, str) and isinstance(json.loads(raw), dict):
-            return raw, None
-    except ValueError:
-        pass
-    fixes["arguments_replaced"] += 1
-    return "{}", raw[:RAW_CHARS]
-
-
-def _call(call: Any, fixes: Counter, raw: dict[str, str], at: str) -> dict | None:
-    fn = call.get("function") if isinstance(call, Mapping) else None
-    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
-        fixes["call_dropped"] += 1
-        return None
-    args, replaced = _arguments(fn.get("arguments"), fixes)
-    if replaced is not None:
-        raw[at] = replaced
-    return {**call, "function": {**fn, "name": _text(fn["name"]), "arguments": args}}
-
-
 def normalise(messages: Sequence[Any]) -> tuple[list[dict], Counter, dict[str, str]]:
-    """(messages under the loader's rules, what was changed by rule, raw arguments replaced by position)."""
+    """(messages under the loader's rules, what was changed by rule, raw arguments replaced by position).
+
+    The message model (:mod:`tracer.core.messages`) names what breaks a rule; each problem is repaired or its
+    message or call left out (module docstring), a message the model accepts is copied as it is."""
+    messages = list(messages)
+    found = find_problems(messages)
     out: list[dict] = []
     fixes: Counter = Counter()
     raw: dict[str, str] = {}
     call_ids: set[str] = set()
-    for m in messages:
-        if not isinstance(m, Mapping) or m.get("role") not in (*ROLES, "developer"):
+    for j, m in enumerate(messages):
+        m, raw_by_call = _repaired(m, found.get(j, ()), fixes)
+        if m is None:
             fixes["message_dropped"] += 1
             continue
-        m = dict(m)
-        if m["role"] == "developer":
-            fixes["developer_as_system"] += 1
-            m["role"] = "system"
-        if "content" in m:
-            m["content"] = _content(m["content"], fixes)
-        calls = m.pop("tool_calls", None)
-        if calls and (m["role"] != "assistant" or not isinstance(calls, list)):
-            fixes["tool_calls_dropped"] += 1
-        elif calls:
-            kept: list[dict] = []
-            for c in calls:  # raw arguments are keyed by the call's position in what is written
-                made = _call(c, fixes, raw, f"messages[{len(out)}].tool_calls[{len(kept)}]")
-                if made is not None:
-                    kept.append(made)
-            m["tool_calls"] = kept
-            call_ids.update(c["id"] for c in kept if isinstance(c.get("id"), str) and c["id"])
         if m["role"] == "tool" and not (isinstance(m.get("tool_call_id"), str)
                                         and m["tool_call_id"] in call_ids):
             fixes["orphan_tool_message_dropped"] += 1
             continue
+        call_ids.update(c["id"] for c in m.get("tool_calls", ()) if isinstance(c.get("id"), str) and c["id"])
+        for c, text in raw_by_call.items():  # keyed by the call's position in what is written
+            raw[f"messages[{len(out)}].tool_calls[{c}]"] = text
         out.append(m)
     return out, fixes, raw
+
+
+_LEFT_OUT = object()  # a repair's answer for a call or a tool_calls field that is not written
+
+
+def _repaired(m: Any, problems: Sequence[Problem], fixes: Counter) -> tuple[dict | None, dict[int, str]]:
+    """(message ``m`` under the loader's rules, or None when it is left out; the raw text of the arguments
+    replaced by ``"{}"``, by the call's position among those written)."""
+    raw: dict[int, str] = {}
+    rewritten: list[tuple] = []  # places rewritten whole: the problems inside one are gone with it
+    for p in problems:
+        if any(p.at[:len(place)] == place for place in rewritten):
+            continue
+        if p.kind in ("not_a_message", "role_type", "unknown_role"):
+            return None, {}
+        if p.kind == "no_function_name":  # the call is left out whole
+            fixes["call_dropped"] += 1
+            place, value = p.at[:2], _LEFT_OUT
+        else:
+            place, value = p.at, _repair(p, value_at(m, p.at), fixes, raw)
+        m = replace_at(m, place, value)
+        rewritten.append(place)
+    m = dict(m)
+    if isinstance(m.get("content"), list):
+        m["content"] = [dict(part) for part in m["content"]]
+        omitted = sum(isinstance(part.get("omitted"), Mapping) for part in m["content"])
+        if omitted:
+            fixes["media_omitted"] += omitted
+    calls = m.pop("tool_calls", None)
+    if calls is _LEFT_OUT:
+        return m, {}
+    if calls:
+        kept = [(c, call) for c, call in enumerate(calls) if call is not _LEFT_OUT]
+        m["tool_calls"] = [_written_call(call) for _, call in kept]
+        raw = {new: raw[old] for new, (old, _) in enumerate(kept) if old in raw}
+    return m, raw
+
+
+def _written_call(call: Mapping[str, Any]) -> dict:
+    """A copy of ``call`` whose function has its ``arguments`` field (null when it had none)."""
+    fn = call["function"]
+    return {**call, "function": {**fn, "arguments": fn.get("arguments")}}
+
+
+def _repair(p: Problem, value: Any, fixes: Counter, raw: dict[int, str]) -> Any:
+    """What is written where problem ``p`` was found (``value``), each change counted by rule."""
+    kind = p.kind
+    if kind == "developer_role":
+        fixes["developer_as_system"] += 1
+        return "system"
+    if kind == "bad_unicode":
+        return valid_unicode(value)
+    if kind == "content_type":
+        fixes["content_as_text"] += 1
+        return _json_text(value)
+    if kind in ("part_not_object", "part_without_type"):
+        fixes["content_part_as_text"] += 1
+        return {"type": "text", "text": _json_text(value)}
+    if kind in ("text_missing", "text_type"):
+        fixes["content_part_as_text"] += 1
+        return _json_text(value)
+    if kind in ("misplaced_tool_calls", "tool_calls_type"):
+        fixes["tool_calls_dropped"] += 1
+        return _LEFT_OUT
+    if kind == "arguments_type" and isinstance(value, Mapping):
+        fixes["arguments_object_as_text"] += 1
+        return _json_text(value)
+    # arguments_type (not an object), arguments_json, arguments_object: "{}", the raw text kept
+    fixes["arguments_replaced"] += 1
+    raw[p.at[1]] = (valid_unicode(value) if isinstance(value, str) else _json_text(value))[:RAW_CHARS]
+    return "{}"
 
 
 def called_names(messages: Sequence[Any]) -> Iterator[str]:
@@ -193,7 +198,7 @@ def called_names(messages: Sequence[Any]) -> Iterator[str]:
             for c in m["tool_calls"]:
                 fn = c.get("function") if isinstance(c, Mapping) else None
                 if isinstance(fn, Mapping) and isinstance(fn.get("name"), str) and fn["name"]:
-                    yield _text(fn["name"])
+                    yield valid_unicode(fn["name"])
 
 
 def tool_schema(name: str, offered: Any = None) -> dict:
@@ -204,7 +209,7 @@ def tool_schema(name: str, offered: Any = None) -> dict:
     desc = fn.get("description")
     params = fn.get("parameters")
     return {"type": "function",
-            "function": {"name": name, "description": _text(desc) if isinstance(desc, str) else "",
+            "function": {"name": name, "description": valid_unicode(desc) if isinstance(desc, str) else "",
                          "parameters": params if isinstance(params, dict) else EMPTY_PARAMETERS}}
 
 
@@ -215,7 +220,7 @@ def build_record(conversation: str, messages: Sequence[Any], presented: Sequence
     no request of the conversation offered (a model's invented name; ``tracer update`` does not learn
     them)."""
     msgs, fixes, raw = normalise(messages)
-    group = _text(conversation) if conversation.strip() else "-"
+    group = valid_unicode(conversation) if conversation.strip() else "-"
     meta: dict[str, Any] = {"called": list(called_names(msgs)), "presented": list(presented),
                             "outcome": outcome}
     if fixes:
@@ -255,7 +260,8 @@ def valid_record(record: Any) -> dict[str, Any]:
     if problem is not None:
         raise InvalidRecord(problem)
     msgs, fixes, _ = normalise(record["messages"])
-    out = {**record, "id": _text(record["id"]), "group": _text(record["group"]), "messages": msgs}
+    out = {**record, "id": valid_unicode(record["id"]), "group": valid_unicode(record["group"]),
+           "messages": msgs}
     if fixes:
         out["metadata"] = {**(record.get("metadata") or {}), "normalised_after_redaction": dict(fixes)}
     return out
