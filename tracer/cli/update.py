@@ -21,7 +21,7 @@ The log is read bounded (:mod:`tracer.core.lines`): only regular files (a device
 FIFO is refused, exit 2), and a line longer than ``--max-line-bytes`` (default 1 MiB, the gateway's
 ``--log-max-record-bytes``: the longest line it writes) is a bad line, read past without being held.
 
-A bad line (not JSON, a field that breaks the rules of :mod:`tracer.core.validate`, a call to a tool neither
+A bad line (not JSON, a field that breaks the rules of :mod:`tracer.core.messages`, a call to a tool neither
 the index nor ``tools.json`` knows, a repeated id) is skipped, and so is a gateway record that calls a tool
 the index lacks and no request of any logged conversation offered (``metadata.unoffered``: a name the model
 invented; learning it would rank the invention among real tools) and listed in the report as ``file:line:
