@@ -1,20 +1,25 @@
 """python -m experiments.real_model.table OUT: the table of experiments/real_model/runs.sh's runs.
 
-Reads OUT/<scorer>_k<k>/metrics.json ("pooled", regime=selection) and steps.jsonl, checks that every run
-asked about the same steps, and prints one Markdown row per run: the model's selection accuracy and the
-oracle's (the gold among the presented tools, recall@k on the same steps), each with its Wilson 95% interval,
-the outcome shares, the server's prompt tokens and the wall seconds per step; then the paired comparisons
-(steps one run got right and the other wrong, with the exact McNemar p-value) and the load average during the
-runs (OUT/load.txt).
+Reads OUT/<scorer>_k<k>/metrics.json and steps.jsonl (regime=selection), checks that every run asked about
+the same steps or a part of them (a smaller regime.steps with the same seed draws the first of the same
+steps), and prints one Markdown row per run: the model's selection accuracy and the oracle's (the gold among
+the presented tools, recall@k on the same steps), each with its Wilson 95% interval, the outcome shares, the
+server's prompt tokens and the wall seconds per step; the same rows on the steps every run was asked about,
+when some run was asked about fewer; then the paired comparisons on the steps both runs share (steps one run
+got right and the other wrong, with the exact McNemar p-value) and the load average during the runs
+(OUT/load.txt).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 from scipy.stats import binomtest
+
+from tracer.eval.pooled import share as share_of
 
 RUNS = ("tracer_plus_k3", "tracer_plus_k5", "vector_k5")
 PAIRS = (("tracer_plus_k5", "vector_k5"), ("tracer_plus_k3", "tracer_plus_k5"),
@@ -26,6 +31,10 @@ def share(s: dict) -> str:
     return f"{s['rate']:.2f} [{low:.2f}, {high:.2f}] ({s['successes']}/{s['n']})"
 
 
+def key(step: dict) -> tuple[str, int]:
+    return step["trajectory_id"], step["step"]
+
+
 def load_runs(out: Path) -> dict[str, tuple[dict, list[dict]]]:
     runs = {}
     for name in RUNS:
@@ -33,19 +42,32 @@ def load_runs(out: Path) -> dict[str, tuple[dict, list[dict]]]:
             continue
         doc = json.loads((out / name / "metrics.json").read_text())
         steps = [json.loads(line) for line in (out / name / "steps.jsonl").read_text().splitlines()]
-        runs[name] = (doc, sorted(steps, key=lambda s: (s["trajectory_id"], s["step"])))
-    keys = {name: [(s["trajectory_id"], s["step"]) for s in steps] for name, (_, steps) in runs.items()}
-    if len({tuple(k) for k in keys.values()}) > 1:
+        runs[name] = (doc, sorted(steps, key=key))
+    keys = {name: {key(s) for s in steps} for name, (_, steps) in runs.items()}
+    largest = max(keys.values(), key=len, default=set())
+    if any(not k <= largest for k in keys.values()):
         raise SystemExit(f"the runs in {out} were not asked about the same steps: {keys}")
     return runs
 
 
-def rows(runs: dict[str, tuple[dict, list[dict]]]) -> list[str]:
+def pooled(steps: list[dict]) -> dict:
+    """The shares and costs of ``metrics.json``'s pooled block, from the step lines."""
+    seconds = [s["executor_seconds"] for s in steps]
+    return {"n_steps": len(steps),
+            **{name: share_of([bool(s[field]) for s in steps]) for name, field in (
+                ("selection_accuracy", "correct"), ("recall_at_k", "hit_at_k"),
+                ("unpresented_call_rate", "unpresented"), ("malformed_rate", "malformed"),
+                ("no_call_rate", "no_call"))},
+            "prompt_tokens": {"mean": statistics.mean(s["prompt_tokens"] for s in steps)},
+            "executor_seconds": {"mean": statistics.mean(seconds), "median": statistics.median(seconds)}}
+
+
+def rows(runs: dict[str, tuple[dict, list[dict]]], only: set | None = None) -> list[str]:
     head = ("| scorer | k | steps | Qwen: gold called | oracle (gold presented) | unpresented call | "
             "malformed | no call | prompt tokens (mean) | wall s per step (mean / median) |")
     out = [head, "|---|---:|---:|---|---|---|---|---|---:|---|"]
-    for doc, _ in runs.values():
-        p = doc["pooled"]
+    for doc, steps in runs.values():
+        p = pooled([s for s in steps if only is None or key(s) in only])
         secs = p["executor_seconds"]
         shares = [share(p[key]) for key in ("selection_accuracy", "recall_at_k", "unpresented_call_rate",
                                             "malformed_rate", "no_call_rate")]
@@ -59,12 +81,13 @@ def paired(runs: dict[str, tuple[dict, list[dict]]]) -> list[str]:
     for a, b in PAIRS:
         if a not in runs or b not in runs:
             continue
-        pairs = list(zip(runs[a][1], runs[b][1]))
+        common = {key(s) for s in runs[a][1]} & {key(s) for s in runs[b][1]}
+        pairs = list(zip(*([s for s in runs[name][1] if key(s) in common] for name in (a, b))))
         only_a = sum(bool(x["correct"]) and not y["correct"] for x, y in pairs)
         only_b = sum(bool(y["correct"]) and not x["correct"] for x, y in pairs)
         p = binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
-        out.append(f"- {a} against {b}: {only_a} steps right only with {a}, {only_b} only with {b} "
-                   f"(exact McNemar p = {p:.2f})")
+        out.append(f"- {a} against {b} on their {len(pairs)} common steps: {only_a} right only with {a}, "
+                   f"{only_b} only with {b} (exact McNemar p = {p:.2f})")
     return out
 
 
@@ -86,7 +109,11 @@ def main(argv: list[str] | None = None) -> None:
     runs = load_runs(args.out)
     if not runs:
         raise SystemExit(f"no run under {args.out} (looked for {', '.join(RUNS)})")
-    print("\n".join([*rows(runs), "", *paired(runs), "", load_line(args.out)]))
+    lines = rows(runs)
+    common = set.intersection(*({key(s) for s in steps} for _, steps in runs.values()))
+    if any(len(steps) > len(common) for _, steps in runs.values()):
+        lines += ["", f"On the {len(common)} steps every run was asked about:", "", *rows(runs, common)]
+    print("\n".join([*lines, "", *paired(runs), "", load_line(args.out)]))
 
 
 if __name__ == "__main__":
