@@ -15,6 +15,7 @@ from tracer.build import build_scorer
 from tracer.core.steps import extract_all, extract_steps
 from tracer.encode.index import ToolIndex
 from tracer.scorers.bm25 import BM25Scorer
+from tracer.scorers.tracer_plus.fit import CandidateData, choose_open_slot
 from tracer.scorers.tracer_plus.request import (
     REQUEST_FEATURES,
     SEMANTIC_FEATURES,
@@ -181,6 +182,11 @@ def test_the_open_part_of_the_request_claims_a_slot_after_the_first_call(tiny_re
         presented[open_slot] = finalize(scorer.score([first, second]), 2, scorer.pad).presented
         live = [scorer.select_one(s, scorer.embed([s]), 2) for s in (first, second)]
         assert live == presented[open_slot]                                              # live = batched
+        if open_slot:  # the fit judged the slot on the logs; where it loses recall there, it does not serve
+            assert scorer.history["open_slot"] is True and scorer.open_slot_serves
+            scorer.history["open_slot"] = False
+            assert finalize(scorer.score([first, second]), 2, scorer.pad).presented[1] != presented[True][1]
+            assert scorer.select_one(second, scorer.embed([second]), 2) != presented[True][1]
     # the first slot stays the model's (the habit's send_email); the open part's best match takes the last
     assert [[names[t] for t in p] for p in presented[False]] == [["get_weather", "list_files"],
                                                                  ["send_email", "search_flights"]]
@@ -200,3 +206,22 @@ def test_reserve_takes_novel_and_open_part_claimants_in_turn():
     assert replace(req, claims=None).reserve([(1,)]) == [(1,)]
     assert replace(req, claims=None).reserve(None) is None
     assert inp.config()["open_slot"] is False
+
+
+def test_the_open_slot_serves_unless_it_loses_recall_on_the_logs():
+    # three training steps, each with candidates 0, 1, 2 scored 3 > 2 > 1, k = 2: the model presents 0, 1 and
+    # the slot would present 0, 2 (tool 2 is every step's open-part claimant)
+    def data(golds):
+        s = len(golds)
+        return CandidateData(torch.zeros(s, 3, 1), torch.ones(s, 3, dtype=torch.bool),
+                             torch.tensor(golds), torch.zeros(s, dtype=torch.long),
+                             torch.tensor([[0, 1, 2]] * s), torch.arange(s))
+    scores = torch.tensor([[3.0, 2.0, 1.0]] * 3)
+    claims = [(2,), (2,), (2,)]
+    tie = choose_open_slot(scores[:2], data([2, 1]), claims, k=2, slots=1)      # wins one, loses one
+    assert tie == {"open_slot": True, "open_slot_recall": 0.5, "no_open_slot_recall": 0.5}
+    lose = choose_open_slot(scores, data([2, 1, 1]), claims, k=2, slots=1)
+    assert lose["open_slot"] is False and lose["no_open_slot_recall"] == pytest.approx(2 / 3)
+    # a gold outside the candidates (IGNORE) is a miss either way
+    missed = choose_open_slot(scores[:1], data([-100]), claims, k=2, slots=1)
+    assert missed == {"open_slot": True, "open_slot_recall": 0.0, "no_open_slot_recall": 0.0}

@@ -29,6 +29,7 @@ from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model
 from tracer.scorers.tracer_plus.request import RequestInput
 from tracer.scorers.tracer_plus.step import candidates_rows
+from tracer.scoring.ranking import reserved
 from tracer.scoring.resources import Resources, fallback_scores
 
 # held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never
@@ -45,6 +46,8 @@ class CandidateData:
     mask: torch.Tensor    # [S, C]
     gold: torch.Tensor    # [S] candidate index, IGNORE where the gold is not a candidate
     fold: torch.Tensor    # [S] inner fold the step was held out in
+    tool: torch.Tensor | None = None  # [S, C] the candidates' registry ids (0 where masked)
+    step: torch.Tensor | None = None  # [S] each row's index in the training steps
 
     def __len__(self) -> int:
         return len(self.gold)
@@ -60,9 +63,12 @@ class CandidateData:
     @staticmethod
     def cat(parts: Sequence[CandidateData]) -> CandidateData:
         width = max([p.mask.shape[1] for p in parts] + [1])
+        known = all(p.tool is not None and p.step is not None for p in parts)
         return CandidateData(
             pad_cat([p.feats for p in parts], width, 0.0), pad_cat([p.mask for p in parts], width, False),
-            torch.cat([p.gold for p in parts]), torch.cat([p.fold for p in parts]))
+            torch.cat([p.gold for p in parts]), torch.cat([p.fold for p in parts]),
+            pad_cat([p.tool for p in parts], width, 0) if known else None,
+            torch.cat([p.step for p in parts]) if known else None)
 
 
 def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor,
@@ -115,7 +121,7 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
         req = None if evidence is None else evidence.take(held.tolist())
         cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs, req)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
-                             torch.full((len(held),), f))
+                             torch.full((len(held),), f), cand.tool.cpu(), held.cpu())
 
     return CandidateData.cat(out_of_fold([s.group for s in steps], inner_folds, seed, build, score))
 
@@ -184,6 +190,33 @@ def nll_on(model: CandidateModel, data: CandidateData) -> Callable[..., tuple[to
         return masked_nll(logits, data.mask, data.gold)
 
     return loss
+
+
+def choose_open_slot(scores: torch.Tensor, data: CandidateData, claims: Sequence[tuple[int, ...]], k: int,
+                     slots: int) -> dict:
+    """Whether the request's open parts earn their reserved slot on these logs (``request.open_slot``).
+
+    On the training steps, out of fold: the model's top k of its candidates by ``scores [S, C]`` (-inf where
+    masked), with and without the open parts' claimants (``claims``, per training step) in the last
+    ``slots`` slots (:func:`tracer.scoring.ranking.reserved`); the slot serves unless it loses recall@k.
+    Where a turn's calls follow a procedure rather than the parts of its request (tau2's customer-service
+    flows), the open parts' best matches are noise and the slot would cost recall; where requests list what
+    to do (BFCL), it wins. The novel slots' claimants are left out of the comparison (the never-called tools
+    of a fold are not those of the served index)."""
+    order = torch.argsort(scores, dim=1, descending=True, stable=True)                  # [S, C]
+    ranked = data.tool.gather(1, order)                                                 # [S, C]
+    n_cand = data.mask.sum(1)                                                           # [S]
+    gold = data.tool.gather(1, data.gold.clamp_min(0)[:, None])[:, 0]                   # [S]
+    without = with_slot = 0
+    # a gold outside the candidates is a miss either way (a claimant is always a candidate)
+    for i in torch.nonzero(data.covered).squeeze(1).tolist():
+        top = tuple(ranked[i, :min(k, int(n_cand[i]))].tolist())
+        g = int(gold[i])
+        without += g in top
+        with_slot += g in reserved(top, claims[int(data.step[i])], k, slots)
+    n = max(len(data), 1)
+    return {"open_slot": with_slot >= without, "open_slot_recall": with_slot / n,
+            "no_open_slot_recall": without / n}
 
 
 def _rows(data: CandidateData, rows: torch.Tensor) -> CandidateData:

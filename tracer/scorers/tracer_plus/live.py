@@ -51,7 +51,7 @@ class LiveStep:
         novel = None
         if self.zero.novel:  # the last slots' claimants, as batched
             novel = self.zero.reserve(zs if self.zero.novel_needs_fusion else vec[None], self.never_called)
-        claimants = novel if req is None else req.reserve(novel)
+        claimants = req.reserve(novel) if req is not None and self.open_slot_serves else novel
         if claimants is not None:
             one.reserve = claimants[0]
         return one, s, vec

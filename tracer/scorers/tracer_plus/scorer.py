@@ -40,7 +40,12 @@ from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import parse_key
 from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer_plus.features import Candidates, candidates, coverage, feature_names, keep_mask
-from tracer.scorers.tracer_plus.fit import clean_fold_view, inner_fold_candidates, train_model
+from tracer.scorers.tracer_plus.fit import (
+    choose_open_slot,
+    clean_fold_view,
+    inner_fold_candidates,
+    train_model,
+)
 from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
 from tracer.scorers.tracer_plus.live import LiveStep
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
@@ -135,6 +140,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         cfg = self.head_cfg
         seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
         evidence = (lambda r: self.request.inputs(steps, r)) if self.request else None
+        request = evidence(res) if evidence else None                          # the steps' request evidence
         view = clean_fold_view(res, steps, lambda r: self.embed(steps, r), evidence)
         folds = int(cfg["inner_folds"])  # a transferred model's guard may see fewer groups than that
         folds = max(2, min(folds, len({s.group for s in steps}))) if self.transfer else folds
@@ -148,7 +154,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
                         res.registry.names, res.device, seed=inner_seed(seed, 0), fold_view=view,
                         approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None,
-                        request=evidence(res) if evidence else None)
+                        request=request)
         guard = partial(self.zero.choose, transferred=bool(self.transfer))  # (scores, gold, zero-shot hits)
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
@@ -174,6 +180,9 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                 self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
             if self.zero.guard:
                 hist.update(guard(self.inner_scores, data.gold, self.zero.hits(zero(), gold.numpy())))
+            if request is not None and request.claims is not None:  # does the open parts' slot pay here?
+                hist.update(choose_open_slot(self.inner_scores, data, request.claims, self.zero.k,
+                                             self.reserve_slots))
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1,
@@ -217,6 +226,12 @@ class TracerPlusScorer(LiveStep, ScorerBase):
     @property
     def zero_shot_only(self) -> bool:  # cold, or the guard found the zero-shot ranking better than the model
         return self.cold or self.history.get("serves") == "zero_shot"
+
+    @property
+    def open_slot_serves(self) -> bool:
+        """The request's open parts claim a slot: ``request.open_slot`` on, and the fit found it does not
+        lose recall on the logs (:func:`choose_open_slot`; an index fitted before the choice: on)."""
+        return bool(self.request and self.request.open_slot and self.history.get("open_slot", True))
 
     @property
     def reserve_slots(self) -> int:
@@ -265,7 +280,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             if self.zero.novel:  # never-called tools of the vector or the fusion's top j
                 source = zero if self.zero.novel_needs_fusion else vec.cpu().numpy()     # [B, N]
                 novel = self.zero.reserve(source, self.never_called)
-            reserve = novel if req is None else req.reserve(novel)
+            reserve = req.reserve(novel) if req is not None and self.open_slot_serves else novel
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
             fallback=torch.from_numpy(zero) if self.zero_shot_only else vec,
