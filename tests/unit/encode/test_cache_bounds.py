@@ -32,6 +32,19 @@ def test_memory_is_a_bounded_lru():
     assert len(emb) == 3
 
 
+def test_a_bound_set_later_keeps_the_most_recently_used():
+    emb = CachedEmbedder(KeywordEmbedder(), max_entries=4)
+    for t in [*TEXTS[:4], TEXTS[0]]:                                             # 0 used again: the newest
+        emb.encode([t])
+    emb.max_entries = 2                                                          # what the gateway test does
+    emb.encode([TEXTS[4]])                                                       # holds 0 and 4
+    assert emb.max_entries == 2 and len(emb) == 2 and emb.n_encoded == 5
+    emb.encode([TEXTS[0], TEXTS[4]])
+    assert emb.n_encoded == 5                                                    # both kept
+    emb.encode([TEXTS[3]])
+    assert emb.n_encoded == 6                                                    # 3 was not
+
+
 def test_a_cache_told_so_keeps_contexts_in_memory_and_tool_texts_on_disk(tmp_path):
     tools, contexts = TEXTS[:2], TEXTS[2:]
     emb = CachedEmbedder(KeywordEmbedder(), tmp_path, persist_contexts=False)
