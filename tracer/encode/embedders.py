@@ -10,8 +10,10 @@ without it; nothing is probed with ``getattr``:
   texts go through ``encode``);
 - :class:`ReadsTools`: ``tool_text``, how the model was trained to read tools (default: name and
   description);
-- :class:`tracer.encode.bundle.Carried`: ``fingerprint`` and ``served()``, the files it runs on, which key the
-  embedding cache and which a saved index carries (default: keyed by name, nothing carried);
+- :class:`tracer.encode.bundle.Fingerprinted`: ``fingerprint``, the content hash of the files it is built
+  from, which the embedding cache keys vectors by (default: keyed by its name alone);
+- :class:`tracer.encode.bundle.Carried`: ``served()``, the files a saved index carries for it (default:
+  nothing carried);
 - :class:`BuiltEmbedder`: ``loads_as``, the plain config that loads what a builder made (default: the config
   that built it).
 """
@@ -31,7 +33,7 @@ import torch
 
 from tracer.core.tool_text import check_tool_text, tool_text
 from tracer.core.types import Tool
-from tracer.encode.bundle import Carried, Served, every_file
+from tracer.encode.bundle import Fingerprinted, Served, every_file
 from tracer.encode.manifest import fingerprint
 from tracer.encode.shards import read_shards, write_shard
 
@@ -226,7 +228,7 @@ class CachedEmbedder:
         self.name = inner.name
         self.dim = inner.dim
         self.tool_text = tool_style(inner)
-        self.fingerprint = inner.fingerprint if isinstance(inner, Carried) else ""
+        self.fingerprint = inner.fingerprint if isinstance(inner, Fingerprinted) else ""
         self.persist_contexts = persist_contexts
         self.max_entries = max_entries
         self.n_encoded = 0

@@ -9,7 +9,7 @@ from builders import KeywordEmbedder
 
 from tracer.core.tool_text import tool_text
 from tracer.core.types import Tool
-from tracer.encode.bundle import ENCODERS, Carried, Served, carry
+from tracer.encode.bundle import ENCODERS, Carried, Fingerprinted, Served, carry
 from tracer.encode.embedders import (
     BuiltEmbedder,
     CachedEmbedder,
@@ -48,7 +48,7 @@ class Declaring(KeywordEmbedder):
 def test_an_embedder_with_only_the_core_gets_every_default(tmp_path):
     plain = KeywordEmbedder()
     assert isinstance(plain, Embedder)
-    assert not isinstance(plain, (ToolSide, ReadsTools, Carried, BuiltEmbedder))
+    assert not isinstance(plain, (ToolSide, ReadsTools, Fingerprinted, Carried, BuiltEmbedder))
     assert tool_style(plain) == "name_description"
     texts = ["book a flight", "email Bob"]
     assert torch.equal(encode_tools(plain, texts), plain.encode(texts))
@@ -65,7 +65,7 @@ def test_declared_capabilities_are_read_through_their_protocols(tmp_path):
     (tmp_path / "model" / "unused.txt").write_text("not served")
     emb = Declaring(tmp_path / "model")
     assert isinstance(emb, ToolSide) and isinstance(emb, ReadsTools)
-    assert isinstance(emb, Carried) and isinstance(emb, BuiltEmbedder)
+    assert isinstance(emb, Fingerprinted) and isinstance(emb, Carried) and isinstance(emb, BuiltEmbedder)
     assert tool_style(emb) == "parameters"
     # read with its parameter ("email" keyword), embedded by the tool side (negated)
     want = -KeywordEmbedder().encode([tool_text(WEATHER, "parameters")])
@@ -82,17 +82,47 @@ def test_declared_capabilities_are_read_through_their_protocols(tmp_path):
     assert not (copied / "unused.txt").exists()  # only what served() names
 
 
-def test_a_carried_embedder_with_nothing_to_carry_is_not_copied(tmp_path):
-    """``served()`` None (the MiniLM packaged with tracer): nothing is carried, the fingerprint still keys the
-    cache."""
+def test_a_fingerprint_keys_the_cache_whether_or_not_files_are_carried(tmp_path):
+    """A fingerprint alone (a user's embedder over its own weights) keys the cache and carries nothing; so
+    does a ``served()`` of None (the MiniLM packaged with tracer)."""
 
-    class Packaged(KeywordEmbedder):
-        fingerprint = "packaged"
+    class Weighted(KeywordEmbedder):
+        fingerprint = "weights-digest"
 
+    class Packaged(Weighted):
         def served(self):
             return None
 
-    emb = Packaged()
-    assert isinstance(emb, Carried)
-    assert carry(emb, tmp_path / "snap") is None and not (tmp_path / "snap").exists()
-    assert CachedEmbedder(emb).fingerprint == "packaged"
+    for emb in (Weighted(), Packaged()):
+        assert isinstance(emb, Fingerprinted) and isinstance(emb, Carried) == (type(emb) is Packaged)
+        assert carry(emb, tmp_path / "snap") is None and not (tmp_path / "snap").exists()
+        assert CachedEmbedder(emb).fingerprint == "weights-digest"
+    # the fingerprint is in the key: same name, same text, another fingerprint, another cache folder
+    texts = ["book a flight"]
+    one = CachedEmbedder(Weighted(), tmp_path / "cache")
+    other = CachedEmbedder(KeywordEmbedder(), tmp_path / "cache")
+    one.encode(texts)
+    other.encode(texts)
+    assert one.cache_dir != other.cache_dir and one.n_encoded == other.n_encoded == 1
+
+
+class Built(KeywordEmbedder):
+    """A keyword embedder as a builder makes one: its ``loads_as`` names the config that loads the result."""
+
+    def __init__(self, keywords=("flight",)):
+        super().__init__(keywords)
+        self.loads_as = {"_target_": f"{__name__}.KeywordEmbedder", "keywords": ["flight"]}
+
+
+def test_build_embedder_keeps_the_config_a_builder_names():
+    """A saved index rebuilds what a builder made from its ``loads_as``, and any other embedder from the
+    config that built it."""
+    from tracer.build import build_embedder
+
+    built = build_embedder({"_target_": f"{__name__}.Built", "cache_dir": None})
+    assert isinstance(built.inner, BuiltEmbedder)
+    assert built.config == {"_target_": f"{__name__}.KeywordEmbedder", "keywords": ["flight"]}
+    keywords = {"_target_": f"{__name__}.KeywordEmbedder", "keywords": ["book"]}
+    plain = build_embedder({**keywords, "cache_dir": None})
+    assert not isinstance(plain.inner, BuiltEmbedder)
+    assert plain.config == keywords
