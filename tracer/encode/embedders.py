@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -31,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from tracer.core.lru import LRU
 from tracer.core.tool_text import check_tool_text, tool_text
 from tracer.core.types import Tool
 from tracer.encode.bundle import Fingerprinted, Served, every_file
@@ -194,6 +194,13 @@ class SentenceTransformerEmbedder:
         return out.float().cpu()  # [N, d]
 
 
+def _entries(n: Any) -> int:
+    """``n`` as CachedEmbedder's in-memory bound, or a ValueError naming it."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"CachedEmbedder max_entries must be an integer >= 0, got {n!r}")
+    return n
+
+
 class CachedEmbedder:
     """Content-addressed cache around any embedder: a bounded LRU in memory and, optionally, shards on disk.
 
@@ -221,8 +228,6 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, cache_dir: str | Path | None = None,
                  config: Mapping[str, Any] | None = None, *, persist_contexts: bool = True,
                  max_entries: int = MEMORY_ENTRIES):
-        if not isinstance(max_entries, int) or max_entries < 0:
-            raise ValueError(f"CachedEmbedder max_entries must be an integer >= 0, got {max_entries!r}")
         self.inner = inner
         self.config = dict(config) if config is not None else None
         self.name = inner.name
@@ -230,12 +235,11 @@ class CachedEmbedder:
         self.tool_text = tool_style(inner)
         self.fingerprint = inner.fingerprint if isinstance(inner, Fingerprinted) else ""
         self.persist_contexts = persist_contexts
-        self.max_entries = max_entries
         self.n_encoded = 0
         # name + fingerprint: an embedder without a fingerprint keeps the keys (and folder) it always had
         self._prefix = self.name.encode() + (b"\0" + self.fingerprint.encode() if self.fingerprint else b"")
         self._disk: dict[bytes, np.ndarray] = {}              # every vector on disk
-        self._lru: OrderedDict[bytes, np.ndarray] = OrderedDict()  # the others, newest last
+        self._lru = LRU(_entries(max_entries))                 # the others, least recently used out
         self._lock = threading.Lock()                          # the gateway encodes from several threads
         self.cache_dir = None
         if cache_dir is not None:
@@ -243,6 +247,22 @@ class CachedEmbedder:
             self.cache_dir = Path(cache_dir) / f"{slug}-{self.dim}"
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             self._disk = read_shards(self.cache_dir, self.dim)
+
+    @property
+    def max_entries(self) -> int:
+        """Vectors kept in memory beside those on disk."""
+        return self._lru.maxsize
+
+    @max_entries.setter
+    def max_entries(self, n: int) -> None:
+        """A new bound (cachetools fixes one at construction): the most recently used vectors that fit
+        stay."""
+        with self._lock:
+            held = []
+            while self._lru:
+                held.append(self._lru.popitem())  # least recently used first
+            self._lru = LRU(_entries(n))
+            self._lru.update(held)                # so the oldest go when they do not all fit
 
     def __len__(self) -> int:
         return len(self._disk) + len(self._lru)
@@ -260,9 +280,7 @@ class CachedEmbedder:
 
     def _lookup(self, key: bytes) -> np.ndarray | None:
         vec = self._disk.get(key)
-        if vec is None and (vec := self._lru.get(key)) is not None:
-            self._lru.move_to_end(key)
-        return vec
+        return vec if vec is not None else self._lru.get(key)  # a hit in memory is now recently used
 
     def _cached(self, texts: Sequence[str], side: bytes, encode: Callable[[list[str]], torch.Tensor],
                 persist: bool) -> torch.Tensor:
@@ -293,8 +311,6 @@ class CachedEmbedder:
             else:
                 for k in missing:
                     self._lru[k] = found[k].copy()  # a row of its own: the batch's array is not kept alive
-                while len(self._lru) > self.max_entries:
-                    self._lru.popitem(last=False)
         if not keys:
             return torch.zeros(0, self.dim)
         return torch.from_numpy(np.stack([found[k] for k in keys]))  # [N, d]

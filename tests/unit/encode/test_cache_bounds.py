@@ -4,6 +4,7 @@ compacted into one when the cache opens."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from builders import KeywordEmbedder
 
@@ -43,6 +44,8 @@ def test_a_bound_set_later_keeps_the_most_recently_used():
     assert emb.n_encoded == 5                                                    # both kept
     emb.encode([TEXTS[3]])
     assert emb.n_encoded == 6                                                    # 3 was not
+    with pytest.raises(ValueError, match="max_entries"):
+        emb.max_entries = -1
 
 
 def test_a_cache_told_so_keeps_contexts_in_memory_and_tool_texts_on_disk(tmp_path):
