@@ -23,6 +23,11 @@ import pytest
 import torch
 from builders import ROOT, tiny_bert
 
+# one fresh interpreter per instruction set, a static table distilled and trained in each: a long run by
+# nature, in make test-all; the same-seed determinism within one process is checked fast in
+# tests/unit/learn/test_training_stack.py
+pytestmark = pytest.mark.slow
+
 # fits a 2-member ensemble on seeded random candidates and prints a digest of its float32 weights
 FIT = textwrap.dedent("""
     import hashlib, numpy as np, torch
@@ -105,7 +110,6 @@ def same_under_every_level(levels: list[dict[str, list[str]]], part: str) -> Non
     assert len({tuple(run[part][1:]) for run in levels}) == 1, [run[part] for run in levels]
 
 
-@pytest.mark.heavy(seconds=25)
 def test_the_mlp_trains_to_the_same_weights_under_every_instruction_set(levels):
     same_under_every_level(levels, "mlp")
 

@@ -85,7 +85,7 @@ def test_checkpoint_reloads_to_identical_embeddings_and_a_rerun_does_not_train(t
                           None, tmp_path) != path
 
 
-@pytest.mark.heavy(seconds=15)
+@pytest.mark.slow  # trains an encoder per fold: make test-all (the inner folds' rule is checked fast below)
 def test_per_fold_encoders_never_train_on_held_out_trajectories(tmp_path, tiny_resources):
     """Evaluate with per-fold fine-tuning: each fold's pairs come from its training trajectories only."""
     trajs = tiny_trajectories()

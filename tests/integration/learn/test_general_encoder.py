@@ -152,6 +152,7 @@ def test_the_embedder_is_built_once_cached_and_carried_by_a_saved_index(mirrors,
     assert (loaded.rank(msgs), loaded.context_embedding(msgs).tolist()) == expected
 
 
+@pytest.mark.slow  # trains an encoder, exports it and MiniLM to ONNX: make test-all
 def test_the_checkpoint_records_how_it_reads_tools_for_every_loader_and_its_onnx_export(tmp_path):
     pytest.importorskip("onnxruntime")
     from tracer.encode.onnx import OnnxEmbedder
