@@ -14,7 +14,7 @@ from builders import ROOT
 from experiments.reproduce import reproduce_results as rr
 
 
-@pytest.mark.heavy(seconds=15)
+@pytest.mark.slow  # a real Hydra multirun of evaluate.py for the experiments' script: make test-all
 def test_every_rerun_embeds_into_an_empty_cache_of_its_own(native_dir, tmp_path, monkeypatch):
     launched = []
 
