@@ -4,6 +4,7 @@ a request that names a tool outranks a log habit of 10 to 1 for the following ca
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -225,3 +226,22 @@ def test_the_open_slot_serves_unless_it_loses_recall_on_the_logs():
     # a gold outside the candidates (IGNORE) is a miss either way
     missed = choose_open_slot(scores[:1], data([-100]), claims, k=2, slots=1)
     assert missed == {"open_slot": True, "open_slot_recall": 0.0, "no_open_slot_recall": 0.0}
+
+
+def test_an_index_saved_before_the_semantic_evidence_loads_without_it(tiny_resources, keyword_embedder,
+                                                                     tmp_path):
+    # what such an index wrote: a request config without semantic, clause_top or open_slot (the YAML now turns
+    # the first and the last on, which its four request features and its model cannot serve)
+    res = tiny_resources
+    scorer = fitted(res, request={"candidates": 10, "semantic": False, "open_slot": False})
+    folder = scorer.save(tmp_path / "idx")
+    for meta_path in folder.rglob("meta.json"):
+        meta = json.loads(meta_path.read_text())
+        if "scorer" in meta:
+            meta["scorer"]["request"] = {"candidates": 10, "bm25": {"k1": 1.5, "b": 0.75}}
+            meta_path.write_text(json.dumps(meta))
+    loaded = type(scorer).load(folder, keyword_embedder, "cpu", verify="none")
+    assert loaded.request.config() == {**scorer.request.config(), "clause_top": 2}
+    assert loaded.feature_names == scorer.feature_names and loaded.feature_names[-1] == "never_called"
+    steps = extract_all(HABIT[:3])
+    assert finalize(loaded.score(steps), 3).presented == finalize(scorer.score(steps), 3).presented

@@ -46,6 +46,10 @@ def load_plus(cls, directory: str | Path, embedder, device: str | None = None, v
         if "zero_shot" not in meta["scorer"]:  # written before the guard: served the model, vector when cold
             cfg["zero_shot"] = {"kind": "vector", "guard": False}
         cfg.setdefault("request", None)  # written before the request evidence: none
+        saved_request = meta["scorer"].get("request")
+        # written before the semantic evidence, which was then off, whatever the YAML's default is now
+        if saved_request is not None:
+            cfg["request"] = {**cfg["request"], "semantic": False, "open_slot": False, **saved_request}
         obj = cls(**cfg)
         if list(obj.feature_names) != meta["features"]:
             raise ValueError(f"{d / 'meta.json'}: feature names differ from this version's; "
