@@ -32,15 +32,8 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tracer.core.messages import (
-    Problem,
-    as_message_list,
-    field_name,
-    find_problems,
-    replace_at,
-    valid_unicode,
-    value_at,
-)
+from tracer.core.message_paths import field_name, replace_at, valid_unicode, value_at
+from tracer.core.messages import Problem, as_message_list, find_problems
 from tracer.core.steps import step_from_messages
 from tracer.core.types import Message, Step
 from tracer.core.validate import InvalidField

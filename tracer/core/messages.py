@@ -30,7 +30,7 @@ differ only in what they do with each kind:
   record it writes passes :func:`check_messages`.
 
 A message the model accepts is passed through by every reader as it is (no copy): the repairs rewrite only
-the place a problem names (:func:`replace_at`).
+the place a problem names (:func:`tracer.core.message_paths.replace_at`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import NotRequired, TypedDict
 
+from tracer.core.message_paths import field_name, valid_unicode
 from tracer.core.validate import InvalidField
 
 __all__ = [
@@ -66,11 +67,7 @@ __all__ = [
     "as_message_list",
     "check_messages",
     "check_text",
-    "field_name",
     "find_problems",
-    "replace_at",
-    "valid_unicode",
-    "value_at",
 ]
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -306,45 +303,6 @@ def as_message_list(messages: Any) -> list[Any]:
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise InvalidField("messages", f"must be a list of message dicts, got {_type(messages)}")
     return messages if isinstance(messages, list) else list(messages)
-
-
-def field_name(j: int, at: tuple[str | int, ...]) -> str:
-    """The field at ``at`` of message ``j``: ``messages[2].tool_calls[0].function.name``."""
-    return f"messages[{j}]" + "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in at)
-
-
-def value_at(obj: Any, at: tuple[str | int, ...]) -> Any:
-    """The value at ``at`` (None where a key is missing, or where a step meets no dict or list)."""
-    for x in at:
-        if isinstance(obj, Mapping):
-            obj = obj.get(x)
-        elif isinstance(obj, (list, tuple)) and isinstance(x, int):
-            obj = obj[x]
-        else:
-            return None
-    return obj
-
-
-def replace_at(obj: Any, at: tuple[str | int, ...], value: Any) -> Any:
-    """A copy of ``obj`` with ``value`` at ``at``: only the dicts and lists on the way are copied (the rest is
-    shared), a dict keeps its key order."""
-    if not at:
-        return value
-    head, rest = at[0], at[1:]
-    if isinstance(obj, Mapping):
-        return {**obj, head: replace_at(obj.get(head), rest, value)}
-    out = list(obj)
-    out[head] = replace_at(out[head], rest, value)
-    return out
-
-
-def valid_unicode(s: str) -> str:
-    """``s`` itself when it encodes as UTF-8, else a copy with each lone surrogate replaced by ``?``."""
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "replace").decode("utf-8")
-    return s
 
 
 # ---- the strict reader (datasets) -----------------------------------------------------------------------

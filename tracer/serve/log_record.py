@@ -34,7 +34,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from tracer.core.messages import Problem, find_problems, replace_at, valid_unicode, value_at
+from tracer.core.message_paths import replace_at, valid_unicode, value_at
+from tracer.core.messages import Problem, find_problems
 
 RAW_CHARS = 1000
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from builders import call, result
 
-from tracer.core.messages import check_messages, find_problems, replace_at
+from tracer.core.message_paths import replace_at
+from tracer.core.messages import check_messages, find_problems
 from tracer.core.validate import InvalidField
 
 USER = {"role": "user", "content": "Find a flight"}
