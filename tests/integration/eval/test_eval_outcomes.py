@@ -11,11 +11,9 @@ from builders import ROOT, FixedRankScorer
 from stub_openai_server import StubOpenAIServer
 
 from tracer.core.steps import gold_turns
-from tracer.data import Dataset, load_dataset
 from tracer.eval.job import tokenizer_label
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.openai import OpenAIExecutor
-from tracer.scoring.resources import Resources
 
 
 def _always_gold(trajs):
@@ -31,16 +29,6 @@ def _always_gold(trajs):
             "name": c.name, "arguments": json.dumps(c.arguments)}}]}
 
     return policy
-
-
-@pytest.fixture(scope="module")
-def bfcl_small():
-    from builders import KeywordEmbedder
-
-    ds = load_dataset("bfcl", categories=["base"])
-    trajs = tuple(t for t in ds.trajectories if t.id in ("multi_turn_base_0", "multi_turn_base_1"))
-    small = Dataset("bfcl-small", ds.registry, trajs, environment=ds.environment)
-    return small, Resources.build(small.registry, KeywordEmbedder(), device="cpu")
 
 
 def test_calls_to_unpresented_tools_are_never_correct(bfcl_small):

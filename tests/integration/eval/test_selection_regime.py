@@ -6,18 +6,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from builders import FixedRankScorer, KeywordEmbedder
+from builders import FixedRankScorer
 from stub_openai_server import StubOpenAIServer, count_prompt_tokens
 
 from tracer.core.steps import extract_steps
-from tracer.data import Dataset, load_dataset
 from tracer.eval.job import run_job, summary_table
 from tracer.eval.metrics import METRICS
 from tracer.eval.pooled import pooled_outcomes, wilson
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.openai import OpenAIExecutor
 from tracer.executors.oracle import OracleExecutor
-from tracer.scoring.resources import Resources
 
 # random.Random(0).sample of the 16 test steps of bfcl-small (folds=2: multi_turn_base_0's 10 steps in fold 0,
 # multi_turn_base_1's 6 in fold 1), as (trajectory, step index, gold tool)
@@ -35,14 +33,6 @@ def scripted_model(body: dict) -> dict:
     name, arguments = {"grep": ("not_shown", "{}"), "tail": ("tail", '{"lines": 1')}.get(first, (first, "{}"))
     return {"content": None, "tool_calls": [{"id": "c", "type": "function",
                                              "function": {"name": name, "arguments": arguments}}]}
-
-
-@pytest.fixture(scope="module")
-def bfcl_small():
-    ds = load_dataset("bfcl", categories=["base"])
-    trajs = tuple(t for t in ds.trajectories if t.id in ("multi_turn_base_0", "multi_turn_base_1"))
-    small = Dataset("bfcl-small", ds.registry, trajs, environment=ds.environment)
-    return small, Resources.build(small.registry, KeywordEmbedder(), device="cpu")
 
 
 def _run(bfcl_small, executor, gold: float, k: int):
