@@ -16,6 +16,7 @@ from tracer.build import build_scorer
 from tracer.core.steps import extract_all, extract_steps
 from tracer.encode.index import ToolIndex
 from tracer.scorers.bm25 import BM25Scorer
+from tracer.scorers.tracer_plus.features import candidates_one, retrieved_order
 from tracer.scorers.tracer_plus.fit import CandidateData, choose_open_slot
 from tracer.scorers.tracer_plus.request import (
     REQUEST_FEATURES,
@@ -23,7 +24,6 @@ from tracer.scorers.tracer_plus.request import (
     RequestEvidence,
     RequestInput,
 )
-from tracer.scorers.tracer_plus.step import candidates_one, retrieved_order
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, fallback_scores
 
@@ -226,6 +226,17 @@ def test_the_open_slot_serves_unless_it_loses_recall_on_the_logs():
     # a gold outside the candidates (IGNORE) is a miss either way
     missed = choose_open_slot(scores[:1], data([-100]), claims, k=2, slots=1)
     assert missed == {"open_slot": True, "open_slot_recall": 0.0, "no_open_slot_recall": 0.0}
+
+
+def test_a_fit_on_one_conversation_serves_the_open_slot_with_nothing_to_compare(tiny_resources):
+    # one conversation is one group: no inner fold can be held out, so no training step is scored and the
+    # open slot has nothing to lose (a closed loop's first fit without the guard did this and crashed)
+    scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=2, head=FAST,
+                          query_context=CONTEXT, memory_context=CONTEXT, zero_shot={"guard": False},
+                          request={"candidates": 2, "semantic": True, "open_slot": True})
+    scorer.fit(HABIT[:1], tiny_resources)
+    assert scorer.history["open_slot"] is True
+    assert (scorer.history["open_slot_recall"], scorer.history["no_open_slot_recall"]) == (0.0, 0.0)
 
 
 def test_an_index_saved_before_the_semantic_evidence_loads_without_it(tiny_resources, keyword_embedder,

@@ -102,7 +102,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
         columns = feature_names(keys, fusion is not None, request.features if request is not None else ())
         n_feat = len(columns)
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
-                             torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+                             torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                             torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, dtype=torch.long))
     views: dict[int, tuple[torch.Tensor, torch.Tensor, RequestInput | None]] = {}
 
     def build(seen: torch.Tensor, f: int) -> PlusIndex:
