@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
 from tracer.core.folds import inner_seed
 from tracer.core.types import Trajectory
 from tracer.scorers.tracer_plus import TracerPlusScorer
@@ -30,11 +32,22 @@ def source_candidates(scorer: TracerPlusScorer, trajectories: Sequence[Trajector
     renumbered from ``fold_offset`` so that sources never share a fold)."""
     steps = training_steps(trajectories, res.registry, scorer.successful_only)
     mem, q = scorer.embed(steps, res)                                                  # [S, d] each
+    vec = fallback_scores(res, q)                                                      # [S, N]
+    gold = res.tool_ids([s.gold for s in steps])                                       # [S]
     cfg = scorer.head_cfg
-    seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
-    data = inner_fold_candidates(steps, res.tool_ids([s.gold for s in steps]), mem, fallback_scores(res, q),
-                                 scorer.keys, scorer.m, scorer.eps, res.registry.names, res.device,
-                                 int(cfg["inner_folds"]), inner_seed(seed, 0))
+    seed, folds = (res.seed if cfg.get("seed") is None else int(cfg["seed"])), int(cfg["inner_folds"])
+    # the same feature columns as the target's fit: the request evidence, and the fusion where it is a
+    # candidate source (its usage vectors out of fold, as the fit scores them)
+    request = scorer.request.inputs(steps, res) if scorer.request else None
+    fusion = None
+    if scorer.zero.candidates:
+        usage = scorer.usage.inner(steps, gold, mem, q, vec, res.tool_index.vectors, folds, inner_seed(seed, 0))
+        zero = torch.from_numpy(scorer.zero.scores(steps, usage.numpy(), res, scorer.query_rendering))  # [S, N]
+
+        def fusion(held: torch.Tensor, _vec: torch.Tensor) -> torch.Tensor:
+            return zero[held].to(_vec.device)
+    data = inner_fold_candidates(steps, gold, mem, vec, scorer.keys, scorer.m, scorer.eps, res.registry.names,
+                                 res.device, folds, inner_seed(seed, 0), fusion=fusion, request=request)
     data.fold = data.fold + fold_offset
     return data
 

@@ -21,6 +21,7 @@ from tracer.core.steps import extract_all
 from tracer.core.store import CorruptIndex, current_snapshot, write_manifest
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
+from tracer.online.transfer import fit_transfer_model
 from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
 from tracer.scorers.tracer_plus.model import save_candidate_model
@@ -215,6 +216,23 @@ def test_transfer_fits_on_zero_trajectories_and_refuses_other_features(tiny_res,
     assert not cold.cold and not bool(cold.score(steps).fell_back.all())
     with pytest.raises(ValueError, match="features"):
         build_scorer("tracer_plus", transfer=str(path), keys=["prefix"]).fit([], tiny_res)
+
+
+@pytest.mark.parametrize("fusion_candidates", [False, True])
+def test_a_transfer_model_has_the_columns_of_the_scorer_it_is_for(tiny_res, tmp_path, fusion_candidates):
+    # the default scorer's request evidence (and the fusion, where it proposes candidates) are columns of
+    # the target's features: a model trained on the sources without them could not be loaded (width 50 vs 57)
+    cfg = {"head": FAST_HEAD, "zero_shot": {"kind": "hybrid", "guard": True, "candidates": fusion_candidates}}
+    source = build_scorer("tracer_plus", **cfg)
+    assert source.request is not None
+    model, _ = fit_transfer_model(source, [(tiny_trajectories(), tiny_res)])
+    path = save_candidate_model(model, source.feature_names, tmp_path / "model.pt")
+    cold = build_scorer("tracer_plus", **cfg, transfer=str(path))
+    cold.fit(tiny_trajectories()[:3], tiny_res)
+    for (_, a), (_, b) in zip(cold.model.state_dict().items(), model.state_dict().items()):
+        assert torch.equal(a, b)
+    steps = extract_all(tiny_trajectories())
+    assert finalize(cold.score(steps), 3).ranking.shape == (len(steps), len(TINY_TOOLS))
 
 
 @pytest.mark.slow  # 6-13 s: keeps make test under 5 minutes on a cold clone
