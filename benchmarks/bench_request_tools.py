@@ -1,6 +1,6 @@
 """What a gateway request costs before any selection when it carries its tool schemas, against the registry
 held by the gateway (``tracer serve --tools-from-index``): body size, parsing and validating it
-(``parse_chat_request``), and, held, building the candidate list (``tracer.serve.held.candidates``).
+(``parse_chat_request``), and, held, building the candidate list (``tracer.serve.http.held.candidates``).
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_request_tools [--sizes 1000 10000] [--repeats 50]
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import orjson
 
-from tracer.serve.held import candidates
+from tracer.serve.http.held import candidates
+from tracer.serve.http.validation import parse_chat_request
 from tracer.serve.reload import freeze_long_lived
-from tracer.serve.validation import parse_chat_request
 
 MESSAGES = [{"role": "user", "content": "Find the cheapest flight from SFO to JFK next Friday and book it."}]
 

@@ -37,7 +37,7 @@ STAGES = ("asgi", "chat", "body_read", "parsed", "select_start", "selected", "fo
 def instrumented_gateway(argv: list[str], gc_threshold: int | None) -> None:
     """``tracer serve`` with stage timestamps and collector timings, printed as JSON on stderr at shutdown."""
     import tracer.cli.serve as cli_serve
-    import tracer.serve.gateway as g
+    import tracer.serve.http.gateway as g
     from tracer.cli import main
 
     current: contextvars.ContextVar[dict] = contextvars.ContextVar("stages")
@@ -139,8 +139,8 @@ def quiet_loop(bodies: list[bytes], index: Path) -> dict:
     """CPU per request of parsing and choosing in one plain loop (no HTTP), after a warm-up pass."""
     from tracer.retriever import Retriever
     from tracer.serve.conversations import ConversationIds
+    from tracer.serve.http.validation import parse_chat_request
     from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose
-    from tracer.serve.validation import parse_chat_request
 
     r = Retriever.load(index, k=5, device="cpu")
     gc.collect()

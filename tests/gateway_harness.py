@@ -24,7 +24,7 @@ from builders import TINY_TOOLS
 from prometheus_client.parser import text_string_to_metric_families
 
 from tracer.retriever import Retriever
-from tracer.serve.gateway import Gateway, GatewayConfig
+from tracer.serve.http.gateway import Gateway, GatewayConfig
 from tracer.serve.reload import IndexHolder
 
 TOOLS = [t.to_openai() for t in TINY_TOOLS]

@@ -2,7 +2,8 @@
 and every module of the repository's code short enough to read in one sitting (a warning past
 WARN_LINES, a failure past MAX_LINES).
 
-A layer may import its own layer and any lower one. An import inside a function body that names a
+A layer may import its own layer and any lower one; inside ``tracer/serve`` the same rule holds between its
+parts (:data:`SERVE_LAYERS`). An import inside a function body that names a
 ``tracer`` module is how a cycle gets dodged, so it is refused everywhere (heavy optional third-party
 packages may still be imported lazily). The length cap covers every tracked ``.py`` file under
 ``tracer/``, ``benchmarks/``, ``experiments/`` and ``tests/`` (``git ls-files``; every ``.py`` file there
@@ -39,6 +40,14 @@ LAYERS: list[set[str]] = [
     {"cli"},
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+# the same rule one level down, inside tracer/serve: the modules both servers share, then the gateway's
+# conversation log, then the two servers (``tracer serve`` and ``tracer mcp``)
+SERVE_LAYERS: list[set[str]] = [
+    {"bounded", "conversations", "reload", "selection"},
+    {"log"},
+    {"http", "mcp"},
+]
+SERVE_LEVEL = {name: i for i, layer in enumerate(SERVE_LAYERS) for name in layer}
 
 
 def part_of(path: Path) -> str:
@@ -90,6 +99,35 @@ def test_imports_point_down_and_sit_at_module_level(path):
         if target in LEVEL and LEVEL[target] > LEVEL[here]:
             problems.append(f"line {node.lineno}: {here} (layer {LEVEL[here]}) imports {module} "
                             f"(layer {LEVEL[target]})")
+    assert not problems, "\n".join(problems)
+
+
+SERVE = PACKAGE / "serve"
+SERVE_MODULES = [p for p in MODULES if SERVE in p.parents and p != SERVE / "__init__.py"]
+
+
+def serve_part(path: Path) -> str:
+    return path.relative_to(SERVE).parts[0].removesuffix(".py")
+
+
+def test_every_part_of_serve_has_a_layer():
+    parts = {serve_part(p) for p in SERVE_MODULES}
+    outside = sorted(parts - set(SERVE_LEVEL))
+    assert not outside, f"parts of tracer/serve outside every layer: {outside}"
+
+
+@pytest.mark.parametrize("path", SERVE_MODULES, ids=lambda p: str(p.relative_to(SERVE)))
+def test_serve_imports_point_down(path):
+    here = serve_part(path)
+    problems = []
+    for node, module, _ in tracer_imports(ast.parse(path.read_text(), str(path))):
+        parts = module.split(".")
+        if parts[:2] != ["tracer", "serve"] or len(parts) < 3:
+            continue
+        target = parts[2]
+        if target in SERVE_LEVEL and SERVE_LEVEL[target] > SERVE_LEVEL[here]:
+            problems.append(f"line {node.lineno}: serve/{here} (layer {SERVE_LEVEL[here]}) imports {module} "
+                            f"(layer {SERVE_LEVEL[target]})")
     assert not problems, "\n".join(problems)
 
 

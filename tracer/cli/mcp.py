@@ -1,4 +1,4 @@
-"""``tracer mcp``: its arguments (see :mod:`tracer.serve.mcp_server` and docs/gateway.md)."""
+"""``tracer mcp``: its arguments (see :mod:`tracer.serve.mcp.server` and docs/gateway.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import anyio
 import uvicorn
 
 from tracer.retriever import Retriever
-from tracer.serve.mcp_server import ToolRouter, serve_stdio
-from tracer.serve.mcp_sessions import SessionCaps
+from tracer.serve.mcp.server import ToolRouter, serve_stdio
+from tracer.serve.mcp.sessions import SessionCaps
 from tracer.serve.reload import IndexHolder
 
 

@@ -10,10 +10,10 @@ import uvicorn
 
 from tracer.retriever import Retriever
 from tracer.serve.bounded import safe_url
-from tracer.serve.deadline import deadline_protocol
-from tracer.serve.gateway import Gateway, GatewayConfig
-from tracer.serve.logging_sink import ConversationLog, LogLimits, load_callable
-from tracer.serve.metrics import setup_json_logging
+from tracer.serve.http.deadline import deadline_protocol
+from tracer.serve.http.gateway import Gateway, GatewayConfig
+from tracer.serve.http.metrics import setup_json_logging
+from tracer.serve.log.sink import ConversationLog, LogLimits, load_callable
 from tracer.serve.reload import IndexHolder, freeze_long_lived
 
 
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> None:
     freeze_long_lived()
     # uvicorn handles SIGINT/SIGTERM: stops accepting, drains requests in flight, then runs the lifespan exit
     # keep-alive longer than clients' own (httpx: 5 s), so a client never reuses a connection we just closed
-    # uvicorn has no deadline on reading a request: the protocol adds one (tracer/serve/deadline.py)
+    # uvicorn has no deadline on reading a request: the protocol adds one (tracer/serve/http/deadline.py)
     http = deadline_protocol(args.read_timeout, lambda kind: gateway.metrics.errors.labels(kind).inc())
     uvicorn.run(gateway.app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,
                 log_config=None,  # uvicorn's own records go through setup_json_logging's handler

@@ -3,7 +3,7 @@
 - The OpenAI executor's request (:mod:`tracer.executors.openai`): tenacity states which errors are
   retried and how many attempts are made; this gives its wait (or the server's ``Retry-After`` when
   that is longer).
-- A lost MCP upstream (:mod:`tracer.serve.mcp_upstreams`): this wait before each reconnection, counted
+- A lost MCP upstream (:mod:`tracer.serve.mcp.upstreams`): this wait before each reconnection, counted
   from the last time it connected.
 - An index version that failed to load (:mod:`tracer.serve.reload`): a poll does not try it again before
   this wait has passed since the last failure.

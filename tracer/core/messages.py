@@ -26,7 +26,7 @@ differ only in what they do with each kind:
   the dataset reader turns it into a :class:`~tracer.core.errors.DataError` with file, line and record.
 - :func:`tracer.core.live.read_live` (live requests, lenient): repairs what it can read, counts each
   repair by kind, refuses the rest.
-- :func:`tracer.serve.log_record.normalise` (the gateway's log): repairs or leaves out, so that the
+- :func:`tracer.serve.log.record.normalise` (the gateway's log): repairs or leaves out, so that the
   record it writes passes :func:`check_messages`.
 
 A message the model accepts is passed through by every reader as it is (no copy): the repairs rewrite only

@@ -6,7 +6,7 @@ offset) or an empty dataset each raise :class:`DataError` naming file, line and 
 
 Reading a log (``problems=[]``, what ``tracer update`` does): the same rules, but a bad line or tool
 entry is appended to ``problems`` (the same :class:`DataError`, with its file and line) and skipped, and an
-empty registry or dataset is no error. A log the gateway rotated (:mod:`tracer.serve.log_files`) holds
+empty registry or dataset is no error. A log the gateway rotated (:mod:`tracer.serve.log.files`) holds
 ``trajectories-000001.jsonl``, ``trajectories-000002.jsonl``, ... before ``trajectories.jsonl``; they are read
 in that order (:func:`trajectory_files`).
 

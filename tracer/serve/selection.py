@@ -164,7 +164,7 @@ def allowed_names(tool_choice: Any) -> list[str] | None:
     "tools": [{"type": "function", "function": {"name": ...}}, ...]}}``; the flat ``{"type": "allowed_tools",
     "mode": ..., "tools": [...]}`` is read too. A malformed one is an :class:`InvalidField` naming the field.
 
-    The gateway chooses inside this set (:class:`~tracer.serve.select_stage.SelectionStage`: the allowed
+    The gateway chooses inside this set (:class:`~tracer.serve.http.offload.SelectionStage`: the allowed
     tools the request carries are the candidates) and forwards the choice narrowed to what it presented
     (:func:`forwarded_body`)."""
     spec = _allowed_spec(tool_choice)

@@ -18,8 +18,8 @@ from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
 from tracer.retriever import Retriever
-from tracer.serve.gateway import Gateway, GatewayConfig
-from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.http.gateway import Gateway, GatewayConfig
+from tracer.serve.log.sink import ConversationLog
 from tracer.serve.reload import IndexHolder, version_name
 
 

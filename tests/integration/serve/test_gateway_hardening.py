@@ -26,8 +26,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from stub_openai_server import StubOpenAIServer
 
-from tracer.serve.logging_sink import ConversationLog
-from tracer.serve.metrics import JsonFormatter
+from tracer.serve.http.metrics import JsonFormatter
+from tracer.serve.log.sink import ConversationLog
 
 
 def recording_upstream() -> Starlette:

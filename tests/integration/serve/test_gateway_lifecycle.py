@@ -16,7 +16,7 @@ from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
 from tracer.retriever import Retriever
-from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.log.sink import ConversationLog
 from tracer.serve.reload import IndexHolder, version_token
 
 
@@ -161,7 +161,7 @@ def test_a_cascade_index_is_served_each_step_by_the_stage_its_gate_picks(tmp_pat
     from tracer.core.steps import step_from_messages
     from tracer.core.types import Registry
     from tracer.data import write_native
-    from tracer.serve.gateway import Gateway, GatewayConfig
+    from tracer.serve.http.gateway import Gateway, GatewayConfig
 
     write_native(tmp_path / "data", Registry(TINY_TOOLS), tiny_trajectories())
     cascade_retriever(tmp_path / "data", tmp_path / "enc", minilm_small).save(tmp_path / "index")

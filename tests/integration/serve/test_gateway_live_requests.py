@@ -23,9 +23,9 @@ from tracer.core.types import Step
 from tracer.data import load_native
 from tracer.retriever import Retriever
 from tracer.serve import selection
-from tracer.serve.logging_sink import ConversationLog
-from tracer.serve.metrics import GatewayMetrics
-from tracer.serve.select_stage import SelectionStage
+from tracer.serve.http.metrics import GatewayMetrics
+from tracer.serve.http.offload import SelectionStage
+from tracer.serve.log.sink import ConversationLog
 from tracer.serve.selection import StickyPresenter, UnknownToolVectors, choose
 
 TOOLS = [t.to_openai() for t in TINY_TOOLS]

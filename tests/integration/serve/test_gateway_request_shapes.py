@@ -19,7 +19,7 @@ from gateway_harness import make_gateway, metric, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
-from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.log.sink import ConversationLog
 
 TOOLS = [t.to_openai() for t in TINY_TOOLS]
 WEATHER = [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"}]

@@ -15,7 +15,7 @@ from gateway_harness import TOOLS, WEATHER, client, make_gateway, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
-from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.log.sink import ConversationLog
 
 
 def ask(c: openai.OpenAI, conversation: str, outcome: str):

@@ -15,7 +15,7 @@ import pytest
 from gateway_harness import CHAT, drip, make_gateway, serving
 from stub_openai_server import StubOpenAIServer
 
-from tracer.serve.deadline import deadline_protocol
+from tracer.serve.http.deadline import deadline_protocol
 
 # ---- 13: read deadlines: dripping clients are dropped, others are served meanwhile ----------------------
 CHAT_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"

@@ -13,7 +13,7 @@ from gateway_harness import TOOLS, make_gateway, serving
 from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
-from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.log.sink import ConversationLog
 
 # two conversations one step in, whose next tools differ ([text]: the stub answers in words)
 FLIGHTS = [{"role": "user", "content": "Find me a flight from SFO to JFK tomorrow and book it [text]"},

@@ -1,4 +1,4 @@
-"""The gateway's hop to the upstream (tracer/serve/upstream.py) on real servers: bytes and headers pass
+"""The gateway's hop to the upstream (tracer/serve/http/upstream.py) on real servers: bytes and headers pass
 through untouched (compressed bodies, repeated headers, query strings), a kept-alive connection the
 upstream dropped is retried once for an idempotent method only, an unreachable upstream is a 502."""
 

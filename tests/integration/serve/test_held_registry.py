@@ -12,7 +12,7 @@ from stub_openai_server import StubOpenAIServer
 
 from tracer.data import load_native
 from tracer.retriever import Retriever
-from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.log.sink import ConversationLog
 
 K = 2
 WEATHER = [{"role": "user", "content": "What is the weather in Paris? Email it to Bob"}]

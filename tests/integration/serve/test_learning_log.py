@@ -26,7 +26,7 @@ from stub_openai_server import StubOpenAIServer
 from tracer.cli import serve as serve_cli
 from tracer.data import load_native
 from tracer.data.native import trajectory_files
-from tracer.serve.logging_sink import ConversationLog, LogLimits
+from tracer.serve.log.sink import ConversationLog, LogLimits
 
 TOOLS = [t.to_openai() for t in TINY_TOOLS]
 OFFERED = TOOLS + [{"type": "function", "function": {"name": f"offered_{i}", "description": "never called"}}

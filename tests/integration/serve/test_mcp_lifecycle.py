@@ -19,8 +19,8 @@ from mcp import Client, types
 from mcp_upstream import FAMILIES, build
 
 from tracer.retriever import Retriever
-from tracer.serve.mcp_server import ToolRouter
-from tracer.serve.mcp_sessions import SessionCaps
+from tracer.serve.mcp.server import ToolRouter
+from tracer.serve.mcp.sessions import SessionCaps
 from tracer.serve.reload import IndexHolder
 
 UPSTREAM = str(TESTS / "mcp_upstream.py")

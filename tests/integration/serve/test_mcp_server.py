@@ -16,7 +16,7 @@ from mcp_upstream import build
 
 from tracer.core.errors import DataError
 from tracer.retriever import Retriever
-from tracer.serve.mcp_server import ToolRouter, read_config
+from tracer.serve.mcp.server import ToolRouter, read_config
 from tracer.serve.reload import IndexHolder
 
 NAMES = [t.name for t in TINY_TOOLS]  # travel's three, then office's three: the canonical order

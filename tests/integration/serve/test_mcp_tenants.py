@@ -24,8 +24,8 @@ from mcp_upstream import FAMILIES
 
 from tracer.cli import mcp as mcp_cli
 from tracer.retriever import Retriever
-from tracer.serve.mcp_server import ToolRouter
-from tracer.serve.mcp_sessions import SessionCaps
+from tracer.serve.mcp.server import ToolRouter
+from tracer.serve.mcp.sessions import SessionCaps
 from tracer.serve.reload import IndexHolder
 
 UPSTREAM = str(TESTS / "mcp_upstream.py")

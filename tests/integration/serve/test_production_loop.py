@@ -22,7 +22,7 @@ from stub_openai_server import StubOpenAIServer
 
 from tracer.cli import main as tracer_cli
 from tracer.retriever import Retriever
-from tracer.serve.logging_sink import ConversationLog
+from tracer.serve.log.sink import ConversationLog
 
 ROOT = Path(__file__).resolve().parents[3]
 K = 3

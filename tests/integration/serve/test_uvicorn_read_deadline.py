@@ -1,7 +1,7 @@
-"""tracer.serve.deadline exists because uvicorn has no deadline on reading a request; these tests pin that
-against the installed uvicorn, so that an upgrade which changes it fails here rather than going unnoticed:
-the version the module was checked on, uvicorn's settings, and a plain uvicorn server (no tracer protocol)
-that keeps a dripping client and a silent one well past its own keep-alive timeout."""
+"""tracer.serve.http.deadline exists because uvicorn has no deadline on reading a request; these tests pin
+that against the installed uvicorn, so that an upgrade which changes it fails here rather than going
+unnoticed: the version the module was checked on, uvicorn's settings, and a plain uvicorn server (no tracer
+protocol) that keeps a dripping client and a silent one well past its own keep-alive timeout."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from tracer.serve.deadline import CHECKED_UVICORN
+from tracer.serve.http.deadline import CHECKED_UVICORN
 
-RECHECK = ("tracer/serve/deadline.py subclasses uvicorn's HttpToolsProtocol and was checked on uvicorn "
+RECHECK = ("tracer/serve/http/deadline.py subclasses uvicorn's HttpToolsProtocol and was checked on uvicorn "
            f"{CHECKED_UVICORN}: see whether uvicorn now bounds the time to read a request (then use its "
            "setting), run tests/integration/serve/test_gateway_slow_clients.py, and update CHECKED_UVICORN")
 

@@ -1,6 +1,6 @@
-"""Decoding an answer's Content-Encoding for the log (tracer/serve/content_coding.py) against the standard
+"""Decoding an answer's Content-Encoding for the log (tracer/serve/log/content_coding.py) against the standard
 library's own compressors, fed whole and a byte at a time, and bounded against a zip bomb; the incremental
-SSE reading of a stream that goes out (tracer/serve/stream_reply.py) against the whole-stream one."""
+SSE reading of a stream that goes out (tracer/serve/log/stream_reply.py) against the whole-stream one."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import zlib
 
 import pytest
 
-from tracer.serve.content_coding import BodyDecoder, decode_body
-from tracer.serve.stream_reply import SseEvents, StreamCopy, sse_data
+from tracer.serve.log.content_coding import BodyDecoder, decode_body
+from tracer.serve.log.stream_reply import SseEvents, StreamCopy, sse_data
 
 TEXT = json.dumps({"choices": [{"message": {"role": "assistant", "content": "é" * 3000}}]}).encode()
 

@@ -1,11 +1,11 @@
-"""A logged conversation brought to the dataset rules (tracer.serve.log_record.normalise): every problem the
+"""A logged conversation brought to the dataset rules (tracer.serve.log.record.normalise): every problem the
 message model finds is repaired or left out as the module docstring says, counted by rule, and what is
 written passes the strict reader."""
 
 from __future__ import annotations
 
 from tracer.core.messages import check_messages
-from tracer.serve.log_record import normalise
+from tracer.serve.log.record import normalise
 
 OMITTED = {"type": "image_url", "image_url": {"detail": "low"},
            "omitted": {"media_type": "image/png", "bytes": 3}}

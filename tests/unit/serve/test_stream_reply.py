@@ -1,4 +1,4 @@
-"""Rebuilding a streamed reply (tracer/serve/stream_reply.py) against the official ``openai`` client's own
+"""Rebuilding a streamed reply (tracer/serve/log/stream_reply.py) against the official ``openai`` client's own
 assembly of the same chunks, and the copy that passes a stream through."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from tracer.serve.stream_reply import StreamCopy, assemble_reply
+from tracer.serve.log.stream_reply import StreamCopy, assemble_reply
 
 HEAD = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 DELTAS = [

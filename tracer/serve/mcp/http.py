@@ -12,7 +12,7 @@ timeout (30 minutes by default). :class:`SessionGate`, in front of the manager:
   opened at that very moment;
 - records the session id the SDK answers with as pending (:meth:`Sessions.opened`);
 - answers 404 to a request carrying a session id that another tenant opened, as the SDK does under its
-  own auth (:mod:`tracer.serve.mcp_tenants`);
+  own auth (:mod:`tracer.serve.mcp.tenants`);
 - forgets a session its client DELETEs;
 - ends pending sessions past the handshake deadline (:meth:`SessionGate.sweep`), and the sessions the
   table drops (:meth:`SessionGate.end`), by sending the manager a DELETE for them: the protocol's own way
@@ -39,8 +39,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from tracer.serve.mcp_sessions import Sessions
-from tracer.serve.mcp_tenants import Tenants
+from tracer.serve.mcp.sessions import Sessions
+from tracer.serve.mcp.tenants import Tenants
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ Tokens are compared in constant time (:func:`hmac.compare_digest`).
 **The admin surface is matched exactly and answered here.** Anything under ``/v1/tracer`` that is not one
 of the routes above is a 404 (a known path with another method a 405) from the gateway itself: a
 mistyped admin call (``GET /v1/tracer/reload``, ``/v1/tracer/relaod``, ``/v1/tracer/reload/``) is never
-forwarded, so the admin token it carries never leaves the gateway (and :func:`tracer.serve.guards.
+forwarded, so the admin token it carries never leaves the gateway (and :func:`tracer.serve.http.guards.
 refuse_admin_token` refuses any forwarded request that carries it).
 
 **``X-Tracer-Outcome`` on a chat request** (:func:`outcome_header`) is ``success`` or ``failure``; an
@@ -43,8 +43,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tracer.serve.conversations import ConversationKey
-from tracer.serve.exchange_log import OutcomeGate
-from tracer.serve.validation import RequestError, check_conversation_id, openai_error
+from tracer.serve.http.validation import RequestError, check_conversation_id, openai_error
+from tracer.serve.log.exchange import OutcomeGate
 
 OUTCOME_TOKEN_HEADER = "x-tracer-outcome-token"
 OUTCOME_IGNORED_HEADER = "x-tracer-outcome-ignored"
@@ -131,7 +131,7 @@ class Admin:
         reload: the gateway's coalesced reload.
         reloads: how many reloads swapped the index so far (for the answer).
         read_body: the gateway's body reader with the admin endpoints' limit
-            (:func:`tracer.serve.guards.read_body`: 413, 408, a hang-up counted).
+            (:func:`tracer.serve.http.guards.read_body`: 413, 408, a hang-up counted).
         reload_min_interval_s: this endpoint starts a reload at most this often.
         anonymous: the anonymous tenant (:meth:`ConversationIds.tenant` of no credential), the tenant of
             an admin's outcome that names none.

@@ -9,7 +9,7 @@ sent it (``raw_path``), segment by segment after decoding, and the path is forwa
 never the decoded form (a decoded ``%3F`` would turn into a query).
 
 The gateway's own secrets never travel upstream: ``/v1/tracer/...`` is the gateway's admin surface,
-answered locally (:mod:`tracer.serve.admin`), and a path that reads as it once empty segments are dropped
+answered locally (:mod:`tracer.serve.http.admin`), and a path that reads as it once empty segments are dropped
 and case is folded (``/v1//tracer/reload``, ``/v1/Tracer/reload``) is refused here rather than forwarded;
 a request that carries the admin token in any header is never forwarded (:func:`refuse_admin_token`).
 """
@@ -23,7 +23,7 @@ from urllib.parse import unquote
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
-from tracer.serve.validation import RequestError, openai_error
+from tracer.serve.http.validation import RequestError, openai_error
 
 _PREFIX = "/v1/"
 _ADMIN = "tracer"  # /v1/tracer/...: the gateway's own endpoints

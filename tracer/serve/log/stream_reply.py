@@ -3,8 +3,8 @@ went out whole.
 
 The gateway passes a streamed answer through byte for byte. When conversations are logged it reads a copy of
 those bytes as they go out (:class:`StreamCopy`): decoded when the upstream compressed them
-(:mod:`tracer.serve.content_coding`), split into events (:class:`SseEvents`) and merged into the message the
-client assembles (:class:`ReplyBuilder`), so the tool calls of streamed answers reach the trajectory.
+(:mod:`tracer.serve.log.content_coding`), split into events (:class:`SseEvents`) and merged into the message
+the client assembles (:class:`ReplyBuilder`), so the tool calls of streamed answers reach the trajectory.
 
 The merge rule is the one the official ``openai`` client applies to ``chat.completion.chunk`` events
 (``ChatCompletionStreamState``): each ``choices[0].delta`` is merged into the message; strings are
@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from tracer.serve.content_coding import BodyDecoder
+from tracer.serve.log.content_coding import BodyDecoder
 
 _REPLACED = frozenset(("type", "role"))
 _LINE_END = re.compile(rb"\r\n|\r|\n")

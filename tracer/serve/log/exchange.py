@@ -1,18 +1,19 @@
 """What the gateway logs of a chat exchange once its answer has gone out, and when the outcome header applies.
 
-The conversation log (:mod:`tracer.serve.logging_sink`) is told each request's messages and, when the answer
+The conversation log (:mod:`tracer.serve.log.sink`) is told each request's messages and, when the answer
 carried one, the assistant message: a plain JSON completion's ``choices[0].message`` (:func:`answer_message`),
-or the message rebuilt from a streamed answer (:mod:`tracer.serve.stream_reply`) whose bytes passed through
-untouched while they were read. A compressed answer (``Content-Encoding: gzip`` or ``deflate``) reaches the
-client as the upstream sent it; the log reads it decoded, within a cap (:mod:`tracer.serve.content_coding`).
+or the message rebuilt from a streamed answer (:mod:`tracer.serve.log.stream_reply`) whose bytes passed
+through untouched while they were read. A compressed answer (``Content-Encoding: gzip`` or ``deflate``)
+reaches the client as the upstream sent it; the log reads it decoded, within a cap
+(:mod:`tracer.serve.log.content_coding`).
 
 ``X-Tracer-Outcome: success|failure`` finishes the conversation only when the answer went out whole: a
 200, and for a stream, one the protocol says went out whole (``data: [DONE]`` handed to the client, who may
 close its connection right after it, or a finish reason before the upstream's body ended by itself:
-:class:`~tracer.serve.stream_reply.StreamCopy`). An upstream error, a stream cut before that (by the client
-or the upstream), or a body that stopped early leaves the conversation pending with its request (finished
-later by the outcome endpoint, or as unreported): the outcome a client announced for a step whose answer it
-never got is not evidence of that step.
+:class:`~tracer.serve.log.stream_reply.StreamCopy`). An upstream error, a stream cut before that (by the
+client or the upstream), or a body that stopped early leaves the conversation pending with its request
+(finished later by the outcome endpoint, or as unreported): the outcome a client announced for a step whose
+answer it never got is not evidence of that step.
 
 An outcome that arrives while the conversation's streamed answer is still going out (a client reads
 ``data: [DONE]`` and posts ``/v1/tracer/outcome`` at once) waits for that stream (:class:`OutcomeGate`):
@@ -29,9 +30,9 @@ from typing import Any
 import orjson
 from starlette.responses import Response, StreamingResponse
 
-from tracer.serve.content_coding import decode_body
-from tracer.serve.logging_sink import ConversationLog
-from tracer.serve.stream_reply import StreamCopy
+from tracer.serve.log.content_coding import decode_body
+from tracer.serve.log.sink import ConversationLog
+from tracer.serve.log.stream_reply import StreamCopy
 
 log = logging.getLogger("tracer.serve")
 

@@ -19,7 +19,7 @@ first byte (of the connection's opening, for the first request). When the deadli
 
 - headers incomplete: ``408`` and the connection closed (no request reached the app);
 - the app is running: the connection is closed once its answer is sent; the app's own body deadline
-  (:func:`tracer.serve.guards.read_body`, the same ``timeout_s`` from the end of the headers) answers
+  (:func:`tracer.serve.http.guards.read_body`, the same ``timeout_s`` from the end of the headers) answers
   the 408 when it was waiting for the body;
 - the answer was already sent and the body still has not come: the connection is closed.
 

@@ -10,8 +10,8 @@ Upstream MCP servers are configured in a JSON file in the shape MCP hosts use::
 canonical order (servers in file order, each server's own order); a name served twice is refused.
 
 Per session (what a session and its tenant are, in each transport and protocol era, is
-:mod:`tracer.serve.mcp_tenants`'s job; no two tenants share one) the server keeps its recent activity,
-bounded, capped per tenant and forgotten when the session ends (:mod:`tracer.serve.mcp_sessions`): the
+:mod:`tracer.serve.mcp.tenants`'s job; no two tenants share one) the server keeps its recent activity,
+bounded, capped per tenant and forgotten when the session ends (:mod:`tracer.serve.mcp.sessions`): the
 calls made through it (name, arguments, result text) and the queries, in order. A query comes from a
 ``find_tools`` call (free text: it answers with the best tools' names and descriptions) or from
 ``tools/list``'s ``_meta["io.tracer/query"]``. ``tools/list`` answers ``find_tools`` plus the k tools
@@ -22,7 +22,7 @@ gateway does. When a call or a query changes that set the server sends ``notific
 ``subscriptions/listen`` streams).
 ``tools/call`` of any aggregated tool, presented or not, is proxied to the server that owns it. An
 upstream that is lost (its process exits, its connection fails) has its tools leave both lists, with a
-``list_changed`` to every session, until it is reconnected (:mod:`tracer.serve.mcp_upstreams`); a call
+``list_changed`` to every session, until it is reconnected (:mod:`tracer.serve.mcp.upstreams`); a call
 to one of them is an ``is_error`` result naming the server.
 """
 
@@ -42,10 +42,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from tracer.core.errors import DataError
 from tracer.data.native import read_json
-from tracer.serve.mcp_http import SessionGate, gated_app
-from tracer.serve.mcp_sessions import Activity, SessionCaps, Sessions
-from tracer.serve.mcp_tenants import LOCAL, LocalConnection, SessionKey, Tenants
-from tracer.serve.mcp_upstreams import Upstream
+from tracer.serve.mcp.http import SessionGate, gated_app
+from tracer.serve.mcp.sessions import Activity, SessionCaps, Sessions
+from tracer.serve.mcp.tenants import LOCAL, LocalConnection, SessionKey, Tenants
+from tracer.serve.mcp.upstreams import Upstream
 from tracer.serve.reload import IndexHolder
 from tracer.serve.selection import UnknownToolVectors, choose
 
@@ -93,8 +93,8 @@ class _ListChangingServer(Server):
 class ToolRouter:
     """Aggregates upstream servers (``async with``) and serves the filtered server (:attr:`server`).
 
-    ``caps`` bound what is kept per session (:mod:`tracer.serve.mcp_sessions`); ``retries`` and
-    ``retry_delay_s`` how a lost upstream is reconnected (:mod:`tracer.serve.mcp_upstreams`)."""
+    ``caps`` bound what is kept per session (:mod:`tracer.serve.mcp.sessions`); ``retries`` and
+    ``retry_delay_s`` how a lost upstream is reconnected (:mod:`tracer.serve.mcp.upstreams`)."""
 
     def __init__(self, config_path: str | Path, holder: IndexHolder, k: int = 5, sticky: bool = True,
                  caps: SessionCaps | None = None, retries: int = 5, retry_delay_s: float = 1.0):
@@ -148,7 +148,7 @@ class ToolRouter:
     async def _lifespan(self, _server):
         """The server's lifespan: entered once per stdio or in-process connection (once in all on HTTP,
         where requests say whose they are), so its object names the connection and its end ends the
-        session (:mod:`tracer.serve.mcp_tenants`)."""
+        session (:mod:`tracer.serve.mcp.tenants`)."""
         connection = LocalConnection()
         try:
             yield connection

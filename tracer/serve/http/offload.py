@@ -1,5 +1,9 @@
-"""The gateway's selection stage: choose (:func:`tracer.serve.selection.choose_tools`), present
-(:class:`~tracer.serve.selection.StickyPresenter`) and count, on the event loop or off it.
+"""Where the gateway runs a request's selection: on the event loop, or off it in a worker thread when it must
+embed tools the index does not know; and what it counts of it (the gateway's selection stage).
+
+What is chosen and presented is :mod:`tracer.serve.selection`'s (:func:`~tracer.serve.selection.choose_tools`,
+:class:`~tracer.serve.selection.StickyPresenter`), shared with ``tracer mcp``; here a request is narrowed to
+its ``allowed_tools``, its selection scheduled, and the gateway's metrics counted.
 
 Choosing costs well under a millisecond of CPU for a 128-tool request whose tools the index knows, and a
 worker thread measured slower there (every hand-off waits for the GIL while the loop does I/O), so that
@@ -16,7 +20,7 @@ from typing import Any
 
 from tracer.encode.embedders import tool_style
 from tracer.retriever import Retriever
-from tracer.serve.metrics import GatewayMetrics, Stopwatch
+from tracer.serve.http.metrics import GatewayMetrics, Stopwatch
 from tracer.serve.selection import (
     Keyed,
     StickyPresenter,

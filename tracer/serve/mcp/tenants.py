@@ -10,7 +10,7 @@ owned by one session, and every session by one tenant:
 - The **session**, by transport and protocol era:
 
   * streamable HTTP, handshake era (``initialize``): the ``Mcp-Session-Id``, within the tenant that sends
-    it (the same id under another credential is another session, and :mod:`tracer.serve.mcp_http` answers
+    it (the same id under another credential is another session, and :mod:`tracer.serve.mcp.http` answers
     it 404 as the SDK does with its own auth);
   * streamable HTTP, 2026-07-28 (no session on the wire): for a credentialed tenant, the session named by
     ``_meta["io.tracer/session"]``, ``default`` when none is named; a request without a credential has no

@@ -7,7 +7,7 @@ tool call and its result), so only its recent part matters for ranking: a sessio
 start of what it is given, so a cut query ranks as the whole one). Arguments whose JSON is longer are
 replaced by ``{}``: a cut JSON text would be a malformed call.
 
-Sessions are keyed as :mod:`tracer.serve.mcp_tenants` says. A session counts once it has *done something*
+Sessions are keyed as :mod:`tracer.serve.mcp.tenants` says. A session counts once it has *done something*
 (a ``tools/list``, a ``tools/call``, a ``subscriptions/listen``): from then on it is kept until it ends (its
 connection closes, its HTTP session is deleted), until it is idle for ``idle_s`` seconds, or until it is
 the least recently used one when its tenant holds ``max_tenant_sessions`` or the server ``max_sessions``.
@@ -17,7 +17,7 @@ ever drops its own.
 
 An HTTP session that has only been opened (``initialize``, nothing since) is *pending*: it holds no state
 and counts against no cap. At most ``max_sessions`` are pending; the oldest is ended first when room is
-needed, and any is ended ``handshake_s`` seconds after it opened (:mod:`tracer.serve.mcp_http` ends
+needed, and any is ended ``handshake_s`` seconds after it opened (:mod:`tracer.serve.mcp.http` ends
 them). So bare ``initialize`` requests, however many, never keep a client out.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
 from tracer.core.lru import LRU
-from tracer.serve.mcp_tenants import SessionKey
+from tracer.serve.mcp.tenants import SessionKey
 from tracer.serve.selection import StickyPresenter
 
 MAX_LISTEN_STREAMS = 8  # a session's open subscriptions/listen streams

@@ -16,7 +16,7 @@ past the upstream deadline. A failure of the selection itself forwards the reque
 (fail open) and counts ``tracer_errors{kind="selection"}``.
 
 Also: ``GET /health``, ``GET /metrics`` (Prometheus), ``POST /v1/tracer/outcome`` and ``POST
-/v1/tracer/reload`` (who may call them: :mod:`tracer.serve.admin`); anything else under ``/v1/tracer`` is
+/v1/tracer/reload`` (who may call them: :mod:`tracer.serve.http.admin`); anything else under ``/v1/tracer`` is
 answered here (404/405), never forwarded.
 
 Per-conversation state (the sticky list, the pending log, the outcome token) is kept per tenant, the
@@ -40,26 +40,26 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tracer.serve.admin import IGNORED, OUTCOME_IGNORED_HEADER, Admin, CoalescedReload, outcome_header
 from tracer.serve.bounded import safe_url
 from tracer.serve.conversations import ConversationIds, credential_of, reply_message
-from tracer.serve.exchange_log import OutcomeGate, log_exchange
-from tracer.serve.guards import ClientGone, passthrough_path, read_body, refusal, refuse_admin_token
-from tracer.serve.held import IndexTools, candidates
-from tracer.serve.logging_sink import ConversationLog
-from tracer.serve.metrics import GatewayMetrics, Stopwatch
-from tracer.serve.reload import IndexHolder, refreeze_long_lived
-from tracer.serve.select_stage import SelectionStage
-from tracer.serve.selection import StickyPresenter, UnknownToolVectors, forwarded_body
-from tracer.serve.status import CountStatus
-from tracer.serve.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
-from tracer.serve.validation import (
+from tracer.serve.http.admin import IGNORED, OUTCOME_IGNORED_HEADER, Admin, CoalescedReload, outcome_header
+from tracer.serve.http.guards import ClientGone, passthrough_path, read_body, refusal, refuse_admin_token
+from tracer.serve.http.held import IndexTools, candidates
+from tracer.serve.http.metrics import GatewayMetrics, Stopwatch
+from tracer.serve.http.offload import SelectionStage
+from tracer.serve.http.status import CountStatus
+from tracer.serve.http.upstream import Upstream, answer_headers, chunks, forwarded_headers, read_all
+from tracer.serve.http.validation import (
     RequestError,
     check_conversation_id,
     dump_body,
     openai_error,
     parse_chat_request,
 )
+from tracer.serve.log.exchange import OutcomeGate, log_exchange
+from tracer.serve.log.sink import ConversationLog
+from tracer.serve.reload import IndexHolder, refreeze_long_lived
+from tracer.serve.selection import StickyPresenter, UnknownToolVectors, forwarded_body
 
 log = logging.getLogger("tracer.serve")
 ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -78,12 +78,12 @@ class GatewayConfig:
         reload_interval_s: how often the index directory's version token is checked (0: never).
         log_idle_s: a logged conversation idle this long is finished as unreported.
         read_timeout_s: a request's headers, and then its body, must arrive within this.
-        admin_token: enables the admin endpoints (None: off); see :mod:`tracer.serve.admin`.
+        admin_token: enables the admin endpoints (None: off); see :mod:`tracer.serve.http.admin`.
         max_admin_body_bytes: body limit of ``/v1/tracer/*``.
         reload_min_interval_s: ``POST /v1/tracer/reload`` starts a reload at most this often.
         max_unknown_embed: new texts of tools the index does not know embedded per request at most.
-        tools_from_index: the registry is held here (:mod:`tracer.serve.held`): a request's ``tools`` are only
-            its own additions, the candidates are the index's tools plus those.
+        tools_from_index: the registry is held here (:mod:`tracer.serve.http.held`): a request's ``tools``
+            are only its own additions, the candidates are the index's tools plus those.
     """
 
     upstream: str
@@ -301,5 +301,5 @@ class Gateway:
     def _observe(self, conv: str, body: dict, presented: list[str], response: Response,
                  outcome: str | None) -> None:
         """Log the exchange; the outcome header applies only to an answer sent whole
-        (:mod:`.exchange_log`)."""
+        (:mod:`tracer.serve.log.exchange`)."""
         log_exchange(self.gate, conv, body, presented, response, outcome, self.config.max_body_bytes)

@@ -1,22 +1,22 @@
 """Logging conversations for learning (``tracer serve --log DIR``; off by default).
 
 ``DIR`` becomes a native dataset directory (``tools.json`` + ``trajectories.jsonl``, and the segments it
-rotated: :mod:`tracer.serve.log_files`) that :func:`tracer.data.load_native` reads and ``tracer update``
+rotated: :mod:`tracer.serve.log.files`) that :func:`tracer.data.load_native` reads and ``tracer update``
 learns from.
 
 **When a conversation is finished.** A conversation (its id: :mod:`tracer.serve.conversations`)
 is finished when the caller reports its outcome, either with the header ``X-Tracer-Outcome:
 success|failure`` on its last chat request (applied once that request's answer has been sent whole: an
 upstream error or a stream cut short leaves the conversation pending) or with ``POST /v1/tracer/outcome``
-(:mod:`tracer.serve.admin`); or when it has been idle for ``idle_s`` seconds, or the gateway shuts down:
+(:mod:`tracer.serve.http.admin`); or when it has been idle for ``idle_s`` seconds, or the gateway shuts down:
 those are written with ``success: false, reward: 0`` and ``metadata.outcome: "unreported"``, so fitting on
 successful trajectories (the default) ignores them.
 
 **What is written.** The messages of the conversation's last request plus the assistant message of its
 answer (a plain JSON completion's ``choices[0].message``, or the message rebuilt from a stream that ended:
-:mod:`tracer.serve.stream_reply`), ``metadata.called`` (the tools called, in order) and
+:mod:`tracer.serve.log.stream_reply`), ``metadata.called`` (the tools called, in order) and
 ``metadata.presented`` (an image, audio or file part as a placeholder with its media type and size, not its
-bytes), brought to the loader's rules first (:mod:`tracer.serve.log_record`: what is
+bytes), brought to the loader's rules first (:mod:`tracer.serve.log.record`: what is
 written is valid by construction). ``tools.json`` holds only the tools some written record calls, with the
 schema a request offered for it (a placeholder without description when none did: a name the model
 invented, listed in the record's ``metadata.unoffered``, which ``tracer update`` does not learn). The
@@ -28,7 +28,7 @@ their messages: at most ``max_pending`` of them and ``max_pending_bytes`` in all
 recently seen is dropped (a client sends the whole history with each request, so a conversation that goes
 on is whole again at its next request). A conversation whose record would exceed ``max_record_bytes`` is
 not held (nor written). Finished records wait for the writer within another ``max_pending_bytes`` (over it,
-a finished conversation is dropped). The files stay within ``max_bytes`` (:mod:`tracer.serve.log_files`).
+a finished conversation is dropped). The files stay within ``max_bytes`` (:mod:`tracer.serve.log.files`).
 Every drop is counted in :attr:`ConversationLog.dropped` by reason (``evicted``, ``oversized``,
 ``backlog``, ``log_full``, ``invalid``) and logged (at most once per reason every 10 s).
 
@@ -55,8 +55,8 @@ import orjson
 
 from tracer.core.lru import LRU
 from tracer.serve.conversations import conversation_id
-from tracer.serve.log_files import LogFiles
-from tracer.serve.log_record import build_record, called_names, tool_schema, valid_record, without_media
+from tracer.serve.log.files import LogFiles
+from tracer.serve.log.record import build_record, called_names, tool_schema, valid_record, without_media
 
 log = logging.getLogger("tracer.serve")
 Redactor = Callable[[dict[str, Any]], "dict[str, Any] | None"]
