@@ -5,7 +5,7 @@ self-contained index to ``<run dir>/index`` (it carries its encoders: serve it w
 ``tracer mcp --index`` or ``Retriever.load`` from anywhere), the resolved config, evaluate.py's held-out
 metrics on outer folds of the same data (``heldout/``) and a report (``report.json``/``report.md``: seconds
 per stage, the index's size by part, the held-out metrics). ``hydra.run.dir=DIR`` chooses the run directory.
-The job is :func:`tracer.train.job.run_job`.
+The job is :func:`tracer.jobs.train.run_job`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @hydra.main(version_base="1.3", config_path="tracer/configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from tracer.jobs.train import run_job
     from tracer.learn.distributed import init_from_env, is_writer
-    from tracer.train.job import run_job
 
     hc = HydraConfig.get()
     with open_dict(cfg):

@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"learn"},
     {"scorers"},
     {"online", "envs"},
-    {"eval", "train", "retriever", "build", "run_dir"},
+    {"eval", "jobs", "retriever", "build", "run_dir"},
     {"serve"},
     {"cli"},
 ]

@@ -19,8 +19,8 @@ from tracer.core.errors import DataError
 from tracer.core.types import Registry
 from tracer.data import load_native, write_native
 from tracer.eval.job import run_job
+from tracer.jobs import train as train_job
 from tracer.retriever import Retriever
-from tracer.train import job as train_job
 
 USER = {"role": "user", "content": "Find a flight and book it"}
 

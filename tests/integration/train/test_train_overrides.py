@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from tracer.core.types import Registry
 from tracer.data import write_native
 from tracer.eval import job as eval_job
-from tracer.train import job as train_job
+from tracer.jobs import train as train_job
 
 
 def _tiny_dataset(path: Path) -> Path:

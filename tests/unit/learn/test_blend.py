@@ -23,12 +23,12 @@ from tracer.core.store import current_snapshot
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.learn.blend_fit import HeadConfig, StepData, fit_blend_head, inner_fold_data, train_head
 from tracer.learn.blend_head import FEATURES, IGNORE, state_features
+from tracer.learn.blend_report import evaluate
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer import TracerScorer
 from tracer.scoring.fit import FitReport
 from tracer.scoring.resources import Resources, training_steps
-from tracer.train.blend_report import evaluate
 
 RENDER = build_scorer("tracer_fixed").rendering
 

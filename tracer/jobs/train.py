@@ -26,11 +26,11 @@ from tracer.core.io import atomic_write_text, write_json
 from tracer.core.store import read_json
 from tracer.core.validate import TRAIN_INTS, check_config
 from tracer.eval.job import run_job as evaluate
+from tracer.jobs.train_summary import index_size, report_markdown
+from tracer.learn.blend_report import blend_head_report
 from tracer.retriever import Retriever
 from tracer.scorers.tracer import TracerScorer
 from tracer.scoring.resources import Resources
-from tracer.train.blend_report import blend_head_report
-from tracer.train.summary import index_size, report_markdown
 
 # train.py's own keys; the rest of its config is an evaluate.py config (the held-out run's)
 TRAIN_ONLY = ("save_index", "preset")
@@ -42,7 +42,7 @@ def run_job(cfg: DictConfig, out: Path) -> dict[str, Any]:
 
     Writes ``config.yaml``, ``index/`` (unless ``save_index=false``), ``heldout/`` (evaluate.py's outputs on
     the outer folds, unless ``folds=0``), ``report.json`` and ``report.md``; with ``scorer=tracer`` also the
-    blend head's files (:func:`tracer.train.blend_report.blend_head_report`).
+    blend head's files (:func:`tracer.learn.blend_report.blend_head_report`).
     """
     c = plain(cfg)
     check_config(c, TRAIN_INTS)  # before any work: a bad override is named, nothing is written

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.core.store import open_snapshot
-from tracer.train.blend_report import report_markdown as blend_markdown
+from tracer.learn.blend_report import report_markdown as blend_markdown
 
 # a snapshot file's part of the index, by name (a cascade's stage files carry a ``fast.``/``slow.`` prefix)
 PARTS = {

@@ -1,1 +1,0 @@
-"""Training jobs: ``train.py``'s job (fit the deployed blend head, save the index) and its report."""
