@@ -4,7 +4,7 @@
     nice -n 10 python -m benchmarks.bench_update --scale 1000000      # the 1M corpus of bench_scale.py
 
 BFCL (fold 0's training split): the scorer is fitted on all but the last ``--add`` trajectories of
-a seeded arrival order, which are then added through :func:`tracer.online.updates.update_scorer` one at a
+a seeded arrival order, which are then added through :func:`tracer.online.incremental.update_scorer` one at a
 time and in batches of 10 and 100. Contexts come from an embedding cache that holds them already
 (a deterministic text-hash encoder stands in for MiniLM, whose ~5-20 ms per context on this CPU is
 the embedding's cost, not the update's): what is timed is rendering, cache lookups, every trie's
@@ -15,7 +15,7 @@ and their cost alone (a call that adds an edge merges, O(E x d)). Refit: the sec
 
 Scale (``benchmarks/bench_scale.py``'s seeded chain over 10,000 tools, random unit contexts, d = 384,
 prefix key): a trie built from ``--scale`` trajectories, then fresh trajectories added in batches of
-1, 10, 100 and 1,000 through :func:`tracer.online.updates.add_steps`.
+1, 10, 100 and 1,000 through :func:`tracer.online.incremental.add_steps`.
 
 Times are thread CPU time (one torch thread). Prints a Markdown table and the command.
 """
@@ -37,8 +37,8 @@ from benchmarks.synthetic import Chain, step_states, unit_rows
 from tracer.build import build_scorer
 from tracer.core.folds import kfold
 from tracer.encode.embedders import CachedEmbedder
+from tracer.online.incremental import add_steps, update_scorer
 from tracer.online.updater import Updater
-from tracer.online.updates import add_steps, update_scorer
 from tracer.scoring.resources import Resources, training_steps
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from tracer.memory.trie import ExecutionTrie
-from tracer.online.updates import scorer_tries
+from tracer.online.incremental import scorer_tries
 
 
 def assert_same_tries(a, b, atol=1e-6):

@@ -8,8 +8,8 @@ Example::
     up.remove_tool("old_api")                                  # gone from every ranking at once
     up.wait()                                                   # the background refit, if one runs
 
-- *Tries* (:func:`tracer.online.updates.update_scorer`): synchronous, the same result as a rebuild on the
-  union (see :mod:`tracer.online.updates` for the float tolerance of the edge memories).
+- *Tries* (:func:`tracer.online.incremental.update_scorer`): synchronous, the same result as a rebuild on the
+  union (see :mod:`tracer.online.incremental` for the float tolerance of the edge memories).
 - *Learned parts* (tracer's blend head, tracer_plus's candidate model): refitted on every trajectory
   the updater holds (``history`` plus every update) every ``refit_every`` trajectories or on
   :meth:`Updater.refit`, in a daemon thread, by a fresh scorer of the same config fitted with the
@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tracer.core.types import Registry, Tool, Trajectory
-from tracer.online.updates import grow_resources, rename_scorer, update_scorer
+from tracer.online.incremental import grow_resources, rename_scorer, update_scorer
 from tracer.scoring.resources import Resources
 
 

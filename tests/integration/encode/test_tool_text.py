@@ -18,7 +18,7 @@ from tracer.build import build_embedder
 from tracer.core.tool_text import tool_text
 from tracer.core.types import Registry, Tool
 from tracer.encode.embedders import CachedEmbedder, recorded_tool_text, tool_rows
-from tracer.online.updates import grow_resources, rename_resources
+from tracer.online.incremental import grow_resources, rename_resources
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
 from tracer.serve.selection import Keyed, UnknownToolVectors

@@ -1,4 +1,4 @@
-"""Learning while serving (tracer.online.updates, tracer.online.updater, Retriever.update, the ``tracer
+"""Learning while serving (tracer.online.incremental, tracer.online.updater, Retriever.update, the ``tracer
 update`` CLI) on the tiny dataset: refits equal a batch fit and are swapped in from a background thread,
 tools are added, removed and renamed without a rebuild, and a transferred candidate model fits on zero
 trajectories. Updates in chunks against a batch build on BFCL: test_online_bfcl.py."""
@@ -21,8 +21,8 @@ from tracer.core.steps import extract_all
 from tracer.core.store import CorruptIndex, current_snapshot, write_manifest
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
+from tracer.online.incremental import scorer_tries, update_scorer
 from tracer.online.transfer import fit_transfer_model
-from tracer.online.updates import scorer_tries, update_scorer
 from tracer.retriever import Retriever
 from tracer.scorers.tracer_plus.model import save_candidate_model
 from tracer.scoring.ranking import finalize

@@ -1,5 +1,5 @@
-"""Learning while serving on BFCL (tracer.online.updates, tracer.online.updater): a train fold added in ten
-chunks equals the batch build on it, for the trie scorers and the transition tables; tracer_plus's
+"""Learning while serving on BFCL (tracer.online.incremental, tracer.online.updater): a train fold added in
+ten chunks equals the batch build on it, for the trie scorers and the transition tables; tracer_plus's
 tables updated in place (new nodes, edges and tools) equal a build from scratch; known edges are
 updated in place as the merge would."""
 
@@ -16,8 +16,8 @@ from tracer.build import build_scorer
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry
+from tracer.online.incremental import update_scorer
 from tracer.online.updater import Updater
-from tracer.online.updates import update_scorer
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.model import CandidateModel, save_candidate_model
 from tracer.scoring.ranking import finalize

@@ -19,7 +19,7 @@ from builders import ROOT, TINY_TOOLS, call, fitted_scorer, result, tiny_traject
 from tracer.build import build_scorer
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
-from tracer.online.updates import scorer_tries
+from tracer.online.incremental import scorer_tries
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
 

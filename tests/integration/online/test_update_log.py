@@ -21,7 +21,7 @@ from tracer.core.errors import DataError
 from tracer.core.store import CorruptIndex, current_snapshot
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import load_native, write_native
-from tracer.online.updates import scorer_tries
+from tracer.online.incremental import scorer_tries
 from tracer.retriever import Retriever
 from tracer.scoring.resources import Resources
 

@@ -127,7 +127,7 @@ def test_an_online_update_rebuilds_the_usage_vectors_as_a_fit_on_the_union_would
                                                                                  keyword_embedder):
     """The tries take the logged habit in place; the fusion's usage vectors follow (a new index, new
     vectors), equal to those of a scorer fitted on the union."""
-    from tracer.online.updates import update_scorer
+    from tracer.online.incremental import update_scorer
 
     res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
     cfg = {"keys": ["prefix"], "vector_candidates": 2, "query_context": CONTEXT, "memory_context": CONTEXT,

@@ -1,4 +1,6 @@
-"""Learning while serving: add logged trajectories to a fitted scorer, and let the registry drift.
+"""Incremental updates of a fitted scorer, equal to a rebuild on the union: logged trajectories added to its
+tries, tools added and renamed. When they run, and when the learned weights are refitted, is
+:class:`tracer.online.updater.Updater`'s.
 
 :func:`update_scorer` adds the successful steps of new trajectories to every trie a scorer holds
 (the paper's trie, tracer_plus's one trie per key, ToolNet's and AutoTool's transition tries):
