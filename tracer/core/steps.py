@@ -72,7 +72,7 @@ def gold_turns(traj: Trajectory) -> list[tuple[list[Message], list[ToolCall]]]:
     """Split a gold conversation into turns: (user messages, gold calls) in order.
 
     Each user message opens a turn, as in :func:`extract_steps` and
-    :func:`tracer.data.bfcl_env.gold_states`, so free-running compares turn ``i`` with gold state
+    :func:`tracer.data.bfcl_backends.gold_states`, so free-running compares turn ``i`` with gold state
     ``i``. A turn may have no calls (BFCL's clarification turns). Calls before the first user message
     form turn 0.
     """

@@ -24,7 +24,7 @@ Conversations are what BFCL sends a function-calling model, with the ground trut
 - a turn whose ground truth is empty (miss_param's clarification turn, miss_func's turn asking
   for the missing function, three base turns) keeps its user message and has no calls.
 
-With ``execute=True`` the gold calls run on BFCL's real backends (:class:`~.bfcl_env.BFCLEnv`,
+With ``execute=True`` the gold calls run on BFCL's real backends (:class:`~.bfcl_backends.BFCLBackends`,
 fresh per task, from ``initial_config``) and each tool message holds the call's result;
 ``metadata["execution_errors"]`` counts calls that raised. With ``execute=False`` tool messages
 are empty strings and nothing is executed.
@@ -44,7 +44,7 @@ from typing import Any
 from tracer.core.errors import DataError
 from tracer.core.types import Registry, Tool, ToolCall, Trajectory
 from tracer.data.base import Dataset, register_loader
-from tracer.data.bfcl_env import CLASSIC_CLASSES, FAMILY_OF, BFCLEnv, backend_config, public_methods
+from tracer.data.bfcl_backends import CLASSIC_CLASSES, FAMILY_OF, BFCLBackends, backend_config, public_methods
 from tracer.data.native import iter_jsonl
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
@@ -273,7 +273,7 @@ def task_to_trajectory(task: Mapping[str, Any], truth: Any, category: str, regis
     }
     results = None
     if execute:
-        env = BFCLEnv(task["involved_classes"], task["initial_config"], long_context=long_context)
+        env = BFCLBackends(task["involved_classes"], task["initial_config"], long_context=long_context)
         results = [[env.execute(n, a) for n, a in calls] for calls in gold]
         metadata["execution_errors"] = env.errors
     messages = build_messages(tid, question, gold, results)

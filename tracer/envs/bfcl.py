@@ -26,13 +26,13 @@ from typing import Any
 
 from tracer.core.steps import gold_turns
 from tracer.core.types import ToolCall, Trajectory
-from tracer.data.bfcl_env import BFCLEnv, gold_states, withheld_tools
+from tracer.data.bfcl_backends import BFCLBackends, gold_states, withheld_tools
 from tracer.envs.bfcl_checker import bfcl_verdict
 from tracer.executors import Decision
 
 
 class BFCLEnvironment:
-    """BFCL's multi-turn backends (:class:`tracer.data.bfcl_env.BFCLEnv`) behind the
+    """BFCL's multi-turn backends (:class:`tracer.data.bfcl_backends.BFCLBackends`) behind the
     :class:`~tracer.envs.base.Environment` interface."""
 
     def episode(self, traj: Trajectory) -> BFCLEpisode:
@@ -44,7 +44,7 @@ class BFCLEpisode:
 
     def __init__(self, traj: Trajectory):
         self.traj = traj
-        self.env = BFCLEnv.from_metadata(traj.metadata)
+        self.env = BFCLBackends.from_metadata(traj.metadata)
         self.tools = frozenset(self.env.tools)
         self.want = gold_states(traj)
         self.turns = gold_turns(traj)

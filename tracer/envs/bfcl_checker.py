@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracer.core.types import ToolCall
-from tracer.data.bfcl_env import backend_config
+from tracer.data.bfcl_backends import backend_config
 
 FORCE_TERMINATED = "multi_turn:force_terminated"
 # a call that only fails (NameError), standing in for a call the checker must not eval

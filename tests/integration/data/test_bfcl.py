@@ -16,7 +16,7 @@ from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FI
 from tracer.core.errors import DataError
 from tracer.core.steps import extract_steps, iter_calls, turns_of
 from tracer.data.bfcl import MISSING_FUNCTION_PROMPT, CallBinder, convert_schema, load_registry, parse_call
-from tracer.data.bfcl_env import FAMILY_OF
+from tracer.data.bfcl_backends import FAMILY_OF
 
 FAMILY_SIZES = {"gorilla_file_system": 18, "math_api": 17, "message_api": 10, "posting_api": 14,
                 "ticket_api": 9, "trading_bot": 20, "travel_booking": 18, "vehicle_control": 22}

@@ -21,7 +21,7 @@ from tracer.core.errors import DataError
 from tracer.core.steps import turns_of
 from tracer.data import load_dataset
 from tracer.data.bfcl import CallBinder, load_registry, parse_call, task_to_trajectory
-from tracer.data.bfcl_env import BFCLEnv, gold_states
+from tracer.data.bfcl_backends import BFCLBackends, gold_states
 
 # --- execution -----------------------------------------------------------------------------------
 
@@ -56,7 +56,7 @@ def test_results_match_bfcl_own_executor(ds):
 
 def test_long_context_loads_the_long_scenario(ds):
     config = _task([])[0]["initial_config"]
-    short, long = BFCLEnv(["GorillaFileSystem"], config), BFCLEnv(["GorillaFileSystem"], config,
+    short, long = BFCLBackends(["GorillaFileSystem"], config), BFCLBackends(["GorillaFileSystem"], config,
                                                                   long_context=True)
     assert json.loads(short.execute("ls", {})) == {"current_directory_content": ["a.txt"]}
     assert len(json.loads(long.execute("ls", {}))["current_directory_content"]) > 1  # padded with files
@@ -113,7 +113,7 @@ def test_bad_gold_calls_raise_data_error():
 # --- environment -----------------------------------------------------------------------------------
 
 def test_env_executes_and_never_raises():
-    env = BFCLEnv(["GorillaFileSystem", "MathAPI"], _task([])[0]["initial_config"])
+    env = BFCLBackends(["GorillaFileSystem", "MathAPI"], _task([])[0]["initial_config"])
     assert set(env.tools) >= {"ls", "cd", "add", "mean"} and "post_tweet" not in env.tools
     assert env.execute("ls", {}) == '{"current_directory_content": ["a.txt"]}'
     assert env.execute("add", '{"a": 2, "b": -3}') == '{"result": -1}'  # JSON-string arguments too
@@ -126,11 +126,11 @@ def test_env_executes_and_never_raises():
 def test_envs_do_not_share_state(by_id):
     md = by_id["multi_turn_base_0"].metadata
     before = copy.deepcopy(md["initial_config"])
-    a, b = BFCLEnv.from_metadata(md), BFCLEnv.from_metadata(md)
+    a, b = BFCLBackends.from_metadata(md), BFCLBackends.from_metadata(md)
     assert a.same_state(b)
     a.execute("cd", {"folder": "document"})
     a.execute("mkdir", {"dir_name": "new"})
-    assert not a.same_state(b) and b.same_state(BFCLEnv.from_metadata(md))
+    assert not a.same_state(b) and b.same_state(BFCLBackends.from_metadata(md))
     assert md["initial_config"] == before
 
 
@@ -138,7 +138,7 @@ def test_gold_states_match_replay_and_differ_after_another_call(by_id):
     t = by_id["multi_turn_base_0"]
     states = gold_states(t)
     assert len(states) == len(turns_of(t)) == 4
-    env = BFCLEnv.from_metadata(t.metadata)
+    env = BFCLBackends.from_metadata(t.metadata)
     initial = env.state()
     assert not env.same_state(states[0])  # turn 0 moved a file
     for turn, calls in enumerate(t.metadata["ground_truth"]):
@@ -159,7 +159,7 @@ def test_gold_states_cover_turns_without_calls(by_id):
 
 
 def test_state_is_a_snapshot(by_id):
-    env = BFCLEnv.from_metadata(by_id["multi_turn_base_2"].metadata)  # a file-system task
+    env = BFCLBackends.from_metadata(by_id["multi_turn_base_2"].metadata)  # a file-system task
     snap = env.state()
     env.execute("touch", {"file_name": "new.txt"})
     assert not env.same_state(snap) and env.state() != snap

@@ -231,7 +231,7 @@ def test_gold_turns_align_with_gold_states_on_turns_without_calls():
     """BFCL turns whose ground truth is empty (clarification turns) stay turns of their own, so turn i of
     the free-running episode is compared with gold state i: no later turn's calls are merged into them."""
     from tracer.data import load_dataset
-    from tracer.data.bfcl_env import gold_states
+    from tracer.data.bfcl_backends import gold_states
 
     ds = load_dataset("bfcl", categories=["base", "miss_param"])
     for t in ds.trajectories:

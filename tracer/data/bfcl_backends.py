@@ -1,6 +1,7 @@
-"""BFCL's executable backends as an environment: one live instance per API class, per task.
+"""BFCL's executable backends: one live instance per API class, per task. The free-running environment
+that runs a model's calls on them is :mod:`tracer.envs.bfcl`; the dataset reader replays gold calls on them.
 
-:class:`BFCLEnv` runs tool calls on fresh instances of the BFCL multi-turn backend classes
+:class:`BFCLBackends` runs tool calls on fresh instances of the BFCL multi-turn backend classes
 (``bfcl_eval/eval_checker/multi_turn_eval/func_source_code``), loaded from a task's
 ``initial_config`` exactly as BFCL's own checker loads them (``multi_turn_utils.
 execute_multi_turn_func_call``): a deep copy of the class's config goes to ``_load_scenario`` with
@@ -19,7 +20,7 @@ free-running evaluation can check a model's state against it turn by turn.
 
 Example::
 
-    env = BFCLEnv(["GorillaFileSystem"], {"GorillaFileSystem": {"root": {...}}})
+    env = BFCLBackends(["GorillaFileSystem"], {"GorillaFileSystem": {"root": {...}}})
     env.execute("ls", {"a": True})      # '{"current_directory_content": [...]}'
     env.state()                         # {"GorillaFileSystem": {"root": <Directory ...>, ...}}
 """
@@ -90,7 +91,7 @@ def render_result(result: Any) -> str:
     return str(result)
 
 
-class BFCLEnv:
+class BFCLBackends:
     """Live BFCL backend instances for one task.
 
     Args:
@@ -122,7 +123,7 @@ class BFCLEnv:
         self.calls = 0
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any]) -> BFCLEnv:
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> BFCLBackends:
         """Build from a BFCL trajectory's metadata (``involved_classes``, ``initial_config``,
         ``long_context``)."""
         for key in ("involved_classes", "initial_config"):
@@ -161,13 +162,13 @@ class BFCLEnv:
         """Class name -> the instance's public attributes (a deep copy: later calls do not change it)."""
         return copy.deepcopy(self._public_state())
 
-    def same_state(self, other: BFCLEnv | Mapping[str, Any]) -> bool:
+    def same_state(self, other: BFCLBackends | Mapping[str, Any]) -> bool:
         """Whether every instance has the same public attributes as in ``other`` (an env or a state)."""
-        theirs = other._public_state() if isinstance(other, BFCLEnv) else other
+        theirs = other._public_state() if isinstance(other, BFCLBackends) else other
         return self._public_state() == dict(theirs)
 
     def __repr__(self) -> str:
-        return f"BFCLEnv({list(self.instances)}, calls={self.calls}, errors={self.errors})"
+        return f"BFCLBackends({list(self.instances)}, calls={self.calls}, errors={self.errors})"
 
 
 def gold_states(traj: Trajectory) -> list[State]:
@@ -177,7 +178,7 @@ def gold_states(traj: Trajectory) -> list[State]:
     message opens a turn; calls before the first user message belong to turn 0), turns without
     calls included.
     """
-    env = BFCLEnv.from_metadata(traj.metadata)
+    env = BFCLBackends.from_metadata(traj.metadata)
     states: list[State] = []
     started = False
     for m in traj.messages:
