@@ -41,8 +41,10 @@ def source_candidates(scorer: TracerPlusScorer, trajectories: Sequence[Trajector
     request = scorer.request.inputs(steps, res) if scorer.request else None
     fusion = None
     if scorer.zero.candidates:
-        usage = scorer.usage.inner(steps, gold, mem, q, vec, res.tool_index.vectors, folds, inner_seed(seed, 0))
-        zero = torch.from_numpy(scorer.zero.scores(steps, usage.numpy(), res, scorer.query_rendering))  # [S, N]
+        usage = scorer.usage.inner(steps, gold, mem, q, vec, res.tool_index.vectors, folds,
+                                   inner_seed(seed, 0))
+        zero = torch.from_numpy(
+            scorer.zero.scores(steps, usage.numpy(), res, scorer.query_rendering))  # [S, N]
 
         def fusion(held: torch.Tensor, _vec: torch.Tensor) -> torch.Tensor:
             return zero[held].to(_vec.device)
