@@ -1,6 +1,18 @@
-"""The single-step path of :class:`tracer.scorers.tracer.TracerScorer`: one live step scored with
-:mod:`tracer.scoring.single_step` (numpy, fixed blend), the same numbers and rankings as the batched path
-(tested on BFCL).
+"""The tracer family's live step: :class:`tracer.scorers.tracer.TracerScorer`'s single-step path, one step
+scored with :mod:`tracer.scoring.single_step` (numpy, fixed blend), the same numbers and presented sets as
+the batched path.
+
+Why a path of its own: the batched path with a batch of one costs about the whole per-step budget (under 1
+ms beyond the context embedding). ``OMP_NUM_THREADS=1 python -m benchmarks.bench_step --scorers
+tracer_fixed`` (BFCL, registry large, fitted on folds 1-4, the 879 steps of fold 0, k = 5, thread CPU time,
+best of 3; 2-core x86 CPU, load average 4-6 from other jobs, 2026-12-07, two runs): batch of one 930 and
+1,147 µs p50 (1,062 and 1,732 p95), this path 111 and 108 µs p50 (136 and 132 p95), the same presented set
+on 879 of 879 steps.
+
+Built from :mod:`tracer.scoring.single_step`'s primitives (each names the batched function it equals) and
+the rule every presented set follows (:func:`tracer.scoring.ranking.present`, which ``finalize`` applies to
+each row); ``tests/integration/scorers/test_live_step_equality.py`` holds it equal to the batched path,
+setting by setting.
 
 TracerScorer derives from :class:`TracerSingleStep` ahead of :class:`tracer.scoring.protocol.ScorerBase`,
 whose batched ``select_one`` / ``rank_one`` (a batch of one) serve the learned blend through ``super()``.
@@ -13,6 +25,7 @@ import numpy as np
 
 from tracer.core.types import Step
 from tracer.scoring.protocol import Contexts
+from tracer.scoring.ranking import present
 from tracer.scoring.single_step import (
     OneStep,
     as_numpy,
@@ -63,8 +76,7 @@ class TracerSingleStep:
             order = np.argsort(-s, kind="stable")
             top = s[order[: m + 1]]                                             # the top m and the next one
             if np.isfinite(top).all() and (top[1:] < top[:-1]).all():            # no ties: order is final
-                chosen = tuple(ch.tool[order[:m]].tolist())
-                return chosen + tuple(g for g in self.global_set if g not in chosen)
+                return present(ch.tool[order[:m]].tolist(), k, pad, False, n_child, self.global_set)
         c = np.asarray(as_numpy(context), dtype=np.float64)
         fallback = top_scores_one(self.res.tool_index, c, k + n_child, ch.tool)  # exact where it matters
         return finalize_one(ch.tool, s, fallback, fell_back, k, pad, self.global_set)

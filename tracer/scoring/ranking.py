@@ -15,7 +15,8 @@ import torch
 
 from tracer.scoring.records import Scores, Selection
 
-__all__ = ["confidence", "finalize", "no_proposal", "present_without", "rank", "scatter_primary", "without"]
+__all__ = ["confidence", "finalize", "no_proposal", "present", "present_without", "rank", "scatter_primary",
+           "without"]
 
 
 def _desc_keys(x: np.ndarray, low: np.ndarray) -> np.ndarray:
@@ -59,23 +60,34 @@ def rank(primary: torch.Tensor, fallback: torch.Tensor, fell_back: torch.Tensor)
 def finalize(scores: Scores, k: int, pad: bool = True) -> Selection:
     """Rank, take the top k, pad (or not) and add the always-present tools: the one place that does it."""
     ranking = rank(scores.primary, scores.fallback, scores.fell_back)  # [B, N]
-    n = ranking.shape[1]
+    b, n = ranking.shape
     if scores.present_all:
         everything = tuple(range(n))
-        return Selection(ranking, [everything] * ranking.shape[0], scores)
-    top = ranking[:, :k].tolist()
+        return Selection(ranking, [everything] * b, scores)
+    fell = scores.fell_back.tolist()
+    n_prop = [k] * b
     if not pad:
         proposed = torch.isfinite(scores.primary.detach().cpu()) & ~scores.fell_back.detach().cpu()[:, None]
         n_prop = proposed.sum(1).tolist()
-        fell = scores.fell_back.tolist()
-        top = [t if f else t[: min(k, c)] for t, f, c in zip(top, fell, n_prop)]
-    if scores.reserve is not None:
-        top = [reserved(t, r, k, scores.reserve_slots) for t, r in zip(top, scores.reserve)]
-    presented = []
-    for t in top:
-        extra = [g for g in scores.always_present if g not in t]
-        presented.append(tuple(t) + tuple(extra))
+    reserve = scores.reserve if scores.reserve is not None else [None] * b
+    presented = [present(t, k, pad, f, c, scores.always_present, r, scores.reserve_slots)
+                 for t, f, c, r in zip(ranking[:, :k].tolist(), fell, n_prop, reserve)]
     return Selection(ranking, presented, scores)
+
+
+def present(top: Sequence[int], k: int, pad: bool, fell_back: bool, n_proposed: int,
+            always: Sequence[int] = (), reserve: Sequence[int] | None = None,
+            slots: int = 1) -> tuple[int, ...]:
+    """One step's presented set from the first ``k`` ids of its ranking ``top``: without padding only its
+    ``n_proposed`` proposed tools (unless it fell back), the last slots given to ``reserve``'s claimants
+    (:func:`reserved`; None: no reserved slots), then the ``always``-present ids not there yet. The rule
+    :func:`finalize` applies to every row of a batch and a live step to its one row."""
+    top = tuple(top[:k])
+    if not pad and not fell_back:
+        top = top[:min(k, n_proposed)]
+    if reserve is not None:
+        top = reserved(top, reserve, k, slots)
+    return top + tuple(g for g in always if g not in top)
 
 
 def reserved(top: Sequence[int], reserve: Sequence[int], k: int, slots: int = 1) -> tuple[int, ...]:

@@ -32,7 +32,7 @@ import torch
 
 from tracer.encode.index import ToolIndex
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.ranking import _desc_keys
+from tracer.scoring.ranking import _desc_keys, present
 
 _MEM64_MAX = 1 << 22  # keep a float64 host copy of the edge memory up to this many numbers (32 MiB)
 _WIDE, _WIDE64_BUDGET = 256, 256 << 20  # larger tries: float64 copies of nodes with >= 256 children, 256 MiB
@@ -266,13 +266,10 @@ def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fel
 def finalize_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fell_back: bool, k: int,
                  pad: bool = True, always_present: Sequence[int] = (),
                  present_all: bool = False) -> tuple[int, ...]:
-    """:func:`tracer.scoring.ranking.finalize`'s presented set for one step (numpy, the single-step path);
-    same rules."""
+    """:func:`tracer.scoring.ranking.finalize`'s presented set for one step: :func:`rank_one`'s first k, then
+    the rule every presented set follows (:func:`tracer.scoring.ranking.present`)."""
     if present_all:
         return tuple(range(len(fallback)))
     top = rank_one(proposed, scores, fallback, fell_back, top=k)
-    if not pad and not fell_back:
-        top = top[: min(k, int(np.isfinite(np.asarray(scores, dtype=np.float32)).sum()))]
-    presented = tuple(top.tolist())
-    extra = tuple(g for g in always_present if g not in presented)
-    return presented + extra
+    n_proposed = int(np.isfinite(np.asarray(scores, dtype=np.float32)).sum())
+    return present(top.tolist(), k, pad, fell_back, n_proposed, always_present)

@@ -49,22 +49,19 @@ def usage_vectors(tools: np.ndarray, sums: np.ndarray, prior: float) -> tuple[np
 
 
 def usage_scores(vec: torch.Tensor, query: torch.Tensor, called: np.ndarray, u: np.ndarray) -> torch.Tensor:
-    """``[B, N]`` float32: the vector scores ``vec [B, N]`` with the called tools' finite entries replaced by
-    the queries' ``[B, d]`` cosines with their usage vectors (float64 products rounded to float32, as
-    :func:`usage_scores_one` gives them)."""
-    out = vec.clone()
-    if len(called):
-        cols = torch.from_numpy(called).to(out.device)
-        q = query.detach().to(torch.float64)
-        use = (q @ torch.from_numpy(u).to(q.device).T).float().to(out.device)            # [B, K]
-        out[:, cols] = torch.where(torch.isfinite(out[:, cols]), use, out[:, cols])
-    return out
+    """``[B, N]`` float32: :func:`usage_scores_one` over a batch, ``vec [B, N]`` and ``query [B, d]``
+    (returned on ``vec``'s device)."""
+    out = usage_scores_one(vec.detach().cpu().numpy(), query.detach().cpu().numpy(), called, u)
+    return torch.from_numpy(out).to(vec.device)
 
 
 def usage_scores_one(vec: np.ndarray, query: np.ndarray, called: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """:func:`usage_scores` for one step: ``vec [N]`` float32, ``query [d]``; numpy."""
-    out = vec.copy()
+    """The vector scores ``vec [..., N]`` float32 with the called tools' finite entries replaced by the
+    queries' ``[..., d]`` cosines with their usage vectors (float64 products rounded to float32): one live
+    step (``[N]``, ``[d]``) or a batch; numpy, the one definition of both paths."""
+    out = np.array(vec, dtype=np.float32)
     if len(called):
-        use = (u @ np.asarray(query, dtype=np.float64)).astype(np.float32)                # [K]
-        out[called] = np.where(np.isfinite(out[called]), use, out[called])
+        use = (np.asarray(query, dtype=np.float64) @ u.T).astype(np.float32)             # [..., K]
+        was = out[..., called]
+        out[..., called] = np.where(np.isfinite(was), use, was)
     return out
