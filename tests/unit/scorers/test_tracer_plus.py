@@ -29,6 +29,7 @@ from tracer.memory.keys import StateKey, parse_key
 from tracer.scorers.tracer_plus.features import (
     GROUPS,
     candidates,
+    candidates_one,
     feature_groups,
     feature_names,
     keep_mask,
@@ -43,7 +44,6 @@ from tracer.scorers.tracer_plus.fit import (
 )
 from tracer.scorers.tracer_plus.model import CandidateModel
 from tracer.scorers.tracer_plus.request import RequestEvidence
-from tracer.scorers.tracer_plus.step import candidates_one
 from tracer.scoring.resources import fallback_scores, training_steps
 from tracer.scoring.single_step import dense_scores_one
 

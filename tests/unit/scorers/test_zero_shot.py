@@ -16,8 +16,8 @@ from tracer.core.types import Trajectory
 from tracer.encode.index import ToolIndex
 from tracer.learn.nll import IGNORE
 from tracer.scorers.hybrid import rrf
+from tracer.scorers.tracer_plus.features import candidates_one, retrieved_order
 from tracer.scorers.tracer_plus.model import save_candidate_model
-from tracer.scorers.tracer_plus.step import candidates_one, retrieved_order
 from tracer.scorers.tracer_plus.zero_shot import (
     ZeroShot,
     rrf_retrieved,

@@ -56,12 +56,13 @@ Feature groups (for ``features.drop``): ``member``, ``log_p``, ``log_r``, ``edge
 ``state`` (log_visits, log_children and every product with them), ``vector``, ``tool``, ``history``,
 ``fusion`` and ``request``; a product belongs to both factors' groups and goes when either is dropped.
 
-Arithmetic (one definition for the batched path, torch on any device, and the single-step path,
-numpy on the CPU): priors and cosines come from :meth:`ExecutionTrie.gather` /
-:func:`tracer.scoring.single_step.children_one` (bit-identical), the state features and log ranks from float32
-tables built once, products are float32 x float32 (one IEEE rounding in both paths), so the raw
-feature rows agree bit for bit (the two cosine tables are float64 matrix-vector products rounded
-to float32, as the trie's similarities).
+One definition for a batch and a live step: :func:`candidates_one` builds one step's candidates and rows
+(numpy, CPU), and :func:`candidates` is it row by row, stacked and padded, so the gateway's single step
+(:mod:`tracer.scorers.tracer_plus.step`), the batched scores and the training rows of :mod:`.fit` read the
+same numbers by construction. Priors and edge cosines come from
+:func:`tracer.scoring.single_step.children_one` (bit for bit :meth:`ExecutionTrie.gather`), the state features
+and log ranks from float32 tables built once, products are float32 x float32, and the tool cosines are
+float64 matrix-vector products rounded to float32, as the trie's similarities.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ from tracer.learn import standardise
 from tracer.memory.keys import StateKey
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.request import REQUEST_FEATURES, SEMANTIC_FEATURES, RequestInput
+from tracer.scoring.single_step import children_one
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",
@@ -146,34 +148,142 @@ def coverage(registry, steps: Sequence[Step], tool: torch.Tensor, mask: torch.Te
     return torch.where(gold >= 0, hit, -1.0)
 
 
-def _history_counts(idx: PlusIndex, steps: Sequence[Step], n: int, device) -> tuple[torch.Tensor, ...]:
-    """``[B, N]`` float32: times each tool was called so far, 1 if called this turn, 1 if the previous
-    call."""
-    count = torch.zeros(len(steps), n + 1, dtype=torch.float32)
-    turn = torch.zeros(len(steps), n + 1, dtype=torch.float32)
-    last = torch.zeros(len(steps), n + 1, dtype=torch.float32)
-    for i, s in enumerate(steps):
-        for name in s.history:
-            count[i, idx.tool_id.get(name, n)] += 1
-        for name in s.prefix:
-            turn[i, idx.tool_id.get(name, n)] = 1
-        if s.history:
-            last[i, idx.tool_id.get(s.history[-1], n)] = 1
-    return tuple(x[:, :n].to(device) for x in (torch.log1p(count.double()).float(), turn, last))
 
 
-def _ranks(scores: torch.Tensor) -> torch.Tensor:
-    """``[B, N]`` 1-based ranks of ``scores [B, N]``: a stable descending sort, ties by registry position (as
-    :func:`tracer.scoring.ranking.rank`)."""
-    b, n = scores.shape
-    order = torch.sort(scores, dim=1, descending=True, stable=True).indices               # [B, N]
-    ones = torch.arange(1, n + 1, device=scores.device).expand(b, n)
-    return torch.empty_like(order).scatter_(1, order, ones)
+@dataclass
+class OneCandidates:
+    """:class:`Candidates` of one step (numpy), plus the vector order for padding."""
+
+    tool: np.ndarray        # [C] int64 registry ids, ascending
+    feats: np.ndarray       # [C, F] float32 raw features
+    in_state: np.ndarray    # [K] bool
+    depth: int              # length of the first key's state (-1 when unseen)
+    order: np.ndarray       # [N] registry ids by vector score, best first (ties by registry position);
+                            # [T] the tools an approximate index retrieved
+    reserve: tuple[int, ...] = ()  # never-called tools claiming the k-th slot (zero_shot.novel)
+
+
+def retrieved_order(vec: np.ndarray) -> np.ndarray:
+    """The tools with a finite vector score, best first, ties by registry position: an approximate index's
+    answer (:meth:`tracer.encode.index.ToolIndex.top_one`) read back from its scores ``[N]``."""
+    ids = np.flatnonzero(np.isfinite(vec))
+    return ids[np.lexsort((ids, -vec[ids]))]
+
+
+def _fusion_rank(zs: np.ndarray, approx: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(rank [N] int64, score [N] float32)`` of the zero-shot fusion ``zs [N]``: ranks of a stable
+    descending sort; over an approximate index the fused tools in order, every other one rank T + 1 with the
+    lowest fused score (as a candidate the index did not retrieve gets for the vector features)."""
+    rank = np.empty(len(zs), dtype=np.int64)
+    if not approx:
+        rank[np.argsort(-zs, kind="stable")] = np.arange(1, len(zs) + 1)
+        return rank, zs
+    fused = retrieved_order(zs)
+    rank[:] = len(fused) + 1
+    rank[fused] = np.arange(1, len(fused) + 1)
+    return rank, np.where(np.isfinite(zs), zs, zs[fused[-1]] if len(fused) else np.float32(0))
+
+
+def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int,
+                   order: np.ndarray | None = None, zs: np.ndarray | None = None,
+                   req: RequestInput | None = None) -> OneCandidates:
+    """One step's candidates and raw feature rows (see the module docstring), numpy on the CPU: the one
+    definition, which :func:`candidates` stacks for a batch and the live step calls once.
+
+    ``mem_ctx [d]``: the step's context under the memory rendering; ``vec [N]`` float32: the registry's vector
+    scores under the query rendering. With ``order`` (the tools an approximate index retrieved, best first;
+    ``vec`` is ``-inf`` for the others) nothing scans the registry: a retrieved tool's rank is its position
+    there, one not retrieved (a trie child) gets rank T + 1 and the lowest retrieved cosine as its ``vec_cos``
+    (as far as the index knows, it scores at most that), the tool-memory cosine is taken for the candidates
+    alone. ``zs [N]``: the zero-shot fusion (``zero_shot.candidates``), whose top m join the candidates and
+    give the fusion's three features. ``req``: the step's request evidence (one row), whose top BM25 matches
+    join the candidates and whose features close each row.
+    """
+    tries, tables = idx.tries, idx.tables
+    n = len(vec)
+    states = [t.key.state(step) for t in tries]
+    kids = [children_one(t, s, mem_ctx) for t, s in zip(tries, states)]
+    approx = order is not None
+    rank = np.empty(n, dtype=np.int64)
+    if approx:
+        rank[order] = np.arange(1, len(order) + 1)
+    else:
+        order = np.argsort(-vec, kind="stable")                                          # [N]
+        rank[order] = np.arange(1, n + 1)
+    is_cand = np.zeros(n, dtype=bool)
+    for ch in kids:
+        is_cand[ch.tool] = True
+    is_cand[order[:max(m, 0)]] = True
+    if zs is not None:
+        z_rank, z_score = _fusion_rank(zs, approx)
+        is_cand[z_rank <= m] = True
+    if req is not None:
+        is_cand |= req.top[0]
+    tool = np.flatnonzero(is_cand)                                                       # [C] ascending
+    col_of = np.empty(n, dtype=np.int64)
+    col_of[tool] = np.arange(len(tool))
+    n_key = len(KEY_FEATURES)
+    n_request = len(req.features) if req is not None else 0
+    feats = np.zeros((len(tool), n_features(len(tries), zs is not None, n_request)), dtype=np.float32)
+    for j, (ch, tab) in enumerate(zip(kids, tables)):
+        base = j * n_key
+        lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
+        lc = tab.log_children_np[ch.node] if ch.node >= 0 else np.float32(0)
+        feats[:, base + 4] = lv                                                          # non-members too
+        feats[:, base + 5] = lc
+        if len(ch.tool):
+            block = np.empty((len(ch.tool), n_key), dtype=np.float32)                   # [Ck, 14]
+            block[:, 0] = 1.0
+            block[:, 1], block[:, 2], block[:, 3] = ch.log_p, ch.log_l, ch.sim
+            block[:, 4], block[:, 5] = lv, lc
+            block[:, 6::2] = block[:, :4] * lv
+            block[:, 7::2] = block[:, :4] * lc
+            feats[col_of[ch.tool], base:base + n_key] = block
+    g = len(tries) * n_key
+    ctx64 = np.asarray(mem_ctx, dtype=np.float64)
+    if approx:
+        cos = vec[tool]
+        far = ~np.isfinite(cos)
+        r = np.full(len(tool), len(order) + 1, dtype=np.int64)                          # not retrieved: T + 1
+        r[~far] = rank[tool[~far]]
+        feats[:, g] = np.where(far, vec[order[-1]] if len(order) else np.float32(0), cos)
+        feats[:, g + 4] = (idx.tool_memory64[tool] @ ctx64).astype(np.float32)
+    else:
+        r = rank[tool]
+        feats[:, g] = vec[tool]
+        feats[:, g + 4] = (idx.tool_memory64 @ ctx64).astype(np.float32)[tool]
+    feats[:, g + 1] = idx.log_ranks[r - 1]
+    feats[:, g + 2] = r <= m
+    feats[:, g + 3] = idx.tool_log_freq_np[tool]
+    if step.history:
+        get = idx.tool_id.get
+        hist = [i for i in map(get, step.history) if i is not None]
+        if hist:
+            calls = np.zeros(n, dtype=np.int64)
+            np.add.at(calls, hist, 1)
+            feats[:, g + 5] = np.log1p(calls[tool].astype(np.float64))
+            turn = np.zeros(n, dtype=np.float32)
+            turn[[i for i in map(get, step.prefix) if i is not None]] = 1
+            feats[:, g + 6] = turn[tool]
+            last = get(step.history[-1])
+            if last is not None and is_cand[last]:
+                feats[col_of[last], g + 7] = 1
+    if zs is not None:
+        feats[:, g + 8] = z_score[tool]
+        feats[:, g + 9] = idx.log_ranks[z_rank[tool] - 1]
+        feats[:, g + 10] = z_rank[tool] <= m
+    if req is not None:
+        r0 = g + 8 + (len(FUSION_FEATURES) if zs is not None else 0)
+        feats[:, r0:] = req.rows(0, tool, idx.tool_log_freq_np == 0)
+    depth = len(states[0]) if kids and kids[0].node >= 0 else -1
+    return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)
 
 
 def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec: torch.Tensor,
-               m: int, zs: torch.Tensor | None = None, req: RequestInput | None = None) -> Candidates:
-    """Candidates and raw features of a batch (see the module docstring).
+               m: int, zs: torch.Tensor | None = None, req: RequestInput | None = None,
+               approximate: bool = False) -> Candidates:
+    """Candidates and raw features of a batch: :func:`candidates_one` row by row, stacked and padded to the
+    widest row, on the tries' device.
 
     Args:
         idx: the tries (one per key; the trie's ``key`` maps a step to its state) and tables.
@@ -185,85 +295,27 @@ def candidates(idx: PlusIndex, steps: Sequence[Step], mem_ctx: torch.Tensor, vec
             too, and its score, log rank and top-m flag are three more features; None: neither.
         req: the steps' request evidence (``request``): its top BM25 matches join the candidates and its
             features close each row (:meth:`RequestInput.rows`); None: neither.
+        approximate: ``vec`` comes from an approximate tool index (``-inf`` for the tools it did not
+            retrieve): a step's candidates and ranks are read from what it retrieved.
     """
-    tries, tables = idx.tries, idx.tables
-    device = tries[0].device if tries else vec.device
-    vec = vec.to(device)
-    b, n = vec.shape
-    cbs = [t.gather(t.lookup(steps), mem_ctx) for t in tries]
-    rank = _ranks(vec)                                                                    # [B, N]
-    zs = zs.to(device) if zs is not None else None                                        # [B, N]
-    zrank = _ranks(zs) if zs is not None else None                                        # [B, N]
-    is_cand = torch.zeros(b, n + 1, dtype=torch.bool, device=device)                     # column n: dump
-    for cb in cbs:
-        is_cand.scatter_(1, torch.where(cb.mask, cb.tool, n), True)
-    is_cand = is_cand[:, :n]
-    if m > 0:
-        is_cand |= rank <= m
-        if zrank is not None:
-            is_cand |= zrank <= m
-    if req is not None:
-        is_cand |= torch.from_numpy(req.top).to(device)
-    n_cand = is_cand.sum(1)                                                               # [B]
-    width = max(int(n_cand.max()) if b else 0, 1)
-    # candidate ids ascending: a stable sort puts the True columns first, in registry order
-    tool = torch.sort((~is_cand).to(torch.uint8), dim=1, stable=True).indices[:, :width]  # [B, C]
-    mask = torch.arange(width, device=device)[None, :] < n_cand[:, None]                # [B, C]
-    tool = torch.where(mask, tool, 0)
-    # tool -> column (width: dump)
-    pos = torch.full((b, n + 1), width, dtype=torch.long, device=device)
-    pos.scatter_(1, torch.where(mask, tool, n), torch.arange(width, device=device).expand(b, width).clone())
-    # [B, C+1, F], dump column
+    mem = mem_ctx.detach().cpu().numpy()                                                 # [B, d]
+    v = vec.detach().cpu().numpy()                                                       # [B, N]
+    z = None if zs is None else zs.detach().cpu().numpy()                                # [B, N]
+    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i]) if approximate else None,
+                           None if z is None else z[i], None if req is None else req.take([i]))
+            for i, s in enumerate(steps)]
+    width = max([len(o.tool) for o in ones] + [1])
     n_request = len(req.features) if req is not None else 0
-    feats = torch.zeros(b, width + 1, n_features(len(tries), zs is not None, n_request),
-                        dtype=torch.float32, device=device)
-    rows = torch.arange(b, device=device)[:, None]
-    in_state = torch.zeros(b, len(tries), dtype=torch.bool, device=device)
-    zero = torch.zeros(b, device=device)
-    for j, (cb, tab) in enumerate(zip(cbs, tables)):
-        base = j * len(KEY_FEATURES)
-        seen = cb.node >= 0
-        safe = cb.node.clamp_min(0)
-        lv = torch.where(seen, tab.log_visits[safe], 0.0) if len(tab.log_visits) else zero      # [B]
-        lc = torch.where(seen, tab.log_children[safe], 0.0) if len(tab.log_children) else zero  # [B]
-        in_state[:, j] = cb.mask.any(1)
-        col = pos.gather(1, torch.where(cb.mask, cb.tool, n))                             # [B, Ck]
-        # member, log_p, log_r, edge_cos; then visits, children and the products: one [B, Ck, 14] block,
-        # laid out as in candidates_one
-        v = torch.stack([torch.where(cb.mask, x.float(), 0.0) for x in (cb.mask.float(), cb.log_p, cb.log_l,
-                                                                       cb.sim)], -1)    # [B, Ck, 4]
-        block = torch.empty(*v.shape[:2], len(KEY_FEATURES), dtype=torch.float32, device=device)
-        block[..., :4] = v
-        block[..., 4], block[..., 5] = lv[:, None], lc[:, None]
-        block[..., 6::2] = v * lv[:, None, None]
-        block[..., 7::2] = v * lc[:, None, None]
-        feats[rows, col, base:base + len(KEY_FEATURES)] = block
-        feats[:, :, base + 4] = lv[:, None]                                               # non-members too
-        feats[:, :, base + 5] = lc[:, None]
-    feats = feats[:, :width]
-    g = len(tries) * len(KEY_FEATURES)
-    cand_rank = rank.gather(1, tool)                                                      # [B, C]
-    feats[:, :, g] = vec.gather(1, tool)
-    feats[:, :, g + 1] = torch.from_numpy(idx.log_ranks).to(device)[cand_rank - 1]
-    feats[:, :, g + 2] = (cand_rank <= m).float()
-    feats[:, :, g + 3] = idx.tool_log_freq.to(device)[tool]
-    tool_cos = mem_ctx.to(device, torch.float64) @ idx.tool_memory.to(device, torch.float64).T  # [B, N]
-    feats[:, :, g + 4] = tool_cos.float().gather(1, tool)
-    for f, h in enumerate(_history_counts(idx, steps, n, device)):
-        feats[:, :, g + 5 + f] = h.gather(1, tool)
-    if zrank is not None:
-        z_rank = zrank.gather(1, tool)                                                    # [B, C]
-        feats[:, :, g + 8] = zs.gather(1, tool)
-        feats[:, :, g + 9] = torch.from_numpy(idx.log_ranks).to(device)[z_rank - 1]
-        feats[:, :, g + 10] = (z_rank <= m).float()
-    if req is not None:  # one step at a time, as the live path (RequestInput.rows)
-        r0 = g + 8 + (len(FUSION_FEATURES) if zrank is not None else 0)
-        never = idx.tool_log_freq_np == 0                                                 # [N]
-        tool_np, n_np = tool.cpu().numpy(), n_cand.cpu().numpy()
-        block = np.zeros((b, width, len(req.features)), dtype=np.float32)                # [B, C, R]
-        for i in range(b):
-            block[i, :n_np[i]] = req.rows(i, tool_np[i, :n_np[i]], never)
-        feats[:, :, r0:] = torch.from_numpy(block).to(device)
-    feats = torch.where(mask[:, :, None], feats, 0.0)
-    depth = cbs[0].depth if cbs else torch.full((b,), -1, dtype=torch.long, device=device)
-    return Candidates(tool=tool, mask=mask, feats=feats, in_state=in_state, depth=depth)
+    b, f = len(ones), n_features(len(idx.tries), zs is not None, n_request)
+    tool = np.zeros((b, width), dtype=np.int64)
+    mask = np.zeros((b, width), dtype=bool)
+    feats = np.zeros((b, width, f), dtype=np.float32)
+    for i, o in enumerate(ones):
+        c = len(o.tool)
+        tool[i, :c], mask[i, :c], feats[i, :c] = o.tool, True, o.feats
+    in_state = np.array([o.in_state for o in ones], dtype=bool).reshape(b, len(idx.tries))
+    device = idx.tries[0].device if idx.tries else vec.device
+    return Candidates(tool=torch.from_numpy(tool).to(device), mask=torch.from_numpy(mask).to(device),
+                      feats=torch.from_numpy(feats).to(device),
+                      in_state=torch.from_numpy(in_state).to(device),
+                      depth=torch.tensor([o.depth for o in ones], dtype=torch.long, device=device))

@@ -24,6 +24,8 @@ from torch import nn
 from tracer.core.io import atomic_save
 from tracer.learn.standardise import Z_CLIP, fit_stats, register_stats, standardise
 
+_BLOCK = 1 << 24  # float64 numbers in one block of scores' hidden layer (128 MiB): rows per block follow
+
 
 # ---- the model -----------------------------------------------------------------------------------
 def check_model(kind: str, members: int = 1) -> None:
@@ -56,9 +58,9 @@ class MlpEnsemble(nn.Module):
     Why: a single MLP's held-out recall moves with its initial weights (the candidate sets are small and
     the NLL has many near-equal minima); the members average that out, and on BFCL the mean of 10 kept
     more recall@5 than one MLP at about the same recall@1 (experiments/studies/inner_folds/README.md,
-    "How much is the seed?"). They share one inner split, so its part of the spread stays. Both inference
-    paths compute in float64 (here member by member; :meth:`CandidateModel.scores_one` with the members
-    stacked into one matrix) and round to float32, so they agree to the last bit of the float32 scores."""
+    "How much is the seed?"). They share one inner split, so its part of the spread stays. Training runs
+    member by member (``forward``); scoring runs :meth:`CandidateModel.scores_one`, in float64 with the
+    members stacked into one matrix, for a batch and a live step alike."""
 
     def __init__(self, members: Sequence[nn.Sequential]):
         super().__init__()
@@ -143,48 +145,50 @@ class CandidateModel(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.net(z).squeeze(-1)
 
-    # inference in float64 (both paths), rounded to float32 -----------------------------------
+    # inference in float64 (one numpy definition for both paths), rounded to float32 ---------------
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         self.__dict__.pop("_inf", None)  # drop the float64 copies of the old weights
         return super().load_state_dict(state_dict, strict, assign)
 
     def _inference(self) -> dict:
-        """Float64 copies of the buffers and weights (torch and numpy), made once per set of weights."""
+        """Float64 numpy copies of the buffers and weights, made once per set of weights."""
         inf = self.__dict__.get("_inf")
         if inf is None:
             net64 = copy.deepcopy(self.net).double().eval()
-            inf = {"net": net64, "mean": self.mean.double(), "std": self.std.double(),
-                   "keep": self.keep.double()}
+            inf = {f"{b}_np": getattr(self, b).detach().cpu().double().numpy()
+                   for b in ("mean", "std", "keep")}
             if self.kind == "linear":
                 inf["w"] = net64.weight.detach().cpu().numpy()[0]                       # [F]
+                inf["width"] = len(inf["w"])
             else:  # the members stacked: W1 [M*H, F], b1 [M*H], w2 [M*H]
                 mlps = _members(net64)
                 inf["w1"], inf["b1"], inf["w2"] = (np.concatenate([p(m).detach().cpu().numpy() for m in mlps])
                                                    for p in (lambda m: m[0].weight, lambda m: m[0].bias,
                                                              lambda m: m[2].weight[0]))
-                inf["members"] = len(mlps)
-            inf.update({f"{b}_np": inf[b].cpu().numpy() for b in ("mean", "std", "keep")})
+                inf["members"], inf["width"] = len(mlps), len(inf["w2"])
             self.__dict__["_inf"] = inf
         return inf
 
     @torch.no_grad()
     def scores(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Scores ``[B, C]`` float32 (-inf where masked) from raw features ``[B, C, F]``, computed in
-        float64."""
-        inf = self._inference()
-        mean, std, keep = (inf[b].to(feats.device) for b in ("mean", "std", "keep"))
-        z = standardise(feats.double(), mean, std, keep)                                # [B, C, F]
-        s = inf["net"].to(feats.device)(z).squeeze(-1).float()                          # [B, C]
-        return s.masked_fill(~mask, float("-inf"))
+        """Scores ``[B, C]`` float32 (-inf where masked) from raw features ``[B, C, F]``: :meth:`scores_one`
+        (numpy, float64 inside) over blocks of rows, so a batch and a live step run the same arithmetic."""
+        x = feats.detach().cpu().numpy()                                                # [B, C, F]
+        rows = max(1, _BLOCK // max(1, x.shape[1] * self._inference()["width"]))      # steps per block
+        s = np.zeros(x.shape[:2], dtype=np.float32)                                     # [B, C]
+        for i in range(0, len(x), rows):
+            s[i:i + rows] = self.scores_one(x[i:i + rows])
+        return torch.from_numpy(s).to(feats.device).masked_fill(~mask, float("-inf"))
 
     def scores_one(self, feats: np.ndarray) -> np.ndarray:
-        """:meth:`scores` for one step's candidates ``[C, F]`` (numpy, float64 inside) -> ``[C]`` float32."""
+        """Scores from raw features ``[..., F]`` (one step's candidates ``[C, F]``, or a block of steps) ->
+        ``[...]`` float32: numpy, float64 inside; the one inference of both paths."""
         inf = self._inference()
         z = np.clip((feats.astype(np.float64) - inf["mean_np"]) / inf["std_np"] * inf["keep_np"],
                     -Z_CLIP, Z_CLIP)
         if self.kind == "linear":
             return (z @ inf["w"]).astype(np.float32)
-        # [C, M*H]: every member at once
+        # [..., M*H]: every member at once
         h = np.maximum(z @ inf["w1"].T + inf["b1"], 0.0)
         # the sum over members / M
         return (h @ inf["w2"] / inf["members"]).astype(np.float32)

@@ -6,8 +6,7 @@ user request say much more. So instead of one trie and a fixed blend:
 
 1. *Candidates* (:mod:`tracer.scorers.tracer_plus.features`): the union of the children of the step's state
    under each configured key (one trie per key, all sharing the same embedded training contexts) and the
-   top ``vector_candidates`` (m) tools of the vector ranking (of what an approximate tool index retrieves,
-   :mod:`tracer.scorers.tracer_plus.step`).
+   top ``vector_candidates`` (m) tools of the vector ranking (of what an approximate tool index retrieves).
 2. *Features* per candidate and key (membership, log P, log R, edge cosine, the state's visits and children,
    the vector cosine, log rank and top-m flag), standardised with the training split's statistics.
 3. *Model*: linear (default), an MLP or the mean of several, trained (:mod:`.fit`) by softmax NLL of the gold
@@ -47,11 +46,10 @@ from tracer.scorers.tracer_plus.fit import (
     train_model,
 )
 from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
-from tracer.scorers.tracer_plus.live import LiveStep
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
 from tracer.scorers.tracer_plus.persist import load_plus, save_plus
 from tracer.scorers.tracer_plus.request import RequestEvidence, RequestInput
-from tracer.scorers.tracer_plus.step import candidates_rows
+from tracer.scorers.tracer_plus.step import LiveStep
 from tracer.scorers.tracer_plus.usage import UsageInput
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.fit import FitReport
@@ -254,10 +252,11 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                    zs: torch.Tensor | None = None, req: RequestInput | None = None) -> Candidates:
         """The steps' candidates and features; ``req``: their request evidence, computed here when not
         given."""
-        make = candidates if self.res.tool_index.exact else candidates_rows  # an ANN: what it retrieved
         if req is None and self.request:
             req = self.request.inputs(steps, self.res)
-        return make(self.index, list(steps), mem, vec, self.m, zs, req)
+        # over an approximate index, what it retrieved
+        return candidates(self.index, list(steps), mem, vec, self.m, zs, req,
+                          approximate=not self.res.tool_index.exact)
 
     def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor,
                        query: torch.Tensor | None = None) -> Scores:

@@ -1,175 +1,132 @@
-"""One live step's candidates in numpy: :func:`tracer.scorers.tracer_plus.features.candidates` for a batch of
-one, row for row and bit for bit (tracer_plus's single-step path; tests/unit/scorers/test_tracer_plus.py holds
-them equal).
+"""tracer_plus's live step: one step scored, selected and ranked on the CPU in numpy, beside the batched path
+(``score_embedded`` then :func:`tracer.scoring.ranking.finalize`) and built from the same primitives.
 
-It lives beside the batched builder rather than in :mod:`tracer.scoring.single_step` because it reads
-tracer_plus's feature layout, which belongs to the learn layer.
+Why a path of its own: the batched path with a batch of one misses the per-step budget (under 1 ms beyond the
+context embedding). ``OMP_NUM_THREADS=1 python -m benchmarks.bench_step --scorers tracer_plus --request``
+(BFCL, registry large, fitted on folds 1-4, the 879 steps of fold 0, k = 5, thread CPU time, best of 3; 2-core
+x86 CPU, load average 4-6 from other jobs, 2026-12-07, two runs; the same presented set on 879 of 879 steps):
+
+=============================== ============================== ===========================
+tracer_plus                     batch of one: p50 / p95 (µs)   live step: p50 / p95 (µs)
+=============================== ============================== ===========================
+the default (request evidence)  1,544 / 1,736; 1,874 / 2,675   668 / 807; 655 / 859
+``request: null``               1,247 / 1,462; 1,397 / 2,159   380 / 426; 398 / 497
+=============================== ============================== ===========================
+
+Before the batch built its candidates from the one-step rows (torch over the batch instead), the same runs
+timed its batch of one at 5,069 and 5,410 µs p50 and this path at 653 and 606 µs.
+
+What the two paths share, so that they cannot drift: a step's candidates and feature rows
+(:func:`tracer.scorers.tracer_plus.features.candidates_one`, which the batched
+:func:`~tracer.scorers.tracer_plus.features.candidates` stacks row by row), the candidate model's scores
+(:meth:`CandidateModel.scores_one`, which its batched ``scores`` runs over blocks of rows), the usage vectors'
+scores (:func:`tracer.scoring.usage.usage_scores_one`), the zero-shot fusion (``ZeroShot.scores`` on a batch
+of one), the request evidence, the reserved slots' claimants and the presentation rule
+(:func:`tracer.scoring.ranking.present`). What the live step does its own way: the vector scores of one query
+(:func:`tracer.scoring.single_step.vector_scores_one`, no torch) and the first k of the ranking, read from a
+lexsort of the candidates and the vector order at hand instead of a sort of the registry; both are held equal
+to the batched path by ``tests/integration/scorers/test_live_step_equality.py``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from tracer.core.types import Step
-from tracer.scorers.tracer_plus.features import FUSION_FEATURES, KEY_FEATURES, Candidates, n_features
+from tracer.scorers.tracer_plus.features import (
+    Candidates,
+    OneCandidates,
+    candidates,
+    candidates_one,
+    retrieved_order,
+)
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.request import RequestInput
-from tracer.scoring.single_step import children_one
-
-
-@dataclass
-class OneCandidates:
-    """:class:`Candidates` of one step (numpy), plus the vector order for padding."""
-
-    tool: np.ndarray        # [C] int64 registry ids, ascending
-    feats: np.ndarray       # [C, F] float32 raw features
-    in_state: np.ndarray    # [K] bool
-    depth: int              # length of the first key's state (-1 when unseen)
-    order: np.ndarray       # [N] registry ids by vector score, best first (ties by registry position);
-                            # [T] the tools an approximate index retrieved
-    reserve: tuple[int, ...] = ()  # never-called tools claiming the k-th slot (zero_shot.novel)
-
-
-def retrieved_order(vec: np.ndarray) -> np.ndarray:
-    """The tools with a finite vector score, best first, ties by registry position: an approximate index's
-    answer (:meth:`tracer.encode.index.ToolIndex.top_one`) read back from its scores ``[N]``."""
-    ids = np.flatnonzero(np.isfinite(vec))
-    return ids[np.lexsort((ids, -vec[ids]))]
-
-
-def _fusion_rank(zs: np.ndarray, approx: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(rank [N] int64, score [N] float32)`` of the zero-shot fusion ``zs [N]``: ranks of a stable
-    descending sort; over an approximate index the fused tools in order, every other one rank T + 1 with the
-    lowest fused score (as a candidate the index did not retrieve gets for the vector features)."""
-    rank = np.empty(len(zs), dtype=np.int64)
-    if not approx:
-        rank[np.argsort(-zs, kind="stable")] = np.arange(1, len(zs) + 1)
-        return rank, zs
-    fused = retrieved_order(zs)
-    rank[:] = len(fused) + 1
-    rank[fused] = np.arange(1, len(fused) + 1)
-    return rank, np.where(np.isfinite(zs), zs, zs[fused[-1]] if len(fused) else np.float32(0))
-
-
-def candidates_one(idx: PlusIndex, step: Step, mem_ctx: np.ndarray, vec: np.ndarray, m: int,
-                   order: np.ndarray | None = None, zs: np.ndarray | None = None,
-                   req: RequestInput | None = None) -> OneCandidates:
-    """:func:`candidates` for one step in numpy (the single-step path); the same rows bit for bit.
-
-    With ``order`` (the tools an approximate index retrieved, best first; ``vec`` is ``-inf`` for the
-    others) nothing scans the registry: a retrieved tool's rank is its position there, one not retrieved
-    (a trie child) gets rank T + 1 and the lowest retrieved cosine as its ``vec_cos`` (as far as the index
-    knows, it scores at most that), the tool-memory cosine is taken for the candidates alone. This is the
-    definition for approximate indexes; the batched path is this function row by row
-    (:func:`candidates_rows`). ``zs [N]``: the zero-shot fusion (``zero_shot.candidates``), whose top m join
-    the candidates and give the fusion's three features. ``req``: the step's request evidence (one row), whose
-    top BM25 matches join the candidates and whose features close each row.
-    """
-    tries, tables = idx.tries, idx.tables
-    n = len(vec)
-    states = [t.key.state(step) for t in tries]
-    kids = [children_one(t, s, mem_ctx) for t, s in zip(tries, states)]
-    approx = order is not None
-    rank = np.empty(n, dtype=np.int64)
-    if approx:
-        rank[order] = np.arange(1, len(order) + 1)
-    else:
-        order = np.argsort(-vec, kind="stable")                                          # [N]
-        rank[order] = np.arange(1, n + 1)
-    is_cand = np.zeros(n, dtype=bool)
-    for ch in kids:
-        is_cand[ch.tool] = True
-    is_cand[order[:max(m, 0)]] = True
-    if zs is not None:
-        z_rank, z_score = _fusion_rank(zs, approx)
-        is_cand[z_rank <= m] = True
-    if req is not None:
-        is_cand |= req.top[0]
-    tool = np.flatnonzero(is_cand)                                                       # [C] ascending
-    col_of = np.empty(n, dtype=np.int64)
-    col_of[tool] = np.arange(len(tool))
-    n_key = len(KEY_FEATURES)
-    n_request = len(req.features) if req is not None else 0
-    feats = np.zeros((len(tool), n_features(len(tries), zs is not None, n_request)), dtype=np.float32)
-    for j, (ch, tab) in enumerate(zip(kids, tables)):
-        base = j * n_key
-        lv = tab.log_visits_np[ch.node] if ch.node >= 0 else np.float32(0)
-        lc = tab.log_children_np[ch.node] if ch.node >= 0 else np.float32(0)
-        feats[:, base + 4] = lv
-        feats[:, base + 5] = lc
-        if len(ch.tool):
-            block = np.empty((len(ch.tool), n_key), dtype=np.float32)                   # [Ck, 14]
-            block[:, 0] = 1.0
-            block[:, 1], block[:, 2], block[:, 3] = ch.log_p, ch.log_l, ch.sim
-            block[:, 4], block[:, 5] = lv, lc
-            block[:, 6::2] = block[:, :4] * lv
-            block[:, 7::2] = block[:, :4] * lc
-            feats[col_of[ch.tool], base:base + n_key] = block
-    g = len(tries) * n_key
-    ctx64 = np.asarray(mem_ctx, dtype=np.float64)
-    if approx:
-        cos = vec[tool]
-        far = ~np.isfinite(cos)
-        r = np.full(len(tool), len(order) + 1, dtype=np.int64)                          # not retrieved: T + 1
-        r[~far] = rank[tool[~far]]
-        feats[:, g] = np.where(far, vec[order[-1]] if len(order) else np.float32(0), cos)
-        feats[:, g + 4] = (idx.tool_memory64[tool] @ ctx64).astype(np.float32)
-    else:
-        r = rank[tool]
-        feats[:, g] = vec[tool]
-        feats[:, g + 4] = (idx.tool_memory64 @ ctx64).astype(np.float32)[tool]
-    feats[:, g + 1] = idx.log_ranks[r - 1]
-    feats[:, g + 2] = r <= m
-    feats[:, g + 3] = idx.tool_log_freq_np[tool]
-    if step.history:
-        get = idx.tool_id.get
-        hist = [i for i in map(get, step.history) if i is not None]
-        if hist:
-            calls = np.zeros(n, dtype=np.int64)
-            np.add.at(calls, hist, 1)
-            feats[:, g + 5] = np.log1p(calls[tool].astype(np.float64))
-            turn = np.zeros(n, dtype=np.float32)
-            turn[[i for i in map(get, step.prefix) if i is not None]] = 1
-            feats[:, g + 6] = turn[tool]
-            last = get(step.history[-1])
-            if last is not None and is_cand[last]:
-                feats[col_of[last], g + 7] = 1
-    if zs is not None:
-        feats[:, g + 8] = z_score[tool]
-        feats[:, g + 9] = idx.log_ranks[z_rank[tool] - 1]
-        feats[:, g + 10] = z_rank[tool] <= m
-    if req is not None:
-        r0 = g + 8 + (len(FUSION_FEATURES) if zs is not None else 0)
-        feats[:, r0:] = req.rows(0, tool, idx.tool_log_freq_np == 0)
-    depth = len(states[0]) if kids and kids[0].node >= 0 else -1
-    return OneCandidates(tool, feats, np.array([len(ch.tool) > 0 for ch in kids], dtype=bool), depth, order)
+from tracer.scoring.protocol import Contexts
+from tracer.scoring.ranking import present
+from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
+from tracer.scoring.usage import usage_scores_one
 
 
 def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int,
                     zs: torch.Tensor | None = None, req: RequestInput | None = None) -> Candidates:
-    """:func:`candidates` for an approximate index: :func:`candidates_one` row by row (``vec [B, N]`` with
-    ``-inf`` for the tools not retrieved), stacked and padded; the live path's numbers by construction."""
-    mem = mem_ctx.detach().cpu().numpy()                                                 # [B, d]
-    v = vec.detach().cpu().numpy()                                                       # [B, N]
-    z = None if zs is None else zs.detach().cpu().numpy()                                # [B, N]
-    ones = [candidates_one(idx, s, mem[i], v[i], m, retrieved_order(v[i]), None if z is None else z[i],
-                           None if req is None else req.take([i]))
-            for i, s in enumerate(steps)]
-    width = max([len(o.tool) for o in ones] + [1])
-    n_request = len(req.features) if req is not None else 0
-    b, f = len(ones), n_features(len(idx.tries), zs is not None, n_request)
-    tool = np.zeros((b, width), dtype=np.int64)
-    mask = np.zeros((b, width), dtype=bool)
-    feats = np.zeros((b, width, f), dtype=np.float32)
-    for i, o in enumerate(ones):
-        c = len(o.tool)
-        tool[i, :c], mask[i, :c], feats[i, :c] = o.tool, True, o.feats
-    in_state = np.array([o.in_state for o in ones], dtype=bool).reshape(b, len(idx.tries))
-    device = idx.tries[0].device if idx.tries else vec.device
-    return Candidates(tool=torch.from_numpy(tool).to(device), mask=torch.from_numpy(mask).to(device),
-                      feats=torch.from_numpy(feats).to(device),
-                      in_state=torch.from_numpy(in_state).to(device),
-                      depth=torch.tensor([o.depth for o in ones], dtype=torch.long, device=device))
+    """:func:`candidates` over an approximate index's scores ``vec [B, N]`` (``-inf`` for the tools it did
+    not retrieve): the name :mod:`tracer.scorers.tracer_plus.fit` builds its training rows with."""
+    return candidates(idx, steps, mem_ctx, vec, m, zs, req, approximate=True)
+
+
+class LiveStep:
+    """The single-step methods of :class:`~tracer.scorers.tracer_plus.scorer.TracerPlusScorer`, which holds
+    the state they read (``res``, ``index``, ``model``, ``zero``, ``m``, ``pad``)."""
+
+    @property
+    def zero_shot_wanted(self) -> bool:
+        """Whether scoring needs the zero-shot ranking: it is served, or it fills the novel slots or proposes
+        candidates."""
+        return self.zero_shot_only or self.zero.novel_needs_fusion or self.zero.candidates
+
+    def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
+        """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
+        self._check_fitted()
+        mem = as_numpy(memory)
+        q = mem if query is None else as_numpy(query)
+        vec, order = vector_scores_one(self.res.tool_index, q)                  # [N], [T] or None
+        table = self.usage.table(self) if self.zero_shot_wanted else None
+        zvec = vec if table is None else usage_scores_one(vec, q, *table)       # the fusion's vector input
+        if self.zero_shot_only:  # ranked by the zero-shot scores alone: no candidates, no model to run
+            if self.zero.fuses or table is not None:
+                vec = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)[0]
+                       if self.zero.fuses else zvec)                                            # [N]
+                # over an approximate index only the fused tools are finite: their order, no registry sort
+                order = None if order is None else retrieved_order(vec)
+            order = np.argsort(-vec, kind="stable") if order is None else order
+            f = len(self.feature_names)
+            return (OneCandidates(np.zeros(0, np.int64), np.zeros((0, f), np.float32),
+                                  np.zeros(len(self.tries), bool), -1, order), np.zeros(0, np.float32), vec)
+        zs = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)          # [1, N]
+              if self.zero.novel_needs_fusion or self.zero.candidates else None)
+        fused = zs[0] if self.zero.candidates else None                                      # [N]
+        req = self.request.inputs([step], self.res) if self.request else None
+        one = candidates_one(self.index, step, mem, vec, self.m, order, fused, req)
+        s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
+        novel = None
+        if self.zero.novel:  # the last slots' claimants, as batched
+            novel = self.zero.reserve(zs if self.zero.novel_needs_fusion else vec[None], self.never_called)
+        claimants = req.reserve(novel) if req is not None and self.open_slot_serves else novel
+        if claimants is not None:
+            one.reserve = claimants[0]
+        return one, s, vec
+
+    def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
+        """The presented set of one step (``contexts = embed([step])``: memory and query contexts)."""
+        return self.select_scored(self.score_step(step, *contexts), k, pad)
+
+    def select_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray], k: int,
+                      pad: bool | None = None) -> tuple[int, ...]:
+        """:meth:`select_one` from the step's :meth:`score_step` (a cascade's gate reads its scores first), as
+        :func:`finalize` would present them: the first k of the ranking, then :func:`present`. Not
+        :func:`rank_one`'s sort of the registry: candidate scores are always finite and the vector order is at
+        hand (``one.order``), so a lexsort of the candidates (score desc, vector score desc, registry id)
+        followed by that order gives the same first k with less work on the per-step hot path."""
+        pad = self.pad if pad is None else pad
+        one, s, vec = scored
+        fell_back = not len(one.tool) or self.zero_shot_only
+        if fell_back:  # fewer ranked tools than k (an approximate index): the rest by registry position
+            top = one.order if len(one.order) >= k else np.argsort(-vec, kind="stable")
+        else:
+            top = one.tool[np.lexsort((one.tool, -vec[one.tool], -s))][:k]
+            if len(top) < k and pad:
+                rest = one.order[:k + len(top)]
+                top = np.concatenate([top, rest[~np.isin(rest, top)]])
+        return present(top[:k].tolist(), k, pad, fell_back, len(one.tool), (), one.reserve,
+                       self.reserve_slots)
+
+    def rank_one(self, step: Step, contexts: Contexts, top: int | None = None) -> np.ndarray:
+        """The ranking of one step, registry ids best first (the first ``top`` only when given)."""
+        return self.rank_scored(self.score_step(step, *contexts), top)
+
+    def rank_scored(self, scored: tuple[OneCandidates, np.ndarray, np.ndarray],
+                    top: int | None = None) -> np.ndarray:
+        one, s, vec = scored  # rank_one from the step's score_step
+        return rank_one(one.tool, s, vec, len(one.tool) == 0 or self.zero_shot_only, top)
