@@ -54,9 +54,10 @@ from tracer.scorers.tracer_plus.usage import UsageInput
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.fit import FitReport
 from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import confidence, scatter_primary
+from tracer.scoring.ranking import confidence, finalize, scatter_primary
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
+from tracer.scoring.trial import explored_ids
 
 
 class TracerPlusScorer(LiveStep, ScorerBase):
@@ -153,7 +154,9 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                         res.registry.names, res.device, seed=inner_seed(seed, 0), fold_view=view,
                         approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None,
                         request=request)
-        guard = partial(self.zero.choose, transferred=bool(self.transfer))  # (scores, gold, zero-shot hits)
+        # the guard, over the trial conversations' steps where the logs hold enough (tracer/scoring/trial.py)
+        explored = explored_ids(trajectories) if self.zero.trial else set()
+        guard = partial(self.zero.judge, steps=steps, explored=explored, transferred=bool(self.transfer))
         if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
             self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
                                                      int(cfg["hidden"]), self.members), {})
@@ -161,7 +164,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                 data = inner(inner_folds=folds)
                 with torch.no_grad():
                     scores = self.model.scores(data.feats, data.mask).cpu()                    # [S, C]
-                hist = guard(scores, data.gold, self.zero.hits(zero(), gold.numpy()))
+                hist = guard(scores, data, self.zero.hits(zero(), gold.numpy()))
             t2 = time.perf_counter()
         elif not steps:  # no logs: untrained weights, never served (the first refit trains them)
             self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]),
@@ -177,7 +180,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             with torch.no_grad():
                 self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
             if self.zero.guard:
-                hist.update(guard(self.inner_scores, data.gold, self.zero.hits(zero(), gold.numpy())))
+                hist.update(guard(self.inner_scores, data, self.zero.hits(zero(), gold.numpy())))
             if request is not None and request.claims is not None:  # does the open parts' slot pay here?
                 hist.update(choose_open_slot(self.inner_scores, data, request.claims, self.zero.k,
                                              self.reserve_slots))
@@ -259,22 +262,24 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                           approximate=not self.res.tool_index.exact)
 
     def score_embedded(self, steps: Sequence[Step], mem: torch.Tensor,
-                       query: torch.Tensor | None = None) -> Scores:
+                       query: torch.Tensor | None = None, serving: str | None = None) -> Scores:
         """Score steps whose contexts are embedded: ``mem [B, d]`` (memory rendering), ``query [B, d]``
-        (query rendering; default ``mem``)."""
+        (query rendering; default ``mem``). ``serving``: rank as ``"model"`` or ``"zero_shot"`` would,
+        whichever the guard chose (None: as it chose; a trial's other ranking, :meth:`trial_rankings`)."""
         self._check_fitted()
         query = mem if query is None else query
+        zero_only = self.zero_shot_only if serving is None else (serving == "zero_shot" or self.cold)
         n = len(self.res.registry)
         vec = fallback_scores(self.res, query)                                  # [B, N]
         zero = (self.zero.scores(steps, self.usage.scores(vec, query, self).numpy(), self.res,
                                  self.query_rendering)
-                if self.zero_shot_wanted else None)                                            # [B, N]
+                if self.zero_shot_wanted or zero_only else None)                               # [B, N]
         req = self.request.inputs(steps, self.res) if self.request else None
         cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None, req)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
         has = cand.mask.any(1)                                                  # [B]
         reserve = None  # the reserved slots' claimants: the request's open parts', then the novel slots'
-        if not self.zero_shot_only:
+        if not zero_only:
             novel = None
             if self.zero.novel:  # never-called tools of the vector or the fusion's top j
                 source = zero if self.zero.novel_needs_fusion else vec.cpu().numpy()     # [B, N]
@@ -282,14 +287,31 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             reserve = req.reserve(novel) if req is not None and self.open_slot_serves else novel
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
-            fallback=torch.from_numpy(zero) if self.zero_shot_only else vec,
-            fell_back=(~has | self.zero_shot_only).cpu(),
+            fallback=torch.from_numpy(zero) if zero_only else vec,
+            fell_back=(~has | zero_only).cpu(),
             diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
                          "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
                          "in_candidates": coverage(self.res.registry, steps, cand.tool, cand.mask)},
             reserve=reserve,
             reserve_slots=self.reserve_slots,
         )
+
+    # ---- trials (tracer/scoring/trial.py) -------------------------------------------------------
+    @property
+    def trial_rate(self) -> float:
+        """The share of conversations a gateway runs as trials (``zero_shot.trial``)."""
+        return self.zero.trial
+
+    @property
+    def trial_ready(self) -> bool:
+        """Whether there are two rankings to try: a model trained on logs and judged by the guard."""
+        return self.zero.guard and "guard_model_recall" in self.history and not self.cold
+
+    def trial_rankings(self, steps: Sequence[Step], k: int) -> list[list[int]]:
+        """Each step's top k under the ranking the guard did not choose (registry ids, best first)."""
+        other = "model" if self.zero_shot_only else "zero_shot"
+        selection = finalize(self.score_embedded(steps, *self.embed(steps), serving=other), k, self.pad)
+        return [list(p) for p in selection.presented]
 
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:

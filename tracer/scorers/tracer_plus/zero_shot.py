@@ -17,6 +17,14 @@ logs they are fitted with, scored out of fold by the loaded model, with the burd
 unless the zero-shot ranking leads by more than one standard error. The decision is a fit result
 (``history["serves"]``): saved with the index, taken over by an online refit.
 
+*Trials* (``trial: r``, 0 = off). On a gateway's own logs every logged step is one the serving ranking got
+right, so the guard's comparison over every step keeps whichever ranking serves. On a share ``r`` of the
+conversations a gateway shows the other ranking's top k after the served k (:mod:`tracer.scoring.trial`,
+:meth:`tracer.retriever.Retriever.select_ids` with the conversation's id) and marks them in its log; once the
+logs hold :data:`TRIAL_MIN_STEPS` of their steps, the guard compares the two rankings on those steps alone,
+where both were shown (:meth:`ZeroShot.judge`). Logs that hold no trial (another system's) are judged as
+before.
+
 *Novel tools* (``novel: j``, 0 = off): where the model serves, a tool no logged call has used has no trie
 evidence, so the model ranks it below every tool it has seen called, even when the zero-shot ranking puts it
 first: a step whose gold is such a tool is almost always missed. With ``novel`` on, the last ``slots``
@@ -71,9 +79,11 @@ from tracer.learn.nll import IGNORE
 from tracer.scorers.bm25 import BM25Scorer
 from tracer.scorers.hybrid import rrf
 from tracer.scorers.tracer_plus.dataflow import Dataflow
+from tracer.scoring.trial import check_rate
 from tracer.scoring.usage import check_prior
 
 KINDS = ("vector", "hybrid")
+TRIAL_MIN_STEPS = 30   # trial steps the guard needs before it judges on them alone
 NOVEL_FROM = ("zero_shot", "vector")
 
 
@@ -197,12 +207,15 @@ class ZeroShot:
             features (module docstring).
         usage: the prior of the usage vectors that stand for the called tools in the vector input
             (module docstring, :mod:`tracer.scoring.usage`); None: the description vectors alone.
+        trial: the share of conversations on which a gateway presents the other ranking's top k too
+            (:mod:`tracer.scoring.trial`); once the logs hold enough of their steps, the guard compares the
+            model with this ranking on those steps alone (0: never).
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
                  rrf_k: int = 60, novel: int = 0, slots: int = 1, toolkit: bool = False,
                  calls: bool = False, dataflow: bool = False, candidates: bool = False,
-                 usage: float | None = None, novel_from: str = "zero_shot"):
+                 usage: float | None = None, novel_from: str = "zero_shot", trial: float = 0.0):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
         for flag, value in (("toolkit", toolkit), ("calls", calls), ("dataflow", dataflow),
@@ -216,6 +229,7 @@ class ZeroShot:
         if novel_from not in NOVEL_FROM:
             raise ValueError(f"zero_shot.novel_from: {novel_from!r}; valid: {', '.join(NOVEL_FROM)}")
         self.novel_from = novel_from
+        self.trial = check_rate(trial, "zero_shot.trial")
         self.kind, self.guard, self.k, self.rrf_k, self.novel = kind, bool(guard), int(k), int(rrf_k), novel
         self.bm25_cfg = dict(bm25 or {"k1": 1.5, "b": 0.75})
         self.toolkit, self.calls, self.slots, self.dataflow = toolkit, calls, slots, dataflow
@@ -233,7 +247,7 @@ class ZeroShot:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
                 "rrf_k": self.rrf_k, "novel": self.novel, "slots": self.slots, "toolkit": self.toolkit,
                 "calls": self.calls, "dataflow": self.dataflow, "candidates": self.candidates,
-                "usage": self.usage, "novel_from": self.novel_from}
+                "usage": self.usage, "novel_from": self.novel_from, "trial": self.trial}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
@@ -297,6 +311,32 @@ class ZeroShot:
         behind = zero - model > se if transferred else model - zero <= se
         serves = "zero_shot" if self.guard and behind else "model"
         return {"serves": serves, "guard_model_recall": model, "guard_zero_shot_recall": zero, "guard_se": se}
+
+    def judge(self, inner_scores: torch.Tensor, data, zero_hits: np.ndarray, steps: Sequence[Step],
+              explored: set[str], transferred: bool = False) -> dict:
+        """:meth:`choose` over the training steps of trial conversations (``explored``: their trajectory ids,
+        :mod:`tracer.scoring.trial`) where the logs hold at least :data:`TRIAL_MIN_STEPS` of them, else over
+        the other steps (every step where there is no trial). ``data``: the out-of-fold candidates (``CandidateData``: ``gold``, ``step`` per row,
+        row-aligned with ``inner_scores [S, C]``); ``zero_hits [S]`` in the order of ``steps``.
+
+        Why: on a gateway's own logs every logged step is one the serving ranking got right, so over every
+        step the serving ranking wins by construction; on trial steps both rankings were presented."""
+        if explored:
+            on = np.array([s.trajectory_id in explored for s in steps], dtype=bool)      # [S] step order
+            rows = on[data.step.numpy()]                                                   # [R] row order
+            n = int(rows.sum())
+            if n >= TRIAL_MIN_STEPS:
+                keep = torch.from_numpy(rows)
+                hits = np.asarray(zero_hits)[data.step.numpy()][rows]
+                return {**self.choose(inner_scores[keep], data.gold[keep], hits, transferred),
+                        "guard_steps": "trial", "guard_n": n}
+            # too few yet: the other steps alone, as with no trial. A trial step is logged where either ranking
+            # presented the gold, so among the serving ranking's own steps it would tilt toward the other
+            keep = torch.from_numpy(~rows)
+            hits = np.asarray(zero_hits)[data.step.numpy()][~rows]
+            return {**self.choose(inner_scores[keep], data.gold[keep], hits, transferred),
+                    "guard_steps": "not_trial", "guard_n": len(data) - n}
+        return self.choose(inner_scores, data.gold, zero_hits, transferred)
 
     def hits(self, zs: np.ndarray, gold_ids: np.ndarray) -> np.ndarray:
         """``[S]`` whether each step's gold is among the top k of its zero-shot scores ``zs [S, N]``."""
