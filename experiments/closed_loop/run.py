@@ -73,6 +73,9 @@ def table(out: Path, command: str) -> str:
         s, h, z = d["stream"], d["second_half"], d["zero_shot_start"]
         fn, nv, lg = d["first_need"], d["never_presented"], d["logged"]
         feedback = "any (learns nothing)" if path.parent.name.endswith("_any") else d["feedback"]
+        tr = d.get("trials") or {}
+        trials = (f"{tr['conversations']} ({_f(tr['extra_tools_per_step'])})" if tr.get("conversations")
+                  else "–")
         timing = json.loads((path.parent / "command.json").read_text()) if (path.parent / "command.json"
                                                                             ).exists() else {}
         rows.append(f"| {d['dataset']} | {d['scorer']} | {feedback} | {s['n_steps']} | "
@@ -81,12 +84,12 @@ def table(out: Path, command: str) -> str:
                     f"{'yes' if z['never_below'] else '**no**'} | "
                     f"{fn['presented']}/{fn['tools']} | {nv['count']}/{nv['tools']} | "
                     f"{lg['unpresented']}/{lg['conversations']} | {lg['calls_logged']}/{lg['calls']} | "
-                    f"{timing.get('seconds', '–')} |")
+                    f"{trials} | {timing.get('seconds', '–')} |")
     head = ("| dataset | scorer | feedback | steps | recall@1 | recall@k | MRR | 2nd half recall@k | "
             "zero-shot start recall@k | min window gap | never below start by > 0.01 | "
             "first need presented | never presented | conversations calling an unpresented tool | "
-            "calls logged | seconds |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+            "calls logged | trial conversations (tools beyond k per step) | seconds |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     return (f"# Closed loop: learning from one's own presentations\n\nCommand: `{command}` "
             "(each cell's `evaluate.py` command: `<dataset>/<cell>/command.json`). k = 5, registry large, "
             "MiniLM, seed 0 (the arrival order), oracle view (a presented gold is called), windows of 200 "

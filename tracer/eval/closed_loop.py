@@ -23,6 +23,12 @@ here) learns nothing from a cut conversation; ``full`` logs the whole conversati
 system, the baseline). The presented set under this regime is the oracle's view: the gold tool is called when
 presented.
 
+*Trials* (a scorer that runs them, :mod:`tracer.scoring.trial`; tracer_plus's ``zero_shot.trial``): on a
+seeded share of the conversations, once the learner has two rankings to try, each step shows the serving
+ranking's top k and then the other ranking's top k (``LoopStep.explored``); the log marks the conversation as
+a trial. A trial step counts as a hit in the stream's recall@k only when the served top k held the gold; the
+conversation is cut where neither showed it. Under ``full`` no conversation is a trial.
+
 Beside each step the learner's *zero-shot start* ranks it: the same scorer fitted on no logs and never updated
 (the ranking it would serve with no logs), so a report can check that learning never costs recall.
 The report's fields are computed by :func:`tracer.eval.closed_loop_report.stream_report`.
@@ -47,6 +53,7 @@ from tracer.online.updater import Updater
 from tracer.scoring.protocol import Scorer
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import Resources, training_steps
+from tracer.scoring.trial import EXPLORED, Trials, on_trial, widened
 
 FEEDBACK = ("presented_success", "presented_failure", "full")
 
@@ -99,6 +106,12 @@ class LoopStep:
     serves: str | None = None     # what the learner served: "model", "zero_shot", "standin" (None: unsaid)
     zero_shot_rank: int | None = None      # the gold's rank under the zero-shot start
     zero_shot_hit: bool | None = None      # the gold in the zero-shot start's presented set
+    explored: list[str] = field(default_factory=list)  # a trial step's tools shown beyond ``presented``
+
+    @property
+    def shown(self) -> bool:
+        """Whether the gold was shown to the model: presented, or among a trial's further tools."""
+        return self.hit or self.gold in self.explored
 
     @property
     def hit(self) -> bool:
@@ -117,6 +130,7 @@ class LoggedConversation:
     logged_messages: int          # messages of the logged trajectory
     logged_calls: int             # its calls (``n_calls`` under ``full``, else ``cut_at`` when there is one)
     logged_success: bool
+    trial: bool = False           # a trial conversation (tracer/scoring/trial.py): both rankings shown
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -171,6 +185,13 @@ class Learner:
     def serving(self) -> Scorer:
         return self.standin if self.standin is not None else self.scorer
 
+    def on_trial(self, conversation: str, cfg: ClosedLoopConfig) -> bool:
+        """Whether this conversation is a trial: a learner that runs them, with two rankings to try, and
+        logs of its own (complete logs of another system hold no trials)."""
+        serving = self.serving
+        return (cfg.feedback != "full" and isinstance(serving, Trials) and serving.trial_ready
+                and on_trial(conversation, serving.trial_rate, self.res.seed))
+
     def serves(self) -> str | None:
         return "standin" if self.standin is not None else self.scorer.describe().get("serves")
 
@@ -223,15 +244,23 @@ def run_closed_loop(dataset: Dataset, make_scorer: Callable[[], Scorer], res: Re
         known = [s for s in steps if s.gold in registry]  # a tool outside the registry is never presented
         ranks, presented = rank_steps(learner.serving, known, cfg.k) if known else ([], [])
         serves = learner.serves()
+        trial = bool(known) and learner.on_trial(traj.id, cfg)
+        others = ([[registry.names[t] for t in ids] for ids in learner.serving.trial_rankings(known, cfg.k)]
+                  if trial else [[] for _ in known])
         shown = dict.fromkeys(range(len(steps)), False)
         counted = traj.success or not cfg.successful_only
-        for s, rank, names in zip(known, ranks, presented):
-            shown[s.index] = s.gold in names
-            records.append(LoopStep(len(records), c, traj.id, s.index, s.gold, rank, names, counted, serves))
+        for s, rank, names, other in zip(known, ranks, presented, others):
+            record = LoopStep(len(records), c, traj.id, s.index, s.gold, rank, names, counted, serves,
+                              explored=widened(names, other, cfg.k)[len(names):])
+            shown[s.index] = record.shown
+            records.append(record)
         scored.extend(known)
         logged, cut = presented_log(traj, [shown[i] for i in range(len(steps))], cfg.feedback)
-        conversations.append(LoggedConversation(c, traj.id, len(steps), cut, len(logged.messages),
-                                                len(list(iter_calls(logged.messages))), logged.success))
+        if trial:  # the gateway marks a trial conversation in its log
+            logged = dataclasses.replace(logged, metadata={**logged.metadata, EXPLORED: True})
+        n_logged = len(list(iter_calls(logged.messages)))
+        conversations.append(LoggedConversation(c, traj.id, len(steps), cut, len(logged.messages), n_logged,
+                                                logged.success, trial))
         learner.learn(logged)     # after every step of the conversation was scored: prequential
         if c + 1 in schedule:
             learner.refit()

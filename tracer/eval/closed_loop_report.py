@@ -12,7 +12,9 @@ successful conversations) in stream order:
   needed them;
 - ``never_presented``: of those tools, the ones no step of the run presented;
 - ``zero_shot_start``: its stream figures, the smallest window gap (learner recall@k minus the zero-shot
-  start's) and whether it never fell below ``-TOLERANCE``.
+  start's) and whether it never fell below ``-TOLERANCE``;
+- ``trials``: the trial conversations (:mod:`tracer.scoring.trial`), their steps, the tools shown beyond the
+  k presented per step of the whole stream (the prompt cost of trials), and the steps served by the model.
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ def stream_report(result: ClosedLoopResult, cfg: ClosedLoopConfig) -> dict:
                    "cut": len(cut), "cut_share": len(cut) / len(convs) if convs else None,
                    "calls": sum(c.n_calls for c in convs), "calls_logged": sum(c.logged_calls for c in convs),
                    "logged_failures": sum(not c.logged_success for c in convs)},
+        "trials": {"conversations": sum(c.trial for c in convs),
+                   "steps": sum(bool(s.explored) for s in result.steps),
+                   "extra_tools_per_step": (sum(len(s.explored) for s in result.steps) / len(result.steps)
+                                            if result.steps else None),
+                   "model_served_steps": sum(s.serves == "model" for s in result.steps),
+                   "all_steps": len(result.steps)},
         "refit_counts": result.refit_counts, "refits": result.refits, "standin": result.standin,
     }
 
@@ -133,6 +141,11 @@ def markdown(doc: Mapping[str, Any]) -> str:
          f"{lg['calls_logged']} of {lg['calls']} calls logged, {lg['logged_failures']} logged as failures"),
         f"- refits after {doc['refit_counts']} conversations: {_refits(doc)}",
     ]
+    tr = doc.get("trials") or {}
+    if tr.get("conversations"):
+        lines.append(f"- trials: {tr['conversations']} conversations ({tr['steps']} steps) showed both "
+                     f"rankings, {_f(tr['extra_tools_per_step'])} tools beyond k per step of the stream; the "
+                     f"model served {tr['model_served_steps']} of {tr['all_steps']} steps")
     if doc.get("standin"):
         lines.append(f"- served {doc['standin']} until a logged conversation held a step it could learn from")
     return "\n".join(lines) + "\n"

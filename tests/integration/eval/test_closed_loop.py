@@ -134,6 +134,32 @@ def test_the_report_equals_a_hand_computation_from_the_steps(plus_run):
     assert rep["zero_shot_start"]["never_below"] is (min(gaps) >= -0.01)
 
 
+def test_a_trial_conversation_shows_both_rankings_and_the_guard_judges_on_them(res):
+    cfg = ClosedLoopConfig(k=2, seed=1, feedback="presented_success", refit_at=(2, 5), refit_growth=2,
+                           window=4, progress=False)
+    out = run_closed_loop(copies(5), lambda: build_scorer("tracer_plus", zero_shot={"trial": 1.0}), res, cfg)
+    # every conversation is a trial once the first refit's guard has judged a trained model (after 2)
+    assert [c.conversation for c in out.conversations if c.trial] == list(range(2, 25))
+    for c in out.conversations:
+        steps = [s for s in out.steps if s.conversation == c.conversation]
+        for s in steps:
+            assert len(s.presented) == cfg.k and not set(s.explored) & set(s.presented)
+            assert len(s.explored) <= cfg.k and (c.trial or not s.explored)
+        missed = [s.step for s in steps if not (s.gold in s.presented or s.gold in s.explored)]
+        assert c.cut_at == (missed[0] if missed else None)   # cut where neither ranking showed the gold
+    assert any(s.explored for s in out.steps)
+    # the logs marked the trials, and the last refit compared the two rankings on their steps alone
+    assert out.scorer_info["fit"]["guard_steps"] == "trial" and out.scorer_info["fit"]["guard_n"] >= 30
+    rep = stream_report(out, cfg)["trials"]
+    assert rep == {"conversations": 23, "steps": sum(bool(s.explored) for s in out.steps),
+                   "extra_tools_per_step": sum(len(s.explored) for s in out.steps) / 50,
+                   "model_served_steps": sum(s.serves == "model" for s in out.steps), "all_steps": 50}
+    # complete logs of another system hold no trial
+    full = run_closed_loop(copies(2), lambda: build_scorer("tracer_plus", zero_shot={"trial": 1.0}), res,
+                           dataclasses.replace(cfg, feedback="full", refit_at=(2,)))
+    assert not any(c.trial for c in full.conversations) and not any(s.explored for s in full.steps)
+
+
 def _compose(tmp_path, native_dir, *overrides):
     with initialize_config_dir(str(ROOT / "tracer" / "configs"), version_base="1.3"):
         return compose("evaluate", overrides=[
