@@ -46,6 +46,7 @@ from tracer.scoring.persist import read_meta
 from tracer.scoring.protocol import Scorer
 from tracer.scoring.ranking import finalize, present_without, without
 from tracer.scoring.resources import Resources
+from tracer.scoring.trial import Trials, on_trial, widened
 
 MINILM = "all-MiniLM-L6-v2"
 __all__ = ["Retriever", "saveable_scorers", "step_from_messages"]
@@ -200,20 +201,37 @@ class Retriever:
     def _step(self, messages: Sequence[Message], name: str = "messages") -> Step:
         return self.read(messages, name).step
 
-    def select_ids(self, messages: Sequence[Message], k: int | None = None) -> tuple[int, ...]:
+    def select_ids(self, messages: Sequence[Message], k: int | None = None,
+                   conversation: str | None = None) -> tuple[int, ...]:
         """Registry ids of the tools to present for the next call (k, plus Tracer+G's global set); a k
-        larger than the registry presents the registry."""
+        larger than the registry presents the registry.
+
+        ``conversation``: the conversation's id, for a scorer that runs trials (:mod:`tracer.scoring.trial`):
+        on a trial conversation the other ranking's top k follow the k (up to 2k tools). Log such a
+        conversation with ``metadata={"explored": True}`` for :meth:`update` (:func:`is_trial` says which)."""
         k = self.k if k is None else check_k(k)
         step = self._step(messages)
         scorer = self.scorer  # read once: an encoder refit may swap it meanwhile (Updater.on_swap)
         if scorer.res.removed:  # drift: the top k of the ranking without the removed tools
             gone = scorer.res.removed_ids
             return present_without(self._ranking(step, k + len(gone), scorer), gone, k, scorer.global_set)
-        return scorer.select_one(step, scorer.embed([step]), k)
+        shown = scorer.select_one(step, scorer.embed([step]), k)
+        if conversation is not None and self.is_trial(conversation):
+            return tuple(widened(shown, scorer.trial_rankings([step], k)[0], k))
+        return shown
 
-    def select(self, messages: Sequence[Message], k: int | None = None) -> list[dict[str, Any]]:
-        """OpenAI tool objects (``{"type": "function", "function": {...}}``) for the next call."""
-        return [self.registry[i].to_openai() for i in self.select_ids(messages, k)]
+    def is_trial(self, conversation: str) -> bool:
+        """Whether the conversation with this id is a trial of the serving scorer now (False for a scorer
+        that runs none, or before it has two rankings to try)."""
+        scorer = self.scorer
+        return (isinstance(scorer, Trials) and scorer.trial_ready
+                and on_trial(conversation, scorer.trial_rate, scorer.res.seed))
+
+    def select(self, messages: Sequence[Message], k: int | None = None,
+               conversation: str | None = None) -> list[dict[str, Any]]:
+        """OpenAI tool objects (``{"type": "function", "function": {...}}``) for the next call
+        (``conversation``: :meth:`select_ids`)."""
+        return [self.registry[i].to_openai() for i in self.select_ids(messages, k, conversation)]
 
     def select_batch(self, conversations: Sequence[Sequence[Message]], k: int | None = None
                      ) -> list[list[dict[str, Any]]]:

@@ -149,6 +149,28 @@ def test_default_scorer_is_tracer_plus_and_round_trips(tiny_dir, minilm, tmp_pat
     assert loaded.scorer.name == "tracer_plus" and loaded.rank(msgs) == before
 
 
+def test_a_trial_conversation_is_shown_the_other_ranking_too(tiny_dir, minilm):
+    from tracer.scoring.trial import on_trial, widened
+
+    r = Retriever.from_dataset(tiny_dir, embedder=minilm, device="cpu", zero_shot={"trial": 0.5})
+    assert r.scorer.trial_ready   # a trained model the guard judged: two rankings to try
+    msgs = conversation("search_flights")
+    plain = r.select_ids(msgs, k=2)
+    step = r.read(msgs).step
+    other = r.scorer.trial_rankings([step], 2)[0]
+    ids = [f"conversation-{i}" for i in range(40)]
+    assert [r.is_trial(c) for c in ids] == [on_trial(c, 0.5, r.scorer.res.seed) for c in ids]
+    trial = next(c for c in ids if r.is_trial(c))
+    assert len(widened(plain, other, 2)) == 3   # the rankings differ here: one more tool on a trial
+    assert r.select_ids(msgs, k=2, conversation=trial) == tuple(widened(plain, other, 2))
+    assert r.select_ids(msgs, k=2, conversation=next(c for c in ids if not r.is_trial(c))) == plain
+    assert [t["function"]["name"] for t in r.select(msgs, k=2, conversation=trial)] == [
+        r.registry.names[i] for i in widened(plain, other, 2)]
+    # the other ranking is the one the guard did not choose: the model's where the fusion serves
+    serving = "model" if r.scorer.zero_shot_only else "zero_shot"
+    assert serving != r.scorer.describe()["serves"]
+
+
 @pytest.mark.heavy(seconds=10)
 def test_an_index_with_a_fine_tuned_encoder_loads_it_back_by_itself(tiny_dir, tmp_path):
     """from_dataset(encoder_training=...) fine-tunes on the dataset first; the saved index keeps the encoder's
