@@ -70,6 +70,13 @@ def test_the_guard_judges_on_trial_steps_alone_once_there_are_enough():
     assert on_trials["guard_model_recall"] == 1.0
     assert on_trials["guard_zero_shot_recall"] == pytest.approx(10 / 30)
     assert on_trials["serves"] == "model"
+    # the paired difference's error: d = 1 on 20 steps, 0 on 10, var 2/9
+    assert on_trials["guard_se"] == pytest.approx(math.sqrt((2 / 9) / 30))
+    # a lead of 0.1 on trial steps with an error of 0.055 (27 of 30 against 30 of 30): over one error, which
+    # would do over every step, but under the two a run of many refits asks for
+    close = np.r_[np.arange(n_trial) >= 3, np.ones(n_own, bool)]
+    near = z.judge(inner[order], data, close, steps, explored)
+    assert near["guard_se"] == pytest.approx(math.sqrt(0.09 / 30)) and near["serves"] == "zero_shot"
     # the same logs judged over every step: the serving ranking wins by construction
     every = z.choose(inner, gold, zero_hits)
     assert every["serves"] == "zero_shot" and every["guard_model_recall"] == pytest.approx(60 / 90)

@@ -48,6 +48,7 @@ class CandidateData:
     fold: torch.Tensor    # [S] inner fold the step was held out in
     tool: torch.Tensor | None = None  # [S, C] the candidates' registry ids (0 where masked)
     step: torch.Tensor | None = None  # [S] each row's index in the training steps
+    state: torch.Tensor | None = None  # [S] bool: the first key's state has children (the logs know it)
 
     def __len__(self) -> int:
         return len(self.gold)
@@ -64,11 +65,13 @@ class CandidateData:
     def cat(parts: Sequence[CandidateData]) -> CandidateData:
         width = max([p.mask.shape[1] for p in parts] + [1])
         known = all(p.tool is not None and p.step is not None for p in parts)
+        stated = all(p.state is not None for p in parts)
         return CandidateData(
             pad_cat([p.feats for p in parts], width, 0.0), pad_cat([p.mask for p in parts], width, False),
             torch.cat([p.gold for p in parts]), torch.cat([p.fold for p in parts]),
             pad_cat([p.tool for p in parts], width, 0) if known else None,
-            torch.cat([p.step for p in parts]) if known else None)
+            torch.cat([p.step for p in parts]) if known else None,
+            torch.cat([p.state for p in parts]) if stated else None)
 
 
 def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor,
@@ -103,7 +106,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
         n_feat = len(columns)
         return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
                              torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                             torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+                             torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                             torch.zeros(0, dtype=torch.bool))
     views: dict[int, tuple[torch.Tensor, torch.Tensor, RequestInput | None]] = {}
 
     def build(seen: torch.Tensor, f: int) -> PlusIndex:
@@ -122,7 +126,8 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
         req = None if evidence is None else evidence.take(held.tolist())
         cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs, req)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
-                             torch.full((len(held),), f), cand.tool.cpu(), held.cpu())
+                             torch.full((len(held),), f), cand.tool.cpu(), held.cpu(),
+                             cand.in_state[:, 0].cpu())
 
     return CandidateData.cat(out_of_fold([s.group for s in steps], inner_folds, seed, build, score))
 

@@ -273,7 +273,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         vec = fallback_scores(self.res, query)                                  # [B, N]
         zero = (self.zero.scores(steps, self.usage.scores(vec, query, self).numpy(), self.res,
                                  self.query_rendering)
-                if self.zero_shot_wanted or zero_only else None)                               # [B, N]
+                if self.zero_shot_wanted or zero_only or self.zero.gate else None)             # [B, N]
         req = self.request.inputs(steps, self.res) if self.request else None
         cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None, req)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
@@ -285,10 +285,15 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                 source = zero if self.zero.novel_needs_fusion else vec.cpu().numpy()     # [B, N]
                 novel = self.zero.reserve(source, self.never_called)
             reserve = req.reserve(novel) if req is not None and self.open_slot_serves else novel
+        # zero_shot.gate: a step whose state the logs do not know is ranked by the fusion, nothing reserved
+        gated = (~cand.in_state[:, 0] if self.zero.gate and not zero_only
+                 else torch.zeros_like(has))                                                      # [B]
+        if reserve is not None and bool(gated.any()):
+            reserve = [() if g else r for g, r in zip(gated.tolist(), reserve)]
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
-            fallback=torch.from_numpy(zero) if zero_only else vec,
-            fell_back=(~has | zero_only).cpu(),
+            fallback=torch.from_numpy(zero) if zero_only or self.zero.gate else vec,
+            fell_back=(~has | zero_only | gated).cpu(),
             diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
                          "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),
                          "in_candidates": coverage(self.res.registry, steps, cand.tool, cand.mask)},

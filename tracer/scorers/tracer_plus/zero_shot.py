@@ -84,6 +84,8 @@ from tracer.scoring.usage import check_prior
 
 KINDS = ("vector", "hybrid")
 TRIAL_MIN_STEPS = 30   # trial steps the guard needs before it judges on them alone
+# on trial steps, the lead the guard asks for, in standard errors of the paired difference
+TRIAL_MARGIN = 2.0
 NOVEL_FROM = ("zero_shot", "vector")
 
 
@@ -207,6 +209,8 @@ class ZeroShot:
             features (module docstring).
         usage: the prior of the usage vectors that stand for the called tools in the vector input
             (module docstring, :mod:`tracer.scoring.usage`); None: the description vectors alone.
+        gate: where the model serves, the steps whose state the logs do not know (the first key's state has
+            no children) are ranked by this ranking instead (module docstring).
         trial: the share of conversations on which a gateway presents the other ranking's top k too
             (:mod:`tracer.scoring.trial`); once the logs hold enough of their steps, the guard compares the
             model with this ranking on those steps alone (0: never).
@@ -215,11 +219,12 @@ class ZeroShot:
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,
                  rrf_k: int = 60, novel: int = 0, slots: int = 1, toolkit: bool = False,
                  calls: bool = False, dataflow: bool = False, candidates: bool = False,
-                 usage: float | None = None, novel_from: str = "zero_shot", trial: float = 0.0):
+                 usage: float | None = None, novel_from: str = "zero_shot", trial: float = 0.0,
+                 gate: bool = False):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
         for flag, value in (("toolkit", toolkit), ("calls", calls), ("dataflow", dataflow),
-                            ("candidates", candidates)):
+                            ("candidates", candidates), ("gate", gate)):
             if not isinstance(value, bool):
                 raise TypeError(f"zero_shot.{flag} must be a bool, got {value!r}")
         if isinstance(novel, bool) or not isinstance(novel, int) or novel < 0:
@@ -230,6 +235,7 @@ class ZeroShot:
             raise ValueError(f"zero_shot.novel_from: {novel_from!r}; valid: {', '.join(NOVEL_FROM)}")
         self.novel_from = novel_from
         self.trial = check_rate(trial, "zero_shot.trial")
+        self.gate = gate
         self.kind, self.guard, self.k, self.rrf_k, self.novel = kind, bool(guard), int(k), int(rrf_k), novel
         self.bm25_cfg = dict(bm25 or {"k1": 1.5, "b": 0.75})
         self.toolkit, self.calls, self.slots, self.dataflow = toolkit, calls, slots, dataflow
@@ -247,7 +253,8 @@ class ZeroShot:
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
                 "rrf_k": self.rrf_k, "novel": self.novel, "slots": self.slots, "toolkit": self.toolkit,
                 "calls": self.calls, "dataflow": self.dataflow, "candidates": self.candidates,
-                "usage": self.usage, "novel_from": self.novel_from, "trial": self.trial}
+                "usage": self.usage, "novel_from": self.novel_from, "trial": self.trial,
+                "gate": self.gate}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
@@ -295,20 +302,32 @@ class ZeroShot:
         return [tuple(int(t) for t in top_ids(row, self.novel) if never_called[t]) for row in zs]
 
     def choose(self, inner_scores: torch.Tensor, gold: torch.Tensor, zero_hits: np.ndarray,
-               transferred: bool = False) -> dict:
+               transferred: bool = False, paired: bool = False, state: torch.Tensor | None = None) -> dict:
         """The guard's decision from the model's out-of-fold scores ``[S, C]`` (-inf where masked), the gold's
         candidate index ``[S]`` (IGNORE: not a candidate) and the zero-shot ranking's hits ``[S]`` (bool).
         A model trained on these few logs must lead by more than one standard error; ``transferred`` weights,
-        learned on much more elsewhere, serve unless the zero-shot ranking leads by as much."""
+        learned on much more elsewhere, serve unless the zero-shot ranking leads by as much.
+
+        ``paired``: ``zero_hits`` is row-aligned with the scores (the same steps, both rankings shown: trial
+        steps, :meth:`judge`); the error is the paired difference's and the lead must exceed
+        :data:`TRIAL_MARGIN` of them (a run refits many times, and each refit is one more test).
+        ``state [S]`` (bool, row-aligned like ``zero_hits``): with ``gate``, the steps whose state the logs
+        know; the model is judged as it serves, by the zero-shot ranking's hit on every other step."""
         safe = gold.clamp_min(0)
         g = inner_scores.gather(1, safe[:, None])                                         # [S, 1]
         better = (inner_scores > g).sum(1)                                                # [S]
         model_hits = ((gold != IGNORE) & (better < self.k)).float()
         m, z = model_hits.numpy().astype(np.float64), np.asarray(zero_hits, dtype=np.float64)
+        if self.gate and state is not None:
+            m = np.where(state.numpy(), m, z)
         model, zero = (float(m.mean()) if len(m) else 0.0), (float(z.mean()) if len(z) else 0.0)
-        # the model must earn its place: ahead by more than one standard error of the difference
-        se = float(np.sqrt(m.var() / len(m) + z.var() / len(z))) if len(m) and len(z) else float("inf")
-        behind = zero - model > se if transferred else model - zero <= se
+        if paired:
+            se = float(np.sqrt((m - z).var() / len(m))) if len(m) else float("inf")
+            margin = TRIAL_MARGIN * se
+        else:  # the model must earn its place: ahead by more than one standard error of the difference
+            se = float(np.sqrt(m.var() / len(m) + z.var() / len(z))) if len(m) and len(z) else float("inf")
+            margin = se
+        behind = zero - model > margin if transferred else model - zero <= margin
         serves = "zero_shot" if self.guard and behind else "model"
         return {"serves": serves, "guard_model_recall": model, "guard_zero_shot_recall": zero, "guard_se": se}
 
@@ -316,27 +335,28 @@ class ZeroShot:
               explored: set[str], transferred: bool = False) -> dict:
         """:meth:`choose` over the training steps of trial conversations (``explored``: their trajectory ids,
         :mod:`tracer.scoring.trial`) where the logs hold at least :data:`TRIAL_MIN_STEPS` of them, else over
-        the other steps (every step where there is no trial). ``data``: the out-of-fold candidates (``CandidateData``: ``gold``, ``step`` per row,
-        row-aligned with ``inner_scores [S, C]``); ``zero_hits [S]`` in the order of ``steps``.
+        the other steps (every step where there is no trial). ``data``: the out-of-fold candidates
+        (``CandidateData``: ``gold``, ``step`` and ``state`` per row, row-aligned with
+        ``inner_scores [S, C]``); ``zero_hits [S]`` in the order of ``steps``.
 
         Why: on a gateway's own logs every logged step is one the serving ranking got right, so over every
         step the serving ranking wins by construction; on trial steps both rankings were presented."""
-        if explored:
-            on = np.array([s.trajectory_id in explored for s in steps], dtype=bool)      # [S] step order
-            rows = on[data.step.numpy()]                                                   # [R] row order
-            n = int(rows.sum())
-            if n >= TRIAL_MIN_STEPS:
-                keep = torch.from_numpy(rows)
-                hits = np.asarray(zero_hits)[data.step.numpy()][rows]
-                return {**self.choose(inner_scores[keep], data.gold[keep], hits, transferred),
-                        "guard_steps": "trial", "guard_n": n}
-            # too few yet: the other steps alone, as with no trial. A trial step is logged where either ranking
-            # presented the gold, so among the serving ranking's own steps it would tilt toward the other
-            keep = torch.from_numpy(~rows)
-            hits = np.asarray(zero_hits)[data.step.numpy()][~rows]
-            return {**self.choose(inner_scores[keep], data.gold[keep], hits, transferred),
-                    "guard_steps": "not_trial", "guard_n": len(data) - n}
-        return self.choose(inner_scores, data.gold, zero_hits, transferred)
+        # [R] row order (the rows come inner fold by inner fold)
+        hits = np.asarray(zero_hits)[data.step.numpy()] if data.step is not None else np.asarray(zero_hits)
+        if not explored:
+            return self.choose(inner_scores, data.gold, hits, transferred, state=data.state)
+        on = np.array([s.trajectory_id in explored for s in steps], dtype=bool)[data.step.numpy()]   # [R]
+        n = int(on.sum())
+        # too few trial steps yet: the other steps alone, as with no trial. A trial step is logged where
+        # either ranking presented the gold, so among the serving ranking's own steps it would tilt toward
+        # the other
+        on_trials = n >= TRIAL_MIN_STEPS
+        rows = on if on_trials else ~on
+        keep = torch.from_numpy(rows)
+        state = None if data.state is None else data.state[keep]
+        out = self.choose(inner_scores[keep], data.gold[keep], hits[rows], transferred, paired=on_trials,
+                          state=state)
+        return {**out, "guard_steps": "trial" if on_trials else "not_trial", "guard_n": int(rows.sum())}
 
     def hits(self, zs: np.ndarray, gold_ids: np.ndarray) -> np.ndarray:
         """``[S]`` whether each step's gold is among the top k of its zero-shot scores ``zs [S, N]``."""
