@@ -3,6 +3,8 @@ ranked by the zero-shot fusion, and the guard judges the model as it serves."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -15,15 +17,19 @@ from tracer.learn.nll import IGNORE
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.ranking import finalize
 from tracer.scoring.resources import fallback_scores
+from tracer.scoring.trial import EXPLORED
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
 
 
-def plus(res, gate: bool):
+def plus(res, gate: bool, own: bool = True):
+    """tracer_plus fitted on the tiny logs, marked as a gateway's trial conversations when ``own``."""
     scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=2, head=FAST,
                           query_context=CONTEXT, memory_context=CONTEXT, request=None,
-                          zero_shot={"kind": "hybrid", "guard": False, "novel": 0, "gate": gate})
-    scorer.fit(tiny_trajectories(), res)
+                          zero_shot={"kind": "hybrid", "guard": False, "novel": 0, "gate": gate,
+                                     "trial": 0.1})
+    logs = [replace(t, metadata={EXPLORED: True}) if own else t for t in tiny_trajectories()]
+    scorer.fit(logs, res)
     return scorer
 
 
@@ -43,6 +49,16 @@ def test_a_step_the_logs_never_reached_is_ranked_by_the_fusion(tiny_resources):
     assert torch.equal(rank_gated[1], fusion[1])                                   # the fusion's ranking
     assert not torch.equal(rank_gated[1], finalize(plain.score(steps), 5).ranking[1])
     assert gated.score(steps).fell_back.tolist() == [False, True]
+    assert gated.gates and gated.history["own_logs"] is True and not plain.gates
+    # the live step gates the same steps: presented sets and rankings equal the batched ones
+    batched = finalize(gated.score(steps), 5)
+    for i, s in enumerate(steps):
+        assert gated.select_one(s, gated.embed([s]), 5) == batched.presented[i]
+        assert gated.rank_one(s, gated.embed([s])).tolist() == batched.ranking[i].tolist()
+    # the same model fitted on complete logs of another system (no trial in them) is not gated
+    other = plus(tiny_resources, True, own=False)
+    assert not other.gates and torch.equal(finalize(other.score(steps), 5).ranking,
+                                           finalize(plain.score(steps), 5).ranking)
 
 
 def test_the_guard_judges_the_gated_model_as_it_serves():

@@ -12,7 +12,7 @@ import torch
 
 from tracer.core.types import Step, Trajectory
 from tracer.scorers.tracer_plus.fit import CandidateData
-from tracer.scorers.tracer_plus.zero_shot import TRIAL_MIN_STEPS, ZeroShot
+from tracer.scorers.tracer_plus.zero_shot import TRIAL_MARGIN, TRIAL_MIN_STEPS, ZeroShot
 from tracer.scoring.trial import EXPLORED, check_rate, explored_ids, on_trial, widened
 
 
@@ -72,11 +72,14 @@ def test_the_guard_judges_on_trial_steps_alone_once_there_are_enough():
     assert on_trials["serves"] == "model"
     # the paired difference's error: d = 1 on 20 steps, 0 on 10, var 2/9
     assert on_trials["guard_se"] == pytest.approx(math.sqrt((2 / 9) / 30))
-    # a lead of 0.1 on trial steps with an error of 0.055 (27 of 30 against 30 of 30): over one error, which
-    # would do over every step, but under the two a run of many refits asks for
-    close = np.r_[np.arange(n_trial) >= 3, np.ones(n_own, bool)]
-    near = z.judge(inner[order], data, close, steps, explored)
-    assert near["guard_se"] == pytest.approx(math.sqrt(0.09 / 30)) and near["serves"] == "zero_shot"
+    # a lead of one step in 30 with three discordant steps (the model misses step 0, the fusion steps 1
+    # and 2): d = -1, +1, +1, 0 ...; mean 1/30 under the paired error sqrt((3/30 - 1/900) / 30) = 0.057
+    model_close = np.r_[np.arange(n_trial) != 0, np.arange(n_own) % 2 == 0]
+    inner_close = torch.tensor([[1.0, 0.0] if hit else [0.0, 1.0] for hit in model_close])
+    zero_close = np.r_[(np.arange(n_trial) != 1) & (np.arange(n_trial) != 2), np.ones(n_own, bool)]
+    near = z.judge(inner_close[order], data, zero_close, steps, explored)
+    assert near["guard_se"] == pytest.approx(math.sqrt((3 / 30 - 1 / 900) / 30))
+    assert near["serves"] == "zero_shot" and TRIAL_MARGIN == 1.0
     # the same logs judged over every step: the serving ranking wins by construction
     every = z.choose(inner, gold, zero_hits)
     assert every["serves"] == "zero_shot" and every["guard_model_recall"] == pytest.approx(60 / 90)

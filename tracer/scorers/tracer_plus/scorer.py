@@ -184,6 +184,8 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             if request is not None and request.claims is not None:  # does the open parts' slot pay here?
                 hist.update(choose_open_slot(self.inner_scores, data, request.claims, self.zero.k,
                                              self.reserve_slots))
+        if explored:  # a gateway's own logs: the gate reads this (``gates``)
+            hist["own_logs"] = True
         self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
                      for k in self.keys], res)
         history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1,
@@ -235,6 +237,12 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         return bool(self.request and self.request.open_slot and self.history.get("open_slot", True))
 
     @property
+    def gates(self) -> bool:
+        """``zero_shot.gate`` on logs that hold trial conversations (a gateway's own, whose conversations end
+        where they derailed): the model serves only the steps whose state those logs know."""
+        return self.zero.gate and bool(self.history.get("own_logs"))
+
+    @property
     def reserve_slots(self) -> int:
         """How many of the last slots the claimants may take: the novel slots', or one for the request's
         open parts alone."""
@@ -273,7 +281,7 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         vec = fallback_scores(self.res, query)                                  # [B, N]
         zero = (self.zero.scores(steps, self.usage.scores(vec, query, self).numpy(), self.res,
                                  self.query_rendering)
-                if self.zero_shot_wanted or zero_only or self.zero.gate else None)             # [B, N]
+                if self.zero_shot_wanted or zero_only else None)                               # [B, N]
         req = self.request.inputs(steps, self.res) if self.request else None
         cand = self.candidates(steps, mem, vec, torch.from_numpy(zero) if self.zero.candidates else None, req)
         s = self.model.scores(cand.feats, cand.mask)                            # [B, C]
@@ -285,14 +293,14 @@ class TracerPlusScorer(LiveStep, ScorerBase):
                 source = zero if self.zero.novel_needs_fusion else vec.cpu().numpy()     # [B, N]
                 novel = self.zero.reserve(source, self.never_called)
             reserve = req.reserve(novel) if req is not None and self.open_slot_serves else novel
-        # zero_shot.gate: a step whose state the logs do not know is ranked by the fusion, nothing reserved
-        gated = (~cand.in_state[:, 0] if self.zero.gate and not zero_only
-                 else torch.zeros_like(has))                                                      # [B]
+        # zero_shot.gate on its own logs: a step whose state they do not know is ranked by the fusion, and
+        # nothing is reserved there
+        gated = ~cand.in_state[:, 0] if self.gates and not zero_only else torch.zeros_like(has)      # [B]
         if reserve is not None and bool(gated.any()):
             reserve = [() if g else r for g, r in zip(gated.tolist(), reserve)]
         return Scores(
             primary=scatter_primary(cand.tool, cand.mask, s, n).cpu(),
-            fallback=torch.from_numpy(zero) if zero_only or self.zero.gate else vec,
+            fallback=torch.from_numpy(zero) if zero_only or self.gates else vec,
             fell_back=(~has | zero_only | gated).cpu(),
             diagnostics={"in_trie": cand.in_state.any(1).cpu(), "kappa": confidence(s).float().cpu(),
                          "depth": cand.depth.cpu(), "n_children": cand.mask.sum(1).cpu(),

@@ -64,7 +64,7 @@ class LiveStep:
     def zero_shot_wanted(self) -> bool:
         """Whether scoring needs the zero-shot ranking: it is served, or it fills the novel slots or proposes
         candidates."""
-        return self.zero_shot_only or self.zero.novel_needs_fusion or self.zero.candidates
+        return self.zero_shot_only or self.zero.novel_needs_fusion or self.zero.candidates or self.gates
 
     def score_step(self, step: Step, memory, query=None) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
         """(candidates, scores [C] float32, vector scores [N] float32) of one step: numpy, CPU."""
@@ -75,20 +75,14 @@ class LiveStep:
         table = self.usage.table(self) if self.zero_shot_wanted else None
         zvec = vec if table is None else usage_scores_one(vec, q, *table)       # the fusion's vector input
         if self.zero_shot_only:  # ranked by the zero-shot scores alone: no candidates, no model to run
-            if self.zero.fuses or table is not None:
-                vec = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)[0]
-                       if self.zero.fuses else zvec)                                            # [N]
-                # over an approximate index only the fused tools are finite: their order, no registry sort
-                order = None if order is None else retrieved_order(vec)
-            order = np.argsort(-vec, kind="stable") if order is None else order
-            f = len(self.feature_names)
-            return (OneCandidates(np.zeros(0, np.int64), np.zeros((0, f), np.float32),
-                                  np.zeros(len(self.tries), bool), -1, order), np.zeros(0, np.float32), vec)
+            return self._zero_shot_step(step, vec, zvec, order, table is not None)
         zs = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)          # [1, N]
               if self.zero.novel_needs_fusion or self.zero.candidates else None)
         fused = zs[0] if self.zero.candidates else None                                      # [N]
         req = self.request.inputs([step], self.res) if self.request else None
         one = candidates_one(self.index, step, mem, vec, self.m, order, fused, req)
+        if self.gates and not one.in_state[0]:  # a state the logs never reached: the fusion, as batched
+            return self._zero_shot_step(step, vec, zvec, order, table is not None)
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         novel = None
         if self.zero.novel:  # the last slots' claimants, as batched
@@ -97,6 +91,20 @@ class LiveStep:
         if claimants is not None:
             one.reserve = claimants[0]
         return one, s, vec
+
+    def _zero_shot_step(self, step: Step, vec: np.ndarray, zvec: np.ndarray, order: np.ndarray | None,
+                        usage: bool) -> tuple[OneCandidates, np.ndarray, np.ndarray]:
+        """:meth:`score_step` of a step ranked by the zero-shot scores alone (no candidates): from its vector
+        scores ``vec [N]``, the fusion's vector input ``zvec [N]`` and the approximate index's ``order``."""
+        if self.zero.fuses or usage:
+            vec = (self.zero.scores([step], zvec[None], self.res, self.query_rendering)[0]
+                   if self.zero.fuses else zvec)                                                # [N]
+            # over an approximate index only the fused tools are finite: their order, no registry sort
+            order = None if order is None else retrieved_order(vec)
+        order = np.argsort(-vec, kind="stable") if order is None else order
+        f = len(self.feature_names)
+        return (OneCandidates(np.zeros(0, np.int64), np.zeros((0, f), np.float32),
+                              np.zeros(len(self.tries), bool), -1, order), np.zeros(0, np.float32), vec)
 
     def select_one(self, step: Step, contexts: Contexts, k: int, pad: bool | None = None) -> tuple[int, ...]:
         """The presented set of one step (``contexts = embed([step])``: memory and query contexts)."""
