@@ -89,9 +89,7 @@ def read_tools(path: str | Path, source: str = "", problems: Problems | None = N
     try:
         arr = read_json_array(path, "OpenAI tool objects")
     except DataError as e:
-        if problems is None:
-            raise
-        problems.append(e)
+        _note(problems, e)
         return Registry([])
     tools: list[Tool] = []
     seen: dict[str, int] = {}
@@ -99,10 +97,16 @@ def read_tools(path: str | Path, source: str = "", problems: Problems | None = N
         try:
             tools.append(_tool(path, i, obj, seen, source))
         except DataError as e:
-            if problems is None:
-                raise
-            problems.append(e)
+            _note(problems, e)
     return Registry(tools)
+
+
+def _note(problems: Problems | None, e: DataError) -> None:
+    """Raise ``e`` when loading, or add it to ``problems`` when validating (every problem of a dataset is
+    reported at once)."""
+    if problems is None:
+        raise e
+    problems.append(e)
 
 
 def _tool(path: Path, i: int, obj: Any, seen: dict[str, int], source: str) -> Tool:
@@ -152,9 +156,7 @@ def iter_jsonl(path: str | Path, missing: str = "file not found", problems: Prob
                                           "not read", line=lineno)
                 obj = json_line(path, raw, lineno, start)
             except DataError as e:
-                if problems is None:
-                    raise
-                problems.append(e)
+                _note(problems, e)
                 continue
             if obj is not None:
                 yield lineno, obj
@@ -198,9 +200,7 @@ def _read_file(path: Path, registry: Registry, problems: Problems | None,
         try:
             out.append(_trajectory(path, lineno, obj, registry, ids))
         except DataError as e:
-            if problems is None:
-                raise
-            problems.append(e)
+            _note(problems, e)
     return out
 
 
