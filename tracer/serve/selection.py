@@ -24,6 +24,17 @@ agent that keeps its tools converges to the uncapped choice. The cache holds ``m
 The conversation is read leniently (:meth:`Retriever.read`); :func:`choose_tools` reports the leniencies
 applied and what the unknown tools cost, for the gateway's metrics.
 
+**Trial steps** (``choose_tools(..., trial=True)``; which conversations are trials and why:
+:mod:`tracer.scoring.trial`). The choice above is the served one; a trial step presents it, then the first
+k of the request's known tools under the ranking the scorer does not serve (:func:`other_ranking`) that are
+not among them (:func:`tracer.scoring.trial.widened`): up to 2k tools. The other ranking is cut to the
+request's candidates before its k are taken, as the served ranking is: a gold tool the request offers that
+is in the other ranking's top k of the whole registry is then in its top k of the request's tools, so the
+trial shows every tool a refit will count as that ranking's hit. Tools the index does not know take their
+slots in the served choice only (the other ranking has no row for them), and a tool ``tool_choice`` names
+stays in the served choice. The sticky presenter receives the widened choice as the step's choice: what it
+keeps from earlier steps is shown besides, never instead of, either ranking's k.
+
 **Prompt-cache-stable presentation** (:class:`StickyPresenter`). Within a conversation, tools already
 presented stay where they are and newly chosen ones are appended in canonical order (their order in
 the request's ``tools``, which an agent keeps fixed), so the tool block of the prompt only grows at its
@@ -42,12 +53,15 @@ from typing import Any
 
 import numpy as np
 
+from tracer.core.live import LiveStep
 from tracer.core.lru import LRU
 from tracer.core.tool_text import tool_text
 from tracer.core.types import Message, Tool
 from tracer.core.validate import InvalidField, check_int
 from tracer.encode.embedders import encode_tools, tool_style
 from tracer.retriever import Retriever
+from tracer.scoring.ranking import without
+from tracer.scoring.trial import Trials, widened
 
 
 def tool_name(obj: Mapping[str, Any]) -> str:
@@ -222,12 +236,27 @@ def choose(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Ma
     return choose_tools(retriever, messages, tools, k, unknown_vectors, must, names).names
 
 
+def other_ranking(retriever: Retriever, live: LiveStep) -> list[str]:
+    """Every tool name the scorer's other ranking presents for the step, best first (removed tools left
+    out): the ranking a trial shows after the served one (:meth:`Trials.trial_rankings` with k the
+    registry's size); empty for a scorer that runs no trials."""
+    scorer = retriever.scorer  # read once, as Retriever.select_ids does
+    if not isinstance(scorer, Trials):
+        return []
+    registry = scorer.res.registry
+    ids = scorer.trial_rankings([live.step], len(registry))[0]
+    return [registry.names[i] for i in without(ids, scorer.res.removed_ids)]
+
+
 def choose_tools(retriever: Retriever, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]],
                  k: int, unknown_vectors: UnknownToolVectors, must: str | None = None,
-                 names: Sequence[str] | None = None, keyed: Keyed | None = None) -> Choice:
+                 names: Sequence[str] | None = None, keyed: Keyed | None = None,
+                 trial: bool = False) -> Choice:
     """:func:`choose` with its report. ``names``: the tools' names when the caller has them already (the
     gateway's validation does); ``keyed``: the :class:`Keyed` of the tools the registry does not know, in
-    request order, when the caller has it (the gateway's selection stage)."""
+    request order, when the caller has it (the gateway's selection stage). ``trial``: a step of a trial
+    conversation (the caller asks :meth:`Retriever.is_trial`): the choice widened by the other ranking (module
+    docstring, "Trial steps")."""
     names = [tool_name(t) for t in tools] if names is None else list(names)
     if len(names) <= k:
         return Choice(names)
@@ -258,6 +287,9 @@ def choose_tools(retriever: Retriever, messages: Sequence[Message], tools: Seque
         chosen += [n for n in (tool_name(t) for t in unknown) if n not in taken][:k - len(chosen)]
     if must is not None and must in requested and must not in chosen:
         chosen = [must] + chosen[:k - 1]
+    if trial:
+        other = [n for n in other_ranking(retriever, live) if n in requested]
+        chosen = widened(chosen, other, k)
     choice.names = chosen
     return choice
 

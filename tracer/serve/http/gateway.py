@@ -22,6 +22,13 @@ answered here (404/405), never forwarded.
 Per-conversation state (the sticky list, the pending log, the outcome token) is kept per tenant, the
 request's credential (:mod:`tracer.serve.conversations`): two keys sending one ``X-Tracer-Conversation``
 share nothing.
+
+**Trial conversations** (:mod:`tracer.scoring.trial`). With ``--log``, a conversation whose id (the one the
+client knows: its ``X-Tracer-Conversation``, or the id continuation gave it) the serving index draws as a
+trial (:meth:`Retriever.is_trial`) is shown the other ranking's top k after the served k at each step
+(:mod:`tracer.serve.selection`, "Trial steps"), and its log record says so (:mod:`tracer.serve.log.sink`), so
+``tracer update --refit`` judges the two rankings on those steps. Without ``--log`` no conversation is a
+trial: a trial costs prompt tokens, and only a logged one teaches anything.
 """
 
 from __future__ import annotations
@@ -200,6 +207,7 @@ class Gateway:
         conv = turn.key  # what per-conversation state is kept under: the tenant and the id
         self.metrics.conversations.labels(turn.how).inc()
         retriever, version = self.holder.served  # one index for the whole request, named in its answer
+        trial = self.sink is not None and retriever.is_trial(turn.id)  # only a logged trial teaches
         own = tools
         if self.config.tools_from_index and body.get("tool_choice") != "none":  # the registry is held here
             tools, names = candidates(*self.index_tools.of(retriever), tools, names)
@@ -209,7 +217,7 @@ class Gateway:
         if len(tools) > self.config.k:
             try:
                 with Stopwatch() as stage:
-                    presented = await self.selection(retriever, conv, body, names)
+                    presented = await self.selection(retriever, conv, body, names, trial)
                 selection_s = stage.seconds
                 raw = dump_body(forwarded_body(body, names, presented))  # allowed_tools narrowed to them
             except Exception:
@@ -229,11 +237,11 @@ class Gateway:
         self.conversations.answered(turn, reply_message(response))
         outcome = self._outcome(request.headers.get("x-tracer-outcome"), response)
         if self.sink is not None:
-            self._observe(conv, body, presented, response, outcome)
+            self._observe(conv, body, presented, response, outcome, trial)
         if log.isEnabledFor(logging.INFO):
             log.info("chat", extra={"event": "chat", "conversation": turn.id, "tenant": conv.tenant,
                                     "status": response.status_code,
-                                    "tools_in": len(tools), "presented": len(presented),
+                                    "tools_in": len(tools), "presented": len(presented), "trial": trial,
                                     "selection_ms": round(selection_s * 1e3, 3)})
         return response
 
@@ -299,7 +307,7 @@ class Gateway:
         return None if success is None else "success" if success else "failure"
 
     def _observe(self, conv: str, body: dict, presented: list[str], response: Response,
-                 outcome: str | None) -> None:
-        """Log the exchange; the outcome header applies only to an answer sent whole
-        (:mod:`tracer.serve.log.exchange`)."""
-        log_exchange(self.gate, conv, body, presented, response, outcome, self.config.max_body_bytes)
+                 outcome: str | None, trial: bool) -> None:
+        """Log the exchange (``trial``: a step of a trial conversation); the outcome header applies only to an
+        answer sent whole (:mod:`tracer.serve.log.exchange`)."""
+        log_exchange(self.gate, conv, body, presented, response, outcome, self.config.max_body_bytes, trial)

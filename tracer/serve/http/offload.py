@@ -46,10 +46,11 @@ class SelectionStage:
         self._slots = asyncio.Semaphore(workers)
 
     async def __call__(self, retriever: Retriever, conv: str, body: dict[str, Any],
-                       names: list[str]) -> list[str]:
+                       names: list[str], trial: bool = False) -> list[str]:
         """The names to present for this request: among the tools its ``allowed_tools`` tool_choice
         allows, when it has one and the request carries any of them
-        (:func:`~tracer.serve.selection.allowed_names`)."""
+        (:func:`~tracer.serve.selection.allowed_names`). ``trial``: a step of a trial conversation, its
+        choice widened (:func:`~tracer.serve.selection.choose_tools`)."""
         tools = body["tools"]
         allowed = allowed_names(body.get("tool_choice"))
         if allowed is not None and not set(allowed).isdisjoint(names):
@@ -61,14 +62,15 @@ class SelectionStage:
         keyed = Keyed.of(unknown, tool_style(retriever.res.embedder)) if unknown else None
         if keyed is not None and self.unknown.missing(keyed):
             async with self._slots:
-                return await asyncio.to_thread(self._select, retriever, conv, body, tools, names, keyed)
-        return self._select(retriever, conv, body, tools, names, keyed)
+                return await asyncio.to_thread(self._select, retriever, conv, body, tools, names, keyed,
+                                               trial)
+        return self._select(retriever, conv, body, tools, names, keyed, trial)
 
     def _select(self, retriever: Retriever, conv: str, body: dict[str, Any], tools: Sequence[dict[str, Any]],
-                names: Sequence[str], keyed: Keyed | None = None) -> list[str]:
+                names: Sequence[str], keyed: Keyed | None = None, trial: bool = False) -> list[str]:
         with Stopwatch() as sw:
             choice = choose_tools(retriever, body["messages"], tools, self.k, self.unknown,
-                                  forced_name(body.get("tool_choice")), names, keyed)
+                                  forced_name(body.get("tool_choice")), names, keyed, trial)
             presented = self.presenter.present(conv, choice.names, names)
         self.metrics.selection.observe(sw.seconds)
         for kind, n in choice.lenient.items():

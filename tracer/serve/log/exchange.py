@@ -91,30 +91,31 @@ def answer_message(response: Response, limit: int) -> dict[str, Any] | None:
 
 
 def log_exchange(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: list[str], response: Response,
-                 outcome: str | None, max_copy_bytes: int) -> None:
+                 outcome: str | None, max_copy_bytes: int, trial: bool = False) -> None:
     """Log a request and its answer (a streamed one once it has been sent: when its iterator ends).
 
     Args:
         outcome: the request's ``X-Tracer-Outcome`` header (None when absent).
         max_copy_bytes: the most of an answer decoded to read its message (a stream's, merged).
+        trial: the step was presented as a trial's (:meth:`ConversationLog.observe`).
     """
     if isinstance(response, StreamingResponse) and response.status_code == 200:
-        _log_stream(gate, conv, body, presented, response, outcome, max_copy_bytes)
+        _log_stream(gate, conv, body, presented, response, outcome, max_copy_bytes, trial)
         return
     _observe(gate, conv, body, presented, answer_message(response, max_copy_bytes),
-             outcome if response.status_code == 200 else None)
+             outcome if response.status_code == 200 else None, trial)
 
 
 def _log_stream(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: list[str],
-                response: StreamingResponse, outcome: str | None, max_copy_bytes: int) -> None:
+                response: StreamingResponse, outcome: str | None, max_copy_bytes: int, trial: bool) -> None:
     # the request, whatever comes
-    gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, None)
+    gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, None, trial)
     copy = StreamCopy(max_copy_bytes, response.headers.get("content-encoding"))
 
     def ended(whole: bool) -> None:  # on the event loop, as the stream's iterator ends
         try:
             if whole:
-                _observe(gate, conv, body, presented, copy.reply(), outcome)
+                _observe(gate, conv, body, presented, copy.reply(), outcome, trial)
             else:
                 log.info("stream cut short; outcome not applied",
                          extra={"event": "stream_cut", "conversation": conv})
@@ -125,7 +126,7 @@ def _log_stream(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: l
 
 
 def _observe(gate: OutcomeGate, conv: str, body: dict[str, Any], presented: list[str], reply: dict | None,
-             outcome: str | None) -> None:
-    gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, reply)
+             outcome: str | None, trial: bool) -> None:
+    gate.sink.observe(conv, body["messages"], body.get("tools") or [], presented, reply, trial)
     if outcome in ("success", "failure"):
         gate.finish(conv, outcome == "success")

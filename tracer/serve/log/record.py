@@ -36,6 +36,7 @@ from typing import Any
 
 from tracer.core.message_paths import replace_at, valid_unicode, value_at
 from tracer.core.messages import Problem, find_problems
+from tracer.scoring.trial import EXPLORED
 
 RAW_CHARS = 1000
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
@@ -215,11 +216,14 @@ def tool_schema(name: str, offered: Any = None) -> dict:
 
 
 def build_record(conversation: str, messages: Sequence[Any], presented: Sequence[str], success: bool,
-                 reward: float, outcome: str, domain: str, unoffered: Sequence[str] = ()) -> dict[str, Any]:
+                 reward: float, outcome: str, domain: str, unoffered: Sequence[str] = (),
+                 explored: bool = False) -> dict[str, Any]:
     """The record of a finished conversation; its ``id`` is unique (a random 64-bit suffix), since the
     index's ledger learns each id once (:mod:`tracer.core.applied`). ``unoffered``: the tools it calls that
     no request of the conversation offered (a model's invented name; ``tracer update`` does not learn
-    them)."""
+    them). ``explored``: a trial conversation, every step of it presented as a trial's; written as
+    ``metadata.explored: true`` (:data:`tracer.scoring.trial.EXPLORED`), the mark the loader keeps in the
+    trajectory's metadata and a refit reads. Other records have no such field."""
     msgs, fixes, raw = normalise(messages)
     group = valid_unicode(conversation) if conversation.strip() else "-"
     meta: dict[str, Any] = {"called": list(called_names(msgs)), "presented": list(presented),
@@ -230,6 +234,8 @@ def build_record(conversation: str, messages: Sequence[Any], presented: Sequence
         meta["raw_arguments"] = raw
     if unoffered:
         meta["unoffered"] = list(unoffered)
+    if explored:
+        meta[EXPLORED] = True
     return {"id": f"{group}-{uuid.uuid4().hex[:16]}", "group": group, "domain": domain, "messages": msgs,
             "reward": reward, "success": success, "metadata": meta}
 

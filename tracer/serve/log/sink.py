@@ -17,11 +17,17 @@ answer (a plain JSON completion's ``choices[0].message``, or the message rebuilt
 :mod:`tracer.serve.log.stream_reply`), ``metadata.called`` (the tools called, in order) and
 ``metadata.presented`` (an image, audio or file part as a placeholder with its media type and size, not its
 bytes), brought to the loader's rules first (:mod:`tracer.serve.log.record`: what is
-written is valid by construction). ``tools.json`` holds only the tools some written record calls, with the
-schema a request offered for it (a placeholder without description when none did: a name the model
-invented, listed in the record's ``metadata.unoffered``, which ``tracer update`` does not learn). The
-redaction hook (``--redact module:function``, called with the record as a dict; return the record to write, or
-None to drop it) runs before anything is written.
+written is valid by construction). A trial conversation (:mod:`tracer.scoring.trial`) is written with
+``metadata.explored: true``, which ``tracer update`` reads as the trajectory's mark, only when every step the
+record holds was presented as a trial's: its first request seen held no tool call yet (a conversation the
+log took up midway, after an eviction, a restart or on another replica, holds steps it did not see
+presented), and every request since was a trial step. A conversation that became a trial midway (a reload
+gave the index a second ranking to try) is not marked: its earlier steps showed one ranking only, and
+counting them as trial steps would tilt the comparison toward it. ``tools.json`` holds only the tools some
+written record calls, with the schema a request offered for it (a placeholder without description when none
+did: a name the model invented, listed in the record's ``metadata.unoffered``, which ``tracer update`` does
+not learn). The redaction hook (``--redact module:function``, called with the record as a dict; return the
+record to write, or None to drop it) runs before anything is written.
 
 **Caps** (:class:`LogLimits`, each a ``tracer serve`` flag). Pending conversations are held as the JSON of
 their messages: at most ``max_pending`` of them and ``max_pending_bytes`` in all; over either, the least
@@ -104,6 +110,7 @@ class _Pending:
     presented: list[str]
     seen: float
     size: int
+    explored: bool = False            # every step it holds was presented as a trial's
 
 
 @dataclass(slots=True)
@@ -173,9 +180,12 @@ class ConversationLog:
 
     # ---- called by requests (never block on disk) ----------------------------------------------
     def observe(self, conversation: str, messages: Sequence[Mapping], tools: Sequence[Mapping],
-                presented: Sequence[str], reply: Mapping | None) -> None:
+                presented: Sequence[str], reply: Mapping | None, trial: bool = False) -> None:
         """Remember the conversation's latest state (messages, the answer's message, the called tools'
-        schemas)."""
+        schemas). ``trial``: this step was presented as a trial's (the record's ``metadata.explored``: the
+        module docstring)."""
+        # a conversation first seen with tool calls in its history holds steps this log did not see presented
+        fresh = trial and next(called_names(messages), None) is None
         msgs = without_media([*messages, {"role": "assistant", **reply}] if reply else messages)
         body = _dumps(msgs)
         names = list(dict.fromkeys(called_names(msgs)))
@@ -190,7 +200,8 @@ class ConversationLog:
             if size > self.limits.max_record_bytes:
                 self._drop("oversized", conversation, size)
                 return
-            self._pending[conversation] = _Pending(body, schemas, shown, time.monotonic(), size)
+            explored = trial and old.explored if old else fresh
+            self._pending[conversation] = _Pending(body, schemas, shown, time.monotonic(), size, explored)
 
     def pending(self, conversation: str) -> bool:
         with self._lock:
@@ -293,7 +304,7 @@ class ConversationLog:
         group = conversation_id(f.conversation)  # the id the client knows, without its tenant
         record: dict[str, Any] | None = build_record(group, json.loads(f.rec.messages),
                                                      f.rec.presented, f.success, f.reward, f.outcome,
-                                                     self.domain, unoffered)
+                                                     self.domain, unoffered, f.rec.explored)
         if self.redact is not None:
             record = self.redact(record)
             if record is None:
