@@ -123,3 +123,26 @@ def test_the_log_marks_a_trial_conversation_and_a_refit_reads_the_mark(trial_ind
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["trajectories"] == 3 and report["saved"] and report["skipped"] == 0
     assert Retriever.load(index, embedder=minilm, device="cpu").scorer.history.get("own_logs") is True
+
+
+def test_a_trial_widens_among_the_requests_tools_and_the_sticky_list_keeps_it_whole(trial_index, minilm,
+                                                                                    tmp_path):
+    """A request that offers part of the registry: the other ranking's k are taken among its tools; the sticky
+    list (on by default) shows the widened set, in the request's order."""
+    reference, index, _ = trial_index
+    msgs = [*FLIGHTS, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "search_flights", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "UA 1"}]
+    at = reference.read(msgs).step
+    full = [reference.registry.names[i]
+            for i in reference.scorer.trial_rankings([at], len(reference.registry))[0]]
+    offered = [t for t in TOOLS if t["function"]["name"] != full[0]]   # the other ranking's best is missing
+    offered_names = [t["function"]["name"] for t in offered]
+    served = choose(reference, msgs, offered, K, UnknownToolVectors())
+    want = widened(served, [n for n in full if n in offered_names], K)
+    with (StubOpenAIServer() as stub,
+          serving(make_gateway(index, minilm, stub.url, sink=ConversationLog(tmp_path / "log")).app) as url):
+        client(url).chat.completions.create(model="m", messages=msgs, tools=offered,
+                                            extra_headers={"X-Tracer-Conversation": "part"})
+    [shown] = (names(r) for r in stub.requests)
+    assert shown == sorted(want, key=offered_names.index) and len(want) > K
