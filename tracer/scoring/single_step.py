@@ -90,8 +90,9 @@ def host(trie: ExecutionTrie) -> _Host:
 
 def rows_rewritten(trie: ExecutionTrie, nodes: np.ndarray, edges: np.ndarray) -> None:
     """Keep a trie's single-step cache valid after ``edges`` (rows of ``nodes``) were rewritten in place, the
-    layout unchanged (:func:`tracer.online.incremental.add_steps`): its numpy views see the new values already;
-    the float64 copies of those rows are redone, so the next live step does not rebuild the whole cache."""
+    layout unchanged (:func:`tracer.online.incremental.add_steps`): its numpy views see the new values
+    already; the float64 copies of those rows are redone, so the next live step does not rebuild the whole
+    cache."""
     h = trie.single_step_cache
     if h is None:
         return

@@ -140,10 +140,11 @@ class PlusIndex:
                    memory.astype(np.float64), mass)
 
     def updated(self, names: Sequence[str], nodes: Sequence[np.ndarray], tools: np.ndarray) -> PlusIndex:
-        """This index after its tries had steps added in place (:func:`tracer.online.incremental.update_scorer`):
-        ``nodes[j]`` the nodes of trie j those steps reached, ``tools`` their gold ids; ``names`` the
-        registry, which may have grown (a renamed registry needs :meth:`build`). Equal to :meth:`build`
-        on the updated tries; reuses this index's arrays, so this one must not serve any more."""
+        """This index after its tries had steps added in place
+        (:func:`tracer.online.incremental.update_scorer`): ``nodes[j]`` the nodes of trie j those steps
+        reached, ``tools`` their gold ids; ``names`` the registry, which may have grown (a renamed registry
+        needs :meth:`build`). Equal to :meth:`build` on the updated tries; reuses this index's arrays, so
+        this one must not serve any more."""
         n, dim = len(names), self.tool_memory64.shape[1]
         device = self.tries[0].device if self.tries else torch.device("cpu")
         tables = [StateTables.of(t, old, np.asarray(u, dtype=np.int64))
