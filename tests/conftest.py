@@ -6,16 +6,30 @@ from (messages, the tiny dataset, the keyword embedder) is in ``builders.py``.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from builders import (
     TINY_TOOLS,
     KeywordEmbedder,
     minilm_cut,
+    tiny_bert,
     tiny_trajectories,
 )
 
 from tracer.core.types import Registry, Trajectory
+
+# One core's worth of intra-op threads per pytest-xdist worker (`make test`: two workers on two cores), also
+# for the processes the tests start (they inherit OMP_NUM_THREADS, so an answer computed here and one from a
+# fresh process still take the same reduction order). With torch's default, every core in each worker, each
+# parallel region of a tiny op waits for a thread the other worker holds: on a busy 2-core machine a
+# 480-step fit of a 2-parameter model took 15 s against under 1 s with one thread (tracer/core/threads.py
+# measured 20 ms against 0.1 ms per op). Outside xdist nothing changes.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0))
+                                                        // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -68,6 +82,14 @@ def minilm_small(tmp_path_factory):
     """MiniLM with its word pieces cut to the first 6,000 (:func:`builders.minilm_cut`), built once per
     worker: the base of the static tables the default tests train, its distillation a few CPU-seconds."""
     return minilm_cut(tmp_path_factory.mktemp("minilm_small") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory):
+    """:func:`builders.tiny_bert` built once per worker: the base model of the tests that fine-tune an encoder
+    for what is done with the checkpoint (saved, carried, loaded back, swapped in), not for its quality; one
+    epoch on it takes a fraction of a second where MiniLM's six 384-wide layers take seconds."""
+    return tiny_bert(tmp_path_factory.mktemp("tiny_bert") / "model")
 
 
 @pytest.fixture(scope="module")

@@ -67,11 +67,13 @@ def test_new_tools_and_a_refit_equal_a_fit_on_the_union(tiny_res, name):
 
 
 @pytest.mark.heavy(seconds=10)
-def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm, tmp_path):
-    """Updater(encoder=...): MiniLM fine-tuned on the updater's trajectories (a few dozen pairs), the scorer
-    rebuilt over it and swapped into the retriever, equal to a batch fit with that encoder."""
+def test_an_encoder_refit_fine_tunes_rebuilds_and_swaps_the_whole_scorer(minilm, tmp_path, tiny_bert_dir):
+    """Updater(encoder=...): an encoder fine-tuned on the updater's trajectories (a few dozen pairs; the tiny
+    BERT as its base, so the refit also changes the vectors' width from MiniLM's), the scorer rebuilt over it
+    and swapped into the retriever, equal to a batch fit with that encoder."""
     recipe = {"context": {"join_users": True}, "batch_size": 6, "lr": 1e-4, "epochs": 2, "max_seq_length": 48,
-              "seed": 0, "device": "cpu", "encoder_dir": str(tmp_path / "encoders")}
+              "seed": 0, "device": "cpu", "encoder_dir": str(tmp_path / "encoders"),
+              "base_model": str(tiny_bert_dir)}
 
     late = []  # logged from inside a refit, after it took its snapshot of the trajectories
 
