@@ -4,6 +4,7 @@ the old snapshot may go; and ``tracer select`` on a copy answers as the retrieve
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from index_probes import ENV, EXAMPLE, answers, conversations, linked_distillation
 
+from tracer.cli import main as tracer_cli
 from tracer.core.errors import DataError
 from tracer.core.store import CorruptIndex, current_snapshot
 from tracer.encode.manifest import ArtifactMismatch
@@ -110,7 +112,8 @@ def test_saving_again_links_the_carried_encoder_and_the_old_snapshot_may_go(stat
 
 
 @pytest.mark.heavy(seconds=15)
-def test_tracer_select_answers_from_the_index_as_the_retriever_does(static_index, tmp_path):
+def test_tracer_select_answers_from_the_index_as_the_retriever_does(static_index, tmp_path, capsys,
+                                                                    monkeypatch):
     """``tracer select`` in a fresh process: the tools a copy of the index presents, one JSON line per
     conversation, equal to the retriever's; input that is not JSON is named with its line (exit 2)."""
     index, _ = _copy(static_index, tmp_path)
@@ -129,21 +132,16 @@ def test_tracer_select_answers_from_the_index_as_the_retriever_does(static_index
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = [json.loads(line)["tools"] for line in proc.stdout.splitlines()]
     assert got == [[r.registry[i].name for i in r.select_ids(m, k=3)] for m in conversations()]
+    # the command's other answers, from the same entry point in this process (one fresh process above is
+    # the user's; two more would only pay the imports and the load again)
     (tmp_path / "bad.json").write_text('[{"role": "user",\n "content": }]')
-    proc = subprocess.run(
-        [*cmd[:-3], "--messages", str(tmp_path / "bad.json")],
-        check=False,
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2 and f"{tmp_path / 'bad.json'}:2: not JSON" in proc.stderr
+    capsys.readouterr()
+    assert tracer_cli([*cmd[3:-3], "--messages", str(tmp_path / "bad.json")]) == 2
+    assert f"{tmp_path / 'bad.json'}:2: not JSON" in capsys.readouterr().err
     # the plain listing says what was read leniently (a role the index does not know is skipped, and counted)
     odd = [*conversations()[0], {"role": "critic", "content": "?"}]
-    proc = subprocess.run([*cmd[:4], "--index", str(index), "--k", "3"], check=False, input=json.dumps(odd),
-                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(odd)))
+    assert tracer_cli([cmd[3], "--index", str(index), "--k", "3"]) == 0
     names = ", ".join(r.registry[i].name for i in r.select_ids(odd, k=3))
-    assert proc.stdout == f"[0] {odd[0]['content'][:100]!r} -> {names}  (read leniently: unknown_role 1)\n"
+    assert capsys.readouterr().out == (f"[0] {odd[0]['content'][:100]!r} -> {names}  (read leniently: "
+                                       "unknown_role 1)\n")
