@@ -1,5 +1,5 @@
 """Trial conversations (tracer/scoring/trial.py) and the guard that judges on them
-(ZeroShot.judge): which conversations are trials, what a trial step shows, and that the guard compares the
+(Guard.judge): which conversations are trials, what a trial step shows, and that the guard compares the
 two rankings on trial steps alone once the logs hold enough of them."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import torch
 
 from tracer.core.types import Step, Trajectory
 from tracer.scorers.tracer_plus.fit import CandidateData
-from tracer.scorers.tracer_plus.zero_shot import TRIAL_MARGIN, TRIAL_MIN_STEPS, ZeroShot
+from tracer.scorers.tracer_plus.guard import TRIAL_MARGIN, TRIAL_MIN_STEPS
+from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.trial import EXPLORED, check_rate, explored_ids, on_trial, widened
 
 

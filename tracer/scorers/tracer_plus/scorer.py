@@ -47,6 +47,7 @@ from tracer.scorers.tracer_plus.fit import (
 )
 from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
+from tracer.scorers.tracer_plus.own_logs import OwnLogs
 from tracer.scorers.tracer_plus.persist import load_plus, save_plus
 from tracer.scorers.tracer_plus.request import RequestEvidence, RequestInput
 from tracer.scorers.tracer_plus.step import LiveStep
@@ -54,13 +55,13 @@ from tracer.scorers.tracer_plus.usage import UsageInput
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.fit import FitReport
 from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import confidence, finalize, scatter_primary
+from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
 from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
 from tracer.scoring.trial import explored_ids
 
 
-class TracerPlusScorer(LiveStep, ScorerBase):
+class TracerPlusScorer(LiveStep, OwnLogs, ScorerBase):
     """Multi-key candidate union with a learned candidate scorer (see the module docstring).
 
     Args:
@@ -237,12 +238,6 @@ class TracerPlusScorer(LiveStep, ScorerBase):
         return bool(self.request and self.request.open_slot and self.history.get("open_slot", True))
 
     @property
-    def gates(self) -> bool:
-        """``zero_shot.gate`` on logs that hold trial conversations (a gateway's own, whose conversations end
-        where they derailed): the model serves only the steps whose state those logs know."""
-        return self.zero.gate and bool(self.history.get("own_logs"))
-
-    @property
     def reserve_slots(self) -> int:
         """How many of the last slots the claimants may take: the novel slots', or one for the request's
         open parts alone."""
@@ -308,23 +303,6 @@ class TracerPlusScorer(LiveStep, ScorerBase):
             reserve=reserve,
             reserve_slots=self.reserve_slots,
         )
-
-    # ---- trials (tracer/scoring/trial.py) -------------------------------------------------------
-    @property
-    def trial_rate(self) -> float:
-        """The share of conversations a gateway runs as trials (``zero_shot.trial``)."""
-        return self.zero.trial
-
-    @property
-    def trial_ready(self) -> bool:
-        """Whether there are two rankings to try: a model trained on logs and judged by the guard."""
-        return self.zero.guard and "guard_model_recall" in self.history and not self.cold
-
-    def trial_rankings(self, steps: Sequence[Step], k: int) -> list[list[int]]:
-        """Each step's top k under the ranking the guard did not choose (registry ids, best first)."""
-        other = "model" if self.zero_shot_only else "zero_shot"
-        selection = finalize(self.score_embedded(steps, *self.embed(steps), serving=other), k, self.pad)
-        return [list(p) for p in selection.presented]
 
     # ---- persistence -------------------------------------------------------------------------
     def config(self) -> dict:
