@@ -8,21 +8,18 @@ from pathlib import Path
 import anyio
 import uvicorn
 
-from tracer.retriever import Retriever
+from tracer.cli.served_index import add_index_arguments, check_k, index_holder
 from tracer.serve.mcp.server import ToolRouter, serve_stdio
 from tracer.serve.mcp.sessions import SessionCaps
-from tracer.serve.reload import IndexHolder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, type=Path, help='JSON file with {"mcpServers": {...}}')
-    p.add_argument("--index", required=True, type=Path, help="a saved index directory (Retriever.save)")
-    p.add_argument("--k", type=int, default=5, help="tools listed besides find_tools")
-    p.add_argument("--no-sticky", dest="sticky", action="store_false", help="plain top-k at every change")
+    add_index_arguments(p, k_help="tools listed besides find_tools",
+                        sticky_help="plain top-k at every change")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="with --transport http")
     p.add_argument("--port", type=int, default=8081, help="with --transport http (path /mcp)")
-    p.add_argument("--device", default="cpu")
     caps = SessionCaps()
     p.add_argument("--max-sessions", type=int, default=caps.max_sessions,
                    help="sessions kept in all, once used (least recently used dropped); as many HTTP "
@@ -45,8 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build(args: argparse.Namespace) -> ToolRouter:
-    if args.k < 1:
-        raise SystemExit(f"--k {args.k}: must be at least 1")
+    check_k(args)
     try:
         caps = SessionCaps(max_sessions=args.max_sessions, max_tenant_sessions=args.max_tenant_sessions,
                            idle_s=args.session_idle, handshake_s=args.handshake_deadline,
@@ -55,8 +51,7 @@ def build(args: argparse.Namespace) -> ToolRouter:
             raise ValueError("--upstream-retries must be >= 0 and --upstream-retry-delay > 0")
     except ValueError as e:
         raise SystemExit(f"tracer mcp: {e}") from None
-    holder = IndexHolder(args.index, lambda d: Retriever.load(d, k=args.k, device=args.device))
-    return ToolRouter(args.config, holder, k=args.k, sticky=args.sticky, caps=caps,
+    return ToolRouter(args.config, index_holder(args), k=args.k, sticky=args.sticky, caps=caps,
                       retries=args.upstream_retries, retry_delay_s=args.upstream_retry_delay)
 
 

@@ -8,24 +8,22 @@ from pathlib import Path
 
 import uvicorn
 
-from tracer.retriever import Retriever
+from tracer.cli.served_index import add_index_arguments, check_k, index_holder
 from tracer.serve.bounded import safe_url
 from tracer.serve.http.deadline import deadline_protocol
 from tracer.serve.http.gateway import Gateway, GatewayConfig
 from tracer.serve.http.metrics import setup_json_logging
 from tracer.serve.log.sink import ConversationLog, LogLimits, load_callable
-from tracer.serve.reload import IndexHolder, freeze_long_lived
+from tracer.serve.reload import freeze_long_lived
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--index", required=True, type=Path, help="a saved index directory (Retriever.save)")
+    add_index_arguments(p, k_help="tools presented per request",
+                        sticky_help="plain per-step top-k instead of prompt-cache-stable presentation")
     p.add_argument("--upstream", required=True,
                    help="the upstream's OpenAI base URL, e.g. http://localhost:8000/v1")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--k", type=int, default=5, help="tools presented per request")
-    p.add_argument("--no-sticky", dest="sticky", action="store_false",
-                   help="plain per-step top-k instead of prompt-cache-stable presentation")
     p.add_argument("--max-presented", type=int, default=None,
                    help="cap on a conversation's sticky list (4 k)")
     p.add_argument("--log", type=Path, default=None, help="log finished conversations here (off by default)")
@@ -62,19 +60,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the rest rank last)")
     p.add_argument("--tools-from-index", action="store_true",
                    help="the registry is held here: requests send no tools, or only their own additions")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--log-level", default="info")
 
 
 def build(args: argparse.Namespace) -> Gateway:
     """The gateway the arguments describe (bad arguments fail here, before anything is served)."""
-    if args.k < 1:
-        raise SystemExit(f"--k {args.k}: must be at least 1")
+    check_k(args)
     if not args.upstream.startswith(("http://", "https://")):
         raise SystemExit(f"--upstream {safe_url(args.upstream)!r}: expected an http(s) URL such as "
                          "http://localhost:8000/v1")
     redact = load_callable(args.redact) if args.redact else None
-    holder = IndexHolder(args.index, lambda d: Retriever.load(d, k=args.k, device=args.device))
+    holder = index_holder(args)
     try:
         limits = LogLimits(args.log_max_pending, args.log_max_pending_bytes, args.log_max_record_bytes,
                            args.log_max_bytes, args.log_segment_bytes)
