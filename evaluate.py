@@ -20,7 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @hydra.main(version_base="1.3", config_path="tracer/configs", config_name="evaluate")
 def main(cfg: DictConfig) -> float | None:
-    from tracer.eval.job import run_job, summary_table
+    from tracer.jobs.evaluate import run_job, summary_table
     from tracer.learn.distributed import init_from_env, is_writer
 
     init_from_env()  # under torchrun: one process group; every rank runs the folds, rank 0 keeps the outputs

@@ -4,7 +4,7 @@
     nice -n 5 python -m experiments.closed_loop.run --datasets tau2 --scorers tracer_plus vector bm25 hybrid
 
 Each cell is ``evaluate.py regime=closed_loop regime.feedback=F dataset=D scorer=S`` (composed and run in this
-process, :func:`tracer.eval.job.run_job`) into ``<out>/<dataset>/<scorer>_<feedback>/``; a cell whose
+process, :func:`tracer.jobs.evaluate.run_job`) into ``<out>/<dataset>/<scorer>_<feedback>/``; a cell whose
 ``metrics.json`` exists is not run again (``--force`` reruns it). The zero-shot scorers (vector, bm25, hybrid)
 learn nothing, so every feedback gives the same numbers: they run once, as ``<scorer>_any``. Then
 ``<out>/closed_loop.md`` is written from every cell found under ``<out>`` (``--table-only``: just that).
@@ -26,7 +26,7 @@ from hydra import compose, initialize_config_dir
 
 from tracer.build import CONFIG_DIR
 from tracer.eval.closed_loop import FEEDBACK
-from tracer.eval.job import run_job
+from tracer.jobs.evaluate import run_job
 
 ROOT = Path(__file__).resolve().parents[2]
 SCORERS = ("tracer_plus", "autotool", "toolnet", "vector", "bm25", "hybrid")

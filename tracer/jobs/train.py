@@ -6,9 +6,9 @@ Example::
     cfg = compose("train", overrides=["experiment=preset/best", "dataset=bfcl"])   # configs/train.yaml
     report = run_job(cfg, Path("outputs/train/run"))                # -> run/index, run/report.md
 
-The held-out metrics are ``evaluate.py``'s on the same config (:func:`tracer.eval.job.run_job`, written to
-``<run dir>/heldout/``): each outer fold trains its own encoder and scorer on its training trajectories only,
-so they measure the recipe that built the index, not the index on data it saw.
+The held-out metrics are ``evaluate.py``'s on the same config (:func:`tracer.jobs.evaluate.run_job`, written
+to ``<run dir>/heldout/``): each outer fold trains its own encoder and scorer on its training trajectories
+only, so they measure the recipe that built the index, not the index on data it saw.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tracer.core.folds import check_folds
 from tracer.core.io import atomic_write_text, write_json
 from tracer.core.store import read_json
 from tracer.core.validate import TRAIN_INTS, check_config
-from tracer.eval.job import run_job as evaluate
+from tracer.jobs.evaluate import run_job as evaluate
 from tracer.jobs.train_summary import index_size, report_markdown
 from tracer.learn.blend_report import blend_head_report
 from tracer.retriever import Retriever

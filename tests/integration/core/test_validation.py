@@ -18,8 +18,8 @@ from hydra import compose, initialize_config_dir
 from tracer.core.errors import DataError
 from tracer.core.types import Registry
 from tracer.data import load_native, write_native
-from tracer.eval.job import run_job
 from tracer.jobs import train as train_job
+from tracer.jobs.evaluate import run_job
 from tracer.retriever import Retriever
 
 USER = {"role": "user", "content": "Find a flight and book it"}

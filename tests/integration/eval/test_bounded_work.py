@@ -12,10 +12,10 @@ from tracer.build import build_scorer
 from tracer.core.types import Registry
 from tracer.data import Dataset
 from tracer.encode.embedders import CHARS_PER_PIECE, clip_texts
-from tracer.eval.job import summary_table
 from tracer.eval.outputs import metrics_document
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
+from tracer.jobs.evaluate import summary_table
 from tracer.scoring.resources import Resources
 
 SENTENCES = ["Find me a flight from SFO to JFK tomorrow morning.",

@@ -16,7 +16,7 @@ from tracer.core.types import Registry, Trajectory
 from tracer.data import Dataset
 from tracer.eval.closed_loop import ClosedLoopConfig, config_from, presented_log, run_closed_loop
 from tracer.eval.closed_loop_report import stream_report
-from tracer.eval.job import run_job
+from tracer.jobs.evaluate import run_job
 from tracer.scoring.resources import Resources
 
 

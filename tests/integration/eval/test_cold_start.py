@@ -16,9 +16,9 @@ from tracer.core.folds import kfold, tool_folds
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry
 from tracer.data import Dataset
-from tracer.eval.job import run_job
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.oracle import OracleExecutor
+from tracer.jobs.evaluate import run_job
 
 TINY_TOOLS_CALLED = [t.name for t in TINY_TOOLS]  # every tiny tool is called by some trajectory
 

@@ -11,9 +11,9 @@ from builders import ROOT, FixedRankScorer
 from stub_openai_server import StubOpenAIServer
 
 from tracer.core.steps import gold_turns
-from tracer.eval.job import tokenizer_label
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.openai import OpenAIExecutor
+from tracer.jobs.evaluate import tokenizer_label
 
 
 def _always_gold(trajs):

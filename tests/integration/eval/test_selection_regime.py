@@ -10,12 +10,12 @@ from builders import FixedRankScorer
 from stub_openai_server import StubOpenAIServer, count_prompt_tokens
 
 from tracer.core.steps import extract_steps
-from tracer.eval.job import run_job, summary_table
 from tracer.eval.metrics import METRICS
 from tracer.eval.pooled import pooled_outcomes, wilson
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors.openai import OpenAIExecutor
 from tracer.executors.oracle import OracleExecutor
+from tracer.jobs.evaluate import run_job, summary_table
 
 # random.Random(0).sample of the 16 test steps of bfcl-small (folds=2: multi_turn_base_0's 10 steps in fold 0,
 # multi_turn_base_1's 6 in fold 1), as (trajectory, step index, gold tool)

@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 
 from tracer.core.types import Registry
 from tracer.data import write_native
-from tracer.eval import job as eval_job
+from tracer.jobs import evaluate as eval_job
 from tracer.jobs import train as train_job
 
 
