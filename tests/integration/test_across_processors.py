@@ -32,7 +32,8 @@ pytestmark = pytest.mark.slow
 FIT = textwrap.dedent("""
     import hashlib, numpy as np, torch
     from tracer.learn.trainer import TrainConfig
-    from tracer.scorers.tracer_plus.fit import CandidateData, train_model
+    from tracer.scorers.tracer_plus.fit import train_model
+    from tracer.scorers.tracer_plus.inner_folds import CandidateData
     # numpy draws the data: torch's normal_ has its own vectorised kernels, and the data must not differ
     rng = np.random.default_rng(0)
     S, C, F = 300, 16, 12

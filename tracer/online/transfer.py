@@ -21,7 +21,8 @@ import torch
 from tracer.core.folds import inner_seed
 from tracer.core.types import Trajectory
 from tracer.scorers.tracer_plus import TracerPlusScorer
-from tracer.scorers.tracer_plus.fit import CandidateData, inner_fold_candidates, train_model
+from tracer.scorers.tracer_plus.fit import train_model
+from tracer.scorers.tracer_plus.inner_folds import CandidateData, inner_fold_candidates
 from tracer.scorers.tracer_plus.model import CandidateModel
 from tracer.scoring.resources import Resources, fallback_scores, training_steps
 

@@ -17,7 +17,8 @@ from tracer.core.steps import extract_all, extract_steps
 from tracer.encode.index import ToolIndex
 from tracer.scorers.bm25 import BM25Scorer
 from tracer.scorers.tracer_plus.features import candidates_one, retrieved_order
-from tracer.scorers.tracer_plus.fit import CandidateData, choose_open_slot
+from tracer.scorers.tracer_plus.fit import choose_open_slot
+from tracer.scorers.tracer_plus.inner_folds import CandidateData
 from tracer.scorers.tracer_plus.request import (
     REQUEST_FEATURES,
     SEMANTIC_FEATURES,

@@ -34,14 +34,8 @@ from tracer.scorers.tracer_plus.features import (
     feature_names,
     keep_mask,
 )
-from tracer.scorers.tracer_plus.fit import (
-    IGNORE,
-    CandidateData,
-    build_index,
-    inner_fold_candidates,
-    nll_on,
-    train_model,
-)
+from tracer.scorers.tracer_plus.fit import IGNORE, nll_on, train_model
+from tracer.scorers.tracer_plus.inner_folds import CandidateData, build_index, inner_fold_candidates
 from tracer.scorers.tracer_plus.model import CandidateModel
 from tracer.scorers.tracer_plus.request import RequestEvidence
 from tracer.scoring.resources import fallback_scores, training_steps

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tracer.core.types import Step, Trajectory
-from tracer.scorers.tracer_plus.fit import CandidateData
 from tracer.scorers.tracer_plus.guard import TRIAL_MARGIN, TRIAL_MIN_STEPS
+from tracer.scorers.tracer_plus.inner_folds import CandidateData
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
 from tracer.scoring.trial import EXPLORED, check_rate, explored_ids, on_trial, widened
 

@@ -58,8 +58,8 @@ Feature groups (for ``features.drop``): ``member``, ``log_p``, ``log_r``, ``edge
 
 One definition for a batch and a live step: :func:`candidates_one` builds one step's candidates and rows
 (numpy, CPU), and :func:`candidates` is it row by row, stacked and padded, so the gateway's single step
-(:mod:`tracer.scorers.tracer_plus.step`), the batched scores and the training rows of :mod:`.fit` read the
-same numbers by construction. Priors and edge cosines come from
+(:mod:`tracer.scorers.tracer_plus.step`), the batched scores and the training rows of :mod:`.inner_folds`
+read the same numbers by construction. Priors and edge cosines come from
 :func:`tracer.scoring.single_step.children_one` (bit for bit :meth:`ExecutionTrie.gather`), the state features
 and log ranks from float32 tables built once, products are float32 x float32, and the tool cosines are
 float64 matrix-vector products rounded to float32, as the trie's similarities.

@@ -1,7 +1,9 @@
-"""Training tracer_plus's candidate model (:mod:`tracer.scorers.tracer_plus.model`) on the shared stack:
-out-of-fold candidates by :mod:`tracer.learn.oof` (no step scored by an index that saw its own trajectory),
-the masked NLL over each step's candidate set of :mod:`tracer.learn.nll`, and the Adam + l2 + early-stopping
-loop of :mod:`tracer.learn.trainer`.
+"""Fitting tracer_plus (:func:`fit_scorer`, what ``TracerPlusScorer.fit`` runs): its tries, its candidate
+model (:mod:`tracer.scorers.tracer_plus.model`) trained on the shared stack, the guard's choice between that
+model and the zero-shot ranking, and whether the request's open parts earn their slot. The model trains on
+the out-of-fold candidates of :mod:`tracer.scorers.tracer_plus.inner_folds`, with the masked NLL over each
+step's candidate set of :mod:`tracer.learn.nll` and the Adam + l2 + early-stopping loop of
+:mod:`tracer.learn.trainer`.
 
 Example::
 
@@ -13,139 +15,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from tracer.core.folds import inner_seed
 from tracer.core.threads import one_thread
-from tracer.core.types import Step
+from tracer.core.types import Trajectory
 from tracer.learn.nll import IGNORE, MASKED, masked_nll
-from tracer.learn.oof import out_of_fold, pad_cat
 from tracer.learn.trainer import TrainConfig, train
 from tracer.memory.trie import ExecutionTrie
-from tracer.scorers.tracer_plus.features import candidates, feature_names
-from tracer.scorers.tracer_plus.index import PlusIndex
-from tracer.scorers.tracer_plus.model import CandidateModel, check_model
-from tracer.scorers.tracer_plus.request import RequestInput
-from tracer.scorers.tracer_plus.step import candidates_rows
+from tracer.scorers.tracer_plus.inner_folds import CandidateData, clean_fold_view, inner_fold_candidates
+from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
+from tracer.scoring.fit import FitReport
 from tracer.scoring.ranking import reserved
-from tracer.scoring.resources import Resources, fallback_scores
+from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
+from tracer.scoring.trial import explored_ids
 
-# held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never
-# saw them
-FoldView = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, RequestInput | None]]
-
-
-# ---- training data -------------------------------------------------------------------------------
-@dataclass
-class CandidateData:
-    """Out-of-fold candidates of the training steps: raw features, gold position, inner fold."""
-
-    feats: torch.Tensor   # [S, C, F]
-    mask: torch.Tensor    # [S, C]
-    gold: torch.Tensor    # [S] candidate index, IGNORE where the gold is not a candidate
-    fold: torch.Tensor    # [S] inner fold the step was held out in
-    tool: torch.Tensor | None = None  # [S, C] the candidates' registry ids (0 where masked)
-    step: torch.Tensor | None = None  # [S] each row's index in the training steps
-    state: torch.Tensor | None = None  # [S] bool: the first key's state has children (the logs know it)
-
-    def __len__(self) -> int:
-        return len(self.gold)
-
-    @property
-    def covered(self) -> torch.Tensor:  # [S]
-        return self.gold != IGNORE
-
-    @property
-    def n_uncovered(self) -> int:
-        return int((~self.covered).sum())
-
-    @staticmethod
-    def cat(parts: Sequence[CandidateData]) -> CandidateData:
-        width = max([p.mask.shape[1] for p in parts] + [1])
-        known = all(p.tool is not None and p.step is not None for p in parts)
-        stated = all(p.state is not None for p in parts)
-        return CandidateData(
-            pad_cat([p.feats for p in parts], width, 0.0), pad_cat([p.mask for p in parts], width, False),
-            torch.cat([p.gold for p in parts]), torch.cat([p.fold for p in parts]),
-            pad_cat([p.tool for p in parts], width, 0) if known else None,
-            torch.cat([p.step for p in parts]) if known else None,
-            torch.cat([p.state for p in parts]) if stated else None)
-
-
-def build_index(keys, steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor,
-                names: Sequence[str], eps: float, device) -> PlusIndex:
-    """One trie per key over the same steps and the same embedded contexts, and the tables read off them."""
-    tries = [ExecutionTrie.build(steps, gold_ids, mem_ctx, len(names), k, eps, device) for k in keys]
-    return PlusIndex.build(tries, names, mem_ctx.shape[1])
-
-
-def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor,
-                          vec: torch.Tensor, keys, m: int, eps: float, names: Sequence[str], device,
-                          inner_folds: int = 5, seed: int = 0, fold_view: FoldView | None = None,
-                          approximate: bool = False,
-                          fusion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-                          request: RequestInput | None = None) -> CandidateData:
-    """Candidates of every training step, each scored by tries built from the other inner folds only.
-
-    ``steps`` are split into ``inner_folds`` folds by group (:func:`tracer.core.folds.row_folds`,
-    seeded); ``mem_ctx [S, d]``, ``vec [S, N]`` and ``gold_ids [S]`` are row-aligned with them.
-    ``fold_view(held)``, when given, returns ``(mem_ctx, vec, request)`` of every step under an encoder that
-    never saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold); its
-    ``request`` is the request evidence under that encoder (the semantic part reads it).
-    ``approximate``: ``vec`` comes from an approximate tool index (:func:`candidates_rows`).
-    ``fusion(held, vec_held)``: the zero-shot fusion's scores ``[h, N]`` of the held rows from their vector
-    scores (``zero_shot.candidates``: its top m join the candidates, with its features).
-    ``request``: every step's request evidence, row-aligned with ``steps`` (``request``: its top BM25
-    matches join the candidates, with its features).
-    """
-    groups = sorted({s.group for s in steps})
-    if len(groups) < 2:  # nothing to hold out: no training data
-        columns = feature_names(keys, fusion is not None, request.features if request is not None else ())
-        n_feat = len(columns)
-        return CandidateData(torch.zeros(0, 1, n_feat), torch.zeros(0, 1, dtype=torch.bool),
-                             torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                             torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                             torch.zeros(0, dtype=torch.bool))
-    views: dict[int, tuple[torch.Tensor, torch.Tensor, RequestInput | None]] = {}
-
-    def build(seen: torch.Tensor, f: int) -> PlusIndex:
-        if fold_view is not None:  # held = every row not seen (the folds partition the rows)
-            held = torch.ones(len(steps), dtype=torch.bool)
-            held[seen] = False
-            views[f] = fold_view(held.nonzero().squeeze(1))
-        mem = views[f][0] if f in views else mem_ctx
-        return build_index(keys, [steps[i] for i in seen.tolist()], gold_ids[seen], mem[seen.to(mem.device)],
-                           names, eps, device)
-
-    def score(idx: PlusIndex, held: torch.Tensor, f: int) -> CandidateData:
-        mem, v, evidence = views.pop(f, (mem_ctx, vec, request))
-        make = candidates_rows if approximate else candidates
-        zs = None if fusion is None else fusion(held, v[held])                            # [h, N]
-        req = None if evidence is None else evidence.take(held.tolist())
-        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs, req)
-        return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
-                             torch.full((len(held),), f), cand.tool.cpu(), held.cpu(),
-                             cand.in_state[:, 0].cpu())
-
-    return CandidateData.cat(out_of_fold([s.group for s in steps], inner_folds, seed, build, score))
-
-
-def clean_fold_view(res: Resources, steps: Sequence[Step],
-                    embed: Callable[[Resources], tuple[torch.Tensor, torch.Tensor]],
-                    request: Callable[[Resources], RequestInput] | None = None) -> FoldView | None:
-    """The :data:`FoldView` of a fine-tuned encoder (``res.without`` set), else None. ``embed(r)`` is the
-    scorer's ``(memory, query)`` contexts of ``steps`` under ``r``; the vector scores come from ``r``'s tool
-    index; ``request(r)`` the steps' request evidence under ``r`` (None: no request evidence)."""
-    if res.without is None:
-        return None
-
-    def view(held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        r = res.without(frozenset(steps[i].group for i in held.tolist()))
-        mem, q = embed(r)                                                                   # [S, d] each
-        return mem, fallback_scores(r, q), None if request is None else request(r)          # [S, N]
-    return view
+if TYPE_CHECKING:  # the scorer calls fit_scorer: annotations only
+    from tracer.scorers.tracer_plus.scorer import TracerPlusScorer
 
 
 def train_model(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None = None,
@@ -286,3 +177,92 @@ def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fo
     hist["seconds_train"] = time.perf_counter() - t0
     model.net.float()
     return model.eval(), hist
+
+
+def fit_scorer(scorer: TracerPlusScorer, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
+    """``scorer``'s tries and candidate model from ``trajectories``, the guard's choice and the open slot's;
+    the report holds the curves, the scorer their scalars (``history``)."""
+    t0 = time.perf_counter()
+    # no trajectories: a cold start with transferred weights or a guard; none learnable: an error
+    pick = training_steps if scorer.transfer or (scorer.zero.guard and not trajectories) else fit_steps
+    steps = pick(trajectories, res.registry, scorer.successful_only)
+    mem, q = scorer.embed(steps, res)                                       # [S, d] each
+    t1 = time.perf_counter()
+    vec = fallback_scores(res, q)                                           # [S, N]
+    gold = res.tool_ids([s.gold for s in steps])                            # [S]
+    cfg = scorer.head_cfg
+    seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
+    evidence = (lambda r: scorer.request.inputs(steps, r)) if scorer.request else None
+    request = evidence(res) if evidence else None                          # the steps' request evidence
+    view = clean_fold_view(res, steps, lambda r: scorer.embed(steps, r), evidence)
+    folds = int(cfg["inner_folds"])
+    if scorer.transfer:  # a transferred model's guard may see fewer groups than that
+        folds = max(2, min(folds, len({s.group for s in steps})))
+
+    @cache
+    def zero_shot() -> np.ndarray:
+        """``[S, N]`` the training steps' zero-shot scores, usage vectors from the other inner folds: computed
+        once for the guard and the fusion's candidates."""
+        usage = scorer.usage.inner(steps, gold, mem, q, vec, res.tool_index.vectors, folds,
+                                   inner_seed(seed, 0))                                       # [S, N]
+        return scorer.zero.scores(steps, usage.numpy(), res, scorer.query_rendering)
+
+    def fusion(held: torch.Tensor, held_vec: torch.Tensor) -> torch.Tensor:
+        """The held rows' fusion scores ``[h, N]``; under a clean encoder's view, from its own vector
+        scores ``held_vec [h, N]``."""
+        if view is None:
+            return torch.from_numpy(zero_shot()[held.numpy()]).to(held_vec.device)
+        held_steps = [steps[i] for i in held.tolist()]
+        zs = scorer.zero.scores(held_steps, held_vec.cpu().numpy(), res, scorer.query_rendering)
+        return torch.from_numpy(zs).to(held_vec.device)
+
+    def inner() -> CandidateData:
+        return inner_fold_candidates(steps, gold, mem, vec, scorer.keys, scorer.m, scorer.eps,
+                                     res.registry.names, res.device, folds, inner_seed(seed, 0),
+                                     fold_view=view, approximate=not res.tool_index.exact,
+                                     fusion=fusion if scorer.zero.candidates else None, request=request)
+
+    # the guard, over the trial conversations' steps where the logs hold enough (tracer/scoring/trial.py)
+    explored = explored_ids(trajectories) if scorer.zero.trial else set()
+
+    def guard(scores: torch.Tensor, data: CandidateData) -> dict:
+        hits = scorer.zero.hits(zero_shot(), gold.numpy())                                   # [S]
+        return scorer.zero.judge(scores, data, hits, steps, explored, transferred=bool(scorer.transfer))
+
+    hidden = int(cfg["hidden"])
+    if scorer.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
+        scorer.model = load_candidate_model(scorer.transfer, scorer.feature_names, scorer.model_kind, hidden,
+                                            scorer.members)
+        hist = {}
+        if scorer.zero.guard and steps:  # the transferred weights must beat the zero-shot ranking here too
+            data = inner()
+            with torch.no_grad():
+                scores = scorer.model.scores(data.feats, data.mask).cpu()                    # [S, C]
+            hist = guard(scores, data)
+        t2 = time.perf_counter()
+    elif not steps:  # no logs: untrained weights, never served (the first refit trains them)
+        scorer.model = CandidateModel(len(scorer.feature_names), scorer.model_kind, hidden, scorer.keep, seed,
+                                      scorer.members)
+        # an online update gives the tries their first calls without a refit: the zero-shot ranking must go
+        # on serving until a fit has trained the weights and the guard has judged them
+        hist, t2 = {"serves": "zero_shot"}, time.perf_counter()
+    else:
+        data = inner()
+        t2 = time.perf_counter()
+        scorer.model, hist = train_model(data, scorer.model_kind, hidden, scorer.train_config(seed),
+                                         keep=scorer.keep, refit=bool(cfg["refit"]), members=scorer.members)
+        with torch.no_grad():
+            scorer.inner_scores = scorer.model.scores(data.feats, data.mask).cpu()           # [S, C]
+        if scorer.zero.guard:
+            hist.update(guard(scorer.inner_scores, data))
+        if request is not None and request.claims is not None:  # does the open parts' slot pay here?
+            hist.update(choose_open_slot(scorer.inner_scores, data, request.claims, scorer.zero.k,
+                                         scorer.reserve_slots))
+    if explored:  # a gateway's own logs: the gate reads this (``gates``)
+        hist["own_logs"] = True
+    scorer.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, scorer.eps, res.device)
+                   for k in scorer.keys], res)
+    history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1,
+               "seconds_fit": time.perf_counter() - t1}
+    scorer.history = {k: v for k, v in history.items() if not isinstance(v, list)}
+    return FitReport(scorer.name, len(trajectories), len(steps), time.perf_counter() - t0, history)

@@ -22,31 +22,23 @@ Example: ``scorer = build_scorer("tracer_plus"); scorer.fit(train_trajectories, 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from tracer.core.context import ContextRendering
-from tracer.core.folds import inner_seed
 from tracer.core.store import Verify
 from tracer.core.types import Step, Trajectory
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import parse_key
 from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer_plus.features import Candidates, candidates, coverage, feature_names, keep_mask
-from tracer.scorers.tracer_plus.fit import (
-    choose_open_slot,
-    clean_fold_view,
-    inner_fold_candidates,
-    train_model,
-)
+from tracer.scorers.tracer_plus.fit import fit_scorer
 from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
-from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
+from tracer.scorers.tracer_plus.model import CandidateModel, check_model
 from tracer.scorers.tracer_plus.own_logs import OwnLogs
 from tracer.scorers.tracer_plus.persist import load_plus, save_plus
 from tracer.scorers.tracer_plus.request import RequestEvidence, RequestInput
@@ -57,8 +49,7 @@ from tracer.scoring.fit import FitReport
 from tracer.scoring.protocol import ScorerBase
 from tracer.scoring.ranking import confidence, scatter_primary
 from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
-from tracer.scoring.trial import explored_ids
+from tracer.scoring.resources import Resources, fallback_scores
 
 
 class TracerPlusScorer(LiveStep, OwnLogs, ScorerBase):
@@ -128,71 +119,9 @@ class TracerPlusScorer(LiveStep, OwnLogs, ScorerBase):
         return mem, q
 
     def fit(self, trajectories: Sequence[Trajectory], res: Resources) -> FitReport:
-        """Tries and candidate model; the report holds the curves, the scorer their scalars (``history``)."""
-        t0 = time.perf_counter()
-        # no trajectories: a cold start with transferred weights or a guard; none learnable: an error
-        pick = training_steps if self.transfer or (self.zero.guard and not trajectories) else fit_steps
-        steps = pick(trajectories, res.registry, self.successful_only)
-        mem, q = self.embed(steps, res)                                         # [S, d] each
-        t1 = time.perf_counter()
-        vec = fallback_scores(res, q)                                           # [S, N]
-        gold = res.tool_ids([s.gold for s in steps])                            # [S]
-        cfg = self.head_cfg
-        seed = res.seed if cfg.get("seed") is None else int(cfg["seed"])
-        evidence = (lambda r: self.request.inputs(steps, r)) if self.request else None
-        request = evidence(res) if evidence else None                          # the steps' request evidence
-        view = clean_fold_view(res, steps, lambda r: self.embed(steps, r), evidence)
-        folds = int(cfg["inner_folds"])  # a transferred model's guard may see fewer groups than that
-        folds = max(2, min(folds, len({s.group for s in steps}))) if self.transfer else folds
-        # [S, N] the training steps' zero-shot scores, computed once for the guard and the fusion candidates
-        zero = cache(lambda: self.zero.scores(steps, self.usage.inner(
-            steps, gold, mem, q, vec, res.tool_index.vectors, folds, inner_seed(seed, 0)).numpy(), res,
-            self.query_rendering))
-        # (held rows, their vector scores [h, N]) -> [h, N]; under a clean encoder's view, from its own scores
-        fusion = (lambda held, v: torch.from_numpy(zero()[held.numpy()] if view is None else self.zero.scores(
-            [steps[i] for i in held.tolist()], v.cpu().numpy(), res, self.query_rendering)).to(v.device))
-        inner = partial(inner_fold_candidates, steps, gold, mem, vec, self.keys, self.m, self.eps,
-                        res.registry.names, res.device, seed=inner_seed(seed, 0), fold_view=view,
-                        approximate=not res.tool_index.exact, fusion=fusion if self.zero.candidates else None,
-                        request=request)
-        # the guard, over the trial conversations' steps where the logs hold enough (tracer/scoring/trial.py)
-        explored = explored_ids(trajectories) if self.zero.trial else set()
-        guard = partial(self.zero.judge, steps=steps, explored=explored, transferred=bool(self.transfer))
-        if self.transfer:  # cold start: weights learned on other datasets (the features are dataset-agnostic)
-            self.model, hist = (load_candidate_model(self.transfer, self.feature_names, self.model_kind,
-                                                     int(cfg["hidden"]), self.members), {})
-            if self.zero.guard and steps:  # the transferred weights must beat the zero-shot ranking here too
-                data = inner(inner_folds=folds)
-                with torch.no_grad():
-                    scores = self.model.scores(data.feats, data.mask).cpu()                    # [S, C]
-                hist = guard(scores, data, self.zero.hits(zero(), gold.numpy()))
-            t2 = time.perf_counter()
-        elif not steps:  # no logs: untrained weights, never served (the first refit trains them)
-            self.model = CandidateModel(len(self.feature_names), self.model_kind, int(cfg["hidden"]),
-                                        self.keep, seed, self.members)
-            # an online update gives the tries their first calls without a refit: the zero-shot ranking
-            # must go on serving until a fit has trained the weights and the guard has judged them
-            hist, t2 = {"serves": "zero_shot"}, time.perf_counter()
-        else:
-            data = inner(inner_folds=folds)
-            t2 = time.perf_counter()
-            self.model, hist = train_model(data, self.model_kind, int(cfg["hidden"]), self.train_config(seed),
-                                           keep=self.keep, refit=bool(cfg["refit"]), members=self.members)
-            with torch.no_grad():
-                self.inner_scores = self.model.scores(data.feats, data.mask).cpu()             # [S, C]
-            if self.zero.guard:
-                hist.update(guard(self.inner_scores, data, self.zero.hits(zero(), gold.numpy())))
-            if request is not None and request.claims is not None:  # does the open parts' slot pay here?
-                hist.update(choose_open_slot(self.inner_scores, data, request.claims, self.zero.k,
-                                             self.reserve_slots))
-        if explored:  # a gateway's own logs: the gate reads this (``gates``)
-            hist["own_logs"] = True
-        self.attach([ExecutionTrie.build(steps, gold, mem, len(res.registry), k, self.eps, res.device)
-                     for k in self.keys], res)
-        history = {**hist, "seconds_embed": t1 - t0, "seconds_inner": t2 - t1,
-                   "seconds_fit": time.perf_counter() - t1}
-        self.history = {k: v for k, v in history.items() if not isinstance(v, list)}
-        return FitReport(self.name, len(trajectories), len(steps), time.perf_counter() - t0, history)
+        """Tries and candidate model (:func:`tracer.scorers.tracer_plus.fit.fit_scorer`); the report holds the
+        curves, the scorer their scalars (``history``)."""
+        return fit_scorer(self, trajectories, res)
 
     @property
     def members(self) -> int:

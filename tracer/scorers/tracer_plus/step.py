@@ -52,7 +52,7 @@ from tracer.scoring.usage import usage_scores_one
 def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int,
                     zs: torch.Tensor | None = None, req: RequestInput | None = None) -> Candidates:
     """:func:`candidates` over an approximate index's scores ``vec [B, N]`` (``-inf`` for the tools it did
-    not retrieve): the name :mod:`tracer.scorers.tracer_plus.fit` builds its training rows with."""
+    not retrieve): the name :mod:`tracer.scorers.tracer_plus.inner_folds` builds its training rows with."""
     return candidates(idx, steps, mem_ctx, vec, m, zs, req, approximate=True)
 
 
