@@ -21,12 +21,11 @@ where both were shown (:meth:`Guard.judge`). Logs that hold no trial (another sy
 before.
 
 *The gate* (``gate: true``). A gateway's own logs stop where a conversation derailed, so the model learned
-from them knows the early steps of conversations and little after. On tau2's closed loop, once the model
-served, it hit 0.76 of the steps whose turn prefix the logs held (the fusion 0.59) and 0.23 of the others
-(the fusion 0.63). With the gate, on logs that hold trials, a step whose first key's state has no logged
-child is ranked by this fusion, and the guard judges the model as it would then serve. Models fitted on
-complete logs (no trial) are not gated: there the prefix key misses many BFCL steps that the other keys
-know (recall@5 0.956 -> 0.939 gated).
+from them knows the early steps of conversations and little after (docs/learning.md, "What a gateway's own
+logs can and cannot teach", measures it on tau2). With the gate, on logs that hold trials, a step whose first
+key's state has no logged child is ranked by the zero-shot fusion, and the guard judges the model as it
+would then serve. Models fitted on complete logs (no trial) are not gated: there the prefix key misses many
+BFCL steps that the other keys know.
 """
 
 from __future__ import annotations
@@ -40,9 +39,9 @@ from tracer.core.types import Step
 from tracer.learn.nll import IGNORE
 
 TRIAL_MIN_STEPS = 30   # trial steps the guard needs before it judges on them alone
-# on trial steps, the lead the guard asks for, in standard errors of the paired difference: with the gate
-# (the model serves only the states its logs know) one was safe in every closed loop measured; without it
-# one let a model take over on tau2 that then fell 0.22 below the start, and two kept BFCL's model out
+# on trial steps, the lead the guard asks for, in standard errors of the paired difference. One is safe with
+# the gate, which keeps the model to the states its logs know; without the gate a model that led by one on
+# tau2's trial steps fell 0.22 below the start (docs/learning.md)
 TRIAL_MARGIN = 1.0
 
 
