@@ -39,8 +39,9 @@ def _stats(values: Sequence[float]) -> dict:
     return {"n": len(values), "mean": float(np.mean(values)), "median": float(np.median(values))}
 
 
-def pooled_outcomes(records: Sequence[StepRecord]) -> dict:
-    """Shares over all of a run's steps (each with its Wilson interval) and the per-step costs.
+def pooled_outcomes(records: Sequence[StepRecord], tasks: Sequence[dict] | None = None) -> dict:
+    """Shares over all of a run's steps (each with its Wilson interval) and the per-step costs; with the
+    free-running regime's ``tasks`` (each with ``success``), the share of tasks solved too.
 
     ``selection_accuracy`` and ``recall_at_k`` are over the steps with a gold call; the outcome shares over
     all steps, as :func:`tracer.eval.metrics.outcome_rates` counts them. ``prompt_tokens`` are as the run
@@ -48,8 +49,10 @@ def pooled_outcomes(records: Sequence[StepRecord]) -> dict:
     time (None under the oracle, which makes no request)."""
     gold = [r for r in records if r.gold is not None]
     seconds = [r.executor_seconds for r in records if r.executor_seconds is not None]
+    solved = {} if tasks is None else {"task_success": share([bool(t["success"]) for t in tasks])}
     return {
         "n_steps": len(records),
+        **solved,
         "selection_accuracy": share([bool(r.correct) for r in gold]),
         "recall_at_k": share([bool(r.hit_at_k) for r in gold]),
         "unpresented_call_rate": share([r.unpresented for r in records]),
@@ -67,6 +70,8 @@ def pooled_lines(pooled: dict) -> list[str]:
     lines = [f"  pooled over {pooled['n_steps']} steps (Wilson 95% intervals):"]
     shares = ("selection_accuracy", "recall_at_k", "unpresented_call_rate", "malformed_rate", "no_call_rate",
               "executor_error_rate")
+    if "task_success" in pooled:  # the free-running regime's
+        shares = ("task_success", *shares)
     for key in shares:
         s = pooled[key]
         if s["rate"] is None:

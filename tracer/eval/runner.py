@@ -65,6 +65,8 @@ class EvalConfig:
     holdout_tools: bool = False
     # regime "selection": how many of all folds' test steps to ask about (seeded); None: every one
     sample_steps: int | None = None
+    # regime "free_running": how many of all folds' test tasks to run (seeded); None: every one
+    sample_tasks: int | None = None
 
 
 @dataclass
@@ -135,6 +137,7 @@ class Evaluator:
         per_fold, records, tasks, fit_s, infos = [], [], [], [], []
         trie_based = False
         sampled = self.sample() if self.cfg.regime == "selection" else None
+        tasks_run = self.sample_task_ids() if self.cfg.regime == "free_running" else None
         folds = range(self.cfg.folds)
         for fold in tqdm(folds, desc="folds", disable=not self.cfg.progress):
             train, test = self.split(fold)
@@ -151,7 +154,8 @@ class Evaluator:
             if self.cfg.regime != "free_running":
                 recs, fold_tasks = self.teacher_forcing(fold, scorer, insight, test, sampled), None
             else:
-                recs, fold_tasks = self.free_running(fold, scorer, insight, test)
+                recs, fold_tasks = self.free_running(fold, scorer, insight,
+                                                     [t for t in test if t.id in tasks_run])
                 tasks.extend(fold_tasks)
             called = {name for t in train for _, _, name, _ in iter_calls(t.messages)}
             for r in recs:  # what the fold's training trajectories never called is an unseen tool
@@ -179,6 +183,16 @@ class Evaluator:
         if n is None or n >= len(keys):
             return frozenset(keys)
         return frozenset(random.Random(self.cfg.seed).sample(keys, n))
+
+    def sample_task_ids(self) -> frozenset[str]:
+        """The ``free_running`` regime's tasks, as trajectory ids: ``sample_tasks`` of all folds' test
+        trajectories, drawn with the run's seed (all of them when there are no more). Like :meth:`sample`,
+        it depends only on the dataset, ``folds`` and ``seed``: every scorer and k runs the same tasks."""
+        ids = [t.id for fold in range(self.cfg.folds) for t in self.split(fold)[1]]
+        n = self.cfg.sample_tasks
+        if n is None or n >= len(ids):
+            return frozenset(ids)
+        return frozenset(random.Random(self.cfg.seed).sample(ids, n))
 
     # ---- one batch of steps ----------------------------------------------------------------------
     def select(self, scorer: Scorer, insight, steps: Sequence[Step]):

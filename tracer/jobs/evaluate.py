@@ -109,6 +109,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                   "regime.max_steps_per_turn (override regime.max_steps_per_turn=...)", 1)
     if (cfg.get("regime") or {}).get("steps") is not None:  # regime=selection's sample
         check_int(cfg["regime"]["steps"], "regime.steps (override regime.steps=...)", 1)
+    if (cfg.get("regime") or {}).get("tasks") is not None:  # regime=free_running's sample
+        check_int(cfg["regime"]["tasks"], "regime.tasks (override regime.tasks=...)", 1)
     regime = cfg.get("regime") or {"name": "teacher_forcing"}
     if regime["name"] == "closed_loop":
         check_closed_loop(cfg)
@@ -131,7 +133,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                       latency_sample=cfg.get("latency_sample", 50), progress=cfg.get("progress", True),
                       train_trajectories=cfg.get("train_trajectories"),
                       holdout_tools=cfg.get("holdout_tools", False),
-                      sample_steps=regime.get("steps") if regime["name"] == "selection" else None)
+                      sample_steps=regime.get("steps") if regime["name"] == "selection" else None,
+                      sample_tasks=regime.get("tasks") if regime["name"] == "free_running" else None)
     logger = build_logger(cfg.get("logger"), run_dir, f"{ds.name}-{scorer_cfg['name']}-k{cfg['k']}")
     logger.log_config(cfg)
     # encoder_training: each outer fold fine-tunes its own encoder on its training trajectories only
@@ -150,6 +153,8 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
                            regime=ecfg.regime, executor=executor_label, result=result)
     if ecfg.regime == "selection":  # a sample of a few dozen steps: shares over all of them, with intervals
         doc["pooled"] = pooled_outcomes(result.records)
+    elif ecfg.regime == "free_running":  # as few tasks as a real model's budget allows: the same
+        doc["pooled"] = pooled_outcomes(result.records, result.tasks)
     if doc["folds_without_test_steps"]:
         warnings.warn(f"folds {doc['folds_without_test_steps']} had no test steps: the means are over "
                       f"{doc['folds'] - len(doc['folds_without_test_steps'])} of {doc['folds']} folds",

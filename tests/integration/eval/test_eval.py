@@ -12,6 +12,7 @@ from tracer.core.steps import extract_steps, gold_turns, step_from_messages
 from tracer.data import Dataset
 from tracer.encode.embedders import CachedEmbedder
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, paired_test
+from tracer.eval.pooled import pooled_lines, pooled_outcomes, wilson
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
 from tracer.scoring.fit import FitReport
@@ -225,6 +226,31 @@ def test_free_running_oracle_with_perfect_scorer_succeeds_and_fails_without_a_to
     res = _run(bfcl_small, bfcl_res, ScriptedScorer("perfect", hide=needed), "free_running")
     failed = {t["trajectory_id"] for t in res.tasks if not t["success"]}
     assert bfcl_small.trajectories[0].id in failed
+
+
+def test_free_running_task_sample_is_seeded_and_the_same_for_every_scorer(bfcl_small, bfcl_res):
+    """``regime.tasks``: a seeded sample of all folds' test tasks, drawn before any scorer runs, so two
+    scorers run exactly the same tasks; a sample as large as the test set runs every task."""
+    def run(scorer, n, seed=0):
+        cfg = EvalConfig(k=1, folds=2, seed=seed, regime="free_running", latency_sample=0, progress=False,
+                         sample_tasks=n)
+        return Evaluator(bfcl_small, lambda: scorer, bfcl_res, OracleExecutor(), cfg).run()
+
+    every = {t.id for t in bfcl_small.trajectories}
+    perfect, wrong = run(ScriptedScorer("perfect"), 2), run(ScriptedScorer("wrong"), 2)
+    ran = [t["trajectory_id"] for t in perfect.tasks]
+    assert len(ran) == 2 and set(ran) <= every
+    assert sorted(ran) == sorted(t["trajectory_id"] for t in wrong.tasks)
+    assert {r.trajectory_id for r in perfect.records} == set(ran)
+    assert [t["success"] for t in perfect.tasks] == [True, True]
+    assert not any(t["success"] for t in wrong.tasks)
+    pooled = pooled_outcomes(wrong.records, wrong.tasks)
+    assert pooled["task_success"] == {"successes": 0, "n": 2, "rate": 0.0, "wilson95": wilson(0, 2)}
+    assert "    task_success             0.000 [0.000, 0.658]  (0/2)" in pooled_lines(pooled)
+    assert {t["trajectory_id"] for t in run(ScriptedScorer("perfect"), len(every) + 5).tasks} == every
+    draws = {frozenset(t["trajectory_id"] for t in run(ScriptedScorer("perfect"), 2, seed).tasks)
+             for seed in range(6)}
+    assert len(draws) > 1, "the sample follows the seed"
 
 
 def test_gold_turns_align_with_gold_states_on_turns_without_calls():

@@ -129,3 +129,10 @@ def test_a_sample_of_no_steps_is_refused_by_its_override(tmp_path):
     with pytest.raises(ValueError, match=refused):
         run_job({"regime": {"name": "selection", "steps": 0}}, tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_free_running_sample_of_no_tasks_is_refused_by_its_override(tmp_path):
+    refused = r"regime.tasks \(override regime.tasks=...\) must be an int >= 1, got 0"
+    with pytest.raises(ValueError, match=refused):
+        run_job({"regime": {"name": "free_running", "tasks": 0}}, tmp_path)
+    assert not any(tmp_path.iterdir())
