@@ -57,7 +57,8 @@ BENCH_REQUEST = {
 def _bench(args: argparse.Namespace) -> dict:
     body = json.loads(Path(args.request).read_text()) if args.request else dict(BENCH_REQUEST)
     results = []
-    with serve(args.model, port=args.port, build=False, n_ctx=args.n_ctx, threads=args.threads) as server:
+    with serve(args.model, port=args.port, build=False, n_ctx=args.n_ctx, threads=args.threads,
+               prompt_cache_mb=args.prompt_cache_mb) as server:
         body["model"] = server.model
         for _ in range(args.repeat):
             start = time.monotonic()
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                            help="default: 8000 for serve, a free one for bench")
             p.add_argument("--n-ctx", type=int, default=None, help="context tokens (default: the model's)")
             p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: every CPU)")
+            p.add_argument("--prompt-cache-mb", type=int, default=None,
+                           help="keep evaluated prompts' KV states in RAM, up to this many MiB, each found "
+                                "again by its longest prefix (default: the last prompt's only)")
     sub.add_parser("build")
     bench = sub.choices["bench"]
     bench.add_argument("--request", help="a chat-completions body as JSON (default: 5 file-system tools)")
@@ -104,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "bench":
         print(json.dumps(_bench(args), indent=1))
     else:
-        server = serve(args.model, port=args.port or 8000, build=True, n_ctx=args.n_ctx, threads=args.threads)
+        server = serve(args.model, port=args.port or 8000, build=True, n_ctx=args.n_ctx, threads=args.threads,
+                       prompt_cache_mb=args.prompt_cache_mb)
         print(f"{args.model} at {server.url} (log: {server.log}; cache: {models_dir()}); Ctrl-C stops it\n"
               f"  tracer serve --index DIR --upstream {server.url} --k 5", flush=True)
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the server too

@@ -12,7 +12,7 @@ from tracer.models.weights import fetch
 def serve(name: str, port: int | None = None, build: bool = False, **options) -> ModelServer:
     """Fetch ``name``'s weights when missing, find the engine (building it first when ``build``), start
     the server on 127.0.0.1 and wait until it answers. ``options`` go to :func:`start_server`
-    (``n_ctx``, ``threads``, ``timeout_s``, ``extra_args``).
+    (``n_ctx``, ``threads``, ``timeout_s``, ``extra_args``, ``prompt_cache_mb``).
 
     >>> with serve("smollm2") as server:       # doctest: +SKIP
     ...     openai.OpenAI(base_url=server.url, api_key="none").chat.completions.create(...)

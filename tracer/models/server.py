@@ -110,8 +110,15 @@ class ModelServer:
 
 
 def server_command(spec: ModelSpec, python: Path, weights: Path, port: int, n_ctx: int | None = None,
-                   threads: int | None = None, extra_args: Sequence[str] = ()) -> list[str]:
-    """The ``llama_cpp.server`` command line (through :data:`SHIM`) for ``spec`` on 127.0.0.1:``port``."""
+                   threads: int | None = None, extra_args: Sequence[str] = (),
+                   prompt_cache_mb: int | None = None) -> list[str]:
+    """The ``llama_cpp.server`` command line (through :data:`SHIM`) for ``spec`` on 127.0.0.1:``port``.
+
+    ``prompt_cache_mb``: keep up to that many MiB of evaluated prompts' KV states in RAM, each found again by
+    its longest token prefix (llama_cpp's ``LlamaRAMCache``). Without it the server keeps only the last
+    prompt's, so requests of several conversations taken in turn (free-running tasks advancing in
+    lockstep) each re-read their whole prompt; with it each resumes from its own conversation's state.
+    """
     threads = threads or os.cpu_count() or 1
     command = [str(python), str(SHIM), "--model", str(weights), "--model_alias", spec.name,
                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx or spec.n_ctx),
@@ -120,12 +127,14 @@ def server_command(spec: ModelSpec, python: Path, weights: Path, port: int, n_ct
                "--logits_all", "false"]
     if spec.chat_format:
         command += ["--chat_format", spec.chat_format]
+    if prompt_cache_mb:
+        command += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(prompt_cache_mb << 20)]
     return [*command, *extra_args]
 
 
 def start_server(spec: ModelSpec, python: Path, weights: Path, port: int | None = None,
                  root: Path | None = None, n_ctx: int | None = None, threads: int | None = None,
-                 timeout_s: float = 300, extra_args: Sequence[str] = (),
+                 timeout_s: float = 300, extra_args: Sequence[str] = (), prompt_cache_mb: int | None = None,
                  command: Sequence[str] | None = None) -> ModelServer:
     """Start the server and wait for it (``command`` replaces the llama_cpp command, for tests)."""
     port = port or free_port()
@@ -133,7 +142,7 @@ def start_server(spec: ModelSpec, python: Path, weights: Path, port: int | None 
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{spec.name}-{port}.log"
     if command is None:
-        command = server_command(spec, python, weights, port, n_ctx, threads, extra_args)
+        command = server_command(spec, python, weights, port, n_ctx, threads, extra_args, prompt_cache_mb)
     with open(log, "w") as out:
         process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env={"OMP_WAIT_POLICY": "PASSIVE", **os.environ})

@@ -76,6 +76,10 @@ def test_the_command_line_carries_the_models_chat_format_and_context():
     assert smol[smol.index("--model_alias") + 1] == "smollm2"
     qwen = server_command(get_model("qwen-coder"), Path("py"), Path("w.gguf"), 8001, n_ctx=8192)
     assert "--chat_format" not in qwen and qwen[qwen.index("--n_ctx") + 1] == "8192"  # the GGUF's template
+    assert "--cache" not in qwen  # the last prompt's KV only, llama_cpp's default
+    cached = server_command(get_model("qwen-coder"), Path("py"), Path("w.gguf"), 8001, prompt_cache_mb=512)
+    assert cached[cached.index("--cache") + 1] == "true" and cached[cached.index("--cache_type") + 1] == "ram"
+    assert cached[cached.index("--cache_size") + 1] == str(512 * 1024 * 1024)
 
 
 def test_timings_are_read_from_llama_cpps_perf_lines():
