@@ -80,7 +80,8 @@ class EvalResult:
     n_steps: int = 0
     trie_based: bool = False
     fit_seconds: list[float] = field(default_factory=list)
-    scorer_info: list[dict] = field(default_factory=list)  # each fold's fitted scorer, ``describe()``
+    # each fold's scorer, ``describe()`` after its test steps
+    scorer_info: list[dict] = field(default_factory=list)
 
 
 def with_guidance(messages: Sequence[Mapping[str, Any]], guidance: str | None) -> list[Mapping[str, Any]]:
@@ -150,13 +151,14 @@ class Evaluator:
             if insight is not None:
                 insight.fit(train, self.res)
             fit_s.append(time.perf_counter() - t0)
-            infos.append(scorer.describe())
             if self.cfg.regime != "free_running":
                 recs, fold_tasks = self.teacher_forcing(fold, scorer, insight, test, sampled), None
             else:
                 recs, fold_tasks = self.free_running(fold, scorer, insight,
                                                      [t for t in test if t.id in tasks_run])
                 tasks.extend(fold_tasks)
+            # after the test steps: a memory's model calls include theirs
+            infos.append(scorer.describe() | ({"insight": insight.describe()} if insight is not None else {}))
             called = {name for t in train for _, _, name, _ in iter_calls(t.messages)}
             for r in recs:  # what the fold's training trajectories never called is an unseen tool
                 r.gold_seen = None if r.gold is None else r.gold in called

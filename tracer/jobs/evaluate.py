@@ -120,8 +120,10 @@ def run_job(cfg: Mapping[str, Any], run_dir: str | Path) -> dict:
         check_folds(cfg["folds"], ds.trajectories)
     embedder = build_embedder(cfg["embedder"])
     executor = build_executor(cfg["executor"])
+    # the summaries' model: memory_executor when set (the oracle may choose meanwhile), else the step executor
+    memory = build_executor(cfg["memory_executor"]) if cfg.get("memory_executor") else executor
     res = Resources.build(ds.registry, embedder, device=cfg.get("device"), seed=cfg.get("seed", 0),
-                          executor=None if executor.is_oracle else executor)
+                          executor=None if memory.is_oracle else memory)
     if regime["name"] == "closed_loop":
         return closed_loop_job(cfg, ds, res, run_dir, f"{executor.name} (oracle: a presented gold is called)")
     scorer_cfg = cfg["scorer"]
