@@ -225,7 +225,7 @@ class InsightMemory:
         return {"memory": "insight", "summaries": self.summarizer.label, "insights": self.label, "k": self.k,
                 "silhouettes": dict(self.silhouettes), "n_episodes": len(self.episodes),
                 "n_failed": sum(not e.success for e in self.episodes), "neighbours": self.neighbours,
-                "model_calls": self.model_calls}
+                "model_calls": self.model_calls, "lessons": list(self.insights)}
 
 
 class InsightScorer(ScorerBase):

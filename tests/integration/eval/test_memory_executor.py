@@ -54,3 +54,6 @@ def test_insight_distils_its_clusters_with_the_memory_executor(tmp_path, native_
     assert distilled and len(distilled) < len(asked)  # the episodes' summaries, then one per cluster
     info = json.loads((tmp_path / "run" / "run_info.json").read_text())["scorer_info"]
     assert sum(fold["insight"]["model_calls"] for fold in info) == len(server.requests)
+    # the lessons it adds to the prompt are the model's answers, one per cluster
+    lessons = [lesson for fold in info for lesson in fold["insight"]["lessons"]]
+    assert len(lessons) == len(distilled) and all("(distilled by the model): A summary" in x for x in lessons)
