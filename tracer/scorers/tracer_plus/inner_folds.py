@@ -16,7 +16,6 @@ from tracer.memory.trie import ExecutionTrie
 from tracer.scorers.tracer_plus.features import candidates, feature_names
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.request import RequestInput
-from tracer.scorers.tracer_plus.step import candidates_rows
 from tracer.scoring.resources import Resources, fallback_scores
 
 # held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never
@@ -80,7 +79,7 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
     ``fold_view(held)``, when given, returns ``(mem_ctx, vec, request)`` of every step under an encoder that
     never saw the held rows' trajectories (a fine-tuned encoder: the one passed in saw every inner fold); its
     ``request`` is the request evidence under that encoder (the semantic part reads it).
-    ``approximate``: ``vec`` comes from an approximate tool index (:func:`candidates_rows`).
+    ``approximate``: ``vec`` comes from an approximate tool index (``candidates(..., approximate=True)``).
     ``fusion(held, vec_held)``: the zero-shot fusion's scores ``[h, N]`` of the held rows from their vector
     scores (``zero_shot.candidates``: its top m join the candidates, with its features).
     ``request``: every step's request evidence, row-aligned with ``steps`` (``request``: its top BM25
@@ -107,10 +106,11 @@ def inner_fold_candidates(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx
 
     def score(idx: PlusIndex, held: torch.Tensor, f: int) -> CandidateData:
         mem, v, evidence = views.pop(f, (mem_ctx, vec, request))
-        make = candidates_rows if approximate else candidates
         zs = None if fusion is None else fusion(held, v[held])                            # [h, N]
         req = None if evidence is None else evidence.take(held.tolist())
-        cand = make(idx, [steps[i] for i in held.tolist()], mem[held.to(mem.device)], v[held], m, zs, req)
+        held_steps = [steps[i] for i in held.tolist()]
+        cand = candidates(idx, held_steps, mem[held.to(mem.device)], v[held], m, zs, req,
+                          approximate=approximate)
         return CandidateData(cand.feats.cpu(), cand.mask.cpu(), cand.gold_index(gold_ids[held], IGNORE).cpu(),
                              torch.full((len(held),), f), cand.tool.cpu(), held.cpu(),
                              cand.in_state[:, 0].cpu())

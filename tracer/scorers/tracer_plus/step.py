@@ -31,29 +31,17 @@ to the batched path by ``tests/integration/scorers/test_live_step_equality.py``.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from tracer.core.types import Step
 from tracer.scorers.tracer_plus.features import (
-    Candidates,
     OneCandidates,
-    candidates,
     candidates_one,
     retrieved_order,
 )
-from tracer.scorers.tracer_plus.index import PlusIndex
-from tracer.scorers.tracer_plus.request import RequestInput
 from tracer.scoring.protocol import Contexts
 from tracer.scoring.ranking import present
 from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
 from tracer.scoring.usage import usage_scores_one
-
-
-def candidates_rows(idx: PlusIndex, steps: list[Step], mem_ctx: torch.Tensor, vec: torch.Tensor, m: int,
-                    zs: torch.Tensor | None = None, req: RequestInput | None = None) -> Candidates:
-    """:func:`candidates` over an approximate index's scores ``vec [B, N]`` (``-inf`` for the tools it did
-    not retrieve): the name :mod:`tracer.scorers.tracer_plus.inner_folds` builds its training rows with."""
-    return candidates(idx, steps, mem_ctx, vec, m, zs, req, approximate=True)
 
 
 class LiveStep:
