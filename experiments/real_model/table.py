@@ -21,9 +21,11 @@ from scipy.stats import binomtest
 
 from tracer.eval.pooled import share as share_of
 
-RUNS = ("tracer_plus_k3", "tracer_plus_k5", "vector_k5")
+# llm_only_small_k5: the whole registry (BFCL's own 128 tools, registry=small) presented at every step
+RUNS = ("tracer_plus_k3", "tracer_plus_k5", "vector_k5", "llm_only_small_k5")
 PAIRS = (("tracer_plus_k5", "vector_k5"), ("tracer_plus_k3", "tracer_plus_k5"),
-         ("tracer_plus_k3", "vector_k5"))
+         ("tracer_plus_k3", "vector_k5"), ("tracer_plus_k5", "llm_only_small_k5"),
+         ("vector_k5", "llm_only_small_k5"))
 
 
 def share(s: dict) -> str:
@@ -71,7 +73,8 @@ def rows(runs: dict[str, tuple[dict, list[dict]]], only: set | None = None) -> l
         secs = p["executor_seconds"]
         shares = [share(p[key]) for key in ("selection_accuracy", "recall_at_k", "unpresented_call_rate",
                                             "malformed_rate", "no_call_rate")]
-        out.append(f"| {doc['scorer']} | {doc['k']} | {p['n_steps']} | {' | '.join(shares)} | "
+        k = f"all {doc['registry_size']}" if doc["scorer"] == "llm_only" else doc["k"]
+        out.append(f"| {doc['scorer']} | {k} | {p['n_steps']} | {' | '.join(shares)} | "
                    f"{p['prompt_tokens']['mean']:.0f} | {secs['mean']:.0f} / {secs['median']:.0f} |")
     return out
 

@@ -1,0 +1,81 @@
+"""python -m experiments.real_model.free_running_table OUT [--oracle ORACLE]: the free-running table.
+
+Reads every run under OUT (``evaluate.py regime=free_running regime.tasks=N``, one directory a configuration:
+metrics.json, steps.jsonl, tasks.jsonl), checks that they ran the same tasks, and prints one Markdown row per
+run: task success as bfcl_eval's checker decides it, with its Wilson 95% interval, the steps the model took,
+its selection accuracy (the gold called, over steps with a gold call), the gold among the presented tools,
+the outcome shares, the server's prompt tokens and the wall seconds per step. With ``--oracle``, the same
+configurations' task success under the oracle executor on the same tasks goes beside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from tracer.eval.pooled import share
+
+
+def load(run: Path) -> tuple[dict, list[dict], list[dict]]:
+    doc = json.loads((run / "metrics.json").read_text())
+    steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+    tasks = [json.loads(line) for line in (run / "tasks.jsonl").read_text().splitlines()]
+    return doc, steps, tasks
+
+
+def cell(s: dict) -> str:
+    low, high = s["wilson95"]
+    return f"{s['rate']:.2f} [{low:.2f}, {high:.2f}] ({s['successes']}/{s['n']})"
+
+
+def label(doc: dict) -> tuple[str, str]:
+    k = f"all {doc['registry_size']}" if doc["scorer"] == "llm_only" else str(doc["k"])
+    return doc["scorer"], k
+
+
+def table(out: Path, oracle: Path | None) -> str:
+    runs = {p.name: load(p) for p in sorted(out.iterdir()) if (p / "metrics.json").exists()}
+    if not runs:
+        raise SystemExit(f"no run under {out}")
+    ran = {name: sorted(t["trajectory_id"] for t in tasks) for name, (_, _, tasks) in runs.items()}
+    if len({tuple(v) for v in ran.values()}) != 1:
+        raise SystemExit(f"the runs under {out} did not run the same tasks: {ran}")
+    oracle_success = {}
+    if oracle is not None:
+        for p in sorted(oracle.iterdir()):
+            if (p / "metrics.json").exists():
+                doc, _, tasks = load(p)
+                if sorted(t["trajectory_id"] for t in tasks) != next(iter(ran.values())):
+                    raise SystemExit(f"{p} ran other tasks than {out}")
+                oracle_success[label(doc)] = cell(share([t["success"] for t in tasks]))
+    header = ("| scorer | k | tasks | task success (bfcl_eval's checker) | oracle's task success | steps | "
+              "gold called | gold presented | unpresented call | malformed | no call | "
+              "prompt tokens (mean) | wall s per step (mean / median) |")
+    lines = [header, "|---|---:|---:|---|---|---:|---|---|---|---|---|---:|---|"]
+    for doc, steps, tasks in runs.values():
+        gold = [s for s in steps if s.get("gold") is not None]
+        seconds = [s["executor_seconds"] for s in steps if s.get("executor_seconds") is not None]
+        cells = [cell(share([t["success"] for t in tasks])), oracle_success.get(label(doc), "–"),
+                 str(len(steps)), cell(share([bool(s["correct"]) for s in gold])),
+                 cell(share([bool(s["hit_at_k"]) for s in gold])),
+                 *(cell(share([bool(s[f]) for s in steps])) for f in ("unpresented", "malformed", "no_call")),
+                 f"{statistics.mean(s['prompt_tokens'] for s in steps):,.0f}",
+                 f"{statistics.mean(seconds):.0f} / {statistics.median(seconds):.0f}" if seconds else "–"]
+        lines.append(f"| {' | '.join(label(doc))} | {len(tasks)} | {' | '.join(cells)} |")
+    tasks = next(iter(ran.values()))
+    return "\n".join([*lines, "", f"Tasks: {', '.join(tasks)}"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="a directory of free-running runs, one per configuration")
+    parser.add_argument("--oracle", type=Path, default=None, help="the same configurations under the oracle")
+    args = parser.parse_args(argv)
+    print(table(args.out, args.oracle))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""python -m experiments.real_model.memory_table OUT: H-EPM and Insight with the local model's summaries
+beside their offline variants.
+
+Reads OUT/<run>/ (``evaluate.py regime=selection ...`` under the oracle executor, the model writing the
+memories through ``executor@memory_executor=openai``, or offline without it) and prints one Markdown row per
+run: recall@k pooled over the sampled steps with its Wilson 95% interval, the prompt tokens per step (an
+Insight memory adds its lessons to the prompt), who wrote the summaries and how many model calls that took
+(fit and test steps, all folds). Then, for each Insight run, the first lessons of its first fold, as the
+prompt shows them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from tracer.eval.pooled import share
+
+
+def load(run: Path) -> tuple[dict, list[dict], list[dict]]:
+    doc = json.loads((run / "metrics.json").read_text())
+    steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+    info = json.loads((run / "run_info.json").read_text())["scorer_info"]
+    return doc, steps, info
+
+
+def memory(info: list[dict]) -> tuple[str, int]:
+    """Who wrote the summaries, and the model calls of all folds (the Insight memory's when there is one)."""
+    parts = [fold.get("insight", fold) for fold in info]
+    return parts[0]["summaries"], sum(p["model_calls"] for p in parts)
+
+
+def table(out: Path, lessons: int) -> str:
+    runs = {p.name: load(p) for p in sorted(out.iterdir()) if (p / "metrics.json").exists()}
+    if not runs:
+        raise SystemExit(f"no run under {out}")
+    keys = {name: sorted((s["trajectory_id"], s["step"]) for s in steps)
+            for name, (_, steps, _) in runs.items()}
+    if len({tuple(v) for v in keys.values()}) != 1:
+        raise SystemExit(f"the runs under {out} were not asked about the same steps")
+    header = ("| run | scorer | k | steps | recall@k (oracle) | prompt tokens (mean) | summaries | "
+              "model calls |")
+    lines = [header, "|---|---|---:|---:|---|---:|---|---:|"]
+    for name, (doc, steps, info) in runs.items():
+        hits = share([bool(s["hit_at_k"]) for s in steps if s.get("gold") is not None])
+        low, high = hits["wilson95"]
+        written_by, calls = memory(info)
+        lines.append(f"| {name} | {doc['scorer']} | {doc['k']} | {len(steps)} | {hits['rate']:.2f} "
+                     f"[{low:.2f}, {high:.2f}] ({hits['successes']}/{hits['n']}) | "
+                     f"{statistics.mean(s['prompt_tokens'] for s in steps):,.0f} | {written_by} | {calls} |")
+    for name, (_, _, info) in runs.items():
+        if "insight" in info[0]:
+            shown = info[0]["insight"]["lessons"][:lessons]
+            clusters = info[0]["insight"]["k"]
+            lines += ["", f"{name}, fold 0: {clusters} clusters; the first {len(shown)} lessons:",
+                      *(f"> {lesson}" for lesson in shown)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="a directory of runs, one per memory and summariser")
+    parser.add_argument("--lessons", type=int, default=2, help="Insight lessons shown per run")
+    args = parser.parse_args(argv)
+    print(table(args.out, args.lessons))
+
+
+if __name__ == "__main__":
+    main()
