@@ -53,7 +53,7 @@ from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
 from tracer.core.threads import machine, one_thread
 from tracer.retriever import Retriever
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 CASCADE = "cascade: trained static, then fine-tuned ONNX int8"
 

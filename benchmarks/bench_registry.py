@@ -41,7 +41,7 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Registry
 from tracer.encode.embedders import encode_tools
 from tracer.encode.index import ANN_FACTORY, ANN_K, ToolIndex
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 def rss() -> int:

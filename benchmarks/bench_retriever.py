@@ -94,8 +94,8 @@ def main(argv=None) -> dict:
     from tracer.encode.index import ToolIndex
     from tracer.memory.trie import ExecutionTrie
     from tracer.retriever import step_from_messages
-    from tracer.scoring.ranking import finalize
-    from tracer.scoring.resources import Resources, training_steps
+    from tracer.scorer_base.ranking import finalize
+    from tracer.scorer_base.resources import Resources, training_steps
 
     ds = load_dataset("bfcl", execute=False)
     emb = build_embedder("minilm", cache_dir=args.cache_dir, device="cpu")

@@ -63,9 +63,9 @@ def run(n_traj: int, args, chain: Chain, names: list[str], tool_vecs: torch.Tens
     from tracer.core.types import Registry, Tool
     from tracer.encode.index import ToolIndex
     from tracer.memory.trie import ExecutionTrie
+    from tracer.scorer_base.resources import Resources
+    from tracer.scorer_base.single_step import children_one
     from tracer.scorers.tracer import TracerScorer
-    from tracer.scoring.resources import Resources
-    from tracer.scoring.single_step import children_one
 
     class RandomEmbedder:  # stands in for the embedder in the saved index's metadata; never encodes
         name, dim = f"random-unit-{args.dim}", args.dim

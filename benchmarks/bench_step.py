@@ -14,7 +14,7 @@ BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps
 thread, best of 3 passes per step) of
 
 - batch of one: ``finalize(scorer.score_embedded([step], *contexts), k, scorer.pad).presented[0]``;
-- live path: ``scorer.select_one(step, contexts, k)`` (:mod:`tracer.scoring.single_step` for the
+- live path: ``scorer.select_one(step, contexts, k)`` (:mod:`tracer.scorer_base.single_step` for the
   fixed blend and tracer_plus; the batched path with a batch of one for the learned blend).
 
 Prints p50 / p95 in microseconds and whether both paths present the same tools on every step.
@@ -34,8 +34,8 @@ from benchmarks.timing import cpu_us
 from tracer.build import build_dataset, build_embedder, build_scorer, load_preset, plain
 from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ from tracer.core.folds import kfold
 from tracer.encode.embedders import CachedEmbedder
 from tracer.online.incremental import add_steps, update_scorer
 from tracer.online.updater import Updater
-from tracer.scoring.resources import Resources, training_steps
+from tracer.scorer_base.resources import Resources, training_steps
 
 
 class HashEncoder:

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 from tracer.core.types import Step, Tool, Trajectory
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.records import Scores
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.records import Scores
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

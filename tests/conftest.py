@@ -72,7 +72,7 @@ def keyword_embedder() -> KeywordEmbedder:
 @pytest.fixture
 def tiny_resources(tiny_registry, keyword_embedder):
     """Resources over :data:`TINY_TOOLS` with the keyword embedder (exact FAISS, CPU, seed 0, no executor)."""
-    from tracer.scoring.resources import Resources
+    from tracer.scorer_base.resources import Resources
 
     return Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
 

@@ -12,8 +12,8 @@ from builders import call, result
 
 from tracer.build import build_scorer
 from tracer.core.types import Trajectory
+from tracer.scorer_base.ranking import finalize
 from tracer.scorers.tracer_plus import TracerPlusScorer
-from tracer.scoring.ranking import finalize
 
 EPS = 1e-6
 USER_ONLY = {"window": "since_user", "calls": "none", "results": "none"}

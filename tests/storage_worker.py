@@ -22,8 +22,8 @@ from builders import TINY_TOOLS, KeywordEmbedder, tiny_trajectories
 
 from tracer.build import build_scorer
 from tracer.core.types import Registry, Tool
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.tracer import TracerScorer
-from tracer.scoring.resources import Resources
 
 N_VARIANTS = 3
 

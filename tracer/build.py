@@ -33,7 +33,7 @@ from tracer.data import Dataset
 from tracer.encode.embedders import BuiltEmbedder, CachedEmbedder
 from tracer.executors import Executor
 from tracer.learn.encoders import EncoderRecipe, FoldEncoders
-from tracer.scoring.protocol import Scorer
+from tracer.scorer_base.protocol import Scorer
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 

@@ -18,8 +18,8 @@ not refused, when it holds a ``developer`` message, calls of tools the index doe
 whose call was trimmed or malformed arguments; :meth:`Retriever.read` also reports what it forgave). Any
 registered scorer works for selection (the default is ``tracer_plus``); saving needs a scorer whose class
 declares ``can_save`` (:func:`saveable_scorers` names them). A live step goes through
-the scorer's declared ``select_one`` / ``rank_one`` (:class:`tracer.scoring.protocol.Scorer`): the single-step
-path for the tracer family, the batched path with a batch of one for the others.
+the scorer's declared ``select_one`` / ``rank_one`` (:class:`tracer.scorer_base.protocol.Scorer`): the
+single-step path for the tracer family, the batched path with a batch of one for the others.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from tracer.data import LOADERS, Dataset, load_dataset, load_native
 from tracer.encode.bundle import carried_config
 from tracer.encode.embedders import Embedder
 from tracer.online.updater import Updater
-from tracer.scoring.persist import read_meta
-from tracer.scoring.protocol import Scorer
-from tracer.scoring.ranking import finalize, present_without, without
-from tracer.scoring.resources import Resources
-from tracer.scoring.trial import Trials, on_trial, widened
+from tracer.scorer_base.persist import read_meta
+from tracer.scorer_base.protocol import Scorer
+from tracer.scorer_base.ranking import finalize, present_without, without
+from tracer.scorer_base.resources import Resources
+from tracer.scorer_base.trial import Trials, on_trial, widened
 
 MINILM = "all-MiniLM-L6-v2"
 __all__ = ["Retriever", "saveable_scorers", "step_from_messages"]
@@ -111,7 +111,7 @@ class Retriever:
 
     def __init__(self, scorer: Scorer, k: int = 5):
         if not isinstance(scorer, Scorer):
-            raise TypeError(f"{type(scorer).__name__} does not implement tracer.scoring.protocol.Scorer")
+            raise TypeError(f"{type(scorer).__name__} does not implement tracer.scorer_base.protocol.Scorer")
         if scorer.res is None:
             raise ValueError(f"scorer {scorer.name!r} is not fitted")
         self.scorer = scorer
@@ -206,9 +206,10 @@ class Retriever:
         """Registry ids of the tools to present for the next call (k, plus Tracer+G's global set); a k
         larger than the registry presents the registry.
 
-        ``conversation``: the conversation's id, for a scorer that runs trials (:mod:`tracer.scoring.trial`):
-        on a trial conversation the other ranking's top k follow the k (up to 2k tools). Log such a
-        conversation with ``metadata={"explored": True}`` for :meth:`update` (:func:`is_trial` says which)."""
+        ``conversation``: the conversation's id, for a scorer that runs trials
+        (:mod:`tracer.scorer_base.trial`): on a trial conversation the other ranking's top k follow the k (up
+        to 2k tools). Log such a conversation with ``metadata={"explored": True}`` for :meth:`update`
+        (:func:`is_trial` says which)."""
         k = self.k if k is None else check_k(k)
         step = self._step(messages)
         scorer = self.scorer  # read once: an encoder refit may swap it meanwhile (Updater.on_swap)

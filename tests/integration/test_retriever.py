@@ -150,7 +150,7 @@ def test_default_scorer_is_tracer_plus_and_round_trips(tiny_dir, minilm, tmp_pat
 
 
 def test_a_trial_conversation_is_shown_the_other_ranking_too(tiny_dir, minilm):
-    from tracer.scoring.trial import on_trial, widened
+    from tracer.scorer_base.trial import on_trial, widened
 
     r = Retriever.from_dataset(tiny_dir, embedder=minilm, device="cpu", zero_shot={"trial": 0.5})
     assert r.scorer.trial_ready   # a trained model the guard judged: two rankings to try
@@ -221,7 +221,7 @@ def test_a_preset_builds_what_train_py_builds(tiny_dir, tmp_path, monkeypatch):
 
 
 def test_a_saved_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_path):
-    from tracer.scoring.persist import read_meta
+    from tracer.scorer_base.persist import read_meta
 
     retriever.save(tmp_path / "index")
     meta_path = next((tmp_path / "index").rglob("meta.json"))
@@ -265,7 +265,7 @@ def test_a_cascade_with_two_trained_encoders_saves_and_loads_both_by_itself(tiny
 
 
 def test_a_saved_slow_embedder_config_may_only_name_a_tracer_encoder(retriever, tmp_path):
-    from tracer.scoring.persist import read_meta
+    from tracer.scorer_base.persist import read_meta
 
     retriever.save(tmp_path / "index")
     meta_path = next((tmp_path / "index").rglob("meta.json"))

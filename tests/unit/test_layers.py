@@ -31,7 +31,7 @@ MAX_LINES = 600
 LAYERS: list[set[str]] = [
     {"core"},
     {"data", "encode", "memory", "executors", "models"},
-    {"scoring"},
+    {"scorer_base"},
     {"learn"},
     {"scorers"},
     {"online", "envs"},

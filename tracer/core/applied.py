@@ -20,7 +20,7 @@ Each entry is a pair of 64-bit keys, the first 8 bytes of the BLAKE2b digest of 
 Two distinct trajectories collide with probability about ``n / 2^64`` for ``n`` applied.
 
 Saved as ``applied.npy`` (a sorted structured array ``(id, content)``) in the index's snapshot
-(:func:`tracer.scoring.persist.write_common`), so the manifest verifies it like every other file. An index
+(:func:`tracer.scorer_base.persist.write_common`), so the manifest verifies it like every other file. An index
 saved before the ledger existed has applied nothing; one saved before content keys (``applied.npy`` a
 sorted ``uint64`` array of id keys) is read as entries of unknown content (key 0), and an id among them
 counts as applied whatever its content (the rule it was recorded under); the next save keeps them so.

@@ -1,11 +1,11 @@
 """The encoder a saved index carries, so that the index loads anywhere: no cache, no working directory.
 
-``tracer.scoring.persist.write_common`` copies the files an embedder runs on (its ``served()``: a fine-tuned
-checkpoint, an ONNX graph with its tokenizer, a static table) into the snapshot under ``encoders/<id>/`` and
-records that folder in meta.json (``embedder.files``); ``Retriever.load`` builds the embedder from it
-(:func:`carried_config`). The snapshot's manifest covers these files like every other, and the folder keeps an
-artifact manifest of its own (:mod:`tracer.encode.manifest`), so a flipped byte is refused naming the file.
-The MiniLM packaged with tracer is not copied: it is installed wherever tracer is.
+``tracer.scorer_base.persist.write_common`` copies the files an embedder runs on (its ``served()``: a
+fine-tuned checkpoint, an ONNX graph with its tokenizer, a static table) into the snapshot under
+``encoders/<id>/`` and records that folder in meta.json (``embedder.files``); ``Retriever.load`` builds the
+embedder from it (:func:`carried_config`). The snapshot's manifest covers these files like every other, and
+the folder keeps an artifact manifest of its own (:mod:`tracer.encode.manifest`), so a flipped byte is refused
+naming the file. The MiniLM packaged with tracer is not copied: it is installed wherever tracer is.
 
 ``<id>`` is the carried folder's manifest digest, which is also the fingerprint of an embedder loaded from it:
 an index saved again by the process that loaded it (``tracer update``) finds the folder in the current

@@ -23,7 +23,7 @@ here) learns nothing from a cut conversation; ``full`` logs the whole conversati
 system, the baseline). The presented set under this regime is the oracle's view: the gold tool is called when
 presented.
 
-*Trials* (a scorer that runs them, :mod:`tracer.scoring.trial`; tracer_plus's ``zero_shot.trial``): on a
+*Trials* (a scorer that runs them, :mod:`tracer.scorer_base.trial`; tracer_plus's ``zero_shot.trial``): on a
 seeded share of the conversations, once the learner has two rankings to try, each step shows the serving
 ranking's top k and then the other ranking's top k (``LoopStep.explored``); the log marks the conversation as
 a trial. A trial step counts as a hit in the stream's recall@k only when the served top k held the gold; the
@@ -50,10 +50,10 @@ from tracer.core.steps import extract_steps, iter_calls
 from tracer.core.types import Step, Trajectory
 from tracer.data import Dataset
 from tracer.online.updater import Updater
-from tracer.scoring.protocol import Scorer
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources, training_steps
-from tracer.scoring.trial import EXPLORED, Trials, on_trial, widened
+from tracer.scorer_base.protocol import Scorer
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources, training_steps
+from tracer.scorer_base.trial import EXPLORED, Trials, on_trial, widened
 
 FEEDBACK = ("presented_success", "presented_failure", "full")
 
@@ -130,7 +130,7 @@ class LoggedConversation:
     logged_messages: int          # messages of the logged trajectory
     logged_calls: int             # its calls (``n_calls`` under ``full``, else ``cut_at`` when there is one)
     logged_success: bool
-    trial: bool = False           # a trial conversation (tracer/scoring/trial.py): both rankings shown
+    trial: bool = False           # a trial conversation (tracer/scorer_base/trial.py): both rankings shown
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

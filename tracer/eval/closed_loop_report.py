@@ -13,8 +13,8 @@ successful conversations) in stream order:
 - ``never_presented``: of those tools, the ones no step of the run presented;
 - ``zero_shot_start``: its stream figures, the smallest window gap (learner recall@k minus the zero-shot
   start's) and whether it never fell below ``-TOLERANCE``;
-- ``trials``: the trial conversations (:mod:`tracer.scoring.trial`), their steps, the tools shown beyond the
-  k presented per step of the whole stream (the prompt cost of trials), and the steps served by the model.
+- ``trials``: the trial conversations (:mod:`tracer.scorer_base.trial`), their steps, the tools shown beyond
+  the k presented per step of the whole stream (the prompt cost of trials), and the steps served by the model.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tracer.build import build_scorer
 from tracer.data import Dataset
 from tracer.eval.closed_loop import ClosedLoopConfig, ClosedLoopResult, LoopStep, config_from, run_closed_loop
 from tracer.eval.outputs import atomic_write_text, write_json, write_jsonl
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 TOLERANCE = 0.01   # "never below its zero-shot start by more than 0.01 in any window"
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tracer.scoring.ranking import finalize
+from tracer.scorer_base.ranking import finalize
 
 METRICS = (
     "recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens", "cic_reduction",

@@ -41,10 +41,10 @@ from tracer.envs.base import Environment
 from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, recall_curve, step_outcome
 from tracer.eval.tokens import TokenCounter
 from tracer.executors import Request
-from tracer.scoring.protocol import Scorer
-from tracer.scoring.ranking import finalize
-from tracer.scoring.records import RECORDED_DIAGNOSTICS
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.protocol import Scorer
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.records import RECORDED_DIAGNOSTICS
+from tracer.scorer_base.resources import Resources
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from tracer.eval.outputs import metrics_document, write_json, write_jsonl
 from tracer.eval.pooled import pooled_lines, pooled_outcomes
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.eval.tokens import LOCAL_TOKENIZER
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:

@@ -29,8 +29,8 @@ from tracer.jobs.evaluate import run_job as evaluate
 from tracer.jobs.train_summary import index_size, report_markdown
 from tracer.learn.blend_report import blend_head_report
 from tracer.retriever import Retriever
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.tracer import TracerScorer
-from tracer.scoring.resources import Resources
 
 # train.py's own keys; the rest of its config is an evaluate.py config (the held-out run's)
 TRAIN_ONLY = ("save_index", "preset")

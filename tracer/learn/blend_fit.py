@@ -37,7 +37,7 @@ from tracer.learn.standardise import keep_mask
 from tracer.learn.trainer import TrainConfig, train
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.resources import Resources, training_steps
+from tracer.scorer_base.resources import Resources, training_steps
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from tracer.learn.blend_head import FEATURES, BlendHead, fixed_blend
 from tracer.learn.nll import masked_log_softmax
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.resources import Resources, training_steps
+from tracer.scorer_base.resources import Resources, training_steps
 
 
 @torch.no_grad()

@@ -21,7 +21,8 @@ float64 from the float32 vectors and rounded to float32; the contextual prior is
 float64 from those float32 cosines and rounded to float32. Float64 accumulation makes the result
 independent of the summation order of the kernel that computes it (BLAS gemv, gemm, a CUDA
 reduction) up to float32 rounding, which is what lets :meth:`ExecutionTrie.gather` (torch, batched,
-on any device) and :func:`tracer.scoring.single_step.children_one` (numpy, one step, CPU) agree bit for bit.
+on any device) and :func:`tracer.scorer_base.single_step.children_one` (numpy, one step, CPU) agree bit for
+bit.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class ExecutionTrie(TransitionTable):
         self.edge_log_p = torch.zeros(0, dtype=torch.float32, device=self.device)      # [E]
         self.edge_memory = torch.zeros(0, dim, dtype=dtype, device=self.device)        # [E, d]
         self.edge_norm = torch.zeros(0, dtype=torch.float32, device=self.device)       # [E] norm of the sum
-        self.single_step_cache = None  # CPU copies made by tracer.scoring.single_step; dropped on update
+        self.single_step_cache = None  # CPU copies made by tracer.scorer_base.single_step; dropped on update
 
     # ---- building --------------------------------------------------------------------------------
     def update(self, states: Sequence[tuple[str, ...]], tools: torch.Tensor, contexts: torch.Tensor,

@@ -32,9 +32,9 @@ from tracer.memory.host_rows import host_view, to_host
 from tracer.memory.priors import empirical_prior_np
 from tracer.memory.transitions import TransitionTable
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.protocol import Scorer
-from tracer.scoring.resources import Resources, training_steps
-from tracer.scoring.single_step import rows_rewritten
+from tracer.scorer_base.protocol import Scorer
+from tracer.scorer_base.resources import Resources, training_steps
+from tracer.scorer_base.single_step import rows_rewritten
 
 
 def grow_resources(res: Resources, tools: Sequence[Tool]) -> Resources:

@@ -20,11 +20,11 @@ import torch
 
 from tracer.core.folds import inner_seed
 from tracer.core.types import Trajectory
+from tracer.scorer_base.resources import Resources, fallback_scores, training_steps
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scorers.tracer_plus.fit import train_model
 from tracer.scorers.tracer_plus.inner_folds import CandidateData, inner_fold_candidates
 from tracer.scorers.tracer_plus.model import CandidateModel
-from tracer.scoring.resources import Resources, fallback_scores, training_steps
 
 
 def source_candidates(scorer: TracerPlusScorer, trajectories: Sequence[Trajectory], res: Resources,

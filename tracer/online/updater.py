@@ -44,7 +44,7 @@ from typing import Any
 
 from tracer.core.types import Registry, Tool, Trajectory
 from tracer.online.incremental import grow_resources, rename_scorer, update_scorer
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 class Updater:

@@ -34,11 +34,11 @@ from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
 from tracer.memory.keys import StateKey
 from tracer.memory.transitions import TransitionTable
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import scatter_primary
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, fallback_scores, fit_steps
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.ranking import scatter_primary
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources, fallback_scores, fit_steps
 
 
 class AutoToolScorer(ScorerBase):

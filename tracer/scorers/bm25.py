@@ -26,11 +26,11 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Tool, Trajectory
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import no_proposal
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.ranking import no_proposal
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources
 
 # bm25s sets its own logger to DEBUG when imported, so every index build prints "Building index from tokens"
 # whatever level the application chose; NOTSET hands the decision back to the application's logging config

@@ -50,12 +50,12 @@ from tracer.core.store import MANIFEST, Verify, open_snapshot, save_snapshot
 from tracer.core.types import Step, Trajectory
 from tracer.encode.bundle import ENCODERS
 from tracer.encode.embedders import Embedder
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.persist import read_meta
+from tracer.scorer_base.protocol import Contexts, ScorerBase
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.tracer_plus import TracerPlusScorer
-from tracer.scoring.fit import FitReport
-from tracer.scoring.persist import read_meta
-from tracer.scoring.protocol import Contexts, ScorerBase
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources
 
 FORMAT_VERSION = 1
 CLASS_PATH = "tracer.scorers.cascade.CascadeScorer"

@@ -50,12 +50,12 @@ from tracer.core.steps import extract_steps
 from tracer.core.types import Step, Trajectory
 from tracer.memory.keys import LAST_CALL
 from tracer.memory.transitions import TransitionTable
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.ranking import rank, scatter_primary
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources, fallback_scores
 from tracer.scorers.summaries import Summarizer
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import rank, scatter_primary
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, fallback_scores
 
 POLICIES = ("auto", "always", "never", "turn_start")
 

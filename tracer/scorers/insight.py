@@ -46,12 +46,12 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.ranking import no_proposal
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources, fallback_scores
 from tracer.scorers.summaries import Episode, Summarizer, episodes, most_common
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import no_proposal
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, fallback_scores
 
 
 def candidate_ks(lo: int = 5, hi: int = 150, num: int = 15) -> list[int]:

@@ -1,7 +1,7 @@
 """State summaries for the memory baselines (H-EPM, Insight): from the executor model, or offline.
 
 Both papers summarise the agent's state with a language model. When a (non-oracle) executor is
-configured in :class:`~tracer.scoring.resources.Resources`, the summary is the model's answer to one
+configured in :class:`~tracer.scorer_base.resources.Resources`, the summary is the model's answer to one
 ``complete`` call, counted by :class:`Summarizer`. Offline (no executor, or the oracle, which
 produces no text) the summary is a deterministic *digest* of the state instead:
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from tracer.core.steps import iter_calls
 from tracer.core.types import Message, Trajectory
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 _ERROR = re.compile(r"error|fail|exception|invalid|not found|denied", re.IGNORECASE)
 SKIP = "SKIP"

@@ -1,7 +1,7 @@
 """``tool2vec``: vector search over usage-enriched tool vectors (Tool2Vec, Moon et al. 2024): each tool's
-description vector plus the contexts of the logged steps that called it (:mod:`tracer.scoring.usage`). With no
-logs it is vector search; it learns nothing but those sums, no weight, so it is the baseline for "the logs'
-own phrasings, without a model".
+description vector plus the contexts of the logged steps that called it (:mod:`tracer.scorer_base.usage`).
+With no logs it is vector search; it learns nothing but those sums, no weight, so it is the baseline for "the
+logs' own phrasings, without a model".
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import no_proposal
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, fallback_scores, training_steps
-from tracer.scoring.usage import check_prior, context_sums, usage_scores, usage_vectors
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.ranking import no_proposal
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources, fallback_scores, training_steps
+from tracer.scorer_base.usage import check_prior, context_sums, usage_scores, usage_vectors
 
 
 class Tool2VecScorer(ScorerBase):

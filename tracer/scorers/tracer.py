@@ -21,8 +21,8 @@ uniform over the children.
 
 Two paths, one result: :meth:`TracerScorer.score_embedded` scores a batch with torch; ``select_one`` /
 ``rank_one`` (:mod:`tracer.scorers.tracer_single_step`) score one live step with
-:mod:`tracer.scoring.single_step` (numpy, fixed blend; the learned blend takes the batched path), cosines in
-float64 rounded to float32 on both: the same rankings (tested on BFCL).
+:mod:`tracer.scorer_base.single_step` (numpy, fixed blend; the learned blend takes the batched path), cosines
+in float64 rounded to float32 on both: the same rankings (tested on BFCL).
 
 Example (plain Python; see :mod:`tracer.retriever` for the facade over live messages)::
 
@@ -48,13 +48,13 @@ from tracer.learn.blend_fit import HeadConfig, fit_blend_head
 from tracer.learn.blend_head import BlendHead, fixed_blend, state_features
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ChildBatch, ExecutionTrie
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.persist import check_trie, load_tensors, open_index, saved_config, write_common
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.ranking import confidence, scatter_primary
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources, fallback_scores, fit_steps
 from tracer.scorers.tracer_single_step import TracerSingleStep
-from tracer.scoring.fit import FitReport
-from tracer.scoring.persist import check_trie, load_tensors, open_index, saved_config, write_common
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import confidence, scatter_primary
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, fallback_scores, fit_steps
 
 FORMAT_VERSION = 2
 CLASS_PATH = "tracer.scorers.tracer.TracerScorer"
@@ -96,7 +96,7 @@ class TracerScorer(TracerSingleStep, ScorerBase):
 
     Two scoring paths with the same result: :meth:`score` / :meth:`score_embedded` (batched, torch, on the
     resources' device) and :meth:`select_one` / :meth:`rank_one` (one live step through
-    :mod:`tracer.scoring.single_step` for the fixed blend; the learned blend takes the batched path)."""
+    :mod:`tracer.scorer_base.single_step` for the fixed blend; the learned blend takes the batched path)."""
 
     can_save = True
 

@@ -1,5 +1,5 @@
 """The tracer family's live step: :class:`tracer.scorers.tracer.TracerScorer`'s single-step path, one step
-scored with :mod:`tracer.scoring.single_step` (numpy, fixed blend), the same numbers and presented sets as
+scored with :mod:`tracer.scorer_base.single_step` (numpy, fixed blend), the same numbers and presented sets as
 the batched path.
 
 Why a path of its own: the batched path with a batch of one costs about the whole per-step budget (under 1
@@ -9,12 +9,12 @@ best of 3; 2-core x86 CPU, load average 4-6 from other jobs, 2026-12-07, two run
 1,147 µs p50 (1,062 and 1,732 p95), this path 111 and 108 µs p50 (136 and 132 p95), the same presented set
 on 879 of 879 steps.
 
-Built from :mod:`tracer.scoring.single_step`'s primitives (each names the batched function it equals) and
-the rule every presented set follows (:func:`tracer.scoring.ranking.present`, which ``finalize`` applies to
-each row); ``tests/integration/scorers/test_live_step_equality.py`` holds it equal to the batched path,
+Built from :mod:`tracer.scorer_base.single_step`'s primitives (each names the batched function it equals) and
+the rule every presented set follows (:func:`tracer.scorer_base.ranking.present`, which ``finalize`` applies
+to each row); ``tests/integration/scorers/test_live_step_equality.py`` holds it equal to the batched path,
 setting by setting.
 
-TracerScorer derives from :class:`TracerSingleStep` ahead of :class:`tracer.scoring.protocol.ScorerBase`,
+TracerScorer derives from :class:`TracerSingleStep` ahead of :class:`tracer.scorer_base.protocol.ScorerBase`,
 whose batched ``select_one`` / ``rank_one`` (a batch of one) serve the learned blend through ``super()``.
 The methods read the scorer's ``trie``, ``res``, ``key``, ``blend``, ``tau``, ``pad`` and ``global_set``.
 """
@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.core.types import Step
-from tracer.scoring.protocol import Contexts
-from tracer.scoring.ranking import present
-from tracer.scoring.single_step import (
+from tracer.scorer_base.protocol import Contexts
+from tracer.scorer_base.ranking import present
+from tracer.scorer_base.single_step import (
     OneStep,
     as_numpy,
     children_one,

@@ -15,11 +15,11 @@ import torch
 
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import no_proposal
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, fallback_scores
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.ranking import no_proposal
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources, fallback_scores
 
 
 class VectorScorer(ScorerBase):

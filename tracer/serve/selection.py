@@ -25,9 +25,9 @@ The conversation is read leniently (:meth:`Retriever.read`); :func:`choose_tools
 applied and what the unknown tools cost, for the gateway's metrics.
 
 **Trial steps** (``choose_tools(..., trial=True)``; which conversations are trials and why:
-:mod:`tracer.scoring.trial`). The choice above is the served one; a trial step presents it, then the first
+:mod:`tracer.scorer_base.trial`). The choice above is the served one; a trial step presents it, then the first
 k of the request's known tools under the ranking the scorer does not serve (:func:`other_ranking`) that are
-not among them (:func:`tracer.scoring.trial.widened`): up to 2k tools. The other ranking is cut to the
+not among them (:func:`tracer.scorer_base.trial.widened`): up to 2k tools. The other ranking is cut to the
 request's candidates before its k are taken, as the served ranking is: a gold tool the request offers that
 is in the other ranking's top k of the whole registry is then in its top k of the request's tools, so the
 trial shows every tool a refit will count as that ranking's hit. Tools the index does not know take their
@@ -60,8 +60,8 @@ from tracer.core.types import Message, Tool
 from tracer.core.validate import InvalidField, check_int
 from tracer.encode.embedders import encode_tools, tool_style
 from tracer.retriever import Retriever
-from tracer.scoring.ranking import without
-from tracer.scoring.trial import Trials, widened
+from tracer.scorer_base.ranking import without
+from tracer.scorer_base.trial import Trials, widened
 
 
 def tool_name(obj: Mapping[str, Any]) -> str:

@@ -30,7 +30,7 @@ from tracer.build import build_dataset, build_embedder, load_config, plain
 from tracer.core.context import ContextRendering
 from tracer.core.folds import kfold
 from tracer.core.steps import extract_all
-from tracer.scoring.resources import training_steps
+from tracer.scorer_base.resources import training_steps
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ from tracer.encode.embedders import CachedEmbedder
 from tracer.encode.onnx import OnnxEmbedder
 from tracer.eval.metrics import teacher_forced_outcomes
 from tracer.learn.encoders import train_info
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 def variant(text: str) -> tuple[str, dict]:

@@ -31,8 +31,8 @@ from tracer.core.steps import extract_all
 from tracer.eval.outputs import atomic_write_text, write_json
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources
 
 ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
 SUBSETS = ("all steps", "turn openings", "strongest edge wrong")

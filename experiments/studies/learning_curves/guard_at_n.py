@@ -16,8 +16,8 @@ import numpy as np
 
 from experiments.studies.learning_curves.learning_curves import load, make_scorer
 from tracer.core.folds import arrival_order, kfold
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import training_steps
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import training_steps
 
 
 def recall(scores, gold: list[int]) -> float:

@@ -37,9 +37,9 @@ import torch
 from tracer.build import CONFIG_DIR, build_dataset, build_embedder, build_scorer, load_config
 from tracer.core.folds import arrival_order, kfold
 from tracer.online.transfer import fit_transfer_model
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources, training_steps
 from tracer.scorers.tracer_plus.model import save_candidate_model
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources, training_steps
 
 ROOT = Path(__file__).resolve().parents[3]  # experiments/studies/<topic>/ -> the repository
 SCORERS = ("vector", "tool2vec", "toolnet", "autotool", "tracer", "tracer_plus", "tracer_plus_transfer")

@@ -9,7 +9,7 @@ import torch
 
 from tracer.core.types import Registry, Tool
 from tracer.encode.index import ToolIndex
-from tracer.scoring.single_step import dense_scores_one, rank_one, top_scores_one
+from tracer.scorer_base.single_step import dense_scores_one, rank_one, top_scores_one
 
 
 def unit_rows(n: int, d: int, seed: int) -> torch.Tensor:

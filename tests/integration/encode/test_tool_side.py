@@ -34,7 +34,7 @@ def test_every_tool_text_is_embedded_by_the_tool_side(keyword_embedder):
 
     from tracer.core.types import Tool
     from tracer.online.incremental import grow_resources, rename_resources
-    from tracer.scoring.resources import Resources
+    from tracer.scorer_base.resources import Resources
     from tracer.serve.selection import UnknownToolVectors
 
     res = Resources.build(Registry(TINY_TOOLS), CachedEmbedder(ToolSide()), device="cpu")

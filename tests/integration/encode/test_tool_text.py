@@ -20,7 +20,7 @@ from tracer.core.types import Registry, Tool
 from tracer.encode.embedders import CachedEmbedder, recorded_tool_text, tool_rows
 from tracer.online.incremental import grow_resources, rename_resources
 from tracer.retriever import Retriever
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 from tracer.serve.selection import Keyed, UnknownToolVectors
 
 WEATHER = Tool("get_weather", "Forecast for a place",

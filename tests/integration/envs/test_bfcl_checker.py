@@ -16,7 +16,7 @@ from tracer.envs.bfcl import BFCLEpisode
 from tracer.envs.bfcl_checker import FORCE_TERMINATED, UNKNOWN_CALL, bfcl_verdict, call_string
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import Decision, OracleExecutor
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 @pytest.fixture(scope="module")

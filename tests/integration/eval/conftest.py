@@ -6,7 +6,7 @@ import pytest
 from builders import KeywordEmbedder
 
 from tracer.data import Dataset, load_dataset
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 @pytest.fixture(scope="module")

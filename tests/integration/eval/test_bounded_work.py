@@ -16,7 +16,7 @@ from tracer.eval.outputs import metrics_document
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
 from tracer.jobs.evaluate import summary_table
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 SENTENCES = ["Find me a flight from SFO to JFK tomorrow morning.",
              "Then book the cheapest one with a window seat.",

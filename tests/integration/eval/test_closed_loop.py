@@ -17,7 +17,7 @@ from tracer.data import Dataset
 from tracer.eval.closed_loop import ClosedLoopConfig, config_from, presented_log, run_closed_loop
 from tracer.eval.closed_loop_report import stream_report
 from tracer.jobs.evaluate import run_job
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from tracer.eval.metrics import StepRecord, aggregate, fold_metrics, paired_test
 from tracer.eval.pooled import pooled_lines, pooled_outcomes, wilson
 from tracer.eval.runner import EvalConfig, Evaluator
 from tracer.executors import OracleExecutor
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources
 
 
 class ScriptedScorer(ScorerBase):

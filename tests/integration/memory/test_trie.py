@@ -16,8 +16,8 @@ from tracer.core.types import Registry, Tool, Trajectory
 from tracer.memory.keys import StateKey
 from tracer.memory.priors import contextual_prior
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.resources import training_steps
-from tracer.scoring.single_step import children_one, contextual_prior_one
+from tracer.scorer_base.resources import training_steps
+from tracer.scorer_base.single_step import children_one, contextual_prior_one
 
 EPS = 1e-6
 

@@ -12,8 +12,8 @@ from tracer.core.steps import extract_all
 from tracer.data import load_dataset
 from tracer.data.paths import repo_root
 from tracer.online.updater import Updater
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources
 
 TAU2 = repo_root() / ".." / "shared" / "datasets" / "tau2"
 

@@ -24,10 +24,10 @@ from tracer.data import write_native
 from tracer.online.incremental import scorer_tries, update_scorer
 from tracer.online.transfer import fit_transfer_model
 from tracer.retriever import Retriever
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.tracer_plus.model import save_candidate_model
-from tracer.scoring.ranking import finalize
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources
 
 FAST_HEAD = {"max_epochs": 40, "patience": 10}
 

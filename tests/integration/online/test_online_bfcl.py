@@ -18,11 +18,11 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Registry
 from tracer.online.incremental import update_scorer
 from tracer.online.updater import Updater
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources
+from tracer.scorer_base.single_step import children_one
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.model import CandidateModel, save_candidate_model
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources
-from tracer.scoring.single_step import children_one
 
 
 class HashEmbedder:

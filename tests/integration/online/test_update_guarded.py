@@ -21,7 +21,7 @@ from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import write_native
 from tracer.online.incremental import scorer_tries
 from tracer.retriever import Retriever
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
 

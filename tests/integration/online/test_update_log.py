@@ -23,7 +23,7 @@ from tracer.core.types import Registry, Tool, Trajectory
 from tracer.data import load_native, write_native
 from tracer.online.incremental import scorer_tries
 from tracer.retriever import Retriever
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 def counts(scorer) -> list[torch.Tensor]:

@@ -24,9 +24,9 @@ from tracer.data import load_dataset
 from tracer.encode.embedders import CachedEmbedder
 from tracer.encode.index import ToolIndex
 from tracer.encode.static import StaticEmbedder
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.tracer_plus.features import retrieved_order
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources
 
 HEAD = {"max_epochs": 30, "inner_folds": 3}
 LAST_2 = {"kind": "last_n", "n": 2, "cross_turn": True}

@@ -3,7 +3,7 @@
 For each scorer YAML in ``tracer/configs/scorer/``, built from it and fitted on the tiny corpus
 (plus one failed trajectory) with the keyword embedder: the ranking is a permutation of the
 registry, the presented set is a subset of it, two fits with the same seed give the same result,
-scoring leaves the fitted state untouched, every capability of :class:`tracer.scoring.protocol.Scorer`
+scoring leaves the fitted state untouched, every capability of :class:`tracer.scorer_base.protocol.Scorer`
 is declared, and a live step (``select_one`` / ``rank_one`` on ``embed([step])``) equals the batched
 ranking. The scorers with a single-step path of their own are held equal to the batched path over BFCL with
 the real MiniLM, setting by setting, in ``test_live_step_equality.py``.
@@ -23,11 +23,11 @@ from builders import KeywordEmbedder, call, result
 from tracer.build import build_scorer, load_config, names
 from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import Scorer
-from tracer.scoring.ranking import finalize
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import Scorer
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources
 
 SKIP_ATTRS = {"res", "executor",   # shared resources (the embedder's cache grows as it encodes)
               "single_step_cache"}  # a trie's CPU views, made on its first scored step

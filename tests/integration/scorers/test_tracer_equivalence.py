@@ -1,6 +1,7 @@
 """TracerScorer against itself and a reference: the single-step path's numbers against the batched ones
 (BFCL, and a registry of 3,000 tools), a loaded index bit-identical to the saved one (a wrong embedder or
-format refused), and the ranking rules (one definition in tracer.scoring.ranking) against two stable sorts."""
+format refused), and the ranking rules (one definition in tracer.scorer_base.ranking) against two stable
+sorts."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from tracer.core.types import Registry, Step, Tool
 from tracer.encode.index import ToolIndex
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ExecutionTrie
+from tracer.scorer_base.ranking import finalize, rank
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources, training_steps
+from tracer.scorer_base.single_step import finalize_one, rank_one
 from tracer.scorers.tracer import TracerScorer
-from tracer.scoring.ranking import finalize, rank
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, training_steps
-from tracer.scoring.single_step import finalize_one, rank_one
 
 
 class NoTextEmbedder:

@@ -14,10 +14,10 @@ from builders import call, fitted_scorer, result
 from tracer.build import build_scorer
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Step, Tool, Trajectory
+from tracer.scorer_base.protocol import Scorer
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.tracer import prefix_entropy
-from tracer.scoring.protocol import Scorer
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources
 
 EPS = 1e-6
 

@@ -1,5 +1,5 @@
-"""Trial conversations through the gateway (tracer/scoring/trial.py): a logged trial conversation is shown the
-served choice and then the other ranking's top k, its record is marked ``metadata.explored``, and ``tracer
+"""Trial conversations through the gateway (tracer/scorer_base/trial.py): a logged trial conversation is shown
+the served choice and then the other ranking's top k, its record is marked ``metadata.explored``, and ``tracer
 update --refit`` on that log fits as on a gateway's own logs.
 
 Real servers on loopback: the gateway (uvicorn) with and without ``--log``, the stub OpenAI upstream, the
@@ -23,7 +23,7 @@ from tracer.cli.update import read_log
 from tracer.core.types import Registry
 from tracer.data import write_native
 from tracer.retriever import Retriever
-from tracer.scoring.trial import EXPLORED, widened
+from tracer.scorer_base.trial import EXPLORED, widened
 from tracer.serve.log.sink import ConversationLog
 from tracer.serve.selection import UnknownToolVectors, choose
 

@@ -23,8 +23,8 @@ from tracer.core.store import current_snapshot
 from tracer.core.types import Registry
 from tracer.data import write_native
 from tracer.learn.blend_head import FEATURES, BlendHead
+from tracer.scorer_base.resources import training_steps
 from tracer.scorers.tracer import TracerScorer
-from tracer.scoring.resources import training_steps
 
 
 def _tiny_dataset(path: Path) -> Path:

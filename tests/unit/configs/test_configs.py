@@ -26,7 +26,7 @@ from tracer.core.context import ContextRendering
 from tracer.data import write_native
 from tracer.data.pool import apply_preset
 from tracer.executors import OracleExecutor
-from tracer.scoring.protocol import Scorer
+from tracer.scorer_base.protocol import Scorer
 
 GROUPS = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "experiment")
 OPTIONS = [(g, o) for g in GROUPS for o in names(g)]

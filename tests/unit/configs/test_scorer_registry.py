@@ -11,10 +11,10 @@ import yaml
 
 from tracer.build import CONFIG_DIR, build_scorer, names
 from tracer.core.locate import locate
+from tracer.scorer_base.persist import saved_config
+from tracer.scorer_base.protocol import Scorer
 from tracer.scorers.tracer import TracerScorer
 from tracer.scorers.tracer_plus import TracerPlusScorer
-from tracer.scoring.persist import saved_config
-from tracer.scoring.protocol import Scorer
 
 YAMLS = sorted((CONFIG_DIR / "scorer").glob("*.yaml"))
 BASELINES = ("toolnet", "autotool", "hepm", "insight")

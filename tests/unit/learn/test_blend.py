@@ -26,9 +26,9 @@ from tracer.learn.blend_head import FEATURES, IGNORE, state_features
 from tracer.learn.blend_report import evaluate
 from tracer.memory.keys import StateKey
 from tracer.memory.trie import ExecutionTrie
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.resources import Resources, training_steps
 from tracer.scorers.tracer import TracerScorer
-from tracer.scoring.fit import FitReport
-from tracer.scoring.resources import Resources, training_steps
 
 RENDER = build_scorer("tracer_fixed").rendering
 

@@ -6,7 +6,7 @@ import pytest
 from plus_hand import HAND_TEST, HAND_TRAIN, USER_ONLY, plus
 
 from tracer.core.steps import extract_steps
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ from builders import FakeModel, fitted_scorer, names, step, traj
 
 from tracer.build import build_scorer
 from tracer.core.steps import extract_steps
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.summaries import call_outcomes, digest
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources
 
 R2 = 1 / math.sqrt(2)
 

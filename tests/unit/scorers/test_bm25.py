@@ -15,8 +15,8 @@ from test_baselines import step
 
 from tracer.build import build_scorer
 from tracer.core.types import Tool
+from tracer.scorer_base.ranking import finalize
 from tracer.scorers.bm25 import query_text, tokens, tool_text
-from tracer.scoring.ranking import finalize
 
 
 def by_hand(query: list[str], docs: list[list[str]], k1: float = 1.5, b: float = 0.75) -> list[float]:

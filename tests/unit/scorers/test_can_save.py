@@ -1,12 +1,12 @@
 """``can_save`` is declared once, on a scorer's class, and held to the class's own ``save`` when the class is
-defined (tracer/scoring/protocol.py): a class cannot claim to save without implementing it, nor implement it
-without saying so."""
+defined (tracer/scorer_base/protocol.py): a class cannot claim to save without implementing it, nor implement
+it without saying so."""
 
 from __future__ import annotations
 
 import pytest
 
-from tracer.scoring.protocol import ScorerBase
+from tracer.scorer_base.protocol import ScorerBase
 
 
 def test_can_save_must_agree_with_the_class_save():

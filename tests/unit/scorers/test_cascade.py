@@ -17,9 +17,9 @@ from builders import KEYWORDS, TINY_TOOLS, KeywordEmbedder, call, result, tiny_t
 from tracer.build import build_scorer, load_config
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Tool, Trajectory
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.cascade import CascadeScorer, gate_confidence
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources
 
 HEAD = {"max_epochs": 20, "inner_folds": 3}
 # both stages serve their models (the guard would not, on 3 trajectories)

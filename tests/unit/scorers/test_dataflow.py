@@ -9,10 +9,10 @@ from plus_hand import cold_pair, live_and_saved, traj
 
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Step, Tool
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources, fallback_scores
 from tracer.scorers.tracer_plus.dataflow import Dataflow, identifier_words, looked_up
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot, dataflow_rrf
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources, fallback_scores
 
 CONTEXT = {"window": "since_user", "calls": "none", "results": "none"}
 

@@ -10,8 +10,8 @@ from builders import FakeModel, step, traj
 
 from tracer.build import build_insight_memory, build_scorer
 from tracer.core.types import Trajectory
+from tracer.scorer_base.resources import Resources
 from tracer.scorers.insight import candidate_ks, select_k
-from tracer.scoring.resources import Resources
 
 
 # ---- Insight -----------------------------------------------------------------------------------------------

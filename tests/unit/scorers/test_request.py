@@ -15,6 +15,8 @@ from plus_hand import FAST, traj
 from tracer.build import build_scorer
 from tracer.core.steps import extract_all, extract_steps
 from tracer.encode.index import ToolIndex
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources, fallback_scores
 from tracer.scorers.bm25 import BM25Scorer
 from tracer.scorers.tracer_plus.features import candidates_one, retrieved_order
 from tracer.scorers.tracer_plus.fit import choose_open_slot
@@ -25,8 +27,6 @@ from tracer.scorers.tracer_plus.request import (
     RequestEvidence,
     RequestInput,
 )
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources, fallback_scores
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
 # after get_weather the logs send an email ten times and list the files once; other requests name their tools

@@ -14,10 +14,10 @@ from plus_hand import FAST
 from tracer.build import build_scorer
 from tracer.core.steps import step_from_messages
 from tracer.learn.nll import IGNORE
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import fallback_scores
+from tracer.scorer_base.trial import EXPLORED
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import fallback_scores
-from tracer.scoring.trial import EXPLORED
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
 

@@ -26,6 +26,8 @@ from tracer.core.folds import assign_folds
 from tracer.core.steps import extract_all, extract_steps
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import StateKey, parse_key
+from tracer.scorer_base.resources import fallback_scores, training_steps
+from tracer.scorer_base.single_step import dense_scores_one
 from tracer.scorers.tracer_plus.features import (
     GROUPS,
     candidates,
@@ -38,8 +40,6 @@ from tracer.scorers.tracer_plus.fit import IGNORE, nll_on, train_model
 from tracer.scorers.tracer_plus.inner_folds import CandidateData, build_index, inner_fold_candidates
 from tracer.scorers.tracer_plus.model import CandidateModel
 from tracer.scorers.tracer_plus.request import RequestEvidence
-from tracer.scoring.resources import fallback_scores, training_steps
-from tracer.scoring.single_step import dense_scores_one
 
 
 def test_features_by_hand(hand):

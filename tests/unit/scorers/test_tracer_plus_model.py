@@ -17,13 +17,13 @@ from tracer.core.folds import inner_seed
 from tracer.core.steps import extract_all
 from tracer.core.store import current_snapshot
 from tracer.retriever import Retriever
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import fallback_scores, training_steps
 from tracer.scorers.tracer_plus import TracerPlusScorer
 from tracer.scorers.tracer_plus.fit import train_model
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.inner_folds import inner_fold_candidates
 from tracer.scorers.tracer_plus.model import load_candidate_model, save_candidate_model
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import fallback_scores, training_steps
 
 
 @pytest.mark.parametrize("model,members", [("linear", 1), ("mlp", 1), ("mlp", 3)])

@@ -1,4 +1,4 @@
-"""Usage-enriched tool vectors (:mod:`tracer.scoring.usage`): the ``tool2vec`` scorer, and tracer_plus's
+"""Usage-enriched tool vectors (:mod:`tracer.scorer_base.usage`): the ``tool2vec`` scorer, and tracer_plus's
 zero-shot fusion reading them (``zero_shot.usage``), scored out of fold at fit time and the same live as
 batched."""
 
@@ -15,10 +15,10 @@ from tracer.build import build_scorer
 from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
 from tracer.encode.index import ToolIndex
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources, fallback_scores
+from tracer.scorer_base.usage import check_prior, context_sums, usage_scores, usage_scores_one, usage_vectors
 from tracer.scorers.tracer_plus.usage import inner_usage_scores
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources, fallback_scores
-from tracer.scoring.usage import check_prior, context_sums, usage_scores, usage_scores_one, usage_vectors
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
 FAST = {"inner_folds": 3, "max_epochs": 30, "patience": 10}

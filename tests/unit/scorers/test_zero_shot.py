@@ -15,6 +15,8 @@ from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
 from tracer.encode.index import ToolIndex
 from tracer.learn.nll import IGNORE
+from tracer.scorer_base.ranking import finalize, reserved
+from tracer.scorer_base.resources import Resources, fallback_scores
 from tracer.scorers.hybrid import rrf
 from tracer.scorers.tracer_plus.features import candidates_one, retrieved_order
 from tracer.scorers.tracer_plus.model import save_candidate_model
@@ -23,8 +25,6 @@ from tracer.scorers.tracer_plus.zero_shot import (
     rrf_retrieved,
     top_ids,
 )
-from tracer.scoring.ranking import finalize, reserved
-from tracer.scoring.resources import Resources, fallback_scores
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
 FAST = {"inner_folds": 3, "max_epochs": 30, "patience": 10}

@@ -12,10 +12,10 @@ from plus_hand import cold_pair, live_and_saved, traj
 
 from tracer.core.steps import extract_all
 from tracer.core.types import Registry, Step, Tool
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.resources import Resources, fallback_scores
 from tracer.scorers.hybrid import rrf
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot, second_place, toolkit_rrf, toolkits
-from tracer.scoring.ranking import finalize
-from tracer.scoring.resources import Resources, fallback_scores
 
 CONTEXT = {"window": "since_user", "calls": "names", "results": "none"}
 

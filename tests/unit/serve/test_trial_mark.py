@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tracer.scoring.trial import EXPLORED
+from tracer.scorer_base.trial import EXPLORED
 from tracer.serve.log.sink import ConversationLog
 
 ASK = {"role": "user", "content": "Find a flight and book it"}

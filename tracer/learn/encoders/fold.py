@@ -22,7 +22,7 @@ from tracer.learn.encoders.pairs import Pairs, training_pairs
 from tracer.learn.encoders.recipe import EncoderRecipe
 from tracer.learn.encoders.static import trained_static
 from tracer.learn.encoders.transformer import finetuned, train_info
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 
 class FoldEncoders:

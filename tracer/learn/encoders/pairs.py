@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tracer.core.context import ContextRendering
 from tracer.core.tool_text import tool_text as render_tool
 from tracer.core.types import Registry, Trajectory
-from tracer.scoring.resources import training_steps
+from tracer.scorer_base.resources import training_steps
 
 
 @dataclass(frozen=True)

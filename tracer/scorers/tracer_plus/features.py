@@ -60,9 +60,9 @@ One definition for a batch and a live step: :func:`candidates_one` builds one st
 (numpy, CPU), and :func:`candidates` is it row by row, stacked and padded, so the gateway's single step
 (:mod:`tracer.scorers.tracer_plus.step`), the batched scores and the training rows of :mod:`.inner_folds`
 read the same numbers by construction. Priors and edge cosines come from
-:func:`tracer.scoring.single_step.children_one` (bit for bit :meth:`ExecutionTrie.gather`), the state features
-and log ranks from float32 tables built once, products are float32 x float32, and the tool cosines are
-float64 matrix-vector products rounded to float32, as the trie's similarities.
+:func:`tracer.scorer_base.single_step.children_one` (bit for bit :meth:`ExecutionTrie.gather`), the state
+features and log ranks from float32 tables built once, products are float32 x float32, and the tool cosines
+are float64 matrix-vector products rounded to float32, as the trie's similarities.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ import torch
 from tracer.core.types import Step
 from tracer.learn import standardise
 from tracer.memory.keys import StateKey
+from tracer.scorer_base.single_step import children_one
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.request import REQUEST_FEATURES, SEMANTIC_FEATURES, RequestInput
-from tracer.scoring.single_step import children_one
 
 KEY_FEATURES = ("member", "log_p", "log_r", "edge_cos", "log_visits", "log_children",
                 "member*log_visits", "member*log_children", "log_p*log_visits", "log_p*log_children",

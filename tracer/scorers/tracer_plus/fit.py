@@ -28,12 +28,12 @@ from tracer.core.types import Trajectory
 from tracer.learn.nll import IGNORE, MASKED, masked_nll
 from tracer.learn.trainer import TrainConfig, train
 from tracer.memory.trie import ExecutionTrie
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.ranking import reserved
+from tracer.scorer_base.resources import Resources, fallback_scores, fit_steps, training_steps
+from tracer.scorer_base.trial import explored_ids
 from tracer.scorers.tracer_plus.inner_folds import CandidateData, clean_fold_view, inner_fold_candidates
 from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_candidate_model
-from tracer.scoring.fit import FitReport
-from tracer.scoring.ranking import reserved
-from tracer.scoring.resources import Resources, fallback_scores, fit_steps, training_steps
-from tracer.scoring.trial import explored_ids
 
 if TYPE_CHECKING:  # the scorer calls fit_scorer: annotations only
     from tracer.scorers.tracer_plus.scorer import TracerPlusScorer
@@ -95,7 +95,7 @@ def choose_open_slot(scores: torch.Tensor, data: CandidateData, claims: Sequence
 
     On the training steps, out of fold: the model's top k of its candidates by ``scores [S, C]`` (-inf where
     masked), with and without the open parts' claimants (``claims``, per training step) in the last
-    ``slots`` slots (:func:`tracer.scoring.ranking.reserved`); the slot serves unless it loses recall@k.
+    ``slots`` slots (:func:`tracer.scorer_base.ranking.reserved`); the slot serves unless it loses recall@k.
     Where a turn's calls follow a procedure rather than the parts of its request (tau2's customer-service
     flows), the open parts' best matches are noise and the slot would cost recall; where requests list what
     to do (BFCL), it wins. The novel slots' claimants are left out of the comparison (the never-called tools
@@ -222,7 +222,7 @@ def fit_scorer(scorer: TracerPlusScorer, trajectories: Sequence[Trajectory], res
                                      fold_view=view, approximate=not res.tool_index.exact,
                                      fusion=fusion if scorer.zero.candidates else None, request=request)
 
-    # the guard, over the trial conversations' steps where the logs hold enough (tracer/scoring/trial.py)
+    # the guard, over the trial conversations' steps where the logs hold enough (tracer/scorer_base/trial.py)
     explored = explored_ids(trajectories) if scorer.zero.trial else set()
 
     def guard(scores: torch.Tensor, data: CandidateData) -> dict:

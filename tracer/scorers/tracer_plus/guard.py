@@ -14,7 +14,7 @@ unless the zero-shot ranking leads by more than one standard error. The decision
 
 *Trials* (``trial: r``, 0 = off). On a gateway's own logs every logged step is one the serving ranking got
 right, so the guard's comparison over every step keeps whichever ranking serves. On a share ``r`` of the
-conversations a gateway shows the other ranking's top k after the served k (:mod:`tracer.scoring.trial`,
+conversations a gateway shows the other ranking's top k after the served k (:mod:`tracer.scorer_base.trial`,
 :meth:`tracer.retriever.Retriever.select_ids` with the conversation's id) and marks them in its log; once the
 logs hold :data:`TRIAL_MIN_STEPS` of their steps, the guard compares the two rankings on those steps alone,
 where both were shown (:meth:`Guard.judge`). Logs that hold no trial (another system's) are judged as
@@ -87,8 +87,8 @@ class Guard:
     def judge(self, inner_scores: torch.Tensor, data, zero_hits: np.ndarray, steps: Sequence[Step],
               explored: set[str], transferred: bool = False) -> dict:
         """:meth:`choose` over the training steps of trial conversations (``explored``: their trajectory ids,
-        :mod:`tracer.scoring.trial`) where the logs hold at least :data:`TRIAL_MIN_STEPS` of them, else over
-        the other steps (every step where there is no trial). ``data``: the out-of-fold candidates
+        :mod:`tracer.scorer_base.trial`) where the logs hold at least :data:`TRIAL_MIN_STEPS` of them, else
+        over the other steps (every step where there is no trial). ``data``: the out-of-fold candidates
         (``CandidateData``: ``gold``, ``step`` and ``state`` per row, row-aligned with
         ``inner_scores [S, C]``); ``zero_hits [S]`` in the order of ``steps``.
 

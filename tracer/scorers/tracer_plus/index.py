@@ -116,8 +116,8 @@ class PlusIndex:
     ``tool_log_freq [N]``: log(1 + number of training steps that called t); ``tool_memory [N, d]``:
     the normalised mean context of those steps (0 for a tool never called), i.e. the edge memory
     of an empty state; ``tool_mass64 [N]``: the norm of their contexts' sum (``mass * memory`` is the sum the
-    usage vectors add, :mod:`tracer.scoring.usage`); all read off the first trie (every training step is one
-    edge of it).
+    usage vectors add, :mod:`tracer.scorer_base.usage`); all read off the first trie (every training step is
+    one edge of it).
     """
 
     tries: list[ExecutionTrie]

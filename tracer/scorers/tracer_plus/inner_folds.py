@@ -13,10 +13,10 @@ from tracer.core.types import Step
 from tracer.learn.nll import IGNORE
 from tracer.learn.oof import out_of_fold, pad_cat
 from tracer.memory.trie import ExecutionTrie
+from tracer.scorer_base.resources import Resources, fallback_scores
 from tracer.scorers.tracer_plus.features import candidates, feature_names
 from tracer.scorers.tracer_plus.index import PlusIndex
 from tracer.scorers.tracer_plus.request import RequestInput
-from tracer.scoring.resources import Resources, fallback_scores
 
 # held rows [h] -> (memory contexts [S, d], vector scores [S, N]) of every step under an encoder that never
 # saw them

@@ -1,6 +1,6 @@
 """How tracer_plus serves from a gateway's own logs: the trials that let its guard compare the model with
 the zero-shot fusion where both were shown, and the gate that keeps the model to the states those logs
-know (:mod:`tracer.scoring.trial`, :mod:`tracer.scorers.tracer_plus.guard`; measured in docs/learning.md,
+know (:mod:`tracer.scorer_base.trial`, :mod:`tracer.scorers.tracer_plus.guard`; measured in docs/learning.md,
 "What a gateway's own logs can and cannot teach")."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tracer.core.types import Step
-from tracer.scoring.ranking import finalize
+from tracer.scorer_base.ranking import finalize
 
 
 class OwnLogs:
     """The trial and gate methods of :class:`~tracer.scorers.tracer_plus.scorer.TracerPlusScorer`, which
     holds the state they read (``zero``, ``history``, ``cold``, ``zero_shot_only``, ``pad``) and implements
-    :class:`tracer.scoring.trial.Trials` through them."""
+    :class:`tracer.scorer_base.trial.Trials` through them."""
 
     @property
     def trial_rate(self) -> float:

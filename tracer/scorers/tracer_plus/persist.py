@@ -15,8 +15,8 @@ import torch
 
 from tracer.core.store import Verify, save_snapshot
 from tracer.memory.trie import ExecutionTrie
+from tracer.scorer_base.persist import check_trie, load_tensors, open_index, saved_config, write_common
 from tracer.scorers.tracer_plus.model import CandidateModel
-from tracer.scoring.persist import check_trie, load_tensors, open_index, saved_config, write_common
 
 FORMAT_VERSION = 1
 CLASS_PATH = "tracer.scorers.tracer_plus.TracerPlusScorer"

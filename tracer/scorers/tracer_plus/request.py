@@ -29,7 +29,7 @@ model can choose the request's best match even where neither the tries nor the v
 
 With ``open_slot`` (and ``semantic``), once the turn has made a call, the best match of each part of the
 request still open claims a reserved slot, first part first, in turn with the novel slots' claimants (the
-last slots, :func:`tracer.scoring.ranking.reserved`): what the request still asks is shown even where the
+last slots, :func:`tracer.scorer_base.ranking.reserved`): what the request still asks is shown even where the
 logs' habit after the last call ranks it low. The first slots stay the model's, so recall@1 does not move.
 
 One definition for both paths: :meth:`RequestInput.rows` fills one step's rows in numpy, called row by row

@@ -35,6 +35,11 @@ from tracer.core.types import Step, Trajectory
 from tracer.learn.trainer import TrainConfig
 from tracer.memory.keys import parse_key
 from tracer.memory.trie import ExecutionTrie
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.protocol import ScorerBase
+from tracer.scorer_base.ranking import confidence, scatter_primary
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources, fallback_scores
 from tracer.scorers.tracer_plus.features import Candidates, candidates, coverage, feature_names, keep_mask
 from tracer.scorers.tracer_plus.fit import fit_scorer
 from tracer.scorers.tracer_plus.index import PlusIndex, refreshed
@@ -45,11 +50,6 @@ from tracer.scorers.tracer_plus.request import RequestEvidence, RequestInput
 from tracer.scorers.tracer_plus.step import LiveStep
 from tracer.scorers.tracer_plus.usage import UsageInput
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
-from tracer.scoring.fit import FitReport
-from tracer.scoring.protocol import ScorerBase
-from tracer.scoring.ranking import confidence, scatter_primary
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources, fallback_scores
 
 
 class TracerPlusScorer(LiveStep, OwnLogs, ScorerBase):

@@ -1,5 +1,5 @@
 """tracer_plus's live step: one step scored, selected and ranked on the CPU in numpy, beside the batched path
-(``score_embedded`` then :func:`tracer.scoring.ranking.finalize`) and built from the same primitives.
+(``score_embedded`` then :func:`tracer.scorer_base.ranking.finalize`) and built from the same primitives.
 
 Why a path of its own: the batched path with a batch of one misses the per-step budget (under 1 ms beyond the
 context embedding). ``OMP_NUM_THREADS=1 python -m benchmarks.bench_step --scorers tracer_plus --request``
@@ -20,12 +20,12 @@ What the two paths share, so that they cannot drift: a step's candidates and fea
 (:func:`tracer.scorers.tracer_plus.features.candidates_one`, which the batched
 :func:`~tracer.scorers.tracer_plus.features.candidates` stacks row by row), the candidate model's scores
 (:meth:`CandidateModel.scores_one`, which its batched ``scores`` runs over blocks of rows), the usage vectors'
-scores (:func:`tracer.scoring.usage.usage_scores_one`), the zero-shot fusion (``ZeroShot.scores`` on a batch
-of one), the request evidence, the reserved slots' claimants and the presentation rule
-(:func:`tracer.scoring.ranking.present`). What the live step does its own way: the vector scores of one query
-(:func:`tracer.scoring.single_step.vector_scores_one`, no torch) and the first k of the ranking, read from a
-lexsort of the candidates and the vector order at hand instead of a sort of the registry; both are held equal
-to the batched path by ``tests/integration/scorers/test_live_step_equality.py``.
+scores (:func:`tracer.scorer_base.usage.usage_scores_one`), the zero-shot fusion (``ZeroShot.scores`` on a
+batch of one), the request evidence, the reserved slots' claimants and the presentation rule
+(:func:`tracer.scorer_base.ranking.present`). What the live step does its own way: the vector scores of one
+query (:func:`tracer.scorer_base.single_step.vector_scores_one`, no torch) and the first k of the ranking,
+read from a lexsort of the candidates and the vector order at hand instead of a sort of the registry; both are
+held equal to the batched path by ``tests/integration/scorers/test_live_step_equality.py``.
 """
 
 from __future__ import annotations
@@ -33,15 +33,15 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.core.types import Step
+from tracer.scorer_base.protocol import Contexts
+from tracer.scorer_base.ranking import present
+from tracer.scorer_base.single_step import as_numpy, rank_one, vector_scores_one
+from tracer.scorer_base.usage import usage_scores_one
 from tracer.scorers.tracer_plus.features import (
     OneCandidates,
     candidates_one,
     retrieved_order,
 )
-from tracer.scoring.protocol import Contexts
-from tracer.scoring.ranking import present
-from tracer.scoring.single_step import as_numpy, rank_one, vector_scores_one
-from tracer.scoring.usage import usage_scores_one
 
 
 class LiveStep:

@@ -1,4 +1,4 @@
-"""The usage vectors of tracer_plus's zero-shot fusion (``zero_shot.usage``, :mod:`tracer.scoring.usage`),
+"""The usage vectors of tracer_plus's zero-shot fusion (``zero_shot.usage``, :mod:`tracer.scorer_base.usage`),
 read off the index: each called tool's description vector plus the sum of the memory contexts that called
 it."""
 
@@ -11,7 +11,7 @@ import torch
 
 from tracer.core.folds import row_folds
 from tracer.core.types import Step
-from tracer.scoring.usage import context_sums, usage_scores, usage_vectors
+from tracer.scorer_base.usage import context_sums, usage_scores, usage_vectors
 
 
 def inner_usage_scores(steps: Sequence[Step], gold_ids: torch.Tensor, mem_ctx: torch.Tensor,

@@ -13,11 +13,11 @@ The *guard* that picks between this ranking and the model, on complete logs and 
 evidence, so the model ranks it below every tool it has seen called, even when the zero-shot ranking puts it
 first: a step whose gold is such a tool is almost always missed. With ``novel`` on, the last ``slots``
 presented slots (1 by default) go to the best of the top ``j`` tools that are never called and not presented
-before them (:func:`tracer.scoring.ranking.reserved`); the ranking stays the model's. The top ``j`` of which
-ranking is ``novel_from``: ``zero_shot`` (this fusion) or ``vector`` (the query's cosine alone). The fusion's
-toolkit, previous-call and usage inputs all favour tools the logs have called, so a never-called tool the
-request matches best is often first in the vector ranking and below the fusion's top 3: on BFCL's steps whose
-tool no training log called, vector search puts the gold first or second in 8 of the 9 distinct cases.
+before them (:func:`tracer.scorer_base.ranking.reserved`); the ranking stays the model's. The top ``j`` of
+which ranking is ``novel_from``: ``zero_shot`` (this fusion) or ``vector`` (the query's cosine alone). The
+fusion's toolkit, previous-call and usage inputs all favour tools the logs have called, so a never-called tool
+the request matches best is often first in the vector ranking and below the fusion's top 3: on BFCL's steps
+whose tool no training log called, vector search puts the gold first or second in 8 of the 9 distinct cases.
 
 *The toolkit* (``toolkit: true``). Tools come in toolkits (``Tool.source``: an API family,
 an MCP server), and a conversation mostly stays in the toolkit of its last call: after a conversation's first
@@ -39,7 +39,7 @@ of the fusion, by vector score (:mod:`tracer.scorers.tracer_plus.dataflow`, read
 
 *Usage* (``usage: c``). Once the logs hold calls, the fusion's vector input scores each called tool by the
 query's cosine with its usage vector, its description vector plus the contexts of the logged steps that
-called it (Tool2Vec; :mod:`tracer.scoring.usage`, ``c`` the description's weight): the logs' own phrasings
+called it (Tool2Vec; :mod:`tracer.scorer_base.usage`, ``c`` the description's weight): the logs' own phrasings
 without any weight to learn, which is what a handful of logs can be trusted with. At fit time each training
 step is scored with usage vectors built from the other inner folds only, so the guard compares the model
 with what this ranking does on steps it has not seen. With no call it changes nothing.
@@ -58,12 +58,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from tracer.core.types import Step
+from tracer.scorer_base.trial import check_rate
+from tracer.scorer_base.usage import check_prior
 from tracer.scorers.bm25 import BM25Scorer
 from tracer.scorers.hybrid import rrf
 from tracer.scorers.tracer_plus.dataflow import Dataflow
 from tracer.scorers.tracer_plus.guard import Guard
-from tracer.scoring.trial import check_rate
-from tracer.scoring.usage import check_prior
 
 KINDS = ("vector", "hybrid")
 NOVEL_FROM = ("zero_shot", "vector")
@@ -188,13 +188,13 @@ class ZeroShot(Guard):
         candidates: this ranking's top m join the model's candidates, its score, rank and top-m flag its
             features (module docstring).
         usage: the prior of the usage vectors that stand for the called tools in the vector input
-            (module docstring, :mod:`tracer.scoring.usage`); None: the description vectors alone.
+            (module docstring, :mod:`tracer.scorer_base.usage`); None: the description vectors alone.
         gate: where the model serves on a gateway's own logs (they hold trials), the steps whose state those
             logs do not know (the first key's state has no children) are ranked by this ranking instead
             (module docstring).
         trial: the share of conversations on which a gateway presents the other ranking's top k too
-            (:mod:`tracer.scoring.trial`); once the logs hold enough of their steps, the guard compares the
-            model with this ranking on those steps alone (0: never).
+            (:mod:`tracer.scorer_base.trial`); once the logs hold enough of their steps, the guard compares
+            the model with this ranking on those steps alone (0: never).
     """
 
     def __init__(self, kind: str = "vector", guard: bool = False, k: int = 5, bm25: Mapping | None = None,

@@ -23,8 +23,8 @@ Per-conversation state (the sticky list, the pending log, the outcome token) is 
 request's credential (:mod:`tracer.serve.conversations`): two keys sending one ``X-Tracer-Conversation``
 share nothing.
 
-**Trial conversations** (:mod:`tracer.scoring.trial`). With ``--log``, a conversation whose id (the one the
-client knows: its ``X-Tracer-Conversation``, or the id continuation gave it) the serving index draws as a
+**Trial conversations** (:mod:`tracer.scorer_base.trial`). With ``--log``, a conversation whose id (the one
+the client knows: its ``X-Tracer-Conversation``, or the id continuation gave it) the serving index draws as a
 trial (:meth:`Retriever.is_trial`) is shown the other ranking's top k after the served k at each step
 (:mod:`tracer.serve.selection`, "Trial steps"), and its log record says so (:mod:`tracer.serve.log.sink`), so
 ``tracer update --refit`` judges the two rankings on those steps. Without ``--log`` no conversation is a

@@ -36,7 +36,7 @@ from typing import Any
 
 from tracer.core.message_paths import replace_at, valid_unicode, value_at
 from tracer.core.messages import Problem, find_problems
-from tracer.scoring.trial import EXPLORED
+from tracer.scorer_base.trial import EXPLORED
 
 RAW_CHARS = 1000
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
@@ -222,7 +222,7 @@ def build_record(conversation: str, messages: Sequence[Any], presented: Sequence
     index's ledger learns each id once (:mod:`tracer.core.applied`). ``unoffered``: the tools it calls that
     no request of the conversation offered (a model's invented name; ``tracer update`` does not learn
     them). ``explored``: a trial conversation, every step of it presented as a trial's; written as
-    ``metadata.explored: true`` (:data:`tracer.scoring.trial.EXPLORED`), the mark the loader keeps in the
+    ``metadata.explored: true`` (:data:`tracer.scorer_base.trial.EXPLORED`), the mark the loader keeps in the
     trajectory's metadata and a refit reads. Other records have no such field."""
     msgs, fixes, raw = normalise(messages)
     group = valid_unicode(conversation) if conversation.strip() else "-"

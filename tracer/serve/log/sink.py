@@ -17,7 +17,7 @@ answer (a plain JSON completion's ``choices[0].message``, or the message rebuilt
 :mod:`tracer.serve.log.stream_reply`), ``metadata.called`` (the tools called, in order) and
 ``metadata.presented`` (an image, audio or file part as a placeholder with its media type and size, not its
 bytes), brought to the loader's rules first (:mod:`tracer.serve.log.record`: what is
-written is valid by construction). A trial conversation (:mod:`tracer.scoring.trial`) is written with
+written is valid by construction). A trial conversation (:mod:`tracer.scorer_base.trial`) is written with
 ``metadata.explored: true``, which ``tracer update`` reads as the trajectory's mark, only when every step the
 record holds was presented as a trial's: its first request seen held no tool call yet (a conversation the
 log took up midway, after an eviction, a restart or on another replica, holds steps it did not see

@@ -20,7 +20,7 @@ call and its result; :func:`tracer.serve.selection.choose`), kept stable and app
 gateway does. When a call or a query changes that set the server sends ``notifications/tools/list_changed``
 (on handshake-era connections directly; on 2026-07-28 connections to the session's own
 ``subscriptions/listen`` streams).
-No session is a trial conversation (:mod:`tracer.scoring.trial`): a trial buys evidence for a refit with
+No session is a trial conversation (:mod:`tracer.scorer_base.trial`): a trial buys evidence for a refit with
 prompt tokens, and ``tracer mcp`` writes no log for a refit to read, so it lists the served choice only.
 ``tools/call`` of any aggregated tool, presented or not, is proxied to the server that owns it. An
 upstream that is lost (its process exits, its connection fails) has its tools leave both lists, with a

@@ -9,13 +9,13 @@ the batched arithmetic, and every function here names the batched function it eq
 - :func:`children_one` = :meth:`tracer.memory.trie.ExecutionTrie.gather` for one state,
 - :func:`contextual_prior_one` = :func:`tracer.memory.priors.contextual_prior`,
 - :func:`dense_scores_one` / :func:`top_scores_one` = :meth:`tracer.encode.index.ToolIndex.dense_scores`,
-- :func:`confidence_one` = :func:`tracer.scoring.ranking.confidence`,
-- :func:`rank_one` / :func:`finalize_one` = :func:`tracer.scoring.ranking.rank` / ``finalize``.
+- :func:`confidence_one` = :func:`tracer.scorer_base.ranking.confidence`,
+- :func:`rank_one` / :func:`finalize_one` = :func:`tracer.scorer_base.ranking.rank` / ``finalize``.
 
 Arithmetic: cosines are accumulated in float64 from float32 vectors and rounded to float32 in both
 paths, which makes them independent of the kernel's summation order (see :mod:`tracer.memory.trie`).
 Scorers expose it through one declared signature, ``select_one(step, contexts, k, pad)`` /
-``rank_one(step, contexts, top)`` (:class:`tracer.scoring.protocol.Scorer`);
+``rank_one(step, contexts, top)`` (:class:`tracer.scorer_base.protocol.Scorer`);
 ``tests/integration/scorers/test_scorer_conformance.py`` checks every scorer's against its batched ranking
 on BFCL.
 """
@@ -32,7 +32,7 @@ import torch
 
 from tracer.encode.index import ToolIndex
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.ranking import _desc_keys, present
+from tracer.scorer_base.ranking import _desc_keys, present
 
 _MEM64_MAX = 1 << 22  # keep a float64 host copy of the edge memory up to this many numbers (32 MiB)
 _WIDE, _WIDE64_BUDGET = 256, 256 << 20  # larger tries: float64 copies of nodes with >= 256 children, 256 MiB
@@ -208,7 +208,7 @@ def _max_norm(index: ToolIndex) -> float:
 
 # ---- ranking -----------------------------------------------------------------------------------
 def confidence_one(s: np.ndarray) -> float:
-    """:func:`tracer.scoring.ranking.confidence` for the children of one state, ``s [C]`` (numpy)."""
+    """:func:`tracer.scorer_base.ranking.confidence` for the children of one state, ``s [C]`` (numpy)."""
     if len(s) == 0:
         return 0.0
     s64 = s.astype(np.float64)
@@ -221,8 +221,8 @@ def confidence_one(s: np.ndarray) -> float:
 
 def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fell_back: bool,
              top: int | None = None) -> np.ndarray:
-    """:func:`tracer.scoring.ranking.rank` for one step, in numpy (the single-step path): registry ids best
-    first.
+    """:func:`tracer.scorer_base.ranking.rank` for one step, in numpy (the single-step path): registry ids
+    best first.
 
     ``proposed [C]`` registry ids (distinct) with their primary ``scores [C]`` (every other tool's
     primary score is ``-inf``), ``fallback [N]``. Returns the whole ranking, or only its first
@@ -267,8 +267,8 @@ def rank_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fel
 def finalize_one(proposed: np.ndarray, scores: np.ndarray, fallback: np.ndarray, fell_back: bool, k: int,
                  pad: bool = True, always_present: Sequence[int] = (),
                  present_all: bool = False) -> tuple[int, ...]:
-    """:func:`tracer.scoring.ranking.finalize`'s presented set for one step: :func:`rank_one`'s first k, then
-    the rule every presented set follows (:func:`tracer.scoring.ranking.present`)."""
+    """:func:`tracer.scorer_base.ranking.finalize`'s presented set for one step: :func:`rank_one`'s first k,
+    then the rule every presented set follows (:func:`tracer.scorer_base.ranking.present`)."""
     if present_all:
         return tuple(range(len(fallback)))
     top = rank_one(proposed, scores, fallback, fell_back, top=k)

@@ -25,7 +25,7 @@ from tracer.encode.bundle import carry
 from tracer.encode.embedders import CachedEmbedder, Embedder, default_device
 from tracer.encode.index import ToolIndex
 from tracer.memory.trie import ExecutionTrie
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.resources import Resources
 
 # the scorer YAMLs (tracer/configs/scorer/), read here for saved configs older than their keys
 SCORER_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "scorer"

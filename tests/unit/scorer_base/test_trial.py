@@ -1,4 +1,4 @@
-"""Trial conversations (tracer/scoring/trial.py) and the guard that judges on them
+"""Trial conversations (tracer/scorer_base/trial.py) and the guard that judges on them
 (Guard.judge): which conversations are trials, what a trial step shows, and that the guard compares the
 two rankings on trial steps alone once the logs hold enough of them."""
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tracer.core.types import Step, Trajectory
+from tracer.scorer_base.trial import EXPLORED, check_rate, explored_ids, on_trial, widened
 from tracer.scorers.tracer_plus.guard import TRIAL_MARGIN, TRIAL_MIN_STEPS
 from tracer.scorers.tracer_plus.inner_folds import CandidateData
 from tracer.scorers.tracer_plus.zero_shot import ZeroShot
-from tracer.scoring.trial import EXPLORED, check_rate, explored_ids, on_trial, widened
 
 
 def test_a_conversation_is_a_trial_by_its_id_alone_at_the_rate_asked():

@@ -1,7 +1,7 @@
 """The one interface every tool selector shares, with every optional capability declared.
 
 A scorer is fitted on training trajectories and, for a batch of decision steps, returns
-:class:`~tracer.scoring.records.Scores`. Callers (the evaluation, :class:`tracer.retriever.Retriever`,
+:class:`~tracer.scorer_base.records.Scores`. Callers (the evaluation, :class:`tracer.retriever.Retriever`,
 the online updater, the gateway) use only what :class:`Scorer` declares; nothing is probed with
 ``getattr``. :class:`ScorerBase` gives every capability a default, so a scorer states what it
 changes:
@@ -15,7 +15,7 @@ changes:
   ``score_embedded(steps, *embed(steps))``; a scorer overrides one of the two.
 - ``select_one`` / ``rank_one``: one live step from its embedded contexts (``embed([step])``). The
   default is the batched path with a batch of one; the tracer family overrides them with the
-  single-step path of :mod:`tracer.scoring.single_step` (tested equal to the batched one).
+  single-step path of :mod:`tracer.scorer_base.single_step` (tested equal to the batched one).
 - ``can_save``: whether ``save(directory)`` / ``cls.load(directory, embedder)`` exist for it: declared once,
   on the class, and held to the class's own ``save`` when the class is defined (:class:`ScorerBase`);
   :func:`tracer.retriever.saveable_scorers` reads the scorer configs that can save off their classes.
@@ -40,10 +40,10 @@ import torch
 from tracer.core.context import ContextRendering
 from tracer.core.types import Step, Trajectory
 from tracer.memory.transitions import TransitionTable
-from tracer.scoring.fit import FitReport
-from tracer.scoring.ranking import finalize
-from tracer.scoring.records import Scores
-from tracer.scoring.resources import Resources
+from tracer.scorer_base.fit import FitReport
+from tracer.scorer_base.ranking import finalize
+from tracer.scorer_base.records import Scores
+from tracer.scorer_base.resources import Resources
 
 Contexts = tuple[torch.Tensor, ...]  # embedded contexts of B steps, each [B, d]
 

@@ -25,13 +25,13 @@ class Scores:
         writes only those it has; the evaluation records ``in_trie`` and ``kappa`` in their own
         columns and the rest under ``extra``.
 
-    Presentation (read by :func:`tracer.scoring.ranking.finalize` and the evaluation, so declared
+    Presentation (read by :func:`tracer.scorer_base.ranking.finalize` and the evaluation, so declared
     fields rather than diagnostics: they change what the model sees):
     present_all: the whole registry is presented whatever k is (LLM-only, H-EPM, Insight).
     always_present: registry ids added to every presented set (Tracer+G's global set).
     reserve: per step, registry ids that claim the last ``reserve_slots`` slots: the first of them not
-        presented before those slots take them (:func:`tracer.scoring.ranking.reserved`; tracer_plus's slots
-        for tools no log has called).
+        presented before those slots take them (:func:`tracer.scorer_base.ranking.reserved`; tracer_plus's
+        slots for tools no log has called).
     guidance: per-step text added to the prompt (H-EPM's suggestion line, Insight's block).
     """
 

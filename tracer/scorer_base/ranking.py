@@ -1,6 +1,6 @@
 """The one place where scores become rankings and presented sets, plus the small tensor helpers scorers share.
 
-:func:`finalize` turns :class:`~tracer.scoring.records.Scores` into a full ranking and the presented
+:func:`finalize` turns :class:`~tracer.scorer_base.records.Scores` into a full ranking and the presented
 set at a budget ``k``: proposed tools first in the scorer's order, then the rest of the registry in
 fallback order (padding), ties broken by registry position; then the always-present tools, or the
 whole registry for a scorer that presents all. Scorers never sort or pad by themselves.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tracer.scoring.records import Scores, Selection
+from tracer.scorer_base.records import Scores, Selection
 
 __all__ = ["confidence", "finalize", "no_proposal", "present", "present_without", "rank", "scatter_primary",
            "without"]
