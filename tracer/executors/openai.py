@@ -70,7 +70,7 @@ from tracer.core.types import ToolCall
 from tracer.executors.base import Decision, Request
 from tracer.executors.completion_schema import Completion, ValidationError, describe_error
 from tracer.executors.openai_reply import _causes, _clip, _error_detail, _parse_arguments, _retry_after
-from tracer.executors.vllm import parse_tool_calls
+from tracer.executors.vllm import split_tool_calls
 
 
 class ExecutorError(RuntimeError):
@@ -286,7 +286,7 @@ class OpenAIExecutor:
 
     def _decision_from_text(self, text: str, tools: Sequence[Mapping[str, Any]], out: dict[str, Any],
                             usage: dict[str, int | None]) -> Decision:
-        calls, malformed = parse_tool_calls(text)
+        calls, malformed, content = split_tool_calls(text)
         if not calls:
             if malformed:
                 self._count(n_malformed=1)
@@ -294,7 +294,9 @@ class OpenAIExecutor:
         out.update(calls_in_text=True, n_tool_calls=len(calls))
         if calls[0].name not in {t["function"]["name"] for t in tools}:
             out["not_presented"] = True
-        return Decision(call=calls[0], text=text, raw=out, **usage)
+        # the text before the call, as a server's tool-call parser returns it beside tool_calls: a loop that
+        # carries the call forward as tool_calls would otherwise show the model its call twice
+        return Decision(call=calls[0], text=content or None, raw=out, **usage)
 
     # -- counters --------------------------------------------------------------------------------
 

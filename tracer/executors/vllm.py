@@ -47,12 +47,14 @@ def parse_tool_calls(text: str) -> tuple[list[ToolCall], bool]:
     >>> parse_tool_calls('The answer is 4.')
     ([], False)
     """
-    calls, malformed, _ = _parse(text)
+    calls, malformed, _ = split_tool_calls(text)
     return calls, malformed
 
 
-def _parse(text: str) -> tuple[list[ToolCall], bool, str]:
-    """``(calls, malformed, content)``: content is the text before the first call."""
+def split_tool_calls(text: str) -> tuple[list[ToolCall], bool, str]:
+    """``(calls, malformed, content)`` of generated ``text``, as :func:`parse_tool_calls`; ``content`` is the
+    text before the first call (all of it when there is none), what a server-side tool-call parser returns as
+    the message's ``content`` beside its ``tool_calls``."""
     start = text.find("<tool_call>")
     if start >= 0:
         calls: list[ToolCall] = []
@@ -225,7 +227,7 @@ class VLLMExecutor:
         results = self._generate([self._render(r.messages, r.tools) for r in requests])
         decisions = []
         for request, (text, n_prompt, n_completion) in zip(requests, results):
-            calls, malformed, content = _parse(text)
+            calls, malformed, content = split_tool_calls(text)
             usage = {"prompt_tokens": n_prompt, "completion_tokens": n_completion}
             raw: dict[str, Any] = {"generated": text}
             if not calls:

@@ -262,16 +262,19 @@ def test_needs_base_url_and_model():
 
 def test_calls_written_in_the_text_are_read_only_when_asked():
     """llama_cpp.server on Qwen's own chat template returns its <tool_call> block as the message's text."""
-    texts = iter(['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'] * 2
-                 + ['{"name": "teleport", "arguments": {}}', '{"name": "get_weather", "arguments": {"ci',
-                    "It is sunny."])
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    texts = iter([call, call, '{"name": "teleport", "arguments": {}}',
+                  '{"name": "get_weather", "arguments": {"ci', "It is sunny.", f"Checking.\n{call}"])
     with StubOpenAIServer(policy=lambda body: {"content": next(texts), "tool_calls": None}) as server:
         plain, reading = client(server), client(server, calls_in_text=True)
         [off] = plain.choose([Request(messages=user("weather"), tools=TOOLS)])
-        [on, invented, cut, prose] = [reading.choose([Request(messages=user("weather"), tools=TOOLS)])[0]
-                                      for _ in range(4)]
+        ask = [Request(messages=user("weather"), tools=TOOLS)]
+        [on, invented, cut, prose, said] = [reading.choose(ask)[0] for _ in range(5)]
     assert off.call is None and off.text.startswith("<tool_call>") and not off.malformed
     assert on.call == ToolCall("get_weather", {"city": "Oslo"}) and on.raw["calls_in_text"]
+    # a call read from the text keeps only the text before it, as a server's tool-call parser returns it:
+    # carried forward with the call as tool_calls, the call is not shown to the model twice
+    assert on.text is None and said.text == "Checking." and said.call == on.call
     assert invented.call.name == "teleport" and invented.raw["not_presented"]
     assert cut.call is None and cut.malformed and reading.n_malformed == 1
     assert prose.call is None and prose.text == "It is sunny." and not prose.malformed
