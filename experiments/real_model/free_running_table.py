@@ -4,8 +4,9 @@ Reads every run under OUT (``evaluate.py regime=free_running regime.tasks=N``, o
 metrics.json, steps.jsonl, tasks.jsonl), checks that they ran the same tasks, and prints one Markdown row per
 run: task success as bfcl_eval's checker decides it, with its Wilson 95% interval, the steps the model took,
 its selection accuracy (the gold called, over steps with a gold call), the gold among the presented tools,
-the outcome shares, the server's prompt tokens and the wall seconds per step. With ``--oracle``, the same
-configurations' task success under the oracle executor on the same tasks goes beside.
+the outcome shares, the steps that called the same tool as the task's step before them (a model that does
+not take in a tool's result calls it again), the server's prompt tokens and the wall seconds per step. With
+``--oracle``, the same configurations' task success under the oracle executor on the same tasks goes beside.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from itertools import pairwise
 from pathlib import Path
 
 from tracer.eval.pooled import share
@@ -28,6 +30,15 @@ def load(run: Path) -> tuple[dict, list[dict], list[dict]]:
 def cell(s: dict) -> str:
     low, high = s["wilson95"]
     return f"{s['rate']:.2f} [{low:.2f}, {high:.2f}] ({s['successes']}/{s['n']})"
+
+
+def repeats(steps: list[dict]) -> list[bool]:
+    """Per step after a task's first: whether it called the same tool as the task's step before it."""
+    by_task: dict[str, list[dict]] = {}
+    for s in sorted(steps, key=lambda s: (s["trajectory_id"], s["step"])):
+        by_task.setdefault(s["trajectory_id"], []).append(s)
+    return [b["selected"] is not None and b["selected"] == a["selected"]
+            for task in by_task.values() for a, b in pairwise(task)]
 
 
 def label(doc: dict) -> tuple[str, str]:
@@ -51,9 +62,9 @@ def table(out: Path, oracle: Path | None) -> str:
                     raise SystemExit(f"{p} ran other tasks than {out}")
                 oracle_success[label(doc)] = cell(share([t["success"] for t in tasks]))
     header = ("| scorer | k | tasks | task success (bfcl_eval's checker) | oracle's task success | steps | "
-              "gold called | gold presented | unpresented call | malformed | no call | "
-              "prompt tokens (mean) | wall s per step (mean / median) |")
-    lines = [header, "|---|---:|---:|---|---|---:|---|---|---|---|---|---:|---|"]
+              "gold called | gold presented | unpresented call | malformed | no call | same tool as the step "
+              "before | prompt tokens (mean) | wall s per step (mean / median) |")
+    lines = [header, "|---|---:|---:|---|---|---:|---|---|---|---|---|---|---:|---|"]
     for doc, steps, tasks in runs.values():
         gold = [s for s in steps if s.get("gold") is not None]
         seconds = [s["executor_seconds"] for s in steps if s.get("executor_seconds") is not None]
@@ -61,6 +72,7 @@ def table(out: Path, oracle: Path | None) -> str:
                  str(len(steps)), cell(share([bool(s["correct"]) for s in gold])),
                  cell(share([bool(s["hit_at_k"]) for s in gold])),
                  *(cell(share([bool(s[f]) for s in steps])) for f in ("unpresented", "malformed", "no_call")),
+                 cell(share(repeats(steps))),
                  f"{statistics.mean(s['prompt_tokens'] for s in steps):,.0f}",
                  f"{statistics.mean(seconds):.0f} / {statistics.median(seconds):.0f}" if seconds else "–"]
         lines.append(f"| {' | '.join(label(doc))} | {len(tasks)} | {' | '.join(cells)} |")

@@ -3,10 +3,12 @@ beside their offline variants.
 
 Reads OUT/<run>/ (``evaluate.py regime=selection ...`` under the oracle executor, the model writing the
 memories through ``executor@memory_executor=openai``, or offline without it) and prints one Markdown row per
-run: recall@k pooled over the sampled steps with its Wilson 95% interval, the prompt tokens per step (an
-Insight memory adds its lessons to the prompt), who wrote the summaries and how many model calls that took
-(fit and test steps, all folds). Then, for each Insight run, the first lessons of its first fold, as the
-prompt shows them.
+run: recall@k of its ranking (the gold among the first k it ranks; H-EPM presents the whole registry, so the
+gold among the presented tools would always hold) pooled over the sampled steps with its Wilson 95% interval,
+the steps H-EPM summarised (its policy's choice: those rank the last tool's successors by episodic recall),
+the prompt tokens per step (an Insight memory adds its lessons to the prompt), who wrote the summaries and how
+many model calls that took (fit and test steps, all folds). Then, for each Insight run, the first lessons of
+its first fold, as the prompt shows them.
 """
 
 from __future__ import annotations
@@ -40,15 +42,17 @@ def table(out: Path, lessons: int) -> str:
             for name, (_, steps, _) in runs.items()}
     if len({tuple(v) for v in keys.values()}) != 1:
         raise SystemExit(f"the runs under {out} were not asked about the same steps")
-    header = ("| run | scorer | k | steps | recall@k (oracle) | prompt tokens (mean) | summaries | "
-              "model calls |")
-    lines = [header, "|---|---|---:|---:|---|---:|---|---:|"]
+    header = ("| run | scorer | k | steps | recall@k of the ranking | summarised steps | "
+              "prompt tokens (mean) | summaries | model calls |")
+    lines = [header, "|---|---|---:|---:|---|---:|---:|---|---:|"]
     for name, (doc, steps, info) in runs.items():
-        hits = share([bool(s["hit_at_k"]) for s in steps if s.get("gold") is not None])
+        k = doc["k"]
+        hits = share([s["gold"] in s["ranking"][:k] for s in steps if s.get("gold") is not None])
+        summarised = sum(bool((s.get("extra") or {}).get("summarised")) for s in steps)
         low, high = hits["wilson95"]
         written_by, calls = memory(info)
-        lines.append(f"| {name} | {doc['scorer']} | {doc['k']} | {len(steps)} | {hits['rate']:.2f} "
-                     f"[{low:.2f}, {high:.2f}] ({hits['successes']}/{hits['n']}) | "
+        lines.append(f"| {name} | {doc['scorer']} | {k} | {len(steps)} | {hits['rate']:.2f} "
+                     f"[{low:.2f}, {high:.2f}] ({hits['successes']}/{hits['n']}) | {summarised} | "
                      f"{statistics.mean(s['prompt_tokens'] for s in steps):,.0f} | {written_by} | {calls} |")
     for name, (_, _, info) in runs.items():
         if "insight" in info[0]:
