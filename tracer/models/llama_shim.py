@@ -8,6 +8,7 @@ llama_cpp.server 0.3.36 refuses such a message with a 500 (its request type want
 ``chatml-function-calling`` template fails on an assistant message without ``content``. This shim puts an
 ASGI middleware in front of its app that rewrites, in ``POST .../chat/completions`` bodies only, a null or
 missing ``content`` of an assistant or tool message to ``""``; every other byte reaches the server as sent.
+It also keeps the RAM prompt cache's states to their KV bytes (:func:`light_states`).
 """
 
 from __future__ import annotations
@@ -68,9 +69,33 @@ class FillContent:
         return await self.app(scope, replay, send)
 
 
+def light_states(llama_class) -> None:
+    """Make ``llama_class.save_state`` keep one row of logits instead of its whole logits buffer.
+
+    llama_cpp's ``Llama.save_state`` copies ``_scores``, ``n_batch`` rows of ``n_vocab`` floats (311 MB for
+    Qwen2.5's 151,936-token vocabulary at ``n_batch`` 512), into every state its RAM prompt cache keeps, and
+    the cache counts only the KV bytes (``llama_state_size``, 45 MB for a 1,500-token BFCL prompt) against
+    its capacity: a cache of 8 GiB grew the server past 21 GB and the kernel killed it. With
+    ``logits_all`` off (``server_command``) a loaded state is evaluated again before any token is sampled
+    (``load_state`` sets ``_requires_eval``), so only the buffer's shape matters: its last row broadcasts
+    into ``load_state``'s assignment.
+    """
+    save_state = llama_class.save_state
+
+    def save_light_state(self):
+        state = save_state(self)
+        state.scores = state.scores[-1:].copy()
+        return state
+
+    llama_class.save_state = save_light_state
+
+
 def main() -> None:
-    import llama_cpp.server.__main__ as server  # the engine's venv only
+    import llama_cpp  # the engine's venv only
+    import llama_cpp.server.__main__ as server
     import uvicorn
+
+    light_states(llama_cpp.Llama)
 
     run = uvicorn.run
     server.uvicorn.run = lambda app, **options: run(FillContent(app), **options)

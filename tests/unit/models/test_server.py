@@ -9,10 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tracer.models import ServerError, get_model, start_server, timings
-from tracer.models.llama_shim import FillContent, fill_content
+from tracer.models.llama_shim import FillContent, fill_content, light_states
 from tracer.models.server import SHIM, free_port, server_command
 
 # a stand-in for llama_cpp.server: answers GET /v1/models with 200 after `delay` seconds (404 elsewhere)
@@ -136,3 +137,30 @@ def test_the_shim_rewrites_chat_bodies_sent_in_chunks_with_their_length():
     assert json.loads(body) == {"messages": [{"role": "assistant", "content": ""}]}
     assert headers[b"content-length"] == str(len(body)).encode() and other == raw
     assert other_headers[b"content-length"] == str(len(raw)).encode()
+
+
+def test_saved_states_keep_one_row_of_logits():
+    """llama_cpp's save_state copies its whole logits buffer (n_batch x n_vocab floats) into every state the
+    RAM prompt cache keeps, uncounted by the cache: light_states keeps the last row, which load_state's
+    assignment broadcasts over the rows it fills."""
+
+    class State:
+        def __init__(self, scores):
+            self.scores, self.llama_state_size = scores, 1000
+
+    class Engine:  # llama_cpp.Llama's save_state and load_state, as far as the logits go
+        def __init__(self):
+            self.scores = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)   # [n_batch, n_vocab]
+
+        def save_state(self):
+            return State(self.scores.copy())
+
+        def load_state(self, state, n_tokens=5):
+            self.scores[:n_tokens, :] = state.scores.copy()
+
+    light_states(Engine)
+    engine = Engine()
+    state = engine.save_state()
+    assert state.scores.shape == (1, 4) and state.scores.tolist() == [[20.0, 21.0, 22.0, 23.0]]
+    engine.load_state(state)
+    assert engine.scores[4].tolist() == [20.0, 21.0, 22.0, 23.0]
