@@ -70,15 +70,15 @@ class FillContent:
 
 
 def light_states(llama_class) -> None:
-    """Make ``llama_class.save_state`` keep one row of logits instead of its whole logits buffer.
+    """Make ``llama_class.save_state`` keep one row of logits instead of one per token.
 
-    llama_cpp's ``Llama.save_state`` copies ``_scores``, ``n_batch`` rows of ``n_vocab`` floats (311 MB for
-    Qwen2.5's 151,936-token vocabulary at ``n_batch`` 512), into every state its RAM prompt cache keeps, and
-    the cache counts only the KV bytes (``llama_state_size``, 45 MB for a 1,500-token BFCL prompt) against
-    its capacity: a cache of 8 GiB grew the server past 21 GB and the kernel killed it. With
-    ``logits_all`` off (``server_command``) a loaded state is evaluated again before any token is sampled
-    (``load_state`` sets ``_requires_eval``), so only the buffer's shape matters: its last row broadcasts
-    into ``load_state``'s assignment.
+    llama_cpp's ``Llama.save_state`` copies ``scores[:n_tokens]``, ``n_vocab`` floats per token of the
+    context (912 MB for a 1,500-token BFCL prompt with Qwen2.5's 151,936-token vocabulary), into every state
+    its RAM prompt cache keeps, and the cache counts only the KV bytes (``llama_state_size``, 45 MB for that
+    prompt) against its capacity, so it can grow far past it. With ``logits_all`` off (``server_command``) a
+    loaded state is evaluated again before any token is sampled (``load_state`` sets ``_requires_eval``),
+    so only the last row is read; it broadcasts into ``load_state``'s assignment.
+    ``tests/integration/models/test_light_states.py`` checks it on the real engine.
     """
     save_state = llama_class.save_state
 

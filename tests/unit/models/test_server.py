@@ -140,9 +140,10 @@ def test_the_shim_rewrites_chat_bodies_sent_in_chunks_with_their_length():
 
 
 def test_saved_states_keep_one_row_of_logits():
-    """llama_cpp's save_state copies its whole logits buffer (n_batch x n_vocab floats) into every state the
-    RAM prompt cache keeps, uncounted by the cache: light_states keeps the last row, which load_state's
-    assignment broadcasts over the rows it fills."""
+    """llama_cpp's save_state copies a row of logits per context token (n_tokens x n_vocab floats) into every
+    state the RAM prompt cache keeps, uncounted by the cache: light_states keeps the last row, which
+    load_state's assignment broadcasts over the rows it fills (on the real engine:
+    tests/integration/models/test_light_states.py)."""
 
     class State:
         def __init__(self, scores):
@@ -150,7 +151,7 @@ def test_saved_states_keep_one_row_of_logits():
 
     class Engine:  # llama_cpp.Llama's save_state and load_state, as far as the logits go
         def __init__(self):
-            self.scores = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)   # [n_batch, n_vocab]
+            self.scores = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)   # [n_tokens, n_vocab]
 
         def save_state(self):
             return State(self.scores.copy())
