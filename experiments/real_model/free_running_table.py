@@ -13,24 +13,12 @@ not take in a tool's result calls it again), the server's prompt tokens and the 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from itertools import pairwise
 from pathlib import Path
 
+from experiments.real_model.runs_dir import cell, read_runs
 from tracer.eval.pooled import share
-
-
-def load(run: Path) -> tuple[dict, list[dict], list[dict]]:
-    doc = json.loads((run / "metrics.json").read_text())
-    steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
-    tasks = [json.loads(line) for line in (run / "tasks.jsonl").read_text().splitlines()]
-    return doc, steps, tasks
-
-
-def cell(s: dict) -> str:
-    low, high = s["wilson95"]
-    return f"{s['rate']:.2f} [{low:.2f}, {high:.2f}] ({s['successes']}/{s['n']})"
 
 
 def repeats(steps: list[dict]) -> list[bool]:
@@ -42,43 +30,38 @@ def repeats(steps: list[dict]) -> list[bool]:
             for task in by_task.values() for a, b in pairwise(task)]
 
 
-def label(doc: dict) -> tuple[str, str]:
-    k = f"all {doc['registry_size']}" if doc["scorer"] == "llm_only" else str(doc["k"])
-    return doc["scorer"], k
-
-
 def table(out: Path, oracle: Path | None) -> str:
-    runs = {p.name: load(p) for p in sorted(out.iterdir()) if (p / "metrics.json").exists()}
+    runs = {name: (run, run.tasks) for name, run in read_runs(out).items()}
     if not runs:
         raise SystemExit(f"no run under {out}")
-    ran = {name: sorted(t["trajectory_id"] for t in tasks) for name, (_, _, tasks) in runs.items()}
+    ran = {name: sorted(t["trajectory_id"] for t in tasks) for name, (_, tasks) in runs.items()}
     if len({tuple(v) for v in ran.values()}) != 1:
         raise SystemExit(f"the runs under {out} did not run the same tasks: {ran}")
     oracle_success = {}
     if oracle is not None:  # the oracle may have run more tasks: a larger regime.tasks draws these first
         ours = set(next(iter(ran.values())))
-        for p in sorted(oracle.iterdir()):
-            if (p / "metrics.json").exists():
-                doc, _, tasks = load(p)
-                if not ours <= {t["trajectory_id"] for t in tasks}:
-                    raise SystemExit(f"{p} did not run every task of {out}")
-                oracle_success[label(doc)] = cell(share([t["success"] for t in tasks
-                                                         if t["trajectory_id"] in ours]))
+        for run in read_runs(oracle).values():
+            tasks = run.tasks
+            if not ours <= {t["trajectory_id"] for t in tasks}:
+                raise SystemExit(f"{run.path} did not run every task of {out}")
+            ran_here = [t["success"] for t in tasks if t["trajectory_id"] in ours]
+            oracle_success[run.label] = cell(share(ran_here))
     header = ("| scorer | k | tasks | task success (bfcl_eval's checker) | oracle's task success | steps | "
               "gold called | gold presented | unpresented call | malformed | no call | same tool as the step "
               "before | prompt tokens (mean) | wall s per step (mean / median) |")
     lines = [header, "|---|---:|---:|---|---|---:|---|---|---|---|---|---|---:|---|"]
-    for doc, steps, tasks in runs.values():
+    for run, tasks in runs.values():
+        steps = run.steps
         gold = [s for s in steps if s.get("gold") is not None]
         seconds = [s["executor_seconds"] for s in steps if s.get("executor_seconds") is not None]
-        cells = [cell(share([t["success"] for t in tasks])), oracle_success.get(label(doc), "–"),
+        cells = [cell(share([t["success"] for t in tasks])), oracle_success.get(run.label, "–"),
                  str(len(steps)), cell(share([bool(s["correct"]) for s in gold])),
                  cell(share([bool(s["hit_at_k"]) for s in gold])),
                  *(cell(share([bool(s[f]) for s in steps])) for f in ("unpresented", "malformed", "no_call")),
                  cell(share(repeats(steps))),
                  f"{statistics.mean(s['prompt_tokens'] for s in steps):,.0f}",
                  f"{statistics.mean(seconds):.0f} / {statistics.median(seconds):.0f}" if seconds else "–"]
-        lines.append(f"| {' | '.join(label(doc))} | {len(tasks)} | {' | '.join(cells)} |")
+        lines.append(f"| {' | '.join(run.label)} | {len(tasks)} | {' | '.join(cells)} |")
     tasks = next(iter(ran.values()))
     return "\n".join([*lines, "", f"Tasks: {', '.join(tasks)}"])
 

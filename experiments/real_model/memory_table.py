@@ -14,18 +14,11 @@ its first fold, as the prompt shows them.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
+from experiments.real_model.runs_dir import cell, read_runs, step_key
 from tracer.eval.pooled import share
-
-
-def load(run: Path) -> tuple[dict, list[dict], list[dict]]:
-    doc = json.loads((run / "metrics.json").read_text())
-    steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
-    info = json.loads((run / "run_info.json").read_text())["scorer_info"]
-    return doc, steps, info
 
 
 def memory(info: list[dict]) -> tuple[str, int]:
@@ -35,11 +28,10 @@ def memory(info: list[dict]) -> tuple[str, int]:
 
 
 def table(out: Path, lessons: int) -> str:
-    runs = {p.name: load(p) for p in sorted(out.iterdir()) if (p / "metrics.json").exists()}
+    runs = {name: (run.metrics, run.steps, run.scorer_info) for name, run in read_runs(out).items()}
     if not runs:
         raise SystemExit(f"no run under {out}")
-    keys = {name: sorted((s["trajectory_id"], s["step"]) for s in steps)
-            for name, (_, steps, _) in runs.items()}
+    keys = {name: sorted(step_key(s) for s in steps) for name, (_, steps, _) in runs.items()}
     if len({tuple(v) for v in keys.values()}) != 1:
         raise SystemExit(f"the runs under {out} were not asked about the same steps")
     header = ("| run | scorer | k | steps | recall@k of the ranking | summarised steps | "
@@ -49,10 +41,8 @@ def table(out: Path, lessons: int) -> str:
         k = doc["k"]
         hits = share([s["gold"] in s["ranking"][:k] for s in steps if s.get("gold") is not None])
         summarised = sum(bool((s.get("extra") or {}).get("summarised")) for s in steps)
-        low, high = hits["wilson95"]
         written_by, calls = memory(info)
-        lines.append(f"| {name} | {doc['scorer']} | {k} | {len(steps)} | {hits['rate']:.2f} "
-                     f"[{low:.2f}, {high:.2f}] ({hits['successes']}/{hits['n']}) | {summarised} | "
+        lines.append(f"| {name} | {doc['scorer']} | {k} | {len(steps)} | {cell(hits)} | {summarised} | "
                      f"{statistics.mean(s['prompt_tokens'] for s in steps):,.0f} | {written_by} | {calls} |")
     for name, (_, _, info) in runs.items():
         if "insight" in info[0]:

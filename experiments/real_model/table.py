@@ -13,13 +13,13 @@ got right and the other wrong, with the exact McNemar p-value) and the load aver
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 from scipy.stats import binomtest
 
-from tracer.eval.pooled import share as share_of
+from experiments.real_model.runs_dir import Run, cell, read_runs, step_key
+from tracer.eval.pooled import share
 
 # llm_only_small_k5: the whole registry (BFCL's own 128 tools, registry=small) presented at every step
 RUNS = ("tracer_plus_k3", "tracer_plus_k5", "vector_k5", "llm_only_small_k5")
@@ -28,24 +28,11 @@ PAIRS = (("tracer_plus_k5", "vector_k5"), ("tracer_plus_k3", "tracer_plus_k5"),
          ("vector_k5", "llm_only_small_k5"))
 
 
-def share(s: dict) -> str:
-    low, high = s["wilson95"]
-    return f"{s['rate']:.2f} [{low:.2f}, {high:.2f}] ({s['successes']}/{s['n']})"
-
-
-def key(step: dict) -> tuple[str, int]:
-    return step["trajectory_id"], step["step"]
-
-
-def load_runs(out: Path) -> dict[str, tuple[dict, list[dict]]]:
-    runs = {}
-    for name in RUNS:
-        if not (out / name / "metrics.json").exists():
-            continue
-        doc = json.loads((out / name / "metrics.json").read_text())
-        steps = [json.loads(line) for line in (out / name / "steps.jsonl").read_text().splitlines()]
-        runs[name] = (doc, sorted(steps, key=key))
-    keys = {name: {key(s) for s in steps} for name, (_, steps) in runs.items()}
+def load_runs(out: Path) -> dict[str, Run]:
+    runs = read_runs(out, RUNS)
+    for run in runs.values():
+        run.steps.sort(key=step_key)
+    keys = {name: {step_key(s) for s in run.steps} for name, run in runs.items()}
     largest = max(keys.values(), key=len, default=set())
     if any(not k <= largest for k in keys.values()):
         raise SystemExit(f"the runs in {out} were not asked about the same steps: {keys}")
@@ -56,7 +43,7 @@ def pooled(steps: list[dict]) -> dict:
     """The shares and costs of ``metrics.json``'s pooled block, from the step lines."""
     seconds = [s["executor_seconds"] for s in steps]
     return {"n_steps": len(steps),
-            **{name: share_of([bool(s[field]) for s in steps]) for name, field in (
+            **{name: share([bool(s[field]) for s in steps]) for name, field in (
                 ("selection_accuracy", "correct"), ("recall_at_k", "hit_at_k"),
                 ("unpresented_call_rate", "unpresented"), ("malformed_rate", "malformed"),
                 ("no_call_rate", "no_call"))},
@@ -64,28 +51,27 @@ def pooled(steps: list[dict]) -> dict:
             "executor_seconds": {"mean": statistics.mean(seconds), "median": statistics.median(seconds)}}
 
 
-def rows(runs: dict[str, tuple[dict, list[dict]]], only: set | None = None) -> list[str]:
+def rows(runs: dict[str, Run], only: set | None = None) -> list[str]:
     head = ("| scorer | k | steps | Qwen: gold called | oracle (gold presented) | unpresented call | "
             "malformed | no call | prompt tokens (mean) | wall s per step (mean / median) |")
     out = [head, "|---|---:|---:|---|---|---|---|---|---:|---|"]
-    for doc, steps in runs.values():
-        p = pooled([s for s in steps if only is None or key(s) in only])
+    for run in runs.values():
+        p = pooled([s for s in run.steps if only is None or step_key(s) in only])
         secs = p["executor_seconds"]
-        shares = [share(p[key]) for key in ("selection_accuracy", "recall_at_k", "unpresented_call_rate",
-                                            "malformed_rate", "no_call_rate")]
-        k = f"all {doc['registry_size']}" if doc["scorer"] == "llm_only" else doc["k"]
-        out.append(f"| {doc['scorer']} | {k} | {p['n_steps']} | {' | '.join(shares)} | "
+        shares = [cell(p[name]) for name in ("selection_accuracy", "recall_at_k", "unpresented_call_rate",
+                                             "malformed_rate", "no_call_rate")]
+        out.append(f"| {' | '.join(run.label)} | {p['n_steps']} | {' | '.join(shares)} | "
                    f"{p['prompt_tokens']['mean']:.0f} | {secs['mean']:.0f} / {secs['median']:.0f} |")
     return out
 
 
-def paired(runs: dict[str, tuple[dict, list[dict]]]) -> list[str]:
+def paired(runs: dict[str, Run]) -> list[str]:
     out = []
     for a, b in PAIRS:
         if a not in runs or b not in runs:
             continue
-        common = {key(s) for s in runs[a][1]} & {key(s) for s in runs[b][1]}
-        pairs = list(zip(*([s for s in runs[name][1] if key(s) in common] for name in (a, b))))
+        common = {step_key(s) for s in runs[a].steps} & {step_key(s) for s in runs[b].steps}
+        pairs = list(zip(*([s for s in runs[name].steps if step_key(s) in common] for name in (a, b))))
         only_a = sum(bool(x["correct"]) and not y["correct"] for x, y in pairs)
         only_b = sum(bool(y["correct"]) and not x["correct"] for x, y in pairs)
         p = binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
@@ -113,8 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     if not runs:
         raise SystemExit(f"no run under {args.out} (looked for {', '.join(RUNS)})")
     lines = rows(runs)
-    common = set.intersection(*({key(s) for s in steps} for _, steps in runs.values()))
-    if any(len(steps) > len(common) for _, steps in runs.values()):
+    common = set.intersection(*({step_key(s) for s in run.steps} for run in runs.values()))
+    if any(len(run.steps) > len(common) for run in runs.values()):
         lines += ["", f"On the {len(common)} steps every run was asked about:", "", *rows(runs, common)]
     print("\n".join([*lines, "", *paired(runs), "", load_line(args.out)]))
 
