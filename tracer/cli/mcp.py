@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import uvicorn
 
+from tracer.cli.options import add_fields, from_args
 from tracer.cli.served_index import add_index_arguments, check_k, index_holder
 from tracer.serve.mcp.server import ToolRouter, serve_stdio
 from tracer.serve.mcp.sessions import SessionCaps
@@ -20,21 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="with --transport http")
     p.add_argument("--port", type=int, default=8081, help="with --transport http (path /mcp)")
-    caps = SessionCaps()
-    p.add_argument("--max-sessions", type=int, default=caps.max_sessions,
-                   help="sessions kept in all, once used (least recently used dropped); as many HTTP "
-                        "sessions may be pending (opened, unused; the oldest ended first)")
-    p.add_argument("--max-tenant-sessions", type=int, default=caps.max_tenant_sessions,
-                   help="sessions kept per tenant (a credential; anonymous HTTP clients are one), its "
-                        "least recently used dropped")
-    p.add_argument("--session-idle", type=float, default=caps.idle_s,
-                   help="seconds after which an idle session is dropped (HTTP: the SDK ends it too)")
-    p.add_argument("--handshake-deadline", type=float, default=caps.handshake_s,
-                   help="seconds an HTTP session may stay opened and unused before it is ended")
-    p.add_argument("--max-messages", type=int, default=caps.max_messages,
-                   help="messages of a session's activity kept for ranking (the oldest dropped)")
-    p.add_argument("--max-text", type=int, default=caps.max_text,
-                   help="characters kept of each query, call's arguments (JSON) and result")
+    add_fields(p, SessionCaps)
     p.add_argument("--upstream-retries", type=int, default=5,
                    help="reconnection attempts in a row for a lost upstream (0: none)")
     p.add_argument("--upstream-retry-delay", type=float, default=1.0,
@@ -44,9 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build(args: argparse.Namespace) -> ToolRouter:
     check_k(args)
     try:
-        caps = SessionCaps(max_sessions=args.max_sessions, max_tenant_sessions=args.max_tenant_sessions,
-                           idle_s=args.session_idle, handshake_s=args.handshake_deadline,
-                           max_messages=args.max_messages, max_text=args.max_text)
+        caps = from_args(SessionCaps, args)
         if args.upstream_retries < 0 or not args.upstream_retry_delay > 0:
             raise ValueError("--upstream-retries must be >= 0 and --upstream-retry-delay > 0")
     except ValueError as e:

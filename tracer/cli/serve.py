@@ -8,6 +8,7 @@ from pathlib import Path
 
 import uvicorn
 
+from tracer.cli.options import add_fields, from_args
 from tracer.cli.served_index import add_index_arguments, check_k, index_holder
 from tracer.serve.bounded import safe_url
 from tracer.serve.http.deadline import deadline_protocol
@@ -30,16 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-idle", type=float, default=600.0,
                    help="seconds idle before a conversation is finished")
     p.add_argument("--redact", default=None, help="module:function run on each record before it is written")
-    p.add_argument("--log-max-pending", type=int, default=LogLimits.max_pending,
-                   help="unfinished conversations held; over it the least recently seen is dropped")
-    p.add_argument("--log-max-pending-bytes", type=int, default=LogLimits.max_pending_bytes,
-                   help="their JSON in all (128 MiB); also the bound on records waiting for the writer")
-    p.add_argument("--log-max-record-bytes", type=int, default=LogLimits.max_record_bytes,
-                   help="a larger conversation is neither held nor written (1 MiB)")
-    p.add_argument("--log-max-bytes", type=int, default=LogLimits.max_bytes,
-                   help="the log directory's files in all (1 GiB); records past it are dropped and counted")
-    p.add_argument("--log-segment-bytes", type=int, default=LogLimits.segment_bytes,
-                   help="trajectories.jsonl is rotated into trajectories-NNNNNN.jsonl past this (64 MiB)")
+    add_fields(p, LogLimits, prefix="--log-")
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     p.add_argument("--upstream-timeout", type=float, default=300.0, help="per-request upstream deadline (s)")
     p.add_argument("--reload-interval", type=float, default=2.0,
@@ -72,8 +64,7 @@ def build(args: argparse.Namespace) -> Gateway:
     redact = load_callable(args.redact) if args.redact else None
     holder = index_holder(args)
     try:
-        limits = LogLimits(args.log_max_pending, args.log_max_pending_bytes, args.log_max_record_bytes,
-                           args.log_max_bytes, args.log_segment_bytes)
+        limits = from_args(LogLimits, args, prefix="--log-")
     except ValueError as e:
         raise SystemExit(str(e)) from None
     sink = ConversationLog(args.log, redact, args.log_idle, limits=limits) if args.log is not None else None

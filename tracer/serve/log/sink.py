@@ -53,7 +53,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +83,19 @@ def load_callable(spec: str) -> Redactor:
 
 @dataclass(frozen=True)
 class LogLimits:
-    """The log's caps; the ``tracer serve`` flag of each is in its comment."""
+    """The log's caps. Each is the ``tracer serve`` flag ``--log-`` + its name with dashes, its help in the
+    field's metadata (:mod:`tracer.cli.options`)."""
 
-    max_pending: int = 10_000             # --log-max-pending: conversations held until finished
-    max_pending_bytes: int = 128 << 20    # --log-max-pending-bytes: their JSON, in all
-                                          # (and the writer's backlog)
-    max_record_bytes: int = 1 << 20       # --log-max-record-bytes: one written line
-    max_bytes: int = 1 << 30              # --log-max-bytes: the log directory's files, in all
-    segment_bytes: int = 64 << 20         # --log-segment-bytes: trajectories.jsonl is rotated past this
+    max_pending: int = field(default=10_000, metadata={"help": (
+        "unfinished conversations held; over it the least recently seen is dropped")})
+    max_pending_bytes: int = field(default=128 << 20, metadata={"help": (
+        "their JSON in all (128 MiB); also the bound on records waiting for the writer")})
+    max_record_bytes: int = field(default=1 << 20, metadata={"help": (
+        "a larger conversation is neither held nor written (1 MiB)")})
+    max_bytes: int = field(default=1 << 30, metadata={"help": (
+        "the log directory's files in all (1 GiB); records past it are dropped and counted")})
+    segment_bytes: int = field(default=64 << 20, metadata={"help": (
+        "trajectories.jsonl is rotated into trajectories-NNNNNN.jsonl past this (64 MiB)")})
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():

@@ -40,14 +40,24 @@ MAX_LISTEN_STREAMS = 8  # a session's open subscriptions/listen streams
 
 @dataclass(frozen=True)
 class SessionCaps:
-    """Bounds on what the server keeps per session and tenant (flags of ``tracer mcp``; docs/gateway.md)."""
+    """Bounds on what the server keeps per session and tenant (docs/gateway.md). Each is a flag of ``tracer
+    mcp``, its help in the field's metadata (:mod:`tracer.cli.options`)."""
 
-    max_sessions: int = 1000
-    max_tenant_sessions: int = 100
-    idle_s: float = 1800.0  # the SDK's own default idle timeout for a streamable-HTTP session
-    handshake_s: float = 30.0
-    max_messages: int = 32
-    max_text: int = 2048
+    max_sessions: int = field(default=1000, metadata={"help": (
+        "sessions kept in all, once used (least recently used dropped); as many HTTP sessions may be "
+        "pending (opened, unused; the oldest ended first)")})
+    max_tenant_sessions: int = field(default=100, metadata={"help": (
+        "sessions kept per tenant (a credential; anonymous HTTP clients are one), its least recently used "
+        "dropped")})
+    # 1800 s: the SDK's own default idle timeout for a streamable-HTTP session
+    idle_s: float = field(default=1800.0, metadata={"flag": "--session-idle", "help": (
+        "seconds after which an idle session is dropped (HTTP: the SDK ends it too)")})
+    handshake_s: float = field(default=30.0, metadata={"flag": "--handshake-deadline", "help": (
+        "seconds an HTTP session may stay opened and unused before it is ended")})
+    max_messages: int = field(default=32, metadata={"help": (
+        "messages of a session's activity kept for ranking (the oldest dropped)")})
+    max_text: int = field(default=2048, metadata={"help": (
+        "characters kept of each query, call's arguments (JSON) and result")})
 
     def __post_init__(self):
         for name in ("max_sessions", "max_tenant_sessions", "max_messages", "max_text"):
