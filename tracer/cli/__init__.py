@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -37,19 +38,21 @@ def _load(module: str, extra: str | None) -> ModuleType | str:
         return f"needs the [{extra}] extra ({e.name} is not installed): pip install 'tracer-toolret[{extra}]'"
 
 
-# imported here, once: a subcommand's heavy dependencies load with the command, not per call
-MODULES = {name: _load(module, extra) for name, (module, _, extra) in SUBCOMMANDS.items()}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="tracer", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (_, help_text, _) in SUBCOMMANDS.items():
+    # only the named subcommand's module is imported (with its dependencies: MCP's SDK alone takes about a
+    # second), so `tracer update` does not pay for the gateway's; the others are listed by their help
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    module: ModuleType | str | None = None
+    for name, (path, help_text, extra) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        if not isinstance(MODULES[name], str):
-            MODULES[name].add_arguments(p)
+        if name == chosen:
+            module = _load(path, extra)
+            if not isinstance(module, str):
+                module.add_arguments(p)
     args, rest = parser.parse_known_args(argv)
-    module = MODULES[args.command]
     if isinstance(module, str):
         parser.error(f"tracer {args.command} {module}")
     if rest:
