@@ -5,13 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
 
-matplotlib.use("Agg")  # headless: files only
-import matplotlib.pyplot as plt
+def _pyplot():
+    """matplotlib's pyplot, headless (files only), imported with the first plot: importing it takes most of a
+    second, which every train.py and evaluate.py process would pay, a run that fails early included."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _save(fig, path: Path) -> Path:
+    plt = _pyplot()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110, bbox_inches="tight")
@@ -22,6 +29,7 @@ def _save(fig, path: Path) -> Path:
 
 def cost_accuracy(rows: Sequence[Mapping], path: str | Path, metric: str = "recall_at_k") -> Path:
     """One point per (scorer, k): mean prompt tokens per step against ``metric``."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for scorer in sorted({r["scorer"] for r in rows}):
         pts = sorted((r["mean"]["cic_tokens"], r["mean"][metric], r["k"]) for r in rows
@@ -41,6 +49,7 @@ def cost_accuracy(rows: Sequence[Mapping], path: str | Path, metric: str = "reca
 
 def recall_vs_k(curves: Mapping[str, Sequence[float]], path: str | Path) -> Path:
     """Recall at j (j = 1..10) per scorer, from each run's gold ranks."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, ys in sorted(curves.items()):
         ax.plot(range(1, len(ys) + 1), ys, marker=".", label=name)
@@ -54,6 +63,7 @@ def recall_vs_k(curves: Mapping[str, Sequence[float]], path: str | Path) -> Path
 
 def out_of_trie(rows: Sequence[Mapping], path: str | Path) -> Path:
     """Out-of-trie rate and recall on out-of-trie steps, per scorer (trie-based scorers only)."""
+    plt = _pyplot()
     rows = [r for r in rows if r["mean"].get("out_of_trie_rate") is not None]
     fig, ax = plt.subplots(figsize=(6, 4))
     labels = [f"{r['scorer']} k={r['k']}" for r in rows]

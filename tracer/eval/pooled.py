@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.stats import binomtest
 
 from tracer.eval.metrics import StepRecord
 
@@ -23,6 +22,10 @@ def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> list[float
     """The Wilson score interval ``[low, high]`` of ``successes`` out of ``n`` trials; None when n is 0."""
     if n == 0:
         return None
+    # imported here: scipy.stats takes nearly 2 s to import, which every train.py and evaluate.py process
+    # would pay at start, one that fails on a bad argument included
+    from scipy.stats import binomtest
+
     ci = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
     return [float(ci.low), float(ci.high)]
 
