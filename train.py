@@ -11,9 +11,6 @@ The job is :func:`tracer.jobs.train.run_job`.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -25,20 +22,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @hydra.main(version_base="1.3", config_path="tracer/configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from tracer.jobs.ranks import rank_run_dir
     from tracer.jobs.train import run_job
-    from tracer.learn.distributed import init_from_env, is_writer
+    from tracer.learn.distributed import is_writer
 
     hc = HydraConfig.get()
     with open_dict(cfg):
         cfg.preset = hc.runtime.choices.get("experiment")
-    init_from_env()  # under torchrun: one process group; every rank runs the job, rank 0 keeps the outputs
-    out = Path(hc.runtime.output_dir) if is_writer() else Path(tempfile.mkdtemp(prefix="tracer-rank-"))
-    if not is_writer():  # one logger run (W&B): rank 0's
-        with open_dict(cfg):
-            cfg.logger = None
-    report = run_job(cfg, out)
+    # under torchrun every rank runs the job; rank 0 keeps the outputs
+    with rank_run_dir(hc.runtime.output_dir, cfg) as out:
+        report = run_job(cfg, out)
     if not is_writer():
-        shutil.rmtree(out, ignore_errors=True)
         return None
     print((out / "report.md").read_text())
     print(f"run directory: {out}")
