@@ -85,6 +85,17 @@ def minilm_small(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def static_minilm(minilm_small):
+    """``embedder=static`` over :func:`minilm_small` (its distillation in the encoder cache, as the other
+    tests' static tables; vectors in memory only): a real encoder that a saved index carries and a fresh
+    process loads in a second, where MiniLM's libraries take several to import. For the tests that run
+    ``tracer update`` as processes on what is not about the encoder."""
+    from tracer.build import build_embedder
+
+    return build_embedder("static", model=str(minilm_small), cache_dir=None)
+
+
+@pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory):
     """:func:`builders.tiny_bert` built once per worker: the base model of the tests that fine-tune an encoder
     for what is done with the checkpoint (saved, carried, loaded back, swapped in), not for its quality; one

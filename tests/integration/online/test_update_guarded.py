@@ -59,10 +59,11 @@ def variant(t: Trajectory, tid: str) -> Trajectory:
 
 
 @pytest.fixture(scope="module")
-def base_index(tmp_path_factory, minilm):
-    """An index fitted on t0-t2 that has applied t3 and t4 (MiniLM: the CLI rebuilds it from the index)."""
+def base_index(tmp_path_factory, static_minilm):
+    """An index fitted on t0-t2 that has applied t3 and t4 (a static MiniLM: the CLI loads it from the
+    index)."""
     trajs = tiny_trajectories()
-    res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")
+    res = Resources.build(Registry(TINY_TOOLS), static_minilm, device="cpu")
     r = Retriever(fitted_scorer(build_scorer("tracer_fixed"), trajs[:3], res))
     assert r.update(trajs[3:])["trajectories"] == 2
     path = tmp_path_factory.mktemp("update_guarded") / "index"
@@ -77,9 +78,10 @@ def index(base_index, tmp_path) -> Path:
 
 
 # ---- defects 10 and 16: the ledger knows content as well as ids; every problem is file:line -------------
-@pytest.mark.heavy(seconds=15)
+@pytest.mark.heavy(seconds=7)
 def test_a_log_reusing_applied_ids_with_other_content_is_learned_and_every_line_is_located(base_index, index,
-                                                                                         tmp_path, minilm):
+                                                                                         tmp_path,
+                                                                                         static_minilm):
     """Before the fix the whole foreign log read ``already_applied`` (ids only) and the invented-tool line
     was reported as ``trajectories.jsonl:<id>`` (its id, and the wrong file)."""
     trajs = tiny_trajectories()
@@ -104,7 +106,7 @@ def test_a_log_reusing_applied_ids_with_other_content_is_learned_and_every_line_
     assert "reuse an id the index applied with other content" in proc.stderr
     # learned once, as a fit on everything applied would count it
     union = [*trajs, variant(trajs[0], "t3-other")]
-    loaded = Retriever.load(index, minilm)
+    loaded = Retriever.load(index, static_minilm)
     assert same(counts(loaded.scorer), batch_counts(union, base_index[1]))
     # the saved ledger holds both t3s: either is applied already
     again = loaded.update([foreign, trajs[3], trajs[4]])
@@ -145,7 +147,7 @@ print("RESULT " + json.dumps(out))
 HUGE = 128 << 20
 
 
-@pytest.mark.heavy(seconds=20)
+@pytest.mark.heavy(seconds=8)
 def test_the_log_is_read_bounded_devices_fifos_and_over_long_lines(index, tmp_path):
     trajs = tiny_trajectories()
     fifo = tmp_path / "fifo.jsonl"
@@ -172,8 +174,8 @@ def test_the_log_is_read_bounded_devices_fifos_and_over_long_lines(index, tmp_pa
 
 
 # ---- defect 14: two updates at once ----------------------------------------------------------------------
-@pytest.mark.heavy(seconds=25)
-def test_two_updates_at_once_both_land(base_index, index, tmp_path, minilm):
+@pytest.mark.heavy(seconds=10)
+def test_two_updates_at_once_both_land(base_index, index, tmp_path, static_minilm):
     """Two ``tracer update`` processes started together on one index, each with its own log. Each used to
     load the same snapshot and save its own on top: both said ``saved: true`` and the last rename dropped the
     other's trajectories. The second now waits for the first's lock and applies its log to what the first
@@ -188,7 +190,7 @@ def test_two_updates_at_once_both_land(base_index, index, tmp_path, minilm):
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
         assert (report_of(out)["trajectories"], report_of(out)["saved"]) == (30, True)
-    loaded = Retriever.load(index, minilm)
+    loaded = Retriever.load(index, static_minilm)
     both = [*logs["a"], *logs["b"]]
     assert loaded.update(both)["already_applied"] == 60          # the ledger holds both logs
     assert same(counts(loaded.scorer), batch_counts([*trajs, *both], base_index[1]))

@@ -49,17 +49,17 @@ def last_report(out: str) -> dict:
 
 
 # ---- defect 4: applied once -----------------------------------------------------------------------------
-@pytest.mark.heavy(seconds=30)
-def test_updating_twice_from_the_same_log_learns_it_once_and_appended_lines_are_learned(tmp_path, minilm,
-                                                                                        capsys):
+@pytest.mark.heavy(seconds=8)
+def test_updating_twice_from_the_same_log_learns_it_once_and_appended_lines_are_learned(
+        tmp_path, static_minilm, capsys):
     trajs = tiny_trajectories()
-    res = Resources.build(Registry(TINY_TOOLS), minilm, device="cpu")
+    res = Resources.build(Registry(TINY_TOOLS), static_minilm, device="cpu")
     Retriever(fitted_scorer(build_scorer("tracer_fixed"), trajs[:3], res)).save(tmp_path / "index")
     write_native(tmp_path / "log", Registry(TINY_TOOLS), trajs[3:])
     cmd = [sys.executable, "-m", "tracer.cli", *cli(tmp_path / "index", tmp_path / "log")]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert first.returncode == 0, first.stderr
-    once = counts(Retriever.load(tmp_path / "index", minilm).scorer)
+    once = counts(Retriever.load(tmp_path / "index", static_minilm).scorer)
     snapshot = current_snapshot(tmp_path / "index")
     # the same command again, in this process (the first ran as a user runs it)
     capsys.readouterr()
@@ -68,7 +68,7 @@ def test_updating_twice_from_the_same_log_learns_it_once_and_appended_lines_are_
     report = last_report(capsys.readouterr().out)
     assert (report["trajectories"], report["already_applied"], report["saved"]) == (0, 2, False)
     assert current_snapshot(tmp_path / "index") == snapshot  # a no-op: no new snapshot for replicas to reload
-    assert same(counts(Retriever.load(tmp_path / "index", minilm).scorer), once)
+    assert same(counts(Retriever.load(tmp_path / "index", static_minilm).scorer), once)
     batch = fitted_scorer(build_scorer("tracer_fixed"), trajs, res)
     assert same(once, counts(batch))  # learned once: as a fit on the union
     # the gateway appends: the next update learns only the new lines
@@ -79,7 +79,7 @@ def test_updating_twice_from_the_same_log_learns_it_once_and_appended_lines_are_
     report = last_report(capsys.readouterr().out)
     assert (report["trajectories"], report["already_applied"], report["saved"]) == (2, 2, True)
     union = fitted_scorer(build_scorer("tracer_fixed"), trajs + new, res)
-    assert same(counts(Retriever.load(tmp_path / "index", minilm).scorer), counts(union))
+    assert same(counts(Retriever.load(tmp_path / "index", static_minilm).scorer), counts(union))
 
 
 def test_retriever_update_skips_applied_ids_and_the_ledger_is_saved_and_verified(tmp_path, tiny_resources):

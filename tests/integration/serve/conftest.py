@@ -20,3 +20,11 @@ def saved_index(tmp_path_factory, minilm) -> Path:
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory, saved_index) -> Path:
     return Path(shutil.copytree(saved_index, tmp_path_factory.mktemp("gateway") / "index"))
+
+
+@pytest.fixture(scope="module")
+def process_index_dir(tmp_path_factory, static_minilm) -> Path:
+    """The same index over the static MiniLM (conftest's ``static_minilm``), for the tests that start ``tracer
+    serve`` or ``tracer mcp`` as a process: it loads there in a second, where MiniLM's libraries take several
+    to import; what those tests check does not rest on which encoder ranks."""
+    return save_test_index(tmp_path_factory.mktemp("gateway-process") / "index", static_minilm)

@@ -88,8 +88,8 @@ def test_the_index_reloads_when_its_version_changes(index_dir, minilm, tmp_path)
     assert not holder.maybe_reload() and holder.retriever is serving and holder.reloads == 1
 
 
-@pytest.mark.heavy(seconds=15)
-def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_dir, tmp_path):
+@pytest.mark.heavy(seconds=9)
+def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(process_index_dir, tmp_path):
     """``python -m tracer.cli serve`` as a real process: /health, SIGHUP reload, SIGTERM flushes the log; its
     flags and environment reach the gateway: ``--read-timeout`` drops a client dripping its headers (408),
     ``TRACER_ADMIN_TOKEN`` enables the reload endpoint, the upstream's password is sent, never logged."""
@@ -100,7 +100,7 @@ def test_the_command_serves_reloads_on_sighup_and_shuts_down_gracefully(index_di
     import sys
 
     served = tmp_path / "index"
-    shutil.copytree(index_dir, served)
+    shutil.copytree(process_index_dir, served)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -87,14 +87,14 @@ def booked_result(i: int) -> dict:
     return {"role": "tool", "tool_call_id": f"c{i}", "content": 'travel.book_flight({"flight": "UA1"})'}
 
 
-def test_tracer_mcp_over_stdio_with_a_listen_stream(index_dir, tmp_path):
+def test_tracer_mcp_over_stdio_with_a_listen_stream(process_index_dir, tmp_path):
     """The real command as a subprocess, a 2026-07-28 client: list_changed arrives on subscriptions/listen."""
     config = write_config(tmp_path / "servers.json",
                           {"command": sys.executable, "args": [UPSTREAM, "office"]})
     root = ROOT
     params = StdioServerParameters(command=sys.executable, cwd=root, env={
         "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, args=[
-        "-m", "tracer.cli", "mcp", "--config", str(config), "--index", str(index_dir), "--k", "2"])
+        "-m", "tracer.cli", "mcp", "--config", str(config), "--index", str(process_index_dir), "--k", "2"])
 
     async def scenario() -> None:
         async with Client(params, read_timeout_seconds=120) as client:
