@@ -28,11 +28,14 @@ demo: $(STAMP)
 
 # two workers (pytest-xdist), one per core; work-stealing keeps the long tests off one queue.
 # `make test` leaves out the tests marked slow (encoder training, long runs); `make test-all` runs them too.
+# Compiled bytecode is cached (__pycache__/, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: the
+# suite starts dozens of Python processes, and each would otherwise compile tracer again.
+PYTEST = PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n 2 --dist worksteal
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist worksteal -m "not slow"
+	$(PYTEST) -m "not slow"
 
 test-all: $(STAMP)
-	$(PY) -m pytest -n 2 --dist worksteal
+	$(PYTEST)
 
 describe: $(STAMP)
 	$(PY) -m tracer.data.describe bfcl tau2 apibank
