@@ -31,27 +31,26 @@ def repeats(steps: list[dict]) -> list[bool]:
 
 
 def table(out: Path, oracle: Path | None) -> str:
-    runs = {name: (run, run.tasks) for name, run in read_runs(out).items()}
+    runs = read_runs(out)
     if not runs:
         raise SystemExit(f"no run under {out}")
-    ran = {name: sorted(t["trajectory_id"] for t in tasks) for name, (_, tasks) in runs.items()}
+    ran = {name: sorted(t["trajectory_id"] for t in run.tasks) for name, run in runs.items()}
     if len({tuple(v) for v in ran.values()}) != 1:
         raise SystemExit(f"the runs under {out} did not run the same tasks: {ran}")
     oracle_success = {}
     if oracle is not None:  # the oracle may have run more tasks: a larger regime.tasks draws these first
         ours = set(next(iter(ran.values())))
-        for run in read_runs(oracle).values():
-            tasks = run.tasks
-            if not ours <= {t["trajectory_id"] for t in tasks}:
-                raise SystemExit(f"{run.path} did not run every task of {out}")
-            ran_here = [t["success"] for t in tasks if t["trajectory_id"] in ours]
-            oracle_success[run.label] = cell(share(ran_here))
+        for other in read_runs(oracle).values():
+            if not ours <= {t["trajectory_id"] for t in other.tasks}:
+                raise SystemExit(f"{other.path} did not run every task of {out}")
+            ran_here = [t["success"] for t in other.tasks if t["trajectory_id"] in ours]
+            oracle_success[other.label] = cell(share(ran_here))
     header = ("| scorer | k | tasks | task success (bfcl_eval's checker) | oracle's task success | steps | "
               "gold called | gold presented | unpresented call | malformed | no call | same tool as the step "
               "before | prompt tokens (mean) | wall s per step (mean / median) |")
     lines = [header, "|---|---:|---:|---|---|---:|---|---|---|---|---|---|---:|---|"]
-    for run, tasks in runs.values():
-        steps = run.steps
+    for run in runs.values():
+        steps, tasks = run.steps, run.tasks
         gold = [s for s in steps if s.get("gold") is not None]
         seconds = [s["executor_seconds"] for s in steps if s.get("executor_seconds") is not None]
         cells = [cell(share([t["success"] for t in tasks])), oracle_success.get(run.label, "–"),

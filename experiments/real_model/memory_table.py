@@ -28,27 +28,27 @@ def memory(info: list[dict]) -> tuple[str, int]:
 
 
 def table(out: Path, lessons: int) -> str:
-    runs = {name: (run.metrics, run.steps, run.scorer_info) for name, run in read_runs(out).items()}
+    runs = read_runs(out)
     if not runs:
         raise SystemExit(f"no run under {out}")
-    keys = {name: sorted(step_key(s) for s in steps) for name, (_, steps, _) in runs.items()}
+    keys = {name: sorted(step_key(s) for s in run.steps) for name, run in runs.items()}
     if len({tuple(v) for v in keys.values()}) != 1:
         raise SystemExit(f"the runs under {out} were not asked about the same steps")
     header = ("| run | scorer | k | steps | recall@k of the ranking | summarised steps | "
               "prompt tokens (mean) | summaries | model calls |")
     lines = [header, "|---|---|---:|---:|---|---:|---:|---|---:|"]
-    for name, (doc, steps, info) in runs.items():
-        k = doc["k"]
+    for name, run in runs.items():
+        steps, scorer, k = run.steps, run.metrics["scorer"], run.metrics["k"]
         hits = share([s["gold"] in s["ranking"][:k] for s in steps if s.get("gold") is not None])
         summarised = sum(bool((s.get("extra") or {}).get("summarised")) for s in steps)
-        written_by, calls = memory(info)
-        lines.append(f"| {name} | {doc['scorer']} | {k} | {len(steps)} | {cell(hits)} | {summarised} | "
+        written_by, calls = memory(run.scorer_info)
+        lines.append(f"| {name} | {scorer} | {k} | {len(steps)} | {cell(hits)} | {summarised} | "
                      f"{statistics.mean(s['prompt_tokens'] for s in steps):,.0f} | {written_by} | {calls} |")
-    for name, (_, _, info) in runs.items():
-        if "insight" in info[0]:
-            shown = info[0]["insight"]["lessons"][:lessons]
-            clusters = info[0]["insight"]["k"]
-            lines += ["", f"{name}, fold 0: {clusters} clusters; the first {len(shown)} lessons:",
+    for name, run in runs.items():
+        insight = run.scorer_info[0].get("insight")
+        if insight is not None:
+            shown = insight["lessons"][:lessons]
+            lines += ["", f"{name}, fold 0: {insight['k']} clusters; the first {len(shown)} lessons:",
                       *(f"> {lesson}" for lesson in shown)]
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 
@@ -22,12 +23,12 @@ class Run:
     metrics: dict
     steps: list[dict]
 
-    @property
+    @cached_property
     def tasks(self) -> list[dict]:
         """Free-running: one line per task, with bfcl_eval's verdict in ``success``."""
         return _lines(self.path / "tasks.jsonl")
 
-    @property
+    @cached_property
     def scorer_info(self) -> list[dict]:
         """One entry per fold, as the scorer described itself after the fold's test steps."""
         return json.loads((self.path / "run_info.json").read_text())["scorer_info"]
