@@ -213,8 +213,9 @@ class TracerPlusScorer(LiveStep, OwnLogs, ScorerBase):
         reserve = None  # the reserved slots' claimants: the request's open parts', then the novel slots'
         if not zero_only:
             novel = None
-            if self.zero.novel:  # never-called tools of the vector or the fusion's top j
-                source = zero if self.zero.novel_needs_fusion else vec.cpu().numpy()     # [B, N]
+            if self.zero.novel:  # never-called tools of the top j of the novel_from ranking
+                source = self.zero.novel_scores(steps, vec.cpu().numpy(), zero, self.res,
+                                                self.query_rendering)                     # [B, N]
                 novel = self.zero.reserve(source, self.never_called)
             reserve = req.reserve(novel) if req is not None and self.open_slot_serves else novel
         # zero_shot.gate on its own logs: a step whose state they do not know is ranked by the fusion, and

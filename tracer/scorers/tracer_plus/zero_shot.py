@@ -14,7 +14,8 @@ evidence, so the model ranks it below every tool it has seen called, even when t
 first: a step whose gold is such a tool is almost always missed. With ``novel`` on, the last ``slots``
 presented slots (1 by default) go to the best of the top ``j`` tools that are never called and not presented
 before them (:func:`tracer.scorer_base.ranking.reserved`); the ranking stays the model's. The top ``j`` of
-which ranking is ``novel_from``: ``zero_shot`` (this fusion) or ``vector`` (the query's cosine alone). The
+which ranking is ``novel_from``: ``zero_shot`` (this fusion), ``vector`` (the query's cosine alone), ``bm25``
+or ``hybrid`` (vector and BM25 fused, the lexical half untouched by what an encoder learned from logs). The
 fusion's toolkit, previous-call and usage inputs all favour tools the logs have called, so a never-called tool
 the request matches best is often first in the vector ranking and below the fusion's top 3: on BFCL's steps
 whose tool no training log called, vector search puts the gold first or second in 8 of the 9 distinct cases.
@@ -66,7 +67,7 @@ from tracer.scorers.tracer_plus.dataflow import Dataflow
 from tracer.scorers.tracer_plus.guard import Guard
 
 KINDS = ("vector", "hybrid")
-NOVEL_FROM = ("zero_shot", "vector")
+NOVEL_FROM = ("zero_shot", "vector", "bm25", "hybrid")
 
 
 def top_ids(scores: np.ndarray, j: int) -> np.ndarray:
@@ -180,7 +181,8 @@ class ZeroShot(Guard):
         rrf_k: the fusion's rank offset (``hybrid``).
         novel: j, the zero-shot top j from which never-called tools take the last slots (0: off).
         slots: how many of the k presented slots never-called tools may take (``novel`` on).
-        novel_from: the ranking whose top j the never-called tools come from: ``zero_shot`` or ``vector``.
+        novel_from: the ranking whose top j the never-called tools come from: ``zero_shot``, ``vector``,
+            ``bm25`` (the tools whose words the request shares) or ``hybrid`` (vector and BM25 fused).
         toolkit: fuse the ranking of the last call's toolkit too (module docstring; with ``vector``, the
             fusion of the vector ranking and this one).
         calls: move the turn's previous call up to second place.
@@ -275,6 +277,22 @@ class ZeroShot(Guard):
     def novel_needs_fusion(self) -> bool:
         """Whether the novel slots read this fusion (else the vector scores, or nothing when off)."""
         return bool(self.novel) and self.novel_from == "zero_shot"
+
+    def novel_scores(self, steps: Sequence[Step], vec: np.ndarray, zs: np.ndarray | None, res,
+                     rendering) -> np.ndarray:
+        """``[B, N]``: the ranking the novel slots read (``novel_from``), from the steps' vector scores
+        ``vec [B, N]`` and this fusion's ``zs [B, N]`` (None unless ``novel_needs_fusion``). BM25 ranks only
+        the tools that share a word with the request (the rest ``-inf``): a tie at 0 is no evidence."""
+        if self.novel_from == "zero_shot":
+            return zs
+        if self.novel_from == "vector":
+            return vec
+        lexical = self._bm25(res, rendering).step_scores(steps)                               # [B, N]
+        if self.novel_from == "bm25":
+            return np.where(lexical > 0, lexical, -np.inf).astype(np.float32)
+        if res.tool_index.exact:
+            return rrf(vec, lexical, k=self.rrf_k)
+        return rrf_retrieved(np.asarray(vec), lexical, self.rrf_k, res.tool_index.ann_k)
 
     def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its scores
