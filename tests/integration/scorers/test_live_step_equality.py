@@ -44,6 +44,7 @@ TABLE = [
     ("tracer_plus", {"head": {**HEAD, "members": 3}, "model": "mlp"}, "exact"),
     ("tracer_plus", {"head": HEAD, "zero_shot": {"guard": False, "candidates": True}}, "exact"),
     ("tracer_plus", {"head": HEAD, "zero_shot": {"guard": False, "novel_from": "zero_shot"}}, "exact"),
+    ("tracer_plus", {"head": HEAD, "zero_shot": {"guard": False, "novel_from": "bm25"}}, "exact"),
     ("tracer_plus", {"head": HEAD, "zero_shot": {"guard": False}}, "hnsw"),
 ]
 

@@ -11,6 +11,7 @@ import torch
 from builders import call, result
 
 from tracer.build import build_scorer
+from tracer.core.context import ContextRendering
 from tracer.core.steps import extract_all
 from tracer.core.types import Trajectory
 from tracer.encode.index import ToolIndex
@@ -151,7 +152,8 @@ FLIGHTS = [one_call(f"f{i}", "book a flight", "book_flight") for i in range(4)] 
     one_call(f"s{i}", "search flights", "search_flights") for i in range(4)]
 
 
-@pytest.mark.parametrize("novel, novel_from", [(0, "zero_shot"), (2, "zero_shot"), (2, "vector")])
+@pytest.mark.parametrize("novel, novel_from", [(0, "zero_shot"), (2, "zero_shot"), (2, "vector"),
+                                               (2, "hybrid"), (2, "bm25")])
 def test_a_never_called_tool_the_zero_shot_ranking_puts_first_takes_the_last_slot(tiny_registry,
                                                                                   keyword_embedder, novel,
                                                                                   novel_from):
@@ -175,6 +177,33 @@ def test_a_never_called_tool_the_zero_shot_ranking_puts_first_takes_the_last_slo
     assert flight[0] == "book_flight" and "list_files" not in flight  # zero-shot's top 2 are called tools
     assert [scorer.select_one(s, scorer.embed([s]), 2) for s in steps] == presented        # live = batched
     assert scorer.rank_one(steps[0], scorer.embed([steps[0]]))[0] == names.index("search_flights")
+
+
+def test_the_novel_slots_read_bm25_only_where_the_request_shares_a_word(tiny_registry, keyword_embedder):
+    """``novel_from``: ``bm25`` ranks only the tools sharing a word with the request (a tie at 0 is no
+    evidence: no claimant comes of it); ``hybrid`` is the vector and BM25 rankings fused by rank."""
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    rendering = ContextRendering.from_config(CONTEXT)
+    steps = extract_all([one_call("t", "list my files", "list_files"),
+                         one_call("u", "zzz qqq", "get_weather")])
+    vec = np.random.default_rng(0).random((2, len(tiny_registry))).astype(np.float32)       # [B, N]
+    lexical = ZeroShot("hybrid")._bm25(res, rendering).step_scores(steps)                   # [B, N]
+    assert (lexical[0] > 0).any() and not (lexical[1] > 0).any()
+    bm25 = ZeroShot("hybrid", novel=2, novel_from="bm25").novel_scores(steps, vec, None, res, rendering)
+
+    assert np.array_equal(np.isfinite(bm25), lexical > 0)
+    assert np.array_equal(bm25[np.isfinite(bm25)], lexical[lexical > 0])
+    everyone = np.ones(len(tiny_registry), bool)
+    claims = ZeroShot("hybrid", novel=2, novel_from="bm25").reserve(bm25, everyone)
+    assert claims[1] == () and claims[0][0] == int(np.argmax(lexical[0]))
+    hybrid = ZeroShot("hybrid", novel=2, novel_from="hybrid").novel_scores(steps, vec, None, res, rendering)
+    assert np.array_equal(hybrid, rrf(vec, lexical, k=60))
+    zs = np.zeros_like(vec)
+
+    def source(novel_from):
+        return ZeroShot("hybrid", novel=2, novel_from=novel_from).novel_scores(steps, vec, zs, res, rendering)
+
+    assert source("zero_shot") is zs and source("vector") is vec
 
 
 def test_top_ids_is_a_stable_argsorts_first_j_ties_by_id():
@@ -263,7 +292,7 @@ def test_two_novel_slots_take_the_last_two_places_live_as_batched(tiny_registry,
     with pytest.raises(ValueError, match="zero_shot.slots"):
         ZeroShot("hybrid", novel=2, slots=0)
     with pytest.raises(ValueError, match="zero_shot.novel_from"):
-        ZeroShot("hybrid", novel=2, novel_from="bm25")
+        ZeroShot("hybrid", novel=2, novel_from="lexical")
 
 
 @pytest.mark.parametrize("index", ["exact", "hnsw"])

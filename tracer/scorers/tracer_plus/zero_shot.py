@@ -297,5 +297,6 @@ class ZeroShot(Guard):
     def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its scores
         ``zs [B, N]`` (the fusion's or the vector's, ``novel_from``; ties by registry position), best
-        first."""
-        return [tuple(int(t) for t in top_ids(row, self.novel) if never_called[t]) for row in zs]
+        first. A tool the ranking left unscored (``-inf``: not retrieved, no word shared) claims nothing."""
+        return [tuple(int(t) for t in top_ids(row, self.novel) if never_called[t] and row[t] > -np.inf)
+                for row in zs]
