@@ -8,6 +8,7 @@ path.
         [--zs-candidates]   # also tracer_plus with the zero-shot fusion proposing its candidates
         [--usage]           # also tracer_plus with two novel slots, without and with usage vectors
         [--request]         # also tracer_plus without its request evidence (request: null), the cost of it
+        [--novel-from vector bm25]  # also tracer_plus with its novel slots over these rankings
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
 (through ``.cache/embeddings``). For each scorer and step, thread CPU time (one torch and one BLAS
@@ -52,6 +53,8 @@ def main() -> None:
                     help="also tracer_plus with novel slots (a fusion every step), zero_shot.usage off, 1")
     ap.add_argument("--request", action="store_true",
                     help="also tracer_plus without its request evidence (request: null)")
+    ap.add_argument("--novel-from", nargs="*", default=[],
+                    help="also tracer_plus with zero_shot.novel_from each of these (vector, bm25, ...)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
@@ -76,6 +79,8 @@ def main() -> None:
                   {"zero_shot": {"novel": 3, "slots": 2, "usage": u}}) for u in (None, 1.0)]
     if a.request:
         runs.append(("tracer_plus, no request evidence", {"request": None}))
+    runs += [(f"tracer_plus, novel slots over {src}", {"zero_shot": {"novel_from": src}})
+             for src in a.novel_from]
     for name, overrides in runs:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)

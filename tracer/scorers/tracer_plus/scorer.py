@@ -215,7 +215,8 @@ class TracerPlusScorer(LiveStep, OwnLogs, ScorerBase):
             novel = None
             if self.zero.novel:  # never-called tools of the top j of the novel_from ranking
                 source = self.zero.novel_scores(steps, vec.cpu().numpy(), zero, self.res,
-                                                self.query_rendering)                     # [B, N]
+                                                self.query_rendering,
+                                                None if req is None else req.bm25)        # [B, N]
                 novel = self.zero.reserve(source, self.never_called)
             reserve = req.reserve(novel) if req is not None and self.open_slot_serves else novel
         # zero_shot.gate on its own logs: a step whose state they do not know is ranked by the fusion, and

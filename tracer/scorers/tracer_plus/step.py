@@ -74,7 +74,8 @@ class LiveStep:
         s = self.model.scores_one(one.feats) if len(one.tool) else np.zeros(0, np.float32)
         novel = None
         if self.zero.novel:  # the last slots' claimants, as batched
-            source = self.zero.novel_scores([step], vec[None], zs, self.res, self.query_rendering)  # [1, N]
+            source = self.zero.novel_scores([step], vec[None], zs, self.res, self.query_rendering,
+                                            None if req is None else req.bm25)                  # [1, N]
             novel = self.zero.reserve(source, self.never_called)
         claimants = req.reserve(novel) if req is not None and self.open_slot_serves else novel
         if claimants is not None:

@@ -279,15 +279,18 @@ class ZeroShot(Guard):
         return bool(self.novel) and self.novel_from == "zero_shot"
 
     def novel_scores(self, steps: Sequence[Step], vec: np.ndarray, zs: np.ndarray | None, res,
-                     rendering) -> np.ndarray:
+                     rendering, lexical: np.ndarray | None = None) -> np.ndarray:
         """``[B, N]``: the ranking the novel slots read (``novel_from``), from the steps' vector scores
-        ``vec [B, N]`` and this fusion's ``zs [B, N]`` (None unless ``novel_needs_fusion``). BM25 ranks only
-        the tools that share a word with the request (the rest ``-inf``): a tie at 0 is no evidence."""
+        ``vec [B, N]``, this fusion's ``zs [B, N]`` (None unless ``novel_needs_fusion``) and BM25 scores
+        ``lexical [B, N]``: the request's, which tracer_plus's request evidence has computed already (None:
+        BM25 of ``rendering`` here, 0.8 ms a step on BFCL's 240 tools). BM25 ranks only the tools that share
+        a word with the request (the rest ``-inf``): a tie at 0 is no evidence."""
         if self.novel_from == "zero_shot":
             return zs
         if self.novel_from == "vector":
             return vec
-        lexical = self._bm25(res, rendering).step_scores(steps)                               # [B, N]
+        if lexical is None:
+            lexical = self._bm25(res, rendering).step_scores(steps)                          # [B, N]
         if self.novel_from == "bm25":
             return np.where(lexical > 0, lexical, -np.inf).astype(np.float32)
         if res.tool_index.exact:
