@@ -204,6 +204,12 @@ def test_the_novel_slots_read_bm25_only_where_the_request_shares_a_word(tiny_reg
         return ZeroShot("hybrid", novel=2, novel_from=novel_from).novel_scores(steps, vec, zs, res, rendering)
 
     assert source("zero_shot") is zs and source("vector") is vec
+    # the request evidence's BM25, where given, is read instead of one computed here
+    given = np.zeros_like(lexical)
+    given[1, 3] = 2.0
+    bm25 = ZeroShot("hybrid", novel=2, novel_from="bm25")
+    read = bm25.novel_scores(steps, vec, None, res, rendering, given)                      # [B, N]
+    assert np.flatnonzero(np.isfinite(read)).tolist() == [len(tiny_registry) + 3]
 
 
 def test_top_ids_is_a_stable_argsorts_first_j_ties_by_id():
