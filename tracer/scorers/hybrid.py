@@ -35,10 +35,11 @@ def rrf(*scores: np.ndarray, k: int = RRF_K) -> np.ndarray:
     registry position): ``[B, N]`` float32, ``sum_i 1 / (k + rank_i)`` accumulated in float64."""
     b, n = scores[0].shape
     out = np.zeros((b, n), dtype=np.float64)
-    ranks = np.arange(1, n + 1, dtype=np.float64)
+    share = 1.0 / (k + np.arange(1, n + 1, dtype=np.float64))                            # [N] by rank
+    rows = np.arange(b)[:, None]                                                          # [B, 1]
     for s in scores:
         order = np.argsort(-np.asarray(s, dtype=np.float64), axis=1, kind="stable")      # [B, N]
-        np.put_along_axis(out, order, np.take_along_axis(out, order, 1) + 1.0 / (k + ranks), axis=1)
+        out[rows, order] += share  # each row's order is a permutation: no index repeats
     return out.astype(np.float32)
 
 
