@@ -38,13 +38,6 @@ from tracer.scorers.tracer_plus.model import CandidateModel, check_model, load_c
 if TYPE_CHECKING:  # the scorer calls fit_scorer: annotations only
     from tracer.scorers.tracer_plus.scorer import TracerPlusScorer
 
-# the guard judges the model on the steps its weights were trained on, unless it leads there by no more than
-# this many standard errors: then on models cross-fitted over the inner folds (:func:`cross_fitted`). Below
-# it, how much a model's recall on its own training steps overstates what it serves decides (tau2 after 10
-# conversations: 0.85 against 0.62 served); far above it (BFCL's whole training split: 17 standard errors)
-# no such gap can flip the choice, and the five extra trainings (4.6x the fit's CPU time there) are saved
-DECISIVE_LEAD = 4.0
-
 
 def train_model(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fold: int | None = None,
                 keep: torch.Tensor | None = None, refit: bool = False, members: int = 1
@@ -123,45 +116,6 @@ def choose_open_slot(scores: torch.Tensor, data: CandidateData, claims: Sequence
             "no_open_slot_recall": without / n}
 
 
-def cross_fitted(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, epochs: int,
-                 keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The guard's view of the model: each step's candidate scores ``[S, C]`` (-inf where masked) by a model
-    trained, for ``epochs`` epochs, on the covered steps of the *other* inner folds, and its gold ``[S]``
-    (IGNORE where not a candidate, or where its fold is the only one covered: nothing was held out there).
-
-    Why: the candidates are out of fold but the served model's weights saw every step, and on a handful of
-    logs a model scored on the steps it was trained on looks far better than it serves (tau2, 10
-    conversations: 0.85 in sample where it served 0.62 on held-out tasks, below the zero-shot ranking's 0.72
-    that the guard had rejected). One model per fold, as the served one when ``members`` is 1 (an ensemble
-    is judged by its first member: cheaper, and never better than the mean it stands for)."""
-    scores = torch.full(data.mask.shape, float("-inf"))
-    gold = data.gold.clone()
-    covered = data.covered
-    with one_thread():
-        for f in sorted(set(data.fold[covered].tolist())):
-            held = data.fold == f
-            rows = covered & ~held
-            if not bool(rows.any()):
-                gold[held] = IGNORE
-                continue
-            model = _fit_rows(data, rows, kind, hidden, cfg, epochs, keep)
-            with torch.no_grad():
-                scores[held] = model.scores(data.feats[held], data.mask[held]).float().cpu()
-    return scores, gold
-
-
-def _fit_rows(data: CandidateData, rows: torch.Tensor, kind: str, hidden: int, cfg: TrainConfig,
-              epochs: int, keep: torch.Tensor | None) -> CandidateModel:
-    """A model trained afresh on ``data``'s ``rows`` ``[S]`` (bool) for ``epochs`` epochs, no validation."""
-    model = CandidateModel(data.feats.shape[2], kind, hidden, keep, cfg.seed)
-    part = _rows(data, rows)
-    _wide(model.set_feature_stats(part.feats[part.mask]))
-    loss = nll_on(model, part)
-    train(model, lambda idx: loss(idx)[0], None, len(part), 0, replace(cfg, batch_size=0, max_epochs=epochs))
-    model.net.float()
-    return model.eval()
-
-
 def _rows(data: CandidateData, rows: torch.Tensor) -> CandidateData:
     return CandidateData(data.feats[rows], data.mask[rows], data.gold[rows], data.fold[rows])
 
@@ -213,7 +167,12 @@ def _train(data: CandidateData, kind: str, hidden: int, cfg: TrainConfig, val_fo
                 best_epoch=best_epoch, best_val_loss=run["best_val_loss"])
     if refit and not bool((train_rows == covered).all()):
         # the early-stopped epoch count, now on every covered step (the validation fold included)
-        model = _fit_rows(data, covered, kind, hidden, cfg, best_epoch + 1, keep)
+        model = CandidateModel(n_feat, kind, hidden, keep, cfg.seed)
+        every = _rows(data, covered)
+        _wide(model.set_feature_stats(every.feats[every.mask]))
+        every_loss = nll_on(model, every)
+        train(model, lambda idx: every_loss(idx)[0], None, len(every), 0,
+              replace(cfg, batch_size=0, max_epochs=best_epoch + 1))
         hist["refit_epochs"] = best_epoch + 1
     hist["seconds_train"] = time.perf_counter() - t0
     model.net.float()
@@ -295,16 +254,7 @@ def fit_scorer(scorer: TracerPlusScorer, trajectories: Sequence[Trajectory], res
         with torch.no_grad():
             scorer.inner_scores = scorer.model.scores(data.feats, data.mask).cpu()           # [S, C]
         if scorer.zero.guard:
-            judged = guard(scorer.inner_scores, data)  # in sample: the weights saw these steps
-            lead = judged["guard_model_recall"] - judged["guard_zero_shot_recall"]
-            if judged["serves"] == "model" and not lead > DECISIVE_LEAD * judged["guard_se"]:
-                # judged again by models that did not see the steps they score
-                epochs = max(hist.get("refit_epochs", hist["best_epoch"] + 1), 1)
-                # scores [S, C], gold [S]
-                crossed, crossed_gold = cross_fitted(data, scorer.model_kind, hidden,
-                                                     scorer.train_config(seed), epochs, scorer.keep)
-                judged = {**guard(crossed, replace(data, gold=crossed_gold)), "guard_cross_fitted": True}
-            hist.update(judged)
+            hist.update(guard(scorer.inner_scores, data))
         if request is not None and request.claims is not None:  # does the open parts' slot pay here?
             hist.update(choose_open_slot(scorer.inner_scores, data, request.claims, scorer.zero.k,
                                          scorer.reserve_slots))

@@ -5,13 +5,14 @@ The *guard* decides at fit time, from the inner folds the candidate model was tr
 model's out-of-fold recall@k on the training steps (the gold among the top k of its candidates by the
 model's score, every step counted, a gold outside the candidates a miss) with the zero-shot ranking's on the
 same steps, and serves the model only when it is ahead by more than one standard error of the difference
-(few logs, few steps, a wide error: the model must earn its place). The candidates are out of fold, but the
-served model's weights saw every training step; where it leads by no more than a few standard errors there,
-it is judged again on scores of models trained without each inner fold
-(:func:`tracer.scorers.tracer_plus.fit.cross_fitted`), as on few logs a model looks far better on its own
-training steps than it serves. With a dataset's worth of logs the model wins by a wide margin and nothing
-changes (the committed full-data rows reproduce); with five or ten trajectories it rarely does. Transferred weights (``transfer``, learned on other datasets) face the same comparison on the
-logs they are fitted with, scored out of fold by the loaded model, with the burden reversed: they serve
+(few logs, few steps, a wide error: the model must earn its place). The candidates are out of fold; the
+model's weights are the served ones, which saw every training step, so on few logs its recall there
+overstates what it serves, and the one-error margin is what holds it back (judging it on models cross-fitted
+over the inner folds instead lost more recall than it won: experiments/studies/learning_curves/README.md).
+With a dataset's worth of logs the model wins by a wide margin and nothing changes (the committed full-data
+rows reproduce); with five trajectories it rarely does. Transferred weights (``transfer``, learned on other
+datasets) face the same comparison on the logs they are fitted with, scored out of fold by the loaded model,
+with the burden reversed: they serve
 unless the zero-shot ranking leads by more than one standard error. The decision is a fit result
 (``history["serves"]``): saved with the index, taken over by an online refit.
 
