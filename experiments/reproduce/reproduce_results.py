@@ -1,6 +1,6 @@
 """Re-run the committed BFCL results and diff them against the committed metrics (issue 13, "Done when").
 
-    python -m experiments.reproduce.reproduce_results                 # both parts (~40 min on 2 cores), exact
+    python -m experiments.reproduce.reproduce_results                 # both parts (~2 h on 2 cores), exact
     python -m experiments.reproduce.reproduce_results --only ablation --rows full,mlp --out /tmp/repro
     python -m experiments.reproduce.reproduce_results --reuse /tmp/repro # diff runs already there, run
     nothing
@@ -25,10 +25,9 @@ Every run embeds into an empty cache of its own (``paths.embeddings`` under its 
 vector of a text moves in the seventh decimal with the other texts of the batch it was encoded in, so a run
 over a cache that other commands filled can flip near-ties, and a row whose model trains on the vectors
 (the ablation's ``mlp``) can move a fold by 0.01. Each row's own cold cache makes the rerun a function of the
-code and the machine alone; the table's references equal such runs (docs/results.md). The ablation's were
-measured before tracer_plus's request-evidence and novel-slot defaults, as docs/results.md says, and differ
-from a run of today's code until they are re-run (about two hours on 2 cores); the presets' (hours each) have
-not been rerun so.
+code and the machine alone; the table's and the ablation's references equal such runs (docs/results.md; the
+ablation's 26 rows take about 100 minutes on 2 cores). Of the presets', `fastest`'s does; the fine-tuned ones
+(hours each) have not been rerun so.
 
 Compared, exactly unless ``--tol``: the run's identity (dataset, registry size, scorer, k, regime, number of
 steps) and ``mean`` and every fold of ``per_fold`` for the quality metrics (latency is a timing, not a
