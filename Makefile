@@ -44,7 +44,7 @@ describe: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.bench_retriever
 
-# rerun the BFCL table and the tracer_plus ablation (~40 min) and diff against the committed metrics
+# rerun the BFCL table and the tracer_plus ablation (~2 h on 2 cores) and diff against the committed metrics
 reproduce: $(STAMP)
 	$(PY) -m experiments.reproduce.reproduce_results
 
