@@ -275,7 +275,8 @@ class ZeroShot(Guard):
 
     @property
     def novel_needs_fusion(self) -> bool:
-        """Whether the novel slots read this fusion (else the vector scores, or nothing when off)."""
+        """Whether the novel slots read this fusion (else what :meth:`novel_scores` builds from the vector and
+        BM25 scores, or nothing when off)."""
         return bool(self.novel) and self.novel_from == "zero_shot"
 
     def novel_scores(self, steps: Sequence[Step], vec: np.ndarray, zs: np.ndarray | None, res,
