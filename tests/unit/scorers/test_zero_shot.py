@@ -212,6 +212,28 @@ def test_the_novel_slots_read_bm25_only_where_the_request_shares_a_word(tiny_reg
     assert np.flatnonzero(np.isfinite(read)).tolist() == [len(tiny_registry) + 3]
 
 
+def test_the_default_novel_slots_read_the_request_evidences_bm25_not_a_second_pass(tiny_registry,
+                                                                                   keyword_embedder,
+                                                                                   monkeypatch):
+    """With the request evidence on (the default), a step the model serves runs no BM25 of its own for the
+    novel slots: the zero-shot BM25 is not built, live or batched, and the slots still claim."""
+    res = Resources.build(tiny_registry, keyword_embedder, device="cpu", seed=0)
+    scorer = build_scorer("tracer_plus", keys=["prefix"], vector_candidates=0, query_context=CONTEXT,
+                          memory_context=CONTEXT, head=FAST,
+                          zero_shot={"kind": "hybrid", "guard": False, "novel": 2, "novel_from": "hybrid"})
+    scorer.fit(FLIGHTS, res)
+    assert scorer.request is not None and not scorer.zero_shot_wanted
+
+    def second_pass(*_):
+        raise AssertionError("the novel slots ran a BM25 of their own")
+
+    monkeypatch.setattr(ZeroShot, "_bm25", second_pass)
+    steps = extract_all([one_call("t", "list my files", "list_files")])
+    scores = scorer.score(steps)
+    assert scores.reserve is not None and scores.reserve[0]
+    assert scorer.select_one(steps[0], scorer.embed(steps), 2) == finalize(scores, 2, scorer.pad).presented[0]
+
+
 def test_top_ids_is_a_stable_argsorts_first_j_ties_by_id():
     rng = np.random.default_rng(0)
     for _ in range(500):

@@ -283,9 +283,10 @@ class ZeroShot(Guard):
                      rendering, lexical: np.ndarray | None = None) -> np.ndarray:
         """``[B, N]``: the ranking the novel slots read (``novel_from``), from the steps' vector scores
         ``vec [B, N]``, this fusion's ``zs [B, N]`` (None unless ``novel_needs_fusion``) and BM25 scores
-        ``lexical [B, N]``: the request's, which tracer_plus's request evidence has computed already (None:
-        BM25 of ``rendering`` here, 0.8 ms a step on BFCL's 240 tools). BM25 ranks only the tools that share
-        a word with the request (the rest ``-inf``): a tie at 0 is no evidence."""
+        ``lexical [B, N]``: the request's, which tracer_plus's request evidence has computed already (None,
+        with the request evidence off: BM25 of ``rendering`` here, a second pass over the registry). BM25
+        ranks only the tools that share a word with the request (the rest ``-inf``): a tie at 0 is no
+        evidence."""
         if self.novel_from == "zero_shot":
             return zs
         if self.novel_from == "vector":
@@ -300,7 +301,8 @@ class ZeroShot(Guard):
 
     def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its scores
-        ``zs [B, N]`` (the fusion's or the vector's, ``novel_from``; ties by registry position), best
-        first. A tool the ranking left unscored (``-inf``: not retrieved, no word shared) claims nothing."""
+        ``zs [B, N]`` (:meth:`novel_scores`, the ranking ``novel_from`` names; ties by registry position),
+        best first. A tool the ranking left unscored (``-inf``: not retrieved, no word shared) claims
+        nothing."""
         return [tuple(int(t) for t in top_ids(row, self.novel) if never_called[t] and row[t] > -np.inf)
                 for row in zs]
