@@ -14,9 +14,9 @@ import numpy as np
 from tracer.scorer_base.ranking import finalize
 
 METRICS = (
-    "recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens", "cic_reduction",
-    "out_of_trie_rate", "fallback_rate", "recall_out_of_trie", "task_success", "latency_ms_p50",
-    "latency_ms_p95",
+    "recall_at_1", "recall_at_k", "mrr", "selection_accuracy", "cic_tokens", "cic_full_registry_tokens",
+    "cic_reduction", "out_of_trie_rate", "fallback_rate", "recall_out_of_trie", "task_success",
+    "latency_ms_p50", "latency_ms_p95",
 )
 # what went wrong at the executor, as shares of all steps (a step is at most one of them)
 OUTCOME_RATES = ("unpresented_call_rate", "malformed_rate", "executor_error_rate", "no_call_rate")
@@ -89,6 +89,7 @@ def fold_metrics(records: Sequence[StepRecord], *, trie_based: bool,
     """Metrics of one fold from its step records."""
     gold_steps = [r for r in records if r.gold is not None]
     hits = [bool(r.hit_at_k) for r in gold_steps]
+    firsts = [r.gold_rank == 1 for r in gold_steps]  # the ranking's top 1, whatever k presents
     rr = [1.0 / r.gold_rank if r.gold_rank else 0.0 for r in gold_steps]
     sel = [bool(r.correct) for r in gold_steps if r.correct is not None]
     cic = _mean([r.prompt_tokens for r in records])
@@ -96,8 +97,8 @@ def fold_metrics(records: Sequence[StepRecord], *, trie_based: bool,
     full = _mean([r.full_registry_tokens for r in records])
     out = {m: None for m in METRICS}
     out.update(
-        recall_at_k=_mean(hits), mrr=_mean(rr), selection_accuracy=_mean(sel), cic_tokens=cic,
-        cic_full_registry_tokens=full,
+        recall_at_1=_mean(firsts), recall_at_k=_mean(hits), mrr=_mean(rr), selection_accuracy=_mean(sel),
+        cic_tokens=cic, cic_full_registry_tokens=full,
         # reduction in one tokenizer on both sides (the local one), whatever cic_tokens was counted in
         cic_reduction=(1.0 - cic_local / full) if full else None,
     )
@@ -137,12 +138,13 @@ def folds_in_mean(per_fold: Sequence[Mapping[str, float | None]]) -> dict[str, i
 
 
 def by_gold_seen(records: Sequence[StepRecord]) -> dict[str, dict[str, float | int | None]]:
-    """Recall at k and MRR pooled over the steps whose gold tool the fold's training trajectories called
-    (``seen``) and over the others (``unseen``: a tool the scorer never saw used)."""
+    """Recall at 1 and at k and MRR pooled over the steps whose gold tool the fold's training trajectories
+    called (``seen``) and over the others (``unseen``: a tool the scorer never saw used)."""
     out = {}
     for label, want in (("seen", True), ("unseen", False)):
         rs = [r for r in records if r.gold is not None and r.gold_seen is want]
-        out[label] = {"n_steps": len(rs), "recall_at_k": _mean([bool(r.hit_at_k) for r in rs]),
+        out[label] = {"n_steps": len(rs), "recall_at_1": _mean([r.gold_rank == 1 for r in rs]),
+                      "recall_at_k": _mean([bool(r.hit_at_k) for r in rs]),
                       "mrr": _mean([1.0 / r.gold_rank if r.gold_rank else 0.0 for r in rs])}
     return out
 

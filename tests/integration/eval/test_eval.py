@@ -63,6 +63,7 @@ def test_fold_metrics_by_hand():
     recs = _records([(1, True, False, True, 10), (3, False, True, False, 20), (None, False, True, False, 30),
                      (2, True, False, True, 40)])
     m = fold_metrics(recs, trie_based=True, task_success=[True, False], latencies_ms=[1.0, 2.0, 3.0, 4.0])
+    assert m["recall_at_1"] == pytest.approx(1 / 4)          # the ranking's first: rank 1 only
     assert m["recall_at_k"] == pytest.approx(2 / 4)          # ranks 1 and 2 are within k=2
     assert m["mrr"] == pytest.approx((1 + 1 / 3 + 0 + 1 / 2) / 4)
     assert m["selection_accuracy"] == pytest.approx(0.5)
@@ -104,6 +105,7 @@ def test_toy_run_metrics_by_hand(tiny_trajs, tiny_resources):
     res = _tiny_eval(tiny_trajs, tiny_resources, ScriptedScorer())
     assert res.n_steps == 10
     assert res.mean["recall_at_k"] == pytest.approx((1 + 2 / 3 + 0 + 0.5 + 0) / 5)
+    assert res.mean["recall_at_1"] == pytest.approx((1 / 2 + 1 / 3 + 0 + 1 / 2 + 0) / 5)
     assert res.mean["mrr"] == pytest.approx((0.75 + (1 + 0.5 + 1 / 3) / 3 + 0.225 + 0.625 + 1 / 6) / 5)
     assert res.mean["selection_accuracy"] == pytest.approx(res.mean["recall_at_k"])  # oracle = coverage
     for r in res.records:  # prompt cost = conversation + presented schemas, reduction against the registry
@@ -121,9 +123,10 @@ def test_steps_whose_gold_the_folds_training_never_called_are_unseen(tiny_trajs,
     unseen = sorted((r.trajectory_id, r.gold) for r in res.records if r.gold_seen is False)
     assert unseen == [("t1", "cancel_booking"), ("t2", "send_email"), ("t4", "list_files")]
     split = by_gold_seen(res.records)
-    assert (split["unseen"]
-            == {"n_steps": 3, "recall_at_k": 0.0, "mrr": pytest.approx((1 / 3 + 1 / 5 + 1 / 6) / 3)})
-    assert split["seen"] == {"n_steps": 7, "recall_at_k": pytest.approx(5 / 7), "mrr": pytest.approx(4.5 / 7)}
+    assert (split["unseen"] == {"n_steps": 3, "recall_at_1": 0.0, "recall_at_k": 0.0,
+                                "mrr": pytest.approx((1 / 3 + 1 / 5 + 1 / 6) / 3)})
+    assert split["seen"] == {"n_steps": 7, "recall_at_1": pytest.approx(3 / 7),
+                             "recall_at_k": pytest.approx(5 / 7), "mrr": pytest.approx(4.5 / 7)}
 
 
 class EncodesGold(ScriptedScorer):
