@@ -83,22 +83,27 @@ def _mean(xs: Sequence[float]) -> float | None:
     return float(np.mean(xs)) if len(xs) else None
 
 
+def ranking_metrics(gold_steps: Sequence[StepRecord]) -> dict[str, float | None]:
+    """Recall at 1 (the gold first in the ranking, whatever k presents), recall at k (among the presented)
+    and MRR of steps that have a gold."""
+    return {"recall_at_1": _mean([r.gold_rank == 1 for r in gold_steps]),
+            "recall_at_k": _mean([bool(r.hit_at_k) for r in gold_steps]),
+            "mrr": _mean([1.0 / r.gold_rank if r.gold_rank else 0.0 for r in gold_steps])}
+
+
 def fold_metrics(records: Sequence[StepRecord], *, trie_based: bool,
                  task_success: Sequence[bool] | None = None,
                  latencies_ms: Sequence[float] | None = None) -> dict[str, float | None]:
     """Metrics of one fold from its step records."""
     gold_steps = [r for r in records if r.gold is not None]
-    hits = [bool(r.hit_at_k) for r in gold_steps]
-    firsts = [r.gold_rank == 1 for r in gold_steps]  # the ranking's top 1, whatever k presents
-    rr = [1.0 / r.gold_rank if r.gold_rank else 0.0 for r in gold_steps]
     sel = [bool(r.correct) for r in gold_steps if r.correct is not None]
     cic = _mean([r.prompt_tokens for r in records])
     cic_local = _mean([r.prompt_tokens_local for r in records])
     full = _mean([r.full_registry_tokens for r in records])
     out = {m: None for m in METRICS}
     out.update(
-        recall_at_1=_mean(firsts), recall_at_k=_mean(hits), mrr=_mean(rr), selection_accuracy=_mean(sel),
-        cic_tokens=cic, cic_full_registry_tokens=full,
+        **ranking_metrics(gold_steps), selection_accuracy=_mean(sel), cic_tokens=cic,
+        cic_full_registry_tokens=full,
         # reduction in one tokenizer on both sides (the local one), whatever cic_tokens was counted in
         cic_reduction=(1.0 - cic_local / full) if full else None,
     )
@@ -143,9 +148,7 @@ def by_gold_seen(records: Sequence[StepRecord]) -> dict[str, dict[str, float | i
     out = {}
     for label, want in (("seen", True), ("unseen", False)):
         rs = [r for r in records if r.gold is not None and r.gold_seen is want]
-        out[label] = {"n_steps": len(rs), "recall_at_1": _mean([r.gold_rank == 1 for r in rs]),
-                      "recall_at_k": _mean([bool(r.hit_at_k) for r in rs]),
-                      "mrr": _mean([1.0 / r.gold_rank if r.gold_rank else 0.0 for r in rs])}
+        out[label] = {"n_steps": len(rs), **ranking_metrics(rs)}
     return out
 
 
