@@ -12,9 +12,8 @@ over the inner folds instead lost more recall than it won: experiments/studies/l
 With a dataset's worth of logs the model wins by a wide margin and nothing changes (the committed full-data
 rows reproduce); with five trajectories it rarely does. Transferred weights (``transfer``, learned on other
 datasets) face the same comparison on the logs they are fitted with, scored out of fold by the loaded model,
-with the burden reversed: they serve
-unless the zero-shot ranking leads by more than one standard error. The decision is a fit result
-(``history["serves"]``): saved with the index, taken over by an online refit.
+with the burden reversed: they serve unless the zero-shot ranking leads by more than one standard error. The
+decision is a fit result (``history["serves"]``): saved with the index, taken over by an online refit.
 
 *Trials* (``trial: r``, 0 = off). On a gateway's own logs every logged step is one the serving ranking got
 right, so the guard's comparison over every step keeps whichever ranking serves. On a share ``r`` of the
