@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -108,6 +109,11 @@ class StaticEmbedder:
         self.name = f"{meta['name']}-m2v-{meta['key'][:16]}"
         self.model = StaticModel.from_pretrained(str(self.dir / "model"))
         self.dim = int(self.model.dim)
+        # the truncation StaticModel.encode sets around each call, set once for _means
+        if self.model.max_length is None:
+            self.model.tokenizer.no_truncation()
+        else:
+            self.model.tokenizer.enable_truncation(self.model.max_length)
 
     def served(self) -> Served:
         """The static model's folder (the table, its tokenizer, ``source.json``), for a saved index to
@@ -117,10 +123,36 @@ class StaticEmbedder:
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         if not texts:
             return torch.zeros(0, self.dim)
-        vecs = self.model.encode(list(texts), use_multiprocessing=False).astype(np.float32)   # [N, d]
+        vecs = self._means(list(texts)).astype(np.float32)                                  # [N, d]
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         # a text with no known token maps to the zero vector: keep it zero rather than divide by 0
         return torch.from_numpy(vecs / np.where(norms > 0, norms, 1.0))                     # [N, d]
+
+    def _means(self, texts: list[str]) -> np.ndarray:
+        """``StaticModel.encode(texts)``, the same bits, ``[N, d]`` in the table's dtype: each text cut to
+        ``max_length`` tokens (and first to that many median-length tokens' characters), the mean of its
+        tokens' rows, texts of one length as one array, normalised in float32 when the model normalises.
+        Why not call it: for the one text of a live step, its batching, progress bar and truncation switches
+        cost about twice the lookup itself. A table with a token mapping or weights (a quantised model)
+        goes through ``StaticModel.encode``."""
+        m = self.model
+        if m.token_mapping is not None or m.weights is not None:
+            return m.encode(texts, use_multiprocessing=False)
+        if m.max_length is not None:  # the tokenizer truncates to max_length tokens (__init__)
+            cut = m.max_length * m.median_token_length
+            texts = [text[:cut] for text in texts]
+        ids = m.tokenize(texts)
+        out = np.zeros((len(ids), m.dim), dtype=m.embedding.dtype)                           # [N, d]
+        by_length: dict[int, list[int]] = defaultdict(list)
+        for i, row in enumerate(ids):
+            if row:  # a text with no known token stays zero
+                by_length[len(row)].append(i)
+        for rows in by_length.values():
+            out[rows] = m.embedding[np.array([ids[i] for i in rows], dtype=np.int64)].mean(axis=1)
+        if m.normalize:
+            out32 = out.astype(np.float32)
+            out = (out32 / (np.linalg.norm(out32, axis=1, keepdims=True) + 1e-32)).astype(out.dtype)
+        return out
 
 
 if __name__ == "__main__":

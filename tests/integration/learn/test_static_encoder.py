@@ -116,3 +116,29 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir, minilm_sma
     assert enc.history[-1]["checkpoint"] == str(trained)
     with pytest.raises(ValueError, match="context_weight must be >= 0"):
         build_fold_encoders(Registry(TINY_TOOLS), {**cfg, "context_weight": -0.5})
+
+
+def test_encode_is_model2vecs_encode_bit_for_bit(encoder_dir, minilm_small):
+    """``StaticEmbedder.encode`` means the rows itself (``_means``) rather than through
+    ``StaticModel.encode``'s batching: the same bits, for texts of every length, a text cut at 512 tokens, one
+    cut first at its characters, an empty one and one with no known token; a quantised table (weights) goes
+    through ``StaticModel.encode``."""
+    import numpy as np
+    from model2vec import StaticModel
+
+    served = StaticEmbedder(model=str(trained_static(pairs(), CFG, minilm_small, encoder_dir=encoder_dir)))
+    texts = (list(pairs().anchors) + [t.search_text for t in TINY_TOOLS]
+             + ["", "\u2603\u2603", "list files " * 400, "a" * 5000, "ls", "cd into docs, then ls"])
+    ref = StaticModel.encode(served.model, texts, use_multiprocessing=False).astype(np.float32)
+    norms = np.linalg.norm(ref, axis=1, keepdims=True)
+    expected = ref / np.where(norms > 0, norms, 1.0)
+    np.testing.assert_array_equal(served.encode(texts).numpy(), expected)
+    np.testing.assert_array_equal(np.concatenate([served.encode([t]).numpy() for t in texts]), expected)
+    assert not expected[texts.index("")].any()
+
+    quantised = StaticEmbedder(model=str(served.dir))
+    quantised.model.weights = np.linspace(0.5, 1.5, len(quantised.model.embedding)).astype(np.float32)
+    ref = StaticModel.encode(quantised.model, texts[:5], use_multiprocessing=False)
+    np.testing.assert_array_equal(quantised._means(texts[:5]), ref)
+    assert not np.array_equal(ref, served._means(texts[:5]))  # the weights are read
+
