@@ -142,31 +142,3 @@ def test_encode_is_model2vecs_encode_bit_for_bit(encoder_dir, minilm_small):
     np.testing.assert_array_equal(quantised._means(texts[:5]), ref)
     assert not np.array_equal(ref, served._means(texts[:5]))  # the weights are read
 
-
-def test_interpolate_mixes_the_trained_table_with_its_start(encoder_dir, minilm_small):
-    """``interpolate: a`` saves ``a * trained + (1 - a) * start`` (in float64, then float32) under a
-    key of its own; 1 (the default) keeps the trained table and the key it had before the field existed; a
-    value outside [0, 1] or a transformer recipe with it is an error naming the key."""
-    from dataclasses import asdict, replace
-
-    import numpy as np
-    from model2vec import StaticModel
-
-    from tracer.build import build_fold_encoders
-
-    start = StaticModel.from_pretrained(str(next(x for x in encoder_dir.iterdir() if x.is_symlink()) / "model"))
-    trained = trained_static(pairs(), CFG, minilm_small, encoder_dir=encoder_dir)
-    half = trained_static(pairs(), replace(CFG, interpolate=0.5), minilm_small, encoder_dir=encoder_dir)
-    assert half != trained and "interpolate" not in CFG.key() and train_info(half)["config"]["interpolate"] == 0.5
-    full = StaticModel.from_pretrained(str(trained / "model")).embedding.astype(np.float64)
-    mixed = StaticModel.from_pretrained(str(half / "model")).embedding
-    expected = (0.5 * full + 0.5 * start.embedding.astype(np.float64)).astype(np.float32)
-    # within two float32 units of the largest rows: the saved trained table is itself rounded from float64
-    np.testing.assert_allclose(mixed, expected, rtol=0, atol=2.5e-7)
-    assert not np.allclose(full, start.embedding, atol=1e-3)  # training moved the table
-    cfg = {**asdict(CFG), "kind": "static", "encoder_dir": str(encoder_dir), "context": {"join_users": True},
-           "base_model": str(minilm_small)}
-    with pytest.raises(ValueError, match=r"interpolate must be in \[0, 1\], got 1.5"):
-        build_fold_encoders(Registry(TINY_TOOLS), {**cfg, "interpolate": 1.5})
-    with pytest.raises(ValueError, match="interpolate mixes a static table"):
-        build_fold_encoders(Registry(TINY_TOOLS), {**cfg, "kind": "transformer", "interpolate": 0.5})

@@ -16,9 +16,8 @@ from typing import Any, Literal
 from tracer.core.context import ContextRendering
 from tracer.encode.source import DEFAULT_CACHE
 
-# the fields that enter a checkpoint's key only when set (away from these defaults), so that the keys of
-# full-size, one-term recipes stay
-OPTIONAL_FIELDS = {"layers": [], "from_teacher": False, "context_weight": 0.0, "interpolate": 1.0}
+# the fields that enter a checkpoint's key only when set, so that the keys of full-size, one-term recipes stay
+OPTIONAL_FIELDS = ("layers", "from_teacher", "context_weight")
 KINDS = ("transformer", "static")
 # scalar field types checked when a record is built (a YAML value of another type: an error naming the key)
 SCALARS = {"int": (int,), "float": (int, float), "bool": (bool,), "int | None": (int, type(None))}
@@ -58,11 +57,6 @@ class TrainConfig:
             (:class:`tracer.learn.encoders.losses.ContextRanking`): tracer_plus compares a live context with
             past contexts (its edge and tool memories) as well as with tool texts, and the ranking loss trains
             only the second.
-        interpolate: static only: the trained table's weight in the saved one, the rest the table it started
-            from (``a * trained + (1 - a) * start``; 1: the trained table as it is). Weight-space
-            interpolation with the zero-shot start (WiSE-FT, Wortsman et al., 2022): training moves the rows
-            of the words the logs use, and the tools no log called keep more of the start's ranking
-            (docs/encoders.md measures it).
     """
 
     batch_size: int = 32
@@ -76,7 +70,6 @@ class TrainConfig:
     layers: tuple[int, ...] = ()
     from_teacher: bool = False
     context_weight: float = 0.0
-    interpolate: float = 1.0
 
     def __post_init__(self):
         check_types(self)
@@ -90,8 +83,6 @@ class TrainConfig:
                              "needs layers")
         if self.context_weight < 0:
             raise ValueError(f"encoder_training.context_weight must be >= 0, got {self.context_weight}")
-        if not 0 <= self.interpolate <= 1:
-            raise ValueError(f"encoder_training.interpolate must be in [0, 1], got {self.interpolate}")
 
     @property
     def needs_teacher(self) -> bool:
@@ -106,7 +97,7 @@ class TrainConfig:
     def key(self) -> dict:
         """The fields as they enter a checkpoint's cache key (``OPTIONAL_FIELDS`` only when set)."""
         d = asdict(self) | {"layers": list(self.layers)}
-        return {k: v for k, v in d.items() if k not in OPTIONAL_FIELDS or v != OPTIONAL_FIELDS[k]}
+        return {k: v for k, v in d.items() if k not in OPTIONAL_FIELDS or v}
 
 
 @dataclass(frozen=True)
@@ -156,9 +147,6 @@ class EncoderRecipe:
         if self.kind == "static" and self.train.layers:
             raise ValueError(f"encoder_training.layers cut a transformer's depth; kind {self.kind!r} has no "
                              f"layers")
-        if self.kind != "static" and self.train.interpolate != 1:
-            raise ValueError(f"encoder_training.interpolate mixes a static table with its start; kind "
-                             f"{self.kind!r} has no table")
         if self.kind == "static" and self.serve_as != "finetuned":
             raise ValueError("encoder_training.serve_as: a static table is served as a StaticEmbedder of "
                              "itself")

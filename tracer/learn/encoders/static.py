@@ -102,14 +102,10 @@ def train_static(pairs: Pairs, cfg: TrainConfig, base: StaticModel,
                 log({"encoder/loss": losses[-1], "encoder/step": step})
             step += 1
     # the context term's weight is reported beside the config, not in it: trained_static keys it apart
-    out = table.detach()
-    if cfg.interpolate != 1:  # WiSE-FT (TrainConfig.interpolate): in float64, as trained
-        start = torch.tensor(np.asarray(base.embedding, dtype=np.float64))                          # [V, d]
-        out = cfg.interpolate * out + (1 - cfg.interpolate) * start
     info = {"pairs": len(pairs), "batches": step, "train_seconds": round(time.perf_counter() - t0, 2),
             "loss": losses, "config": replace(cfg, context_weight=0.0).key(),
             "context_weight": cfg.context_weight, "device": "cpu"}
-    return out.numpy().astype(np.float32), info
+    return table.detach().numpy().astype(np.float32), info
 
 
 def trained_static(pairs: Pairs, cfg: TrainConfig, base_model: str | Path | None = None,
