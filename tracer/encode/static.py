@@ -129,12 +129,13 @@ class StaticEmbedder:
         return torch.from_numpy(vecs / np.where(norms > 0, norms, 1.0))                     # [N, d]
 
     def _means(self, texts: list[str]) -> np.ndarray:
-        """``StaticModel.encode(texts)``, the same bits, ``[N, d]`` in the table's dtype: each text cut to
-        ``max_length`` tokens (and first to that many median-length tokens' characters), the mean of its
+        """``StaticModel.encode(texts)``, the same bits, ``[N, d]`` in the table's float dtype: each text cut
+        to ``max_length`` tokens (and first to that many median-length tokens' characters), the mean of its
         tokens' rows, texts of one length as one array, normalised in float32 when the model normalises.
         Why not call it: for the one text of a live step, its batching, progress bar and truncation switches
-        cost about twice the lookup itself. A table with a token mapping or weights (a quantised model)
-        goes through ``StaticModel.encode``."""
+        cost about 50 µs (``python -m benchmarks.bench_static_encode``, docs/performance.md). An
+        int8 table is meaned into float32, as model2vec does; a table with a token mapping or weights (a
+        vocabulary-quantised model) goes through ``StaticModel.encode``."""
         m = self.model
         if m.token_mapping is not None or m.weights is not None:
             return m.encode(texts, use_multiprocessing=False)
@@ -142,7 +143,8 @@ class StaticEmbedder:
             cut = m.max_length * m.median_token_length
             texts = [text[:cut] for text in texts]
         ids = m.tokenize(texts)
-        out = np.zeros((len(ids), m.dim), dtype=m.embedding.dtype)                           # [N, d]
+        dtype = np.dtype(np.float32) if m.embedding.dtype == np.int8 else m.embedding.dtype
+        out = np.zeros((len(ids), m.dim), dtype=dtype)                                         # [N, d]
         by_length: dict[int, list[int]] = defaultdict(list)
         for i, row in enumerate(ids):
             if row:  # a text with no known token stays zero

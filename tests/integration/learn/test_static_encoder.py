@@ -121,8 +121,8 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir, minilm_sma
 def test_encode_is_model2vecs_encode_bit_for_bit(encoder_dir, minilm_small):
     """``StaticEmbedder.encode`` means the rows itself (``_means``) rather than through
     ``StaticModel.encode``'s batching: the same bits, for texts of every length, a text cut at 512 tokens, one
-    cut first at its characters, an empty one and one with no known token; a quantised table (weights) goes
-    through ``StaticModel.encode``."""
+    cut first at its characters, an empty one and one with no known token; an int8 table is meaned in float32
+    as model2vec does; a vocabulary-quantised table (weights) goes through ``StaticModel.encode``."""
     import numpy as np
     from model2vec import StaticModel
 
@@ -135,6 +135,12 @@ def test_encode_is_model2vecs_encode_bit_for_bit(encoder_dir, minilm_small):
     np.testing.assert_array_equal(served.encode(texts).numpy(), expected)
     np.testing.assert_array_equal(np.concatenate([served.encode([t]).numpy() for t in texts]), expected)
     assert not expected[texts.index("")].any()
+
+    int8 = StaticEmbedder(model=str(served.dir))
+    int8.model.embedding = np.clip(np.round(int8.model.embedding * 400), -127, 127).astype(np.int8)
+    ref = StaticModel.encode(int8.model, texts, use_multiprocessing=False)
+    assert ref.dtype == np.float32 and np.abs(ref).max() > 0
+    np.testing.assert_array_equal(int8._means(texts), ref)
 
     quantised = StaticEmbedder(model=str(served.dir))
     quantised.model.weights = np.linspace(0.5, 1.5, len(quantised.model.embedding)).astype(np.float32)
