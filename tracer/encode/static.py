@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -129,32 +128,19 @@ class StaticEmbedder:
         return torch.from_numpy(vecs / np.where(norms > 0, norms, 1.0))                     # [N, d]
 
     def _means(self, texts: list[str]) -> np.ndarray:
-        """``StaticModel.encode(texts)``, the same bits, ``[N, d]`` in the table's float dtype: each text cut
-        to ``max_length`` tokens (and first to that many median-length tokens' characters), the mean of its
-        tokens' rows, texts of one length as one array, normalised in float32 when the model normalises.
-        Why not call it: for the one text of a live step, its batching, progress bar and truncation switches
-        cost about 50 µs (``python -m benchmarks.bench_static_encode``, docs/performance.md). An
-        int8 table is meaned into float32, as model2vec does; a table with a token mapping or weights (a
-        vocabulary-quantised model) goes through ``StaticModel.encode``."""
+        """``StaticModel.encode(texts)``, the same bits, ``[N, d]``: model2vec's own batch step
+        (``_encode_batch``: the tokens' rows meaned, int8, weighted and mapped tables included, normalised
+        when the model normalises) after the cut ``encode`` makes, to that many median-length tokens'
+        characters (the tokenizer cuts at ``max_length`` tokens, set in ``__init__``). Why not ``encode``
+        itself: for the one text of a live step, its batching, progress bar and truncation switches around
+        that step cost about 50 µs (``python -m benchmarks.bench_static_encode``, docs/performance.md). A
+        private method, so model2vec is pinned to a minor version (pyproject.toml) and
+        ``tests/integration/learn/test_static_encoder.py`` holds the bits equal."""
         m = self.model
-        if m.token_mapping is not None or m.weights is not None:
-            return m.encode(texts, use_multiprocessing=False)
-        if m.max_length is not None:  # the tokenizer truncates to max_length tokens (__init__)
+        if m.max_length is not None:
             cut = m.max_length * m.median_token_length
             texts = [text[:cut] for text in texts]
-        ids = m.tokenize(texts)
-        dtype = np.dtype(np.float32) if m.embedding.dtype == np.int8 else m.embedding.dtype
-        out = np.zeros((len(ids), m.dim), dtype=dtype)                                         # [N, d]
-        by_length: dict[int, list[int]] = defaultdict(list)
-        for i, row in enumerate(ids):
-            if row:  # a text with no known token stays zero
-                by_length[len(row)].append(i)
-        for rows in by_length.values():
-            out[rows] = m.embedding[np.array([ids[i] for i in rows], dtype=np.int64)].mean(axis=1)
-        if m.normalize:
-            out32 = out.astype(np.float32)
-            out = (out32 / (np.linalg.norm(out32, axis=1, keepdims=True) + 1e-32)).astype(out.dtype)
-        return out
+        return m._encode_batch(texts, m.normalize)                                          # [N, d]
 
 
 if __name__ == "__main__":

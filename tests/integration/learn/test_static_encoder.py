@@ -119,10 +119,10 @@ def test_context_positives_add_a_context_to_context_loss(encoder_dir, minilm_sma
 
 
 def test_encode_is_model2vecs_encode_bit_for_bit(encoder_dir, minilm_small):
-    """``StaticEmbedder.encode`` means the rows itself (``_means``) rather than through
-    ``StaticModel.encode``'s batching: the same bits, for texts of every length, a text cut at 512 tokens, one
-    cut first at its characters, an empty one and one with no known token; an int8 table is meaned in float32
-    as model2vec does; a vocabulary-quantised table (weights) goes through ``StaticModel.encode``."""
+    """``StaticEmbedder.encode`` runs model2vec's batch step without ``StaticModel.encode``'s batching
+    (``_means``): the same bits, for texts of every length, a text cut at 512 tokens, one cut first at its
+    characters, an empty one and one with no known token, one text at a time and all at once; and for an int8
+    table and a weighted one."""
     import numpy as np
     from model2vec import StaticModel
 
