@@ -64,9 +64,11 @@ def test_the_cold_start_preset_is_tracer_plus_with_the_novel_slots_over_the_gene
     cfg = evaluate("experiment=preset/cold_start", "dataset=tau2")
     assert cfg.scorer == evaluate("scorer=tracer_plus", "scorer.zero_shot.novel=3",
                                   "scorer.zero_shot.slots=2", "scorer.zero_shot.novel_from=zero_shot",
-                                  "scorer.zero_shot.candidates=true", "scorer.zero_shot.usage=null").scorer
+                                  "scorer.zero_shot.candidates=true", "scorer.zero_shot.usage=null",
+                                  "scorer.zero_shot.novel_toolkit=0").scorer
     sc = build_scorer(cfg.scorer)
     assert (sc.zero.novel, sc.zero.slots, sc.zero.candidates, sc.zero.usage) == (3, 2, True, None)
+    assert sc.zero.novel_toolkit == 0
     request = sc.request.features  # the request's features close the row, after the fusion's
     assert request == ("req_bm25", "req_top", "req_name", "never_called",
                        "req_cos", "req_open", "req_open_top")

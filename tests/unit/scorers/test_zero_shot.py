@@ -13,7 +13,7 @@ from builders import call, result
 from tracer.build import build_scorer
 from tracer.core.context import ContextRendering
 from tracer.core.steps import extract_all
-from tracer.core.types import Trajectory
+from tracer.core.types import Registry, Step, Tool, Trajectory
 from tracer.encode.index import ToolIndex
 from tracer.learn.nll import IGNORE
 from tracer.scorer_base.ranking import finalize, reserved
@@ -321,6 +321,37 @@ def test_two_novel_slots_take_the_last_two_places_live_as_batched(tiny_registry,
         ZeroShot("hybrid", novel=2, slots=0)
     with pytest.raises(ValueError, match="zero_shot.novel_from"):
         ZeroShot("hybrid", novel=2, novel_from="lexical")
+
+
+def test_a_never_called_tool_of_the_toolkit_in_use_claims_from_the_wider_top():
+    """``novel_toolkit``: past the top ``novel``, a never-called tool claims only where it belongs to the
+    toolkit of the step's last call the registry knows; a tool of another toolkit, a step with no known
+    last call and a toolkit holding the whole registry (no evidence) keep the top ``novel`` alone."""
+    tools = [Tool("cd", source="fs"), Tool("ls", source="fs"), Tool("rm", source="fs"),
+             Tool("send", source="mail"), Tool("read", source="mail"), Tool("add", source="math")]
+    registry = Registry(tools)
+    never = np.array([False, True, True, True, True, True])           # only cd was ever called
+    # each step ranks: add, send, cd, ls, read, rm (ties none), then nothing
+    row = np.array([3.0, 2.0, 0.5, 4.0, 1.0, 5.0], dtype=np.float32)
+
+    def step(history):
+        return Step("t", "t", 0, len(history), tuple(history), tuple(history), "ls", ())
+
+    steps = [step(["cd"]), step(["send"]), step([]), step(["unknown", "cd"])]
+    zs = np.tile(row, (len(steps), 1))                                                   # [B, N]
+    wide = ZeroShot("hybrid", novel=2, novel_toolkit=5)
+    assert wide.reserve(zs, never, steps, registry) == [
+        (5, 3, 1),  # add and send (the top 2), then ls: fs is the last call's toolkit (rm is 6th)
+        (5, 3, 4),  # after send: read, of mail
+        (5, 3),     # no call yet: the top 2 alone
+        (5, 3, 1),  # the last call the registry knows: cd
+    ]
+    assert ZeroShot("hybrid", novel=2).reserve(zs, never, steps, registry) == [(5, 3)] * 4
+    assert wide.reserve(zs, never) == [(5, 3)] * 4                                      # no steps: top 2
+    same = Registry([replace(t, source="all") for t in tools])                          # one toolkit: none
+    assert wide.reserve(zs, never, steps, same) == [(5, 3)] * 4
+    with pytest.raises(ValueError, match="zero_shot.novel_toolkit"):
+        ZeroShot("hybrid", novel=2, novel_toolkit=-1)
 
 
 @pytest.mark.parametrize("index", ["exact", "hnsw"])

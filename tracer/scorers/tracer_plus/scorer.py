@@ -217,7 +217,7 @@ class TracerPlusScorer(LiveStep, OwnLogs, ScorerBase):
                 source = self.zero.novel_scores(steps, vec.cpu().numpy(), zero, self.res,
                                                 self.query_rendering,
                                                 None if req is None else req.bm25)        # [B, N]
-                novel = self.zero.reserve(source, self.never_called)
+                novel = self.zero.reserve(source, self.never_called, steps, self.res.registry)
             reserve = req.reserve(novel) if req is not None and self.open_slot_serves else novel
         # zero_shot.gate on its own logs: a step whose state they do not know is ranked by the fusion, and
         # nothing is reserved there

@@ -76,7 +76,7 @@ class LiveStep:
         if self.zero.novel:  # the last slots' claimants, as batched
             source = self.zero.novel_scores([step], vec[None], zs, self.res, self.query_rendering,
                                             None if req is None else req.bm25)                  # [1, N]
-            novel = self.zero.reserve(source, self.never_called)
+            novel = self.zero.reserve(source, self.never_called, [step], self.res.registry)
         claimants = req.reserve(novel) if req is not None and self.open_slot_serves else novel
         if claimants is not None:
             one.reserve = claimants[0]

@@ -19,6 +19,9 @@ or ``hybrid`` (vector and BM25 fused, the lexical half untouched by what an enco
 fusion's toolkit, previous-call and usage inputs all favour tools the logs have called, so a never-called tool
 the request matches best is often first in the vector ranking and below the fusion's top 3: on BFCL's steps
 whose tool no training log called, vector search puts the gold first or second in 8 of the 9 distinct cases.
+With ``novel_toolkit: J`` (above ``j``), a never-called tool of the toolkit of the conversation's last call
+claims from the wider top ``J``: the logs say that toolkit is in use, so its new tools are the likely ones,
+while a tool of a toolkit no conversation is in (most of a large registry) needs the request's top ``j``.
 
 *The toolkit* (``toolkit: true``). Tools come in toolkits (``Tool.source``: an API family,
 an MCP server), and a conversation mostly stays in the toolkit of its last call: after a conversation's first
@@ -118,6 +121,11 @@ def toolkits(registry) -> dict[str, np.ndarray]:
     return {kit: np.asarray(ids, dtype=np.int64) for kit, ids in groups.items() if len(ids) < len(registry)}
 
 
+def last_known_call(step: Step, positions: Mapping[str, int]) -> int | None:
+    """The registry id of the step's last call the registry knows (``positions``: name -> id), or None."""
+    return next((positions[h] for h in reversed(step.history) if h in positions), None)
+
+
 def last_call_rrf(steps: Sequence[Step], vec: np.ndarray, registry,
                   following: Callable[[int], np.ndarray | None], k: int) -> np.ndarray:
     """A ranking keyed by the conversation's last call as its share of a reciprocal-rank fusion, ``[B, N]``
@@ -128,7 +136,7 @@ def last_call_rrf(steps: Sequence[Step], vec: np.ndarray, registry,
     out = np.zeros(vec.shape, dtype=np.float32)
     positions = registry.positions
     for row, v, step in zip(out, vec, steps):
-        last = next((positions[h] for h in reversed(step.history) if h in positions), None)
+        last = last_known_call(step, positions)
         ids = following(last) if last is not None else None
         if ids is None or len(ids) == 0:
             continue
@@ -180,6 +188,8 @@ class ZeroShot(Guard):
         bm25: ``{k1, b}`` of the lexical input (``hybrid``).
         rrf_k: the fusion's rank offset (``hybrid``).
         novel: j, the zero-shot top j from which never-called tools take the last slots (0: off).
+        novel_toolkit: J, the wider top from which a never-called tool of the toolkit of the conversation's
+            last call claims (``novel`` on; at most ``novel``: no wider top).
         slots: how many of the k presented slots never-called tools may take (``novel`` on).
         novel_from: the ranking whose top j the never-called tools come from: ``zero_shot``, ``vector``,
             ``bm25`` (the tools whose words the request shares) or ``hybrid`` (vector and BM25 fused).
@@ -203,7 +213,7 @@ class ZeroShot(Guard):
                  rrf_k: int = 60, novel: int = 0, slots: int = 1, toolkit: bool = False,
                  calls: bool = False, dataflow: bool = False, candidates: bool = False,
                  usage: float | None = None, novel_from: str = "zero_shot", trial: float = 0.0,
-                 gate: bool = False):
+                 gate: bool = False, novel_toolkit: int = 0):
         if kind not in KINDS:
             raise ValueError(f"zero_shot.kind: {kind!r}; valid: {', '.join(KINDS)}")
         for flag, value in (("toolkit", toolkit), ("calls", calls), ("dataflow", dataflow),
@@ -212,11 +222,13 @@ class ZeroShot(Guard):
                 raise TypeError(f"zero_shot.{flag} must be a bool, got {value!r}")
         if isinstance(novel, bool) or not isinstance(novel, int) or novel < 0:
             raise ValueError(f"zero_shot.novel must be an int >= 0, got {novel!r}")
+        if isinstance(novel_toolkit, bool) or not isinstance(novel_toolkit, int) or novel_toolkit < 0:
+            raise ValueError(f"zero_shot.novel_toolkit must be an int >= 0, got {novel_toolkit!r}")
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError(f"zero_shot.slots must be an int >= 1, got {slots!r}")
         if novel_from not in NOVEL_FROM:
             raise ValueError(f"zero_shot.novel_from: {novel_from!r}; valid: {', '.join(NOVEL_FROM)}")
-        self.novel_from = novel_from
+        self.novel_from, self.novel_toolkit = novel_from, novel_toolkit
         self.trial = check_rate(trial, "zero_shot.trial")
         self.gate = gate
         self.kind, self.guard, self.k, self.rrf_k, self.novel = kind, bool(guard), int(k), int(rrf_k), novel
@@ -236,8 +248,8 @@ class ZeroShot(Guard):
         return {"kind": self.kind, "guard": self.guard, "k": self.k, "bm25": dict(self.bm25_cfg),
                 "rrf_k": self.rrf_k, "novel": self.novel, "slots": self.slots, "toolkit": self.toolkit,
                 "calls": self.calls, "dataflow": self.dataflow, "candidates": self.candidates,
-                "usage": self.usage, "novel_from": self.novel_from, "trial": self.trial,
-                "gate": self.gate}
+                "usage": self.usage, "novel_from": self.novel_from, "novel_toolkit": self.novel_toolkit,
+                "trial": self.trial, "gate": self.gate}
 
     def _bm25(self, res, rendering):
         if self._lexical is None or self._lexical[0] is not res.registry:
@@ -246,6 +258,12 @@ class ZeroShot(Guard):
             scorer.fit([], res)
             self._lexical = (res.registry, scorer)
         return self._lexical[1]
+
+    def toolkits(self, registry) -> dict[str, np.ndarray]:
+        """:func:`toolkits` of ``registry``, built once per registry."""
+        if self._kits is None or self._kits[0] is not registry:
+            self._kits = (registry, toolkits(registry))
+        return self._kits[1]
 
     @property
     def fuses(self) -> bool:
@@ -264,9 +282,7 @@ class ZeroShot(Guard):
         else:  # an approximate index: fuse what it retrieved with as many lexical leaders, no registry sort
             fused = rrf_retrieved(vec, lexical, self.rrf_k, res.tool_index.ann_k)
         if self.toolkit:
-            if self._kits is None or self._kits[0] is not res.registry:
-                self._kits = (res.registry, toolkits(res.registry))
-            fused = fused + toolkit_rrf(steps, vec, res.registry, self._kits[1], self.rrf_k)
+            fused = fused + toolkit_rrf(steps, vec, res.registry, self.toolkits(res.registry), self.rrf_k)
         if self.dataflow:
             if self._flow is None or self._flow[0] is not res.registry:
                 self._flow = (res.registry, Dataflow(res.registry))
@@ -299,10 +315,26 @@ class ZeroShot(Guard):
             return rrf(vec, lexical, k=self.rrf_k)
         return rrf_retrieved(np.asarray(vec), lexical, self.rrf_k, res.tool_index.ann_k)
 
-    def reserve(self, zs: np.ndarray, never_called: np.ndarray) -> list[tuple[int, ...]]:
+    def reserve(self, zs: np.ndarray, never_called: np.ndarray, steps: Sequence[Step] | None = None,
+                registry=None) -> list[tuple[int, ...]]:
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its scores
         ``zs [B, N]`` (:meth:`novel_scores`, the ranking ``novel_from`` names; ties by registry position),
-        best first. A tool the ranking left unscored (``-inf``: not retrieved, no word shared) claims
-        nothing."""
-        return [tuple(int(t) for t in top_ids(row, self.novel) if never_called[t] and row[t] > -np.inf)
-                for row in zs]
+        and with ``novel_toolkit`` those of the toolkit of the step's last call (``steps``, ``registry``)
+        among its top ``novel_toolkit``, best first. A tool the ranking left unscored (``-inf``: not
+        retrieved, no word shared) claims nothing."""
+        j = self.novel
+        wide = self.novel_toolkit if steps is not None and self.novel_toolkit > j else j
+        out = []
+        for b, row in enumerate(zs):
+            kit = self._last_toolkit(steps[b], registry) if wide > j else None
+            out.append(tuple(int(t) for rank, t in enumerate(top_ids(row, wide))
+                             if never_called[t] and row[t] > -np.inf
+                             and (rank < j or (kit is not None and registry[int(t)].source == kit))))
+        return out
+
+    def _last_toolkit(self, step: Step, registry) -> str | None:
+        """The toolkit (``Tool.source``) of the step's last call the registry knows, where it is one of
+        :meth:`toolkits` (named, not the whole registry); else None."""
+        last = last_known_call(step, registry.positions)
+        kit = None if last is None else registry[last].source
+        return kit if kit in self.toolkits(registry) else None
