@@ -325,8 +325,9 @@ def test_two_novel_slots_take_the_last_two_places_live_as_batched(tiny_registry,
 
 def test_a_never_called_tool_of_the_toolkit_in_use_claims_from_the_wider_top():
     """``novel_toolkit``: past the top ``novel``, a never-called tool claims only where it belongs to the
-    toolkit of the step's last call the registry knows; a tool of another toolkit, a step with no known
-    last call and a toolkit holding the whole registry (no evidence) keep the top ``novel`` alone."""
+    toolkit of the step's last call the registry knows, and that toolkit's claimants come first; a tool of
+    another toolkit, a step with no known last call and a toolkit holding the whole registry (no evidence)
+    keep the top ``novel`` alone."""
     tools = [Tool("cd", source="fs"), Tool("ls", source="fs"), Tool("rm", source="fs"),
              Tool("send", source="mail"), Tool("read", source="mail"), Tool("add", source="math")]
     registry = Registry(tools)
@@ -341,10 +342,10 @@ def test_a_never_called_tool_of_the_toolkit_in_use_claims_from_the_wider_top():
     zs = np.tile(row, (len(steps), 1))                                                   # [B, N]
     wide = ZeroShot("hybrid", novel=2, novel_toolkit=5)
     assert wide.reserve(zs, never, steps, registry) == [
-        (5, 3, 1),  # add and send (the top 2), then ls: fs is the last call's toolkit (rm is 6th)
-        (5, 3, 4),  # after send: read, of mail
+        (1, 5, 3),  # ls first (fs is the last call's toolkit; rm is 6th), then add and send, the top 2
+        (3, 4, 5),  # after send: mail's, send and read, then add
         (5, 3),     # no call yet: the top 2 alone
-        (5, 3, 1),  # the last call the registry knows: cd
+        (1, 5, 3),  # the last call the registry knows: cd
     ]
     assert ZeroShot("hybrid", novel=2).reserve(zs, never, steps, registry) == [(5, 3)] * 4
     assert wide.reserve(zs, never) == [(5, 3)] * 4                                      # no steps: top 2

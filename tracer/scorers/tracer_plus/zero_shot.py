@@ -20,8 +20,9 @@ fusion's toolkit, previous-call and usage inputs all favour tools the logs have 
 the request matches best is often first in the vector ranking and below the fusion's top 3: on BFCL's steps
 whose tool no training log called, vector search puts the gold first or second in 8 of the 9 distinct cases.
 With ``novel_toolkit: J`` (above ``j``), a never-called tool of the toolkit of the conversation's last call
-claims from the wider top ``J``: the logs say that toolkit is in use, so its new tools are the likely ones,
-while a tool of a toolkit no conversation is in (most of a large registry) needs the request's top ``j``.
+claims from the wider top ``J``, before the others: the logs say that toolkit is in use, so its new tools are
+the likely ones, while a tool of a toolkit no conversation is in (most of a large registry) needs the
+request's top ``j``.
 
 *The toolkit* (``toolkit: true``). Tools come in toolkits (``Tool.source``: an API family,
 an MCP server), and a conversation mostly stays in the toolkit of its last call: after a conversation's first
@@ -320,16 +321,19 @@ class ZeroShot(Guard):
         """Per step, the never-called tools (``never_called [N]`` bool) among the top ``novel`` of its scores
         ``zs [B, N]`` (:meth:`novel_scores`, the ranking ``novel_from`` names; ties by registry position),
         and with ``novel_toolkit`` those of the toolkit of the step's last call (``steps``, ``registry``)
-        among its top ``novel_toolkit``, best first. A tool the ranking left unscored (``-inf``: not
-        retrieved, no word shared) claims nothing."""
+        among its top ``novel_toolkit``: that toolkit's first, then the others, each best first. A tool the
+        ranking left unscored (``-inf``: not retrieved, no word shared) claims nothing."""
         j = self.novel
         wide = self.novel_toolkit if steps is not None and self.novel_toolkit > j else j
         out = []
         for b, row in enumerate(zs):
             kit = self._last_toolkit(steps[b], registry) if wide > j else None
-            out.append(tuple(int(t) for rank, t in enumerate(top_ids(row, wide))
-                             if never_called[t] and row[t] > -np.inf
-                             and (rank < j or (kit is not None and registry[int(t)].source == kit))))
+            claims = [(kit is not None and registry[t].source == kit, rank, t)
+                      for rank, t in enumerate(top_ids(row, wide).tolist())
+                      if never_called[t] and row[t] > -np.inf]
+            # the toolkit in use's claimants first, then the top j's others, each kind best first
+            out.append(tuple(t for ours, rank, t in sorted(claims, key=lambda c: (not c[0], c[1]))
+                             if ours or rank < j))
         return out
 
     def _last_toolkit(self, step: Step, registry) -> str | None:
