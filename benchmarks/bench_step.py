@@ -9,6 +9,7 @@ path.
         [--usage]           # also tracer_plus with two novel slots, without and with usage vectors
         [--request]         # also tracer_plus without its request evidence (request: null), the cost of it
         [--novel-from vector bm25]  # also tracer_plus with its novel slots over these rankings
+        [--novel-toolkit 0]         # also tracer_plus with zero_shot.novel_toolkit each of these (0: off)
 
 BFCL (registry large), fitted on folds 1-4 (seed 0), the held-out fold 0's steps embedded once
 (through ``.cache/embeddings``). For each scorer and step, thread CPU time (one torch and one BLAS
@@ -55,6 +56,8 @@ def main() -> None:
                     help="also tracer_plus without its request evidence (request: null)")
     ap.add_argument("--novel-from", nargs="*", default=[],
                     help="also tracer_plus with zero_shot.novel_from each of these (vector, bm25, ...)")
+    ap.add_argument("--novel-toolkit", nargs="*", type=int, default=[],
+                    help="also tracer_plus with zero_shot.novel_toolkit each of these (0: off)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ds = build_dataset("bfcl", "large")
@@ -81,6 +84,7 @@ def main() -> None:
         runs.append(("tracer_plus, no request evidence", {"request": None}))
     runs += [(f"tracer_plus, novel slots over {src}", {"zero_shot": {"novel_from": src}})
              for src in a.novel_from]
+    runs += [(f"tracer_plus, novel_toolkit {j}", {"zero_shot": {"novel_toolkit": j}}) for j in a.novel_toolkit]
     for name, overrides in runs:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)
