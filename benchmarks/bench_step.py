@@ -84,7 +84,8 @@ def main() -> None:
         runs.append(("tracer_plus, no request evidence", {"request": None}))
     runs += [(f"tracer_plus, novel slots over {src}", {"zero_shot": {"novel_from": src}})
              for src in a.novel_from]
-    runs += [(f"tracer_plus, novel_toolkit {j}", {"zero_shot": {"novel_toolkit": j}}) for j in a.novel_toolkit]
+    runs += [(f"tracer_plus, novel_toolkit {j}", {"zero_shot": {"novel_toolkit": j}})
+             for j in a.novel_toolkit]
     for name, overrides in runs:
         sc = build_scorer("tracer_plus" if overrides else name, **overrides)
         sc.fit(train, res)
