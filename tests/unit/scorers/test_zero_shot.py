@@ -349,6 +349,7 @@ def test_a_never_called_tool_of_the_toolkit_in_use_claims_from_the_wider_top():
     ]
     assert ZeroShot("hybrid", novel=2).reserve(zs, never, steps, registry) == [(5, 3)] * 4
     assert wide.reserve(zs, never) == [(5, 3)] * 4                                      # no steps: top 2
+    assert wide.reserve(zs, never, steps) == [(5, 3)] * 4                               # no registry
     same = Registry([replace(t, source="all") for t in tools])                          # one toolkit: none
     assert wide.reserve(zs, never, steps, same) == [(5, 3)] * 4
     with pytest.raises(ValueError, match="zero_shot.novel_toolkit"):

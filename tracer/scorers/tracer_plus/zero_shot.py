@@ -324,7 +324,8 @@ class ZeroShot(Guard):
         among its top ``novel_toolkit``: that toolkit's first, then the others, each best first. A tool the
         ranking left unscored (``-inf``: not retrieved, no word shared) claims nothing."""
         j = self.novel
-        wide = self.novel_toolkit if steps is not None and self.novel_toolkit > j else j
+        knows_calls = steps is not None and registry is not None
+        wide = self.novel_toolkit if knows_calls and self.novel_toolkit > j else j
         out = []
         for b, row in enumerate(zs):
             kit = self._last_toolkit(steps[b], registry) if wide > j else None
