@@ -18,6 +18,8 @@ A fit that cannot run at some N (e.g. the blend head without data) is recorded w
 
 Writes ``<out>/<dataset>.csv`` (``<dataset>.<tag>.csv`` with ``--tag``; one row per fold, N, scorer),
 ``<out>/summary.md`` (mean ± SD over folds) and ``<out>/<dataset>.png`` (recall@1 and @k against N, SD bars).
+A rerun resumes: it skips the (fold, N, scorer) rows its file holds. After a default changes, ``--force``
+removes the rows this run would write (its scorers at its Ns, in its folds) and runs them again.
 """
 
 from __future__ import annotations
@@ -122,10 +124,23 @@ def transfer_model(target: str, loaded: dict, out: Path, seed: int) -> Path:
     return path
 
 
+def redone(row: dict, args) -> bool:
+    """Whether ``--force`` runs this CSV row again: its scorer, N and fold are among this run's."""
+    return (row["scorer"] in args.scorers and row["n"] in args.ns
+            and (not args.only_folds or int(row["fold"]) in args.only_folds))
+
+
 def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
     ds, res = loaded[name]
     path = out / (f"{name}.{args.tag}.csv" if args.tag else f"{name}.csv")
     done = set()
+    if path.exists() and args.force:  # the rows this run writes go; every other row stays
+        with open(path, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if not redone(r, args)]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS)
+            w.writeheader()
+            w.writerows(kept)
     if path.exists():  # resume: skip what an earlier run wrote
         with open(path, newline="") as f:
             done = {(r["fold"], r["n"], r["scorer"]) for r in csv.DictReader(f)}
@@ -177,6 +192,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "results" / "learning_curves")
     p.add_argument("--tag", default="",
                    help="write <dataset>.<tag>.csv (runs in parallel; the plot merges them)")
+    p.add_argument("--force", action="store_true",
+                   help="run again the rows of this run's scorers, Ns and folds that the file holds")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     need = set(args.datasets) | ({"bfcl", "tau2", "apibank"} if "tracer_plus_transfer" in args.scorers
