@@ -1,5 +1,5 @@
 """One text through the static encoder, as a live step encodes it: model2vec's ``StaticModel.encode`` against
-``StaticEmbedder.encode``, which means the table's rows itself (the same bits).
+``StaticEmbedder.encode``, which calls model2vec's batch step without ``encode``'s wrapper (the same bits).
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_static_encode [--model .cache/encoders/m2v-trained-<hash>]
         [--n 1000] [--repeats 3]
