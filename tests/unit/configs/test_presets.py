@@ -42,10 +42,13 @@ def evaluate(*overrides: str):
                                                  ("fastest", "static_contexts", True)])
 def test_presets_pick_tracer_plus_over_a_trained_encoder(preset, recipe, inner):
     cfg = evaluate(f"experiment=preset/{preset}")
-    # the best preset's candidate model is the mean of 10 MLPs; the others keep the linear one
-    ensemble = ["scorer.model=mlp", "scorer.head.members=10"] if preset == "best" else []
-    assert cfg.scorer == evaluate("scorer=tracer_plus", *ensemble).scorer
-    assert build_scorer(cfg.scorer).members == (10 if preset == "best" else 1)
+    # the best preset's candidate model is the mean of 10 MLPs, and its toolkit in use's never-called tools
+    # get no wider top than the others'; the other presets keep the linear model and the wider top of 5
+    best = ["scorer.model=mlp", "scorer.head.members=10", "scorer.zero_shot.novel_toolkit=0"]
+    assert cfg.scorer == evaluate("scorer=tracer_plus", *(best if preset == "best" else [])).scorer
+    scorer = build_scorer(cfg.scorer)
+    assert scorer.members == (10 if preset == "best" else 1)
+    assert scorer.zero.novel_toolkit == (0 if preset == "best" else 5)
     # the fastest preset's static encoder trains in seconds, so its inner folds get clean encoders too
     assert cfg.encoder_training == evaluate(
         f"encoder_training={recipe}", f"encoder_training.inner_encoders={str(inner).lower()}"
