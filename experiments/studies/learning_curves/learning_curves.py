@@ -130,20 +130,26 @@ def redone(row: dict, args) -> bool:
             and (not args.only_folds or int(row["fold"]) in args.only_folds))
 
 
-def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
-    ds, res = loaded[name]
-    path = out / (f"{name}.{args.tag}.csv" if args.tag else f"{name}.csv")
-    done = set()
-    if path.exists() and args.force:  # the rows this run writes go; every other row stays
+def resumed(path: Path, args) -> set[tuple[str, str, str]]:
+    """The (fold, N, scorer) rows of ``path`` this run skips: every row an earlier run wrote, less those
+    ``--force`` runs again (removed from the file first; every other row stays)."""
+    rows = []
+    if path.exists():
         with open(path, newline="") as f:
-            kept = [r for r in csv.DictReader(f) if not redone(r, args)]
+            rows = list(csv.DictReader(f))
+    if args.force and rows:
+        rows = [r for r in rows if not redone(r, args)]
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, FIELDS)
             w.writeheader()
-            w.writerows(kept)
-    if path.exists():  # resume: skip what an earlier run wrote
-        with open(path, newline="") as f:
-            done = {(r["fold"], r["n"], r["scorer"]) for r in csv.DictReader(f)}
+            w.writerows(rows)
+    return {(r["fold"], r["n"], r["scorer"]) for r in rows}
+
+
+def run_dataset(name: str, loaded: dict, args, out: Path) -> None:
+    ds, res = loaded[name]
+    path = out / (f"{name}.{args.tag}.csv" if args.tag else f"{name}.csv")
+    done = resumed(path, args)
     with open(path, "a", newline="") as f:
         w = csv.DictWriter(f, FIELDS)
         if not done and f.tell() == 0:
